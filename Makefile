@@ -1,0 +1,33 @@
+# Single entry point. `make test` is the README's test command; `make demo` the run command.
+SHELL := /bin/bash
+CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/pseudoflow
+export CARGO_TARGET_DIR ?= $(CACHE_DIR)/target
+
+.PHONY: test lint unit k8s cluster crd bench
+
+## test: everything CI runs — lint, the CRD freshness check, unit, snapshot and e2e tests.
+test: lint k8s
+	cargo test --workspace --locked
+
+lint:
+	cargo fmt --all --check
+	cargo clippy --workspace --all-targets --locked -- -D warnings
+
+## unit: tests that need no cluster.
+unit:
+	cargo test --workspace --locked --exclude pseudoflow-testenv
+
+## k8s: build (or reuse from the cache) etcd and the Kubernetes control plane from upstream Go modules.
+k8s:
+	bash testenv/build-k8s.sh
+
+## cluster: a local control plane with simulated nodes, for a person; Ctrl-C stops it.
+cluster: k8s
+	cargo run --locked -p pseudoflow-testenv --bin pseudoflow-cluster
+
+## crd: regenerate crd/pseudoflow.yaml from the Rust types.
+crd:
+	cargo run --locked -p pseudoflow-crd --bin pseudoflow-crdgen > crd/pseudoflow.yaml
+
+bench:
+	cargo bench --locked -p pseudoflow-compiler
