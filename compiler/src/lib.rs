@@ -1,1 +1,18 @@
-//! placeholder
+//! The PseudoFlow compiler: validates a flow, reporting every problem with its path, and lowers
+//! it into a DAG ([`plan::Plan`]) whose nodes become executor Jobs and ConfigMaps
+//! ([`lower::lower`]). Pure and deterministic — no I/O — so the controller can recompile on
+//! every reconcile and get the same node ids and Job names.
+
+pub mod build;
+pub mod compile;
+pub mod exprs;
+pub mod lower;
+pub mod names;
+pub mod plan;
+pub mod render;
+pub mod source;
+pub mod subst;
+
+pub use compile::{compile, Compiled, FlowId};
+pub use lower::{lower, FlowRef, LowerOptions, Lowered, NodeInstance};
+pub use plan::{EdgeKind, NodeKind, Plan, PlanNode};

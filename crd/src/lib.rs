@@ -1,1 +1,30 @@
-//! placeholder
+//! The PseudoFlow custom resource: what users write (`spec`), what the controller reports
+//! (`status`), and the checks that make a bad flow fail with a path before anything runs.
+//!
+//! Every step type lives in its own module under [`steps`], owning its parameters, its schema and
+//! its semantic validation; [`steps::registry`] is the one list that ties them together.
+
+pub mod common;
+pub mod diagnostics;
+pub mod jsonpath;
+pub mod resource;
+pub mod schema;
+pub mod selector;
+pub mod spec;
+pub mod status;
+pub mod step;
+pub mod steps;
+pub mod validate;
+
+pub use diagnostics::{Diagnostic, Diagnostics, Severity};
+pub use resource::PseudoFlow;
+pub use spec::{ArtifactSource, ConcurrencyPolicy, FlowOptions, PseudoFlowSpec};
+pub use status::{FlowPhase, PseudoFlowStatus, StepPhase, StepStatus};
+pub use step::{Step, StepKind};
+
+/// API group of the resource; also the prefix of the labels and annotations the operator owns.
+pub const GROUP: &str = "ops.example.com";
+/// Served version of the resource.
+pub const VERSION: &str = "v1alpha1";
+/// Annotation whose change of value starts a new run (manual re-run).
+pub const RUN_ANNOTATION: &str = "ops.example.com/run";

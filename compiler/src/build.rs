@@ -1,0 +1,295 @@
+//! Lowers a validated step list into the [`Plan`] DAG. Each step becomes a fragment: an entry
+//! node, a *unit* node (whose failure is the step's failure: the node itself for a leaf, the end
+//! node for a compound) and dangling exits that the next step's entry is wired to.
+
+use petgraph::graph::{DiGraph, NodeIndex};
+use pseudoflow_crd::steps::Placement;
+use pseudoflow_crd::{Step, StepKind};
+
+use crate::plan::{EdgeKind, LoopOver, NodeKind, Plan, PlanNode};
+
+/// Where a list of steps sits: its path, id prefix and the structure around it.
+#[derive(Clone)]
+struct Scope {
+    path: String,
+    id_prefix: String,
+    parent: Option<String>,
+    loops: Vec<String>,
+    on_node: bool,
+    depth: usize,
+}
+
+struct Fragment {
+    entry: NodeIndex,
+    /// The node whose failure is this fragment's failure (what an `onError` attaches to).
+    unit: NodeIndex,
+    exits: Vec<(NodeIndex, EdgeKind)>,
+}
+
+struct Builder {
+    g: DiGraph<PlanNode, EdgeKind>,
+}
+
+/// Builds the DAG of `steps` (already validated) rooted at `root_path` (`spec.steps`).
+pub fn build_plan(steps: &[Step], root_path: &str, id_prefix: &str) -> Plan {
+    let mut b = Builder { g: DiGraph::new() };
+    let scope = Scope {
+        path: root_path.to_string(),
+        id_prefix: id_prefix.to_string(),
+        parent: None,
+        loops: vec![],
+        on_node: false,
+        depth: 1,
+    };
+    let start = b.structural(&scope, join_id(id_prefix, "start"), "start", NodeKind::Start);
+    let end = b.structural(&scope, join_id(id_prefix, "end"), "end", NodeKind::End);
+    let body = b.list(steps, &scope);
+    b.g.add_edge(start, body.entry, EdgeKind::Next);
+    b.connect(&body.exits, end);
+    Plan::new(b.g, start, end)
+}
+
+/// Exits of a step's unit: `always` when the step continues on error, else `next`.
+fn unit_exits(step: &Step, unit: NodeIndex) -> Vec<(NodeIndex, EdgeKind)> {
+    let kind = if step.continue_on_error { EdgeKind::Always } else { EdgeKind::Next };
+    vec![(unit, kind)]
+}
+
+fn join_id(prefix: &str, id: &str) -> String {
+    if prefix.is_empty() {
+        id.to_string()
+    } else {
+        format!("{prefix}-{id}")
+    }
+}
+
+impl Builder {
+    fn connect(&mut self, exits: &[(NodeIndex, EdgeKind)], to: NodeIndex) {
+        for (from, kind) in exits {
+            self.g.add_edge(*from, to, *kind);
+        }
+    }
+
+    fn structural(&mut self, scope: &Scope, id: String, ty: &str, kind: NodeKind) -> NodeIndex {
+        self.g.add_node(PlanNode {
+            id,
+            path: scope.path.clone(),
+            step_type: ty.to_string(),
+            name: None,
+            kind,
+            placement: Placement::Structure,
+            parent: scope.parent.clone(),
+            loops: scope.loops.clone(),
+            on_node: scope.on_node,
+            continue_on_error: false,
+            timeout_seconds: None,
+            step: None,
+            depth: scope.depth,
+        })
+    }
+
+    /// One list of steps in sequence; `when` and `onError` pair with their neighbours.
+    fn list(&mut self, steps: &[Step], scope: &Scope) -> Fragment {
+        let mut frags: Vec<Fragment> = Vec::new();
+        let mut i = 0;
+        while i < steps.len() {
+            let here = self.step_scope(scope, i, "s");
+            let mut frag = if let StepKind::When(_) = steps[i].kind {
+                // when + the step it guards form one fragment.
+                let cond = self.node(&steps[i], &here, NodeKind::Condition, Placement::Api);
+                i += 1;
+                let guarded_scope = self.step_scope(scope, i, "s");
+                let (guarded, unit) = self.step(&steps[i], &guarded_scope);
+                self.g.add_edge(cond, guarded, EdgeKind::Then);
+                let mut exits = unit_exits(&steps[i], unit);
+                exits.push((cond, EdgeKind::Else));
+                Fragment { entry: cond, unit, exits }
+            } else {
+                let (entry, unit) = self.step(&steps[i], &here);
+                Fragment { entry, unit, exits: unit_exits(&steps[i], unit) }
+            };
+            if let Some(StepKind::OnError(handler)) = steps.get(i + 1).map(|s| &s.kind) {
+                let hscope = Scope {
+                    path: format!("{}[{}].steps", scope.path, i + 1),
+                    id_prefix: join_id(&scope.id_prefix, &format!("s{}", i + 1)),
+                    ..scope.clone()
+                };
+                let h = self.list(&handler.steps, &hscope);
+                self.g.add_edge(frag.unit, h.entry, EdgeKind::OnFailure);
+                frag.exits.extend(h.exits);
+                i += 1;
+            }
+            frags.push(frag);
+            i += 1;
+        }
+        for w in 1..frags.len() {
+            let exits = std::mem::take(&mut frags[w - 1].exits);
+            let entry = frags[w].entry;
+            self.connect(&exits, entry);
+        }
+        let entry = frags[0].entry;
+        let last = frags.pop().expect("validated lists are not empty");
+        Fragment { entry, unit: last.unit, exits: last.exits }
+    }
+
+    fn step_scope(&self, scope: &Scope, i: usize, letter: &str) -> Scope {
+        Scope {
+            path: format!("{}[{i}]", scope.path),
+            id_prefix: join_id(&scope.id_prefix, &format!("{letter}{i}")),
+            ..scope.clone()
+        }
+    }
+
+    fn node(&mut self, step: &Step, scope: &Scope, kind: NodeKind, placement: Placement) -> NodeIndex {
+        self.g.add_node(PlanNode {
+            id: scope.id_prefix.clone(),
+            path: scope.path.clone(),
+            step_type: step.kind.type_name().to_string(),
+            name: step.name.clone(),
+            kind,
+            placement,
+            parent: scope.parent.clone(),
+            loops: scope.loops.clone(),
+            on_node: scope.on_node,
+            continue_on_error: step.continue_on_error,
+            timeout_seconds: step.timeout_seconds,
+            step: Some(step.clone()),
+            depth: scope.depth,
+        })
+    }
+
+    fn end_node(&mut self, step: &Step, scope: &Scope, kind: NodeKind) -> NodeIndex {
+        let n = self.node(step, scope, kind, Placement::Structure);
+        let node = &mut self.g[n];
+        node.id = format!("{}-end", scope.id_prefix);
+        node.step_type = format!("{}-end", step.kind.type_name());
+        node.step = None;
+        n
+    }
+
+    fn inner(&self, scope: &Scope, end_id: &str, field: &str, id_part: &str, loop_id: Option<&str>, on_node: bool) -> Scope {
+        let mut loops = scope.loops.clone();
+        loops.extend(loop_id.map(str::to_string));
+        Scope {
+            path: format!("{}.{field}", scope.path),
+            id_prefix: if id_part.is_empty() { scope.id_prefix.clone() } else { format!("{}-{id_part}", scope.id_prefix) },
+            parent: Some(end_id.to_string()),
+            loops,
+            on_node: scope.on_node || on_node,
+            depth: scope.depth + 1,
+        }
+    }
+
+    /// One step (not `when`/`onError`, which pair with neighbours): its entry and unit node.
+    fn step(&mut self, step: &Step, scope: &Scope) -> (NodeIndex, NodeIndex) {
+        let id = scope.id_prefix.clone();
+        let end_id = format!("{id}-end");
+        let compound_end = |start: &str, wait_for_all: bool, run_on| NodeKind::CompoundEnd {
+            start: start.to_string(),
+            wait_for_all,
+            run_on,
+        };
+        match &step.kind {
+            StepKind::If(p) => {
+                let cond = self.node(step, scope, NodeKind::Condition, Placement::Api);
+                let end = self.end_node(step, scope, compound_end(&id, true, None));
+                let then = self.list(&p.then, &self.inner(scope, &end_id, "then", "then", None, false));
+                self.g.add_edge(cond, then.entry, EdgeKind::Then);
+                self.connect(&then.exits, end);
+                match &p.else_ {
+                    Some(e) => {
+                        let els = self.list(e, &self.inner(scope, &end_id, "else", "else", None, false));
+                        self.g.add_edge(cond, els.entry, EdgeKind::Else);
+                        self.connect(&els.exits, end);
+                    }
+                    None => {
+                        self.g.add_edge(cond, end, EdgeKind::Else);
+                    }
+                }
+                self.g[cond].parent = Some(end_id);
+                (cond, end)
+            }
+            StepKind::Loop(p) => {
+                let over = LoopOver::Items(p.for_each.clone());
+                self.body_compound(step, scope, NodeKind::LoopStart { over, max_parallel: p.max_parallel, end: end_id.clone() }, Placement::Controller, &p.steps, true, false)
+            }
+            StepKind::LoopNodes(p) => {
+                let over = LoopOver::Nodes { selector: p.selector.clone(), run_on: Default::default() };
+                self.body_compound(step, scope, NodeKind::LoopStart { over, max_parallel: p.max_parallel, end: end_id.clone() }, Placement::Api, &p.steps, true, true)
+            }
+            StepKind::Retry(p) => {
+                let kind = NodeKind::RetryStart { attempts: p.attempts, backoff_seconds: p.backoff_seconds, end: end_id.clone() };
+                self.body_compound(step, scope, kind, Placement::Controller, &p.steps, false, false)
+            }
+            StepKind::Parallel(p) => {
+                let fork = self.node(step, scope, NodeKind::Fork { end: end_id.clone() }, Placement::Structure);
+                let end = self.end_node(step, scope, compound_end(&id, p.wait_for_all, None));
+                for (b, branch) in p.steps.iter().enumerate() {
+                    let bscope = self.inner(scope, &end_id, &format!("steps[{b}]"), &format!("b{b}"), None, false);
+                    let f = self.list(branch, &bscope);
+                    self.g.add_edge(fork, f.entry, EdgeKind::Branch);
+                    self.connect(&f.exits, end);
+                }
+                (fork, end)
+            }
+            StepKind::Include(_) => self.opaque_compound(step, scope, NodeKind::Include { end: end_id.clone() }, Placement::Api),
+            StepKind::IncludeFlow(p) => {
+                let kind = NodeKind::IncludeFlow {
+                    flow: step.name.clone().unwrap_or_default(),
+                    namespace: p.namespace.clone(),
+                    inherit_vars: p.inherit_vars,
+                    end: end_id.clone(),
+                };
+                self.opaque_compound(step, scope, kind, Placement::Controller)
+            }
+            _ => {
+                let params = step.kind.params();
+                let placement = params.placement(scope.on_node);
+                match params.node_targeting().filter(|_| placement == Placement::Node && !scope.on_node) {
+                    // A node step outside loopNodes fans out over the nodes it selects.
+                    Some((selector, run_on)) => {
+                        let over = LoopOver::Nodes { selector: selector.to_string(), run_on };
+                        let start = self.node(step, scope, NodeKind::LoopStart { over, max_parallel: None, end: end_id.clone() }, Placement::Api);
+                        self.g[start].step_type = format!("{}-nodes", step.kind.type_name());
+                        self.g[start].step = None;
+                        let end = self.end_node(step, scope, compound_end(&id, true, Some(run_on)));
+                        let inner = self.inner(scope, &end_id, "", "node", Some(&id), true);
+                        let mut action_scope = inner.clone();
+                        action_scope.path = scope.path.clone();
+                        let action = self.node(step, &action_scope, NodeKind::Action, Placement::Node);
+                        self.g[action].continue_on_error = false;
+                        self.g.add_edge(start, action, EdgeKind::Body);
+                        self.g.add_edge(action, end, EdgeKind::Next);
+                        (start, end)
+                    }
+                    None => {
+                        let n = self.node(step, scope, NodeKind::Action, placement);
+                        (n, n)
+                    }
+                }
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn body_compound(&mut self, step: &Step, scope: &Scope, kind: NodeKind, placement: Placement, body: &[Step], is_loop: bool, on_node: bool) -> (NodeIndex, NodeIndex) {
+        let id = scope.id_prefix.clone();
+        let end_id = format!("{id}-end");
+        let start = self.node(step, scope, kind, placement);
+        self.g[start].step = if is_loop { Some(step.clone()) } else { None };
+        let end = self.end_node(step, scope, NodeKind::CompoundEnd { start: id.clone(), wait_for_all: true, run_on: None });
+        let inner = self.inner(scope, &end_id, "steps", "", is_loop.then_some(id.as_str()), on_node);
+        let f = self.list(body, &inner);
+        self.g.add_edge(start, f.entry, EdgeKind::Body);
+        self.connect(&f.exits, end);
+        (start, end)
+    }
+
+    fn opaque_compound(&mut self, step: &Step, scope: &Scope, kind: NodeKind, placement: Placement) -> (NodeIndex, NodeIndex) {
+        let id = scope.id_prefix.clone();
+        let start = self.node(step, scope, kind, placement);
+        let end = self.end_node(step, scope, NodeKind::CompoundEnd { start: id, wait_for_all: true, run_on: None });
+        self.g.add_edge(start, end, EdgeKind::Body);
+        (start, end)
+    }
+}

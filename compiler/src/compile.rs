@@ -1,0 +1,61 @@
+//! `compile`: validation (structure, semantics, expressions, include cycles) then DAG
+//! construction. Pure and deterministic: the same spec gives the same plan, byte for byte.
+
+use pseudoflow_crd::validate::validate_spec;
+use pseudoflow_crd::{Diagnostics, PseudoFlowSpec, Step};
+use serde_json::Value;
+
+use crate::build::build_plan;
+use crate::plan::Plan;
+
+/// A flow that passed validation, ready to run.
+#[derive(Debug, Clone)]
+pub struct Compiled {
+    pub spec: PseudoFlowSpec,
+    /// The DAG of `spec.steps`.
+    pub plan: Plan,
+    /// The DAG of `spec.onDelete`, run behind the finalizer when the flow is deleted.
+    pub on_delete: Option<Plan>,
+    /// Problems that do not stop the flow (e.g. `${HOME}` left for the shell).
+    pub warnings: Diagnostics,
+}
+
+/// Identity of the flow being compiled, for rules that depend on it (self-inclusion).
+#[derive(Debug, Clone, Default)]
+pub struct FlowId<'a> {
+    pub name: &'a str,
+    pub namespace: Option<&'a str>,
+}
+
+/// Validates `raw_spec` and builds its plan; on any error returns every diagnostic found.
+pub fn compile(flow: &FlowId, raw_spec: &Value) -> Result<Compiled, Diagnostics> {
+    let (spec, mut diags) = validate_spec(raw_spec);
+    let Some(spec) = spec else {
+        return Err(diags);
+    };
+    crate::exprs::check_expressions(&spec, &mut diags);
+    check_self_include(flow, &spec.steps, "spec.steps", &mut diags);
+    if diags.has_errors() {
+        return Err(diags);
+    }
+    let plan = build_plan(&spec.steps, "spec.steps", "");
+    let on_delete = spec.on_delete.as_deref().map(|s| build_plan(s, "spec.onDelete", "d"));
+    Ok(Compiled { spec, plan, on_delete, warnings: diags })
+}
+
+/// A flow that includes itself would never end; cycles through other flows are found at run
+/// time by the controller, which sees the other flows.
+fn check_self_include(flow: &FlowId, steps: &[Step], path: &str, diags: &mut Diagnostics) {
+    for (i, step) in steps.iter().enumerate() {
+        let here = format!("{path}[{i}]");
+        if let (Some(target), pseudoflow_crd::StepKind::IncludeFlow(p)) = (step.included_flow(), &step.kind) {
+            let same_ns = p.namespace.as_deref().is_none() || p.namespace.as_deref() == flow.namespace;
+            if target == flow.name && same_ns {
+                diags.error(format!("{here}.name"), format!("flow {:?} includes itself; that would never end", flow.name));
+            }
+        }
+        for (field, children) in step.kind.params().children() {
+            check_self_include(flow, children, &pseudoflow_crd::validate::join(&here, &field), diags);
+        }
+    }
+}

@@ -1,0 +1,260 @@
+//! Lowering of one node instance into what the cluster runs: an input ConfigMap and an executor
+//! Job. Pure: the controller decides *when*; this decides *what*, identically every time.
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::ConfigMap;
+use pseudoflow_crd::steps::Placement;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::names::{job_name, label_value};
+use crate::plan::{NodeKind, PlanNode};
+
+/// Label every object the operator creates carries (`app.kubernetes.io/managed-by`).
+pub const MANAGED_BY: &str = "pseudoflow";
+/// Label: the flow a Job belongs to.
+pub const LABEL_FLOW: &str = "ops.example.com/flow";
+/// Label: the run a Job belongs to.
+pub const LABEL_RUN: &str = "ops.example.com/run";
+/// Label: the DAG node a Job executes.
+pub const LABEL_NODE: &str = "ops.example.com/node";
+/// Where the executor finds its input inside the pod.
+pub const INPUT_DIR: &str = "/etc/pseudoflow/input";
+/// Key of the input document in the ConfigMap.
+pub const INPUT_KEY: &str = "input.json";
+/// Grace added to a step's timeout for the Job's activeDeadlineSeconds: the executor enforces
+/// the step timeout itself and reports it; the deadline only stops a stuck pod.
+pub const DEADLINE_GRACE_SECONDS: u32 = 30;
+
+/// The flow a node belongs to, as lowering needs it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FlowRef {
+    pub name: String,
+    pub namespace: String,
+    pub uid: String,
+    /// The identity every executor pod of this flow runs with.
+    pub service_account: String,
+}
+
+/// Cluster-wide lowering settings (from the operator's configuration).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LowerOptions {
+    /// The runtime image holding `pseudoflow-step`.
+    pub image: String,
+}
+
+impl Default for LowerOptions {
+    fn default() -> Self {
+        LowerOptions {
+            image: format!("ghcr.io/example/pseudoflow-runtime:{}", env!("CARGO_PKG_VERSION")),
+        }
+    }
+}
+
+/// What the executor is asked to do with the step it receives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Task {
+    /// Perform the step (apply, waitFor, configFile, ...).
+    Run,
+    /// Evaluate the `if`/`when` condition and report true/false.
+    Condition,
+    /// List the nodes a selector matches (loopNodes, node fan-out).
+    ListNodes,
+    /// Fetch an `include` source and report its content.
+    FetchInclude,
+}
+
+/// Everything the executor needs, written to the ConfigMap as `input.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecutorInput {
+    pub flow: FlowRef,
+    pub run_id: String,
+    pub node_id: String,
+    pub path: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub instance: Vec<String>,
+    pub attempt: u32,
+    pub task: Task,
+    /// The step with every `${...}` already substituted.
+    pub step: Value,
+    /// The node to act on, for node steps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_node: Option<String>,
+    /// The step's timeout, enforced by the executor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_seconds: Option<u32>,
+    /// Where artifact files come from (`spec.artifacts`), for applyFile/deleteFile.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub artifacts: Vec<pseudoflow_crd::ArtifactSource>,
+}
+
+/// One execution of one node: which loop item, which attempt, with which substituted step.
+#[derive(Debug, Clone)]
+pub struct NodeInstance<'a> {
+    pub flow: &'a FlowRef,
+    pub run_id: &'a str,
+    pub node: &'a PlanNode,
+    /// One key per enclosing loop (item index, or node name for node loops).
+    pub instance: &'a [String],
+    pub attempt: u32,
+    /// The node's step with `${...}` substituted (see [`crate::subst`]).
+    pub step: Value,
+    pub target_node: Option<&'a str>,
+    pub artifacts: &'a [pseudoflow_crd::ArtifactSource],
+}
+
+/// The objects one node instance needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Lowered {
+    pub config_map: ConfigMap,
+    pub job: Job,
+}
+
+/// Why a node cannot be lowered to a Job.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LowerError {
+    #[error("node {0} runs in the controller, not in a Job")]
+    NotAJob(String),
+    #[error("node {0} is a node step but no target node was given")]
+    NoTargetNode(String),
+}
+
+/// The executor task for a node, or None when the node needs no Job.
+pub fn task_of(node: &PlanNode) -> Option<Task> {
+    match (&node.kind, node.placement) {
+        (NodeKind::Condition, _) => Some(Task::Condition),
+        (NodeKind::LoopStart { over: crate::plan::LoopOver::Nodes { .. }, .. }, _) => Some(Task::ListNodes),
+        (NodeKind::Include { .. }, _) => Some(Task::FetchInclude),
+        (NodeKind::Action, Placement::Api | Placement::Node) => Some(Task::Run),
+        _ => None,
+    }
+}
+
+/// Lowers one node instance into its input ConfigMap and executor Job.
+pub fn lower(inst: &NodeInstance, opts: &LowerOptions) -> Result<Lowered, LowerError> {
+    let node = inst.node;
+    let task = task_of(node).ok_or_else(|| LowerError::NotAJob(node.id.clone()))?;
+    let on_node = task == Task::Run && node.placement == Placement::Node;
+    if on_node && inst.target_node.is_none() {
+        return Err(LowerError::NoTargetNode(node.id.clone()));
+    }
+    let name = job_name(&inst.flow.name, inst.run_id, &node.id, inst.instance, inst.attempt);
+    let timeout = node.timeout_seconds.or_else(|| {
+        (node.step_type == "waitFor").then_some(pseudoflow_crd::steps::wait_for::DEFAULT_WAIT_SECONDS)
+    });
+    let input = ExecutorInput {
+        flow: inst.flow.clone(),
+        run_id: inst.run_id.to_string(),
+        node_id: node.id.clone(),
+        path: node.path.clone(),
+        instance: inst.instance.to_vec(),
+        attempt: inst.attempt,
+        task,
+        step: inst.step.clone(),
+        target_node: inst.target_node.map(str::to_string).filter(|_| on_node),
+        timeout_seconds: timeout,
+        artifacts: inst.artifacts.to_vec(),
+    };
+    let labels = json!({
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+        "app.kubernetes.io/name": "pseudoflow-step",
+        LABEL_FLOW: label_value(&inst.flow.name),
+        LABEL_RUN: inst.run_id,
+        LABEL_NODE: label_value(&node.id),
+    });
+    let annotations = json!({
+        "ops.example.com/node-id": node.id,
+        "ops.example.com/step-path": node.path,
+        "ops.example.com/instance": inst.instance.join("/"),
+        "ops.example.com/attempt": inst.attempt.to_string(),
+    });
+    let owner = json!([{
+        "apiVersion": "ops.example.com/v1alpha1",
+        "kind": "PseudoFlow",
+        "name": inst.flow.name,
+        "uid": inst.flow.uid,
+        "controller": true,
+        "blockOwnerDeletion": true,
+    }]);
+    let metadata = json!({
+        "name": name,
+        "namespace": inst.flow.namespace,
+        "labels": labels,
+        "annotations": annotations,
+        "ownerReferences": owner,
+    });
+    let input_json = serde_json::to_string_pretty(&input).expect("input serialises");
+    let config_map = json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata,
+        "data": { INPUT_KEY: input_json },
+    });
+    let job = json!({
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": metadata,
+        "spec": {
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": timeout.map(|t| t + DEADLINE_GRACE_SECONDS),
+            "template": pod_template(inst, &name, &opts.image, on_node, &labels),
+        },
+    });
+    Ok(Lowered {
+        config_map: serde_json::from_value(config_map).expect("valid ConfigMap"),
+        job: serde_json::from_value(strip_nulls(job)).expect("valid Job"),
+    })
+}
+
+fn pod_template(inst: &NodeInstance, name: &str, image: &str, on_node: bool, labels: &Value) -> Value {
+    let mut volumes = vec![json!({"name": "input", "configMap": {"name": name}})];
+    let mut mounts = vec![json!({"name": "input", "mountPath": INPUT_DIR, "readOnly": true})];
+    let security = if on_node {
+        volumes.push(json!({"name": "host-root", "hostPath": {"path": "/", "type": "Directory"}}));
+        mounts.push(json!({"name": "host-root", "mountPath": "/host"}));
+        json!({"privileged": true, "runAsUser": 0})
+    } else {
+        json!({
+            "allowPrivilegeEscalation": false,
+            "readOnlyRootFilesystem": true,
+            "runAsNonRoot": true,
+            "runAsUser": 65532,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        })
+    };
+    let mut spec = json!({
+        "serviceAccountName": inst.flow.service_account,
+        "restartPolicy": "Never",
+        "enableServiceLinks": false,
+        "containers": [{
+            "name": "step",
+            "image": image,
+            "args": ["run", "--input", format!("{INPUT_DIR}/{INPUT_KEY}")],
+            "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+            "securityContext": security,
+            "terminationMessagePolicy": "FallbackToLogsOnError",
+            "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "256Mi"}},
+            "volumeMounts": mounts,
+        }],
+        "volumes": volumes,
+    });
+    if on_node {
+        let s = spec.as_object_mut().unwrap();
+        s.insert("nodeName".into(), json!(inst.target_node));
+        s.insert("hostPID".into(), json!(true));
+        s.insert("tolerations".into(), json!([{"operator": "Exists"}]));
+    }
+    json!({"metadata": {"labels": labels}, "spec": spec})
+}
+
+fn strip_nulls(v: Value) -> Value {
+    match v {
+        Value::Object(o) => Value::Object(o.into_iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k, strip_nulls(v))).collect()),
+        Value::Array(a) => Value::Array(a.into_iter().map(strip_nulls).collect()),
+        other => other,
+    }
+}

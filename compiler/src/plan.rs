@@ -1,0 +1,205 @@
+//! The compiled form of a flow: a DAG whose nodes are step executions and whose edges say when
+//! the next node may start. The controller walks it; this module holds no behaviour beyond
+//! lookups, so the walk's rules live in one place (`docs/dag.md`).
+
+use std::collections::BTreeMap;
+
+use petgraph::graph::{DiGraph, NodeIndex};
+use petgraph::visit::EdgeRef;
+use petgraph::Direction;
+use pseudoflow_crd::common::RunOn;
+use pseudoflow_crd::steps::Placement;
+use pseudoflow_crd::Step;
+use serde::Serialize;
+use serde_json::Value;
+
+/// Why an edge exists, and so when the controller follows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum EdgeKind {
+    /// Sequence: taken when the source succeeded.
+    Next,
+    /// Sequence after a `continueOnError` step: taken whether the source succeeded or failed.
+    Always,
+    /// To an `onError` handler: taken only when the source failed.
+    OnFailure,
+    /// From a condition to `then` (or to the step a `when` guards): taken when it holds.
+    Then,
+    /// From a condition to `else` (or past the guarded step): taken when it does not hold.
+    Else,
+    /// From a parallel fork to one branch.
+    Branch,
+    /// From a loop, retry or include start into its body (instantiated per item/attempt).
+    Body,
+}
+
+/// What a node does.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase", tag = "kind")]
+pub enum NodeKind {
+    /// Entry of the whole flow.
+    Start,
+    /// Exit of the whole flow.
+    End,
+    /// A leaf step: its work runs where `placement` says.
+    Action,
+    /// Evaluates the condition of `if`/`when` (an API read, so a Job).
+    Condition,
+    /// Opens a `loop` (items from `forEach`) or a node loop (nodes from a selector).
+    LoopStart {
+        over: LoopOver,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        max_parallel: Option<u32>,
+        end: String,
+    },
+    /// Opens a `parallel`.
+    Fork { end: String },
+    /// Opens a `retry` group.
+    RetryStart {
+        attempts: u32,
+        backoff_seconds: u32,
+        end: String,
+    },
+    /// Fetches an `include` source; its steps (if any) are compiled and run as its body.
+    Include { end: String },
+    /// Runs another flow's steps as its body.
+    IncludeFlow {
+        flow: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        namespace: Option<String>,
+        inherit_vars: bool,
+        end: String,
+    },
+    /// Closes a compound step; its failure is the compound's failure.
+    CompoundEnd {
+        start: String,
+        /// For a parallel join: false = the first successful branch is enough.
+        wait_for_all: bool,
+        /// For a node fan-out: how many nodes must succeed.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        run_on: Option<RunOn>,
+    },
+}
+
+/// What a loop iterates over.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum LoopOver {
+    /// `loop.forEach`: a list or one `${expression}` producing one.
+    Items(Value),
+    /// `loopNodes` or a node step's fan-out: nodes matching a label selector.
+    Nodes { selector: String, run_on: RunOn },
+}
+
+/// One node of the DAG.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanNode {
+    /// Stable, readable id derived from the step path (`s3-then0`); unique in the plan.
+    pub id: String,
+    /// Path of the step in the resource (`spec.steps[3].then[0]`).
+    pub path: String,
+    /// The step's `type`, or `start`/`end`/`<type>-end` for structural nodes.
+    #[serde(rename = "type")]
+    pub step_type: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(flatten)]
+    pub kind: NodeKind,
+    /// Where the work runs (controller, an API Job, a node-pinned Job, or nowhere).
+    pub placement: Placement,
+    /// Id of the innermost enclosing compound's end node: where an unhandled failure goes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    /// Ids of the enclosing loop starts, outermost first: the dimensions of instance keys.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub loops: Vec<String>,
+    /// Inside a node loop (or fan-out): the node comes from the loop's item.
+    pub on_node: bool,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub continue_on_error: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout_seconds: Option<u32>,
+    /// The step itself (parameters not yet substituted), for nodes that do work.
+    #[serde(skip)]
+    pub step: Option<Step>,
+    /// Nesting depth, for the tree view.
+    #[serde(skip)]
+    pub depth: usize,
+}
+
+/// A compiled flow.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub graph: DiGraph<PlanNode, EdgeKind>,
+    pub start: NodeIndex,
+    pub end: NodeIndex,
+    by_id: BTreeMap<String, NodeIndex>,
+}
+
+impl Plan {
+    pub(crate) fn new(graph: DiGraph<PlanNode, EdgeKind>, start: NodeIndex, end: NodeIndex) -> Self {
+        let by_id = graph.node_indices().map(|i| (graph[i].id.clone(), i)).collect();
+        Plan { graph, start, end, by_id }
+    }
+
+    /// The node with this id.
+    pub fn node(&self, id: &str) -> Option<&PlanNode> {
+        self.by_id.get(id).map(|i| &self.graph[*i])
+    }
+
+    /// Index of the node with this id.
+    pub fn index(&self, id: &str) -> Option<NodeIndex> {
+        self.by_id.get(id).copied()
+    }
+
+    /// Nodes in creation order, which follows the spec's order.
+    pub fn nodes(&self) -> impl Iterator<Item = &PlanNode> {
+        self.graph.node_indices().map(|i| &self.graph[i])
+    }
+
+    /// Edges as `(from id, to id, kind)`, in creation order.
+    pub fn edges(&self) -> impl Iterator<Item = (&str, &str, EdgeKind)> {
+        self.graph.edge_references().map(|e| {
+            (
+                self.graph[e.source()].id.as_str(),
+                self.graph[e.target()].id.as_str(),
+                *e.weight(),
+            )
+        })
+    }
+
+    /// Incoming edges of a node: what must settle before it can start.
+    pub fn incoming(&self, id: &str) -> Vec<(&str, EdgeKind)> {
+        self.edges_of(id, Direction::Incoming)
+    }
+
+    /// Outgoing edges of a node.
+    pub fn outgoing(&self, id: &str) -> Vec<(&str, EdgeKind)> {
+        self.edges_of(id, Direction::Outgoing)
+    }
+
+    fn edges_of(&self, id: &str, dir: Direction) -> Vec<(&str, EdgeKind)> {
+        let Some(i) = self.index(id) else { return vec![] };
+        let mut out: Vec<(&str, EdgeKind)> = self
+            .graph
+            .edges_directed(i, dir)
+            .map(|e| {
+                let other = if dir == Direction::Incoming { e.source() } else { e.target() };
+                (self.graph[other].id.as_str(), *e.weight())
+            })
+            .collect();
+        out.reverse();
+        out
+    }
+
+    /// Number of nodes.
+    pub fn len(&self) -> usize {
+        self.graph.node_count()
+    }
+
+    /// A plan always has at least its start and end nodes.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+}

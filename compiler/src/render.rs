@@ -1,0 +1,184 @@
+//! Views of a plan for people and tools: an indented tree, Graphviz DOT, Mermaid, and JSON
+//! (`{nodes: [{id, type, ...}], edges: [{from, to, kind}]}`).
+
+use std::fmt::Write;
+
+use serde_json::{json, Value};
+
+use crate::plan::{EdgeKind, LoopOver, NodeKind, Plan, PlanNode};
+
+/// Output formats of `pseudoflow-compile`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Tree,
+    Dot,
+    Mermaid,
+    Json,
+}
+
+impl std::str::FromStr for Format {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "tree" => Ok(Format::Tree),
+            "dot" => Ok(Format::Dot),
+            "mermaid" => Ok(Format::Mermaid),
+            "json" => Ok(Format::Json),
+            other => Err(format!("unknown format {other:?}: use tree, dot, mermaid or json")),
+        }
+    }
+}
+
+/// Renders `plan` (and the onDelete plan, if any) in `format`.
+pub fn render(title: &str, plan: &Plan, on_delete: Option<&Plan>, format: Format) -> String {
+    match format {
+        Format::Tree => {
+            let mut s = tree(title, plan);
+            if let Some(d) = on_delete {
+                s.push_str(&tree(&format!("{title} (onDelete)"), d));
+            }
+            s
+        }
+        Format::Dot => dot(title, plan, on_delete),
+        Format::Mermaid => mermaid(plan, on_delete),
+        Format::Json => {
+            let mut v = to_json(plan);
+            if let Some(d) = on_delete {
+                v["onDelete"] = to_json(d);
+            }
+            serde_json::to_string_pretty(&v).expect("plan serialises") + "\n"
+        }
+    }
+}
+
+/// The plan as `{nodes, edges}`.
+pub fn to_json(plan: &Plan) -> Value {
+    let nodes: Vec<Value> = plan.nodes().map(|n| serde_json::to_value(n).expect("node serialises")).collect();
+    let edges: Vec<Value> = plan.edges().map(|(from, to, kind)| json!({"from": from, "to": to, "kind": kind})).collect();
+    json!({"nodes": nodes, "edges": edges})
+}
+
+fn detail(n: &PlanNode) -> String {
+    let mut d = match &n.kind {
+        NodeKind::LoopStart { over: LoopOver::Items(items), max_parallel, .. } => {
+            format!("forEach={} maxParallel={}", compact(items), max_parallel.unwrap_or(1))
+        }
+        NodeKind::LoopStart { over: LoopOver::Nodes { selector, run_on }, max_parallel, .. } => {
+            let par = max_parallel.map(|m| m.to_string()).unwrap_or_else(|| if n.step_type == "loopNodes" { "1".into() } else { "all".into() });
+            format!("nodes={selector:?} runOn={run_on:?} maxParallel={par}")
+        }
+        NodeKind::RetryStart { attempts, backoff_seconds, .. } => format!("attempts={attempts} backoff={backoff_seconds}s"),
+        NodeKind::CompoundEnd { wait_for_all: false, .. } => "first branch wins".into(),
+        NodeKind::IncludeFlow { flow, inherit_vars, .. } => format!("flow={flow} inheritVars={inherit_vars}"),
+        _ => String::new(),
+    };
+    if n.continue_on_error {
+        d.push_str(" continueOnError");
+    }
+    if let Some(t) = n.timeout_seconds {
+        let _ = write!(d, " timeout={t}s");
+    }
+    d.trim().to_string()
+}
+
+fn compact(v: &Value) -> String {
+    let s = match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    if s.len() > 40 { format!("{}…", &s[..s.char_indices().nth(40).map(|(i, _)| i).unwrap_or(s.len())]) } else { s }
+}
+
+fn placement_word(n: &PlanNode) -> &'static str {
+    use pseudoflow_crd::steps::Placement::*;
+    match (crate::lower::task_of(n), n.placement) {
+        (Some(_), Node) => "job@node",
+        (Some(_), _) => "job",
+        (None, Controller) => "controller",
+        (None, _) => "-",
+    }
+}
+
+fn tree(title: &str, plan: &Plan) -> String {
+    let mut out = format!("{title}\n");
+    for n in plan.nodes() {
+        let failure: Vec<String> = plan
+            .outgoing(&n.id)
+            .into_iter()
+            .filter(|(_, k)| *k == EdgeKind::OnFailure)
+            .map(|(to, _)| format!("onFailure→{to}"))
+            .collect();
+        let label = n.name.as_deref().map(|s| format!(" \"{s}\"")).unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "{}{:<width$} {:<14} {:<10} {}{} {}",
+            "  ".repeat(n.depth),
+            n.id,
+            n.step_type,
+            placement_word(n),
+            detail(n),
+            label,
+            failure.join(" "),
+            width = 22usize.saturating_sub(2 * n.depth).max(n.id.len()),
+        );
+    }
+    out.lines().map(str::trim_end).collect::<Vec<_>>().join("\n") + "\n"
+}
+
+fn dot(title: &str, plan: &Plan, on_delete: Option<&Plan>) -> String {
+    let mut s = format!("digraph {:?} {{\n  rankdir=TB;\n  node [shape=box, fontname=\"monospace\"];\n", title);
+    for p in std::iter::once(plan).chain(on_delete) {
+        for n in p.nodes() {
+            let shape = match n.kind {
+                NodeKind::Start | NodeKind::End => "oval",
+                NodeKind::Condition => "diamond",
+                NodeKind::Action => "box",
+                _ => "hexagon",
+            };
+            let _ = writeln!(s, "  {:?} [label={:?}, shape={shape}];", n.id, format!("{}\n{}", n.id, n.step_type));
+        }
+        for (from, to, kind) in p.edges() {
+            let style = match kind {
+                EdgeKind::OnFailure => ", color=red",
+                EdgeKind::Always => ", style=dashed",
+                _ => "",
+            };
+            let _ = writeln!(s, "  {from:?} -> {to:?} [label={:?}{style}];", edge_word(kind));
+        }
+    }
+    s.push_str("}\n");
+    s
+}
+
+fn mermaid(plan: &Plan, on_delete: Option<&Plan>) -> String {
+    let mut s = String::from("flowchart TD\n");
+    let mid = |id: &str| id.replace('-', "_");
+    for p in std::iter::once(plan).chain(on_delete) {
+        for n in p.nodes() {
+            let label = format!("{}<br/>{}", n.id, n.step_type);
+            let shape = match n.kind {
+                NodeKind::Start | NodeKind::End => format!("([\"{label}\"])"),
+                NodeKind::Condition => format!("{{\"{label}\"}}"),
+                NodeKind::Action => format!("[\"{label}\"]"),
+                _ => format!("{{{{\"{label}\"}}}}"),
+            };
+            let _ = writeln!(s, "  {}{shape}", mid(&n.id));
+        }
+        for (from, to, kind) in p.edges() {
+            let _ = writeln!(s, "  {} -->|{}| {}", mid(from), edge_word(kind), mid(to));
+        }
+    }
+    s
+}
+
+fn edge_word(k: EdgeKind) -> &'static str {
+    match k {
+        EdgeKind::Next => "next",
+        EdgeKind::Always => "always",
+        EdgeKind::OnFailure => "onFailure",
+        EdgeKind::Then => "then",
+        EdgeKind::Else => "else",
+        EdgeKind::Branch => "branch",
+        EdgeKind::Body => "body",
+    }
+}

@@ -1,0 +1,365 @@
+//! Schemas generated from the step types, used twice:
+//! - by the structural validator, which walks a raw flow against each step type's own schema
+//!   (reporting every type mismatch, missing and unknown field with its path), and
+//! - for the CRD, where all step types are merged into one structural object schema with CEL
+//!   rules for each type's required fields, so `kubectl apply` rejects what OpenAPI can express.
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+use kube::CustomResourceExt;
+use schemars::{generate::SchemaSettings, Schema};
+use serde_json::{json, Map, Value};
+
+use crate::diagnostics::Diagnostics;
+use crate::spec::PseudoFlow;
+use crate::steps::registry::{params_schema, STEP_TYPES};
+use crate::validate::{join, suggest};
+
+const STEP_MARK: &str = "x-pseudoflow-step";
+const NESTED_MARK: &str = "x-pseudoflow-steps";
+
+fn common_properties() -> Value {
+    json!({
+        "type": {"type": "string", "enum": STEP_TYPES},
+        "name": {"type": "string", "description": "Shown in status and Events instead of the step's path."},
+        "continueOnError": {"type": "boolean", "description": "Record a failure of this step and go on."},
+        "timeoutSeconds": {"type": "integer", "minimum": 1, "description": "Fail the step after this long."}
+    })
+}
+
+/// Each step type's full schema (its parameters plus the common fields), built once.
+pub fn step_schemas() -> &'static BTreeMap<&'static str, Value> {
+    static SCHEMAS: OnceLock<BTreeMap<&'static str, Value>> = OnceLock::new();
+    SCHEMAS.get_or_init(|| {
+        STEP_TYPES
+            .iter()
+            .map(|tag| {
+                let mut schema = params_schema(tag).expect("registered").to_value();
+                let obj = schema.as_object_mut().expect("object schema");
+                let props = obj.entry("properties").or_insert_with(|| json!({}));
+                for (k, v) in common_properties().as_object().unwrap() {
+                    props.as_object_mut().unwrap().insert(k.clone(), v.clone());
+                }
+                let req = obj.entry("required").or_insert_with(|| json!([]));
+                req.as_array_mut().unwrap().insert(0, json!("type"));
+                if *tag == "includeFlow" {
+                    // The original DSL names the included flow with the common `name` field.
+                    req.as_array_mut().unwrap().push(json!("name"));
+                }
+                (*tag, schema)
+            })
+            .collect()
+    })
+}
+
+/// The merged step schema for the CRD: the union of all step types' properties (a property
+/// whose shape differs between types is left open), the `type` enum, and one CEL rule per type
+/// requiring that type's fields.
+pub fn union_step_schema() -> Schema {
+    let mut props: BTreeMap<String, Value> = BTreeMap::new();
+    let mut conflicting: Vec<String> = Vec::new();
+    let mut rules = Vec::new();
+    for (tag, schema) in step_schemas() {
+        for (name, prop) in schema["properties"].as_object().unwrap() {
+            let prop = strip_descriptions(prop.clone());
+            match props.get(name) {
+                Some(existing) if *existing != prop => conflicting.push(name.clone()),
+                Some(_) => {}
+                None => {
+                    props.insert(name.clone(), prop);
+                }
+            }
+        }
+        let required: Vec<&str> = schema["required"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .filter(|r| *r != "type")
+            .collect();
+        if !required.is_empty() {
+            let has: Vec<String> = required.iter().map(|r| format!("has(self.{r})")).collect();
+            rules.push(json!({
+                "rule": format!("self.type != '{tag}' || ({})", has.join(" && ")),
+                "message": format!("{tag} steps need {}", required.join(", ")),
+            }));
+        }
+    }
+    for name in conflicting {
+        props.insert(
+            name,
+            json!({"x-kubernetes-preserve-unknown-fields": true, "description": "Shape depends on the step type."}),
+        );
+    }
+    let schema = json!({
+        "type": "object",
+        "description": "One step; `type` selects which other fields apply (see docs/steps.md).",
+        "required": ["type"],
+        "properties": props,
+        "x-kubernetes-validations": rules,
+        STEP_MARK: true,
+    });
+    Schema::try_from(schema).expect("object schema")
+}
+
+fn strip_descriptions(mut v: Value) -> Value {
+    if let Some(o) = v.as_object_mut() {
+        o.remove("description");
+        for child in o.values_mut() {
+            *child = strip_descriptions(child.take());
+        }
+    } else if let Some(a) = v.as_array_mut() {
+        for child in a {
+            *child = strip_descriptions(child.take());
+        }
+    }
+    v
+}
+
+/// Walks a raw `spec` against the generated schema, descending into every nested step list.
+pub fn check_spec_structure(raw: &Value, path: &str, diags: &mut Diagnostics) {
+    static SPEC: OnceLock<Value> = OnceLock::new();
+    let schema = SPEC.get_or_init(|| {
+        let settings = SchemaSettings::openapi3().with(|s| {
+            s.inline_subschemas = true;
+            s.meta_schema = None;
+        });
+        settings
+            .into_generator()
+            .into_root_schema_for::<crate::spec::PseudoFlowSpec>()
+            .to_value()
+    });
+    check(raw, schema, path, diags);
+}
+
+/// Structural check of one step: its `type` first, then its type's own schema.
+pub fn check_step(value: &Value, path: &str, diags: &mut Diagnostics) {
+    let Some(obj) = value.as_object() else {
+        diags.error(path, format!("expected a step (an object with a type), got {}", describe(value)));
+        return;
+    };
+    let ty = match obj.get("type") {
+        None => {
+            diags.error(path, "missing required field \"type\"");
+            return;
+        }
+        Some(Value::String(t)) => t,
+        Some(other) => {
+            diags.error(join(path, "type"), format!("expected string, got {}", describe(other)));
+            return;
+        }
+    };
+    match step_schemas().get(ty.as_str()) {
+        Some(schema) => check(value, schema, path, diags),
+        None => {
+            let hint = suggest(ty, STEP_TYPES.iter().copied())
+                .map(|s| format!(" (did you mean {s:?}?)"))
+                .unwrap_or_default();
+            diags.error(join(path, "type"), format!("unknown step type {ty:?}{hint}"));
+        }
+    }
+}
+
+fn check(value: &Value, schema: &Value, path: &str, diags: &mut Diagnostics) {
+    if schema.get(STEP_MARK).is_some() {
+        return check_step(value, path, diags);
+    }
+    match schema.get(NESTED_MARK).and_then(Value::as_str) {
+        Some("list") => return check_step_list(value, path, diags),
+        Some("branches") => {
+            let Some(branches) = value.as_array() else {
+                diags.error(path, format!("expected a list of branches (each a list of steps), got {}", describe(value)));
+                return;
+            };
+            for (i, b) in branches.iter().enumerate() {
+                if !b.is_array() {
+                    diags.error(join(path, &format!("[{i}]")), format!("expected a branch (a list of steps), got {}; write each branch as `- - type: ...`", describe(b)));
+                } else {
+                    check_step_list(b, &join(path, &format!("[{i}]")), diags);
+                }
+            }
+            return;
+        }
+        _ => {}
+    }
+    if value.is_null() && schema.get("nullable") == Some(&Value::Bool(true)) {
+        return;
+    }
+    if let Some(options) = schema.get("anyOf").and_then(Value::as_array) {
+        let types: Vec<&str> = options.iter().filter_map(|o| o["type"].as_str()).collect();
+        if let Some(opt) = options.iter().find(|o| o["type"].as_str().is_some_and(|t| type_matches(t, value))) {
+            if opt.get("properties").is_some() {
+                check(value, opt, path, diags);
+            }
+        } else {
+            diags.error(path, format!("expected {}, got {}", types.iter().map(|t| type_word(t)).collect::<Vec<_>>().join(" or "), describe(value)));
+        }
+        return;
+    }
+    if let Some(t) = schema.get("type").and_then(Value::as_str) {
+        if !type_matches(t, value) {
+            diags.error(path, format!("expected {}, got {}", type_word(t), describe(value)));
+            return;
+        }
+    }
+    if let Some(allowed) = allowed_values(schema) {
+        if !allowed.contains(value) {
+            let names: Vec<String> = allowed.iter().map(|v| v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string())).collect();
+            let hint = value
+                .as_str()
+                .and_then(|s| suggest(s, names.iter().map(String::as_str)))
+                .map(|s| format!(" (did you mean {s:?}?)"))
+                .unwrap_or_default();
+            diags.error(path, format!("{} is not one of: {}{hint}", describe(value), names.join(", ")));
+            return;
+        }
+    }
+    if let (Some(min), Some(n)) = (schema.get("minimum").and_then(Value::as_f64), value.as_f64()) {
+        if n < min {
+            diags.error(path, format!("must be at least {min}, got {n}"));
+        }
+    }
+    match value {
+        Value::Object(obj) => check_object(obj, schema, path, diags),
+        Value::Array(items) => {
+            if let Some(item_schema) = schema.get("items") {
+                for (i, item) in items.iter().enumerate() {
+                    check(item, item_schema, &join(path, &format!("[{i}]")), diags);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+fn check_step_list(value: &Value, path: &str, diags: &mut Diagnostics) {
+    let Some(items) = value.as_array() else {
+        diags.error(path, format!("expected a list of steps, got {}", describe(value)));
+        return;
+    };
+    for (i, item) in items.iter().enumerate() {
+        check_step(item, &join(path, &format!("[{i}]")), diags);
+    }
+}
+
+fn check_object(obj: &Map<String, Value>, schema: &Value, path: &str, diags: &mut Diagnostics) {
+    if schema.get("x-kubernetes-preserve-unknown-fields").is_some() && schema.get("properties").is_none() {
+        return;
+    }
+    let props = schema.get("properties").and_then(Value::as_object);
+    if let Some(required) = schema.get("required").and_then(Value::as_array) {
+        for r in required.iter().filter_map(Value::as_str) {
+            if !obj.contains_key(r) {
+                diags.error(path, format!("missing required field {r:?}"));
+            }
+        }
+    }
+    for (key, v) in obj {
+        let child = join(path, key);
+        match (props.and_then(|p| p.get(key)), schema.get("additionalProperties")) {
+            (Some(s), _) => check(v, s, &child, diags),
+            (None, Some(s)) if s.is_object() => check(v, s, &child, diags),
+            (None, _) if props.is_some() => {
+                let hint = suggest(key, props.unwrap().keys().map(String::as_str))
+                    .map(|s| format!(" (did you mean {s:?}?)"))
+                    .unwrap_or_default();
+                diags.error(child, format!("unknown field{hint}"));
+            }
+            _ => {}
+        }
+    }
+}
+
+fn allowed_values(schema: &Value) -> Option<Vec<Value>> {
+    if let Some(e) = schema.get("enum").and_then(Value::as_array) {
+        return Some(e.clone());
+    }
+    if let Some(c) = schema.get("const") {
+        return Some(vec![c.clone()]);
+    }
+    let one_of = schema.get("oneOf")?.as_array()?;
+    let mut out = Vec::new();
+    for o in one_of {
+        out.extend(allowed_values(o)?);
+    }
+    Some(out)
+}
+
+fn type_matches(t: &str, v: &Value) -> bool {
+    match t {
+        "string" => v.is_string(),
+        "integer" => v.is_i64() || v.is_u64(),
+        "number" => v.is_number(),
+        "boolean" => v.is_boolean(),
+        "array" => v.is_array(),
+        "object" => v.is_object(),
+        _ => true,
+    }
+}
+
+fn type_word(t: &str) -> &str {
+    match t {
+        "array" => "list",
+        other => other,
+    }
+}
+
+/// A value as a user recognises it in an error message.
+pub fn describe(v: &Value) -> String {
+    match v {
+        Value::String(s) if s.chars().count() > 40 => {
+            format!("{:?}", format!("{}…", s.chars().take(40).collect::<String>()))
+        }
+        Value::String(s) => format!("{s:?}"),
+        Value::Number(n) => format!("number {n}"),
+        Value::Bool(b) => format!("boolean {b}"),
+        Value::Null => "null".into(),
+        Value::Array(_) => "a list".into(),
+        Value::Object(_) => "an object".into(),
+    }
+}
+
+/// Makes a generated schema acceptable to the API server as a structural schema: open
+/// `anyOf` fields become `x-kubernetes-preserve-unknown-fields`, `const`/`oneOf` of constants
+/// become `enum`, and the validator's private markers are dropped.
+pub fn to_structural(v: Value) -> Value {
+    let Value::Object(mut o) = v else {
+        return match v {
+            Value::Array(a) => Value::Array(a.into_iter().map(to_structural).collect()),
+            other => other,
+        };
+    };
+    o.retain(|k, _| !k.starts_with("x-pseudoflow"));
+    if o.contains_key("anyOf") {
+        o.remove("anyOf");
+        o.remove("type");
+        o.insert("x-kubernetes-preserve-unknown-fields".into(), Value::Bool(true));
+    }
+    if let Some(values) = allowed_values(&Value::Object(o.clone())) {
+        if o.contains_key("oneOf") || o.contains_key("const") {
+            o.remove("oneOf");
+            o.remove("const");
+            let ty = if values.iter().all(Value::is_string) { "string" } else { "integer" };
+            o.insert("type".into(), json!(ty));
+            o.insert("enum".into(), Value::Array(values));
+        }
+    }
+    for key in ["format"] {
+        if o.get(key).and_then(Value::as_str).is_some_and(|f| f.starts_with("uint") || f.starts_with("int") && f != "int32" && f != "int64") {
+            o.remove(key);
+        }
+    }
+    if o.get("nullable") == Some(&Value::Bool(true)) && o.contains_key("x-kubernetes-preserve-unknown-fields") {
+        o.remove("nullable");
+    }
+    Value::Object(o.into_iter().map(|(k, v)| (k, to_structural(v))).collect())
+}
+
+/// The CRD manifest checked in as `crd/pseudoflow.yaml`.
+pub fn crd_yaml() -> String {
+    let crd = serde_json::to_value(PseudoFlow::crd()).expect("CRD serialises");
+    let crd = to_structural(crd);
+    let header = "# Generated by `make crd` (pseudoflow-crdgen) from crd/src: do not edit by hand.\n";
+    format!("{header}{}", serde_yaml::to_string(&crd).expect("CRD renders as YAML"))
+}

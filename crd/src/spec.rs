@@ -1,0 +1,100 @@
+//! `spec` of a PseudoFlow: variables, steps, options, and the additions over the original DSL
+//! (`serviceAccountName`, `artifacts`, `onDelete`).
+
+use std::collections::BTreeMap;
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::status::PseudoFlowStatus;
+use crate::step::Step;
+use crate::validate::{is_dns_subdomain, Ctx};
+
+/// A declarative operational flow: steps run by executor Jobs under `serviceAccountName`.
+#[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "ops.example.com",
+    version = "v1alpha1",
+    kind = "PseudoFlow",
+    plural = "pseudoflows",
+    singular = "pseudoflow",
+    shortname = "pf",
+    doc = "PseudoFlow: a declarative operational flow run by the PseudoFlow operator.",
+    namespaced,
+    status = "PseudoFlowStatus",
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Step","type":"string","jsonPath":".status.currentStep"}"#,
+    printcolumn = r#"{"name":"Progress","type":"string","jsonPath":".status.progress"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    printcolumn = r#"{"name":"Message","type":"string","jsonPath":".status.message"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct PseudoFlowSpec {
+    /// Variables for `${name}` substitution.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub vars: BTreeMap<String, String>,
+    pub steps: Vec<Step>,
+    #[serde(default)]
+    pub options: FlowOptions,
+    /// Identity every step runs with (default: `default` in the flow's namespace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account_name: Option<String>,
+    /// Where `applyFile`/`deleteFile` find their files.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub artifacts: Vec<ArtifactSource>,
+    /// Steps run when the flow is deleted (behind a finalizer), e.g. a backup before teardown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_delete: Option<Vec<Step>>,
+}
+
+/// Run-wide options.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FlowOptions {
+    #[serde(default)]
+    pub concurrency_policy: ConcurrencyPolicy,
+    /// Fail the whole run (reason Timeout) after this long.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_seconds: Option<u32>,
+}
+
+/// What happens when a new run is due while one is running.
+///
+/// Allow: start it beside the old one. Forbid: queue it until the running one ends.
+/// Replace: abort the running one (its Jobs are deleted) and start the new one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum ConcurrencyPolicy {
+    #[default]
+    Allow,
+    Forbid,
+    Replace,
+}
+
+/// One place artifact files are read from: a ConfigMap (keys are file names) or an http(s)
+/// base URL (`<url>/<path>`). Sources are searched in order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ArtifactSource {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+}
+
+impl ArtifactSource {
+    /// Exactly one of configMap and url; a valid name or an http(s) URL.
+    pub fn validate(&self, ctx: &mut Ctx) {
+        match (&self.config_map, &self.url) {
+            (Some(_), Some(_)) => ctx.error("", "give configMap or url, not both"),
+            (None, None) => ctx.error("", "give configMap (a ConfigMap name) or url (an http(s) base URL)"),
+            (Some(cm), None) if !is_dns_subdomain(cm) => {
+                ctx.error("configMap", format!("{cm:?} is not a valid ConfigMap name"))
+            }
+            (None, Some(url)) if !(url.starts_with("https://") || url.starts_with("http://")) => {
+                ctx.error("url", format!("{url:?} is not an http(s) URL"))
+            }
+            _ => {}
+        }
+    }
+}

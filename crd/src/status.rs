@@ -1,0 +1,126 @@
+//! `status` of a PseudoFlow: what a person (`kubectl get pf`), `kubectl wait` and Argo CD read.
+//! Bounded in size: large loops are summarised with counts instead of one entry per item.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Most entries `status.steps` holds; beyond it entries are summarised in `stepsOmitted`.
+pub const MAX_STEP_ENTRIES: usize = 200;
+
+/// Phase of the flow's current run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum FlowPhase {
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+    Aborted,
+}
+
+/// Phase of one DAG node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum StepPhase {
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+    Skipped,
+    Aborted,
+}
+
+/// Observed state of a flow.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PseudoFlowStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Start of the latest run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_run_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<FlowPhase>,
+    /// Machine-readable cause of the phase (InvalidSpec, Timeout, StepFailed, Aborted, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Ready (True only when Succeeded), Progressing (while Running), Degraded (on Failed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<RunStatus>,
+    /// A run waiting for the current one to end (concurrencyPolicy Forbid).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued_run: Option<RunStatus>,
+    /// `done/total` DAG nodes of the current run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<String>,
+    /// Name or path of the step running now (or the one that failed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_step: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<StepStatus>,
+    /// Entries left out of `steps` to keep the object small.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps_omitted: Option<u32>,
+}
+
+/// Identity of one run: what started it and when.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunStatus {
+    /// Deterministic id derived from generation and run annotation; prefixes its Job names.
+    pub id: String,
+    pub generation: i64,
+    /// Value of the `ops.example.com/run` annotation that started it, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<Time>,
+}
+
+/// One DAG node (or a summary of a loop's instances of it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StepStatus {
+    /// Stable node id from the compiler.
+    pub id: String,
+    /// Path of the step in the spec, e.g. `spec.steps[3].then[0]`.
+    pub path: String,
+    #[serde(rename = "type")]
+    pub step_type: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub phase: StepPhase,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Whether the step changed anything (false on a no-op re-run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changed: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
+    /// For node steps: the node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// For steps inside loops: counts per phase over all instances.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instances: Option<InstanceCounts>,
+}
+
+/// Phase counts over a node's loop instances.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceCounts {
+    pub total: u32,
+    pub succeeded: u32,
+    pub failed: u32,
+    pub running: u32,
+    pub skipped: u32,
+}

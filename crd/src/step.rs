@@ -1,0 +1,52 @@
+//! A step: the fields every step type shares (`type`, `name`, `continueOnError`,
+//! `timeoutSeconds`) plus its type-specific parameters ([`StepKind`]).
+
+use std::borrow::Cow;
+
+use schemars::{JsonSchema, Schema, SchemaGenerator};
+use serde::{Deserialize, Serialize};
+
+pub use crate::steps::registry::StepKind;
+
+/// One step of a flow.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Step {
+    /// Shown in status and Events instead of the step's path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Record a failure of this step and go on with the next one.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub continue_on_error: bool,
+    /// Fail the step after this long.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_seconds: Option<u32>,
+    #[serde(flatten)]
+    pub kind: StepKind,
+}
+
+impl Step {
+    /// For `includeFlow`: the flow to include, which the original DSL puts in `name`.
+    pub fn included_flow(&self) -> Option<&str> {
+        match self.kind {
+            StepKind::IncludeFlow(_) => self.name.as_deref(),
+            _ => None,
+        }
+    }
+}
+
+impl JsonSchema for Step {
+    fn schema_name() -> Cow<'static, str> {
+        "Step".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    /// The CRD's view of a step: every step type's fields merged, with CEL rules for the
+    /// per-type required fields (see [`crate::schema::union_step_schema`]).
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        crate::schema::union_step_schema()
+    }
+}

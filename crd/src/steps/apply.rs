@@ -1,0 +1,90 @@
+//! `apply`: server-side apply of inline manifests (text with several YAML documents, one object,
+//! or a list of objects). Parsed at validation so a YAML typo fails before anything is applied.
+
+use schemars::{JsonSchema, Schema, SchemaGenerator};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{Placement, StepParams};
+use crate::validate::Ctx;
+
+/// Applies `manifests` with field manager `pseudoflow`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApplyStep {
+    /// Multi-document YAML text, one object, or a list of objects.
+    #[schemars(schema_with = "manifests_schema")]
+    pub manifests: Value,
+}
+
+fn manifests_schema(_: &mut SchemaGenerator) -> Schema {
+    schemars::json_schema!({
+        "anyOf": [{"type": "string"}, {"type": "object"}, {"type": "array"}],
+        "x-kubernetes-preserve-unknown-fields": true
+    })
+}
+
+impl StepParams for ApplyStep {
+    fn placement(&self, _: bool) -> Placement {
+        Placement::Api
+    }
+
+    fn validate(&self, ctx: &mut Ctx) {
+        match manifest_objects(&self.manifests) {
+            Err(e) => ctx.error("manifests", e),
+            Ok(objs) if objs.is_empty() => ctx.error("manifests", "contains no object"),
+            Ok(objs) => {
+                for (i, obj) in objs.iter().enumerate() {
+                    check_object(ctx, &format!("manifests[{i}]"), obj);
+                }
+            }
+        }
+    }
+}
+
+/// The objects in a manifests value: YAML documents split, empty documents dropped, `List`
+/// kinds flattened, so the executor applies exactly what validation saw.
+pub fn manifest_objects(manifests: &Value) -> Result<Vec<Value>, String> {
+    let docs = match manifests {
+        Value::String(text) => {
+            let mut docs = Vec::new();
+            for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+                let v = Value::deserialize(doc)
+                    .map_err(|e| format!("YAML document {} is not valid: {e}", i + 1))?;
+                if !v.is_null() {
+                    docs.push(v);
+                }
+            }
+            docs
+        }
+        Value::Array(items) => items.clone(),
+        Value::Object(_) => vec![manifests.clone()],
+        other => return Err(format!("expected YAML text, an object or a list, got {other}")),
+    };
+    let mut out = Vec::new();
+    for d in docs {
+        let is_list = d.get("kind").and_then(Value::as_str).is_some_and(|k| k.ends_with("List"));
+        match d.get("items").and_then(Value::as_array) {
+            Some(items) if is_list => out.extend(items.iter().cloned()),
+            _ => out.push(d),
+        }
+    }
+    Ok(out)
+}
+
+/// Every manifest object needs apiVersion, kind and metadata.name to be applied.
+pub fn check_object(ctx: &mut Ctx, field: &str, obj: &Value) {
+    if !obj.is_object() {
+        ctx.error(field, "each manifest must be an object");
+        return;
+    }
+    for key in ["apiVersion", "kind"] {
+        if !obj.get(key).is_some_and(Value::is_string) {
+            ctx.error(field, format!("manifest has no {key}"));
+        }
+    }
+    let name = obj.pointer("/metadata/name").or_else(|| obj.pointer("/metadata/generateName"));
+    if !name.is_some_and(Value::is_string) {
+        ctx.error(field, "manifest has no metadata.name");
+    }
+}

@@ -1,0 +1,25 @@
+//! `delete`: remove one object; deleting an object that is already gone succeeds (idempotent).
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{Placement, StepParams};
+use crate::common::ObjectRef;
+use crate::validate::Ctx;
+
+/// Deletes `target` (foreground propagation) and waits until it is gone.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeleteStep {
+    pub target: ObjectRef,
+}
+
+impl StepParams for DeleteStep {
+    fn placement(&self, _: bool) -> Placement {
+        Placement::Api
+    }
+
+    fn validate(&self, ctx: &mut Ctx) {
+        self.target.validate(&mut ctx.at("target"));
+    }
+}

@@ -1,0 +1,60 @@
+//! `execNode`: run a host command on nodes (through `nsenter` into PID 1's namespaces), inside
+//! `loopNodes` on the loop's node, elsewhere on the nodes picked by `nodeSelector` + `runOn`.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{check_node_selector, Placement, StepParams};
+use crate::common::RunOn;
+use crate::validate::Ctx;
+
+/// Runs `cmd` on nodes; `var` gets stdout (single node), `varPerNode` gets `{node: stdout}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecNodeStep {
+    pub cmd: String,
+    /// Outside loopNodes: which nodes (`""` = every node, the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<String>,
+    /// all: every node must succeed; any: one success is enough; first: first node by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_on: Option<RunOn>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub var: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub var_per_node: Option<String>,
+    /// Run only if an earlier step for the same node reported `changed` in this run (a handler).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub only_if_changed: bool,
+}
+
+impl StepParams for ExecNodeStep {
+    fn placement(&self, _: bool) -> Placement {
+        Placement::Node
+    }
+
+    fn validate(&self, ctx: &mut Ctx) {
+        if self.cmd.trim().is_empty() {
+            ctx.error("cmd", "must not be empty");
+        }
+        check_node_selector(ctx, self.node_selector.as_deref(), false);
+        if ctx.in_node_context && self.run_on.is_some() {
+            ctx.error("runOn", "inside loopNodes the step runs on the loop's node; remove runOn");
+        }
+        for (field, v) in [("var", &self.var), ("varPerNode", &self.var_per_node)] {
+            if let Some(v) = v {
+                ctx.var_name(field, v);
+            }
+        }
+        if self.var.is_some() && self.var_per_node.is_some() && self.var == self.var_per_node {
+            ctx.error("varPerNode", "must differ from var");
+        }
+        if self.only_if_changed && !ctx.in_node_context {
+            ctx.error("onlyIfChanged", "only applies inside loopNodes, where earlier steps changed the same node");
+        }
+    }
+
+    fn node_targeting(&self) -> Option<(&str, RunOn)> {
+        Some((self.node_selector.as_deref().unwrap_or(""), self.run_on.unwrap_or_default()))
+    }
+}

@@ -1,0 +1,39 @@
+//! `if`: read one field of one object (with the flow's identity) and run `then` or `else`.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{Placement, StepParams};
+use crate::common::{nested_steps_schema, Condition};
+use crate::step::Step;
+use crate::validate::Ctx;
+
+/// Branches on `condition`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct IfStep {
+    pub condition: Condition,
+    #[schemars(schema_with = "nested_steps_schema")]
+    pub then: Vec<Step>,
+    #[serde(default, rename = "else", skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "nested_steps_schema")]
+    pub else_: Option<Vec<Step>>,
+}
+
+impl StepParams for IfStep {
+    fn placement(&self, _: bool) -> Placement {
+        Placement::Structure
+    }
+
+    fn validate(&self, ctx: &mut Ctx) {
+        self.condition.validate(ctx);
+    }
+
+    fn children(&self) -> Vec<(String, &[Step])> {
+        let mut out = vec![("then".to_string(), self.then.as_slice())];
+        if let Some(e) = &self.else_ {
+            out.push(("else".to_string(), e.as_slice()));
+        }
+        out
+    }
+}

@@ -1,0 +1,84 @@
+//! `include`: fetch a document at run time (http(s) URL, ConfigMap key or Secret key) and either
+//! apply it (Kubernetes objects) or run it in place (a list of steps).
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{Placement, StepParams};
+use crate::validate::{is_dns_subdomain, Ctx};
+
+/// Where an included document comes from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum IncludeSource {
+    /// `http://` or `https://` URL.
+    Url(String),
+    /// A key of a ConfigMap or Secret in the flow's namespace.
+    Ref(KeyRefs),
+}
+
+/// Exactly one of the two references.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KeyRefs {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map_ref: Option<KeyRef>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<KeyRef>,
+}
+
+/// A key in a ConfigMap or Secret.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KeyRef {
+    pub name: String,
+    pub key: String,
+}
+
+/// How to treat the fetched document; guessed from its content when absent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum IncludeAs {
+    Manifests,
+    Steps,
+}
+
+/// Includes a document: objects are applied, steps are run in place.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct IncludeStep {
+    pub source: IncludeSource,
+    #[serde(default, rename = "as", skip_serializing_if = "Option::is_none")]
+    pub as_: Option<IncludeAs>,
+}
+
+impl StepParams for IncludeStep {
+    fn placement(&self, _: bool) -> Placement {
+        Placement::Structure
+    }
+
+    fn validate(&self, ctx: &mut Ctx) {
+        match &self.source {
+            IncludeSource::Url(url) => {
+                if !url.contains("${") && !(url.starts_with("https://") || url.starts_with("http://")) {
+                    ctx.error("source", format!("{url:?} is not an http(s) URL; use configMapRef or secretRef for in-cluster sources"));
+                }
+            }
+            IncludeSource::Ref(refs) => match (&refs.config_map_ref, &refs.secret_ref) {
+                (Some(_), Some(_)) => ctx.error("source", "give configMapRef or secretRef, not both"),
+                (None, None) => ctx.error("source", "give a URL, configMapRef or secretRef"),
+                (Some(r), None) => check_ref(ctx, "source.configMapRef", r),
+                (None, Some(r)) => check_ref(ctx, "source.secretRef", r),
+            },
+        }
+    }
+}
+
+fn check_ref(ctx: &mut Ctx, field: &str, r: &KeyRef) {
+    if !r.name.contains("${") && !is_dns_subdomain(&r.name) {
+        ctx.error(&format!("{field}.name"), format!("{:?} is not a valid object name", r.name));
+    }
+    if r.key.is_empty() {
+        ctx.error(&format!("{field}.key"), "must not be empty");
+    }
+}

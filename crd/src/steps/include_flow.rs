@@ -1,0 +1,45 @@
+//! `includeFlow`: run the steps of another PseudoFlow in place (same namespace by default).
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{Placement, StepParams};
+use crate::validate::{is_dns_label, Ctx};
+
+/// Runs another flow's steps here; `inheritVars` passes this flow's variables.
+///
+/// As in the original DSL, the step's common `name` field names the flow to include (so it is
+/// required for this type); see [`crate::Step::included_flow`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct IncludeFlowStep {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub inherit_vars: bool,
+}
+
+impl StepParams for IncludeFlowStep {
+    fn placement(&self, _: bool) -> Placement {
+        Placement::Structure
+    }
+
+    fn validate(&self, ctx: &mut Ctx) {
+        if let Some(ns) = &self.namespace {
+            if !ns.contains("${") && !is_dns_label(ns) {
+                ctx.error("namespace", format!("{ns:?} is not a valid namespace"));
+            }
+        }
+    }
+}
+
+/// Checks the included flow's name (the step's `name`).
+pub fn check_flow_name(ctx: &mut Ctx, name: Option<&str>) {
+    match name {
+        None => ctx.error("name", "includeFlow needs name: the PseudoFlow to include"),
+        Some(n) if !n.contains("${") && !crate::validate::is_dns_subdomain(n) => {
+            ctx.error("name", format!("{n:?} is not a valid PseudoFlow name"))
+        }
+        Some(_) => {}
+    }
+}

@@ -1,0 +1,19 @@
+//! `log`: a message for people watching the flow, recorded as an Event; needs no pod.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{Placement, StepParams};
+
+/// Records `message` as a Normal Event on the flow.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LogStep {
+    pub message: String,
+}
+
+impl StepParams for LogStep {
+    fn placement(&self, _: bool) -> Placement {
+        Placement::Controller
+    }
+}

@@ -1,0 +1,42 @@
+//! `loopNodes`: run node steps on every node a label selector matches, `maxParallel` nodes at a
+//! time (default 1: a rolling change, safest for kubelet restarts); `${node}` names the node.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{Placement, StepParams};
+use crate::common::nested_steps_schema;
+use crate::step::Step;
+use crate::validate::Ctx;
+
+/// Runs `steps` per matching node; a failed node stops the rollout.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LoopNodesStep {
+    /// `""` = every node, `key`, `!key`, `key=value`, `key in (a,b)`.
+    pub selector: String,
+    #[schemars(schema_with = "nested_steps_schema")]
+    pub steps: Vec<Step>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_parallel: Option<u32>,
+}
+
+impl StepParams for LoopNodesStep {
+    fn placement(&self, _: bool) -> Placement {
+        Placement::Structure
+    }
+
+    fn validate(&self, ctx: &mut Ctx) {
+        ctx.selector("selector", &self.selector);
+        if ctx.in_node_context {
+            ctx.error("type", "loopNodes cannot be nested inside another loopNodes");
+        }
+        if self.max_parallel == Some(0) {
+            ctx.error("maxParallel", "must be at least 1");
+        }
+    }
+
+    fn children(&self) -> Vec<(String, &[Step])> {
+        vec![("steps".into(), self.steps.as_slice())]
+    }
+}

@@ -1,0 +1,100 @@
+//! One module per step type. Each owns its parameters (serde + schemars), where its work runs
+//! ([`Placement`]) and the checks a schema cannot express. [`registry`] is the single list that
+//! ties a `type:` name to its module: adding a step type is one new file plus one registry line.
+
+use crate::step::Step;
+use crate::validate::Ctx;
+
+pub mod apply;
+pub mod apply_file;
+pub mod config_file;
+pub mod delete;
+pub mod delete_file;
+pub mod eval;
+pub mod exec;
+pub mod exec_node;
+pub mod r#if;
+pub mod include;
+pub mod include_flow;
+pub mod log;
+pub mod r#loop;
+pub mod loop_nodes;
+pub mod on_error;
+pub mod parallel;
+pub mod patch_file;
+pub mod patch_label;
+pub mod registry;
+pub mod remove_label;
+pub mod retry;
+pub mod script;
+pub mod set_label;
+pub mod sleep;
+pub mod template;
+pub mod wait_for;
+pub mod when;
+
+/// Where a step's work happens — decides whether the compiler lowers it to a Job at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Placement {
+    /// Pure or bookkeeping work done by the controller itself (log, sleep, eval): no pod.
+    Controller,
+    /// Kubernetes API work in an executor Job under the flow's ServiceAccount.
+    Api,
+    /// Work on a node's files or services, in a privileged Job pinned to that node.
+    Node,
+    /// Control flow (if, loop, parallel, retry, ...): shapes the DAG, runs nothing itself.
+    Structure,
+}
+
+/// What every step type's parameters provide to the validator and the compiler.
+pub trait StepParams {
+    /// Where the work runs; `in_node_context` is true inside `loopNodes`.
+    fn placement(&self, in_node_context: bool) -> Placement;
+
+    /// Semantic checks beyond the schema, reported through `ctx` (paths relative to the step).
+    fn validate(&self, _ctx: &mut Ctx) {}
+
+    /// Nested step lists, with the field path of each (`then`, `steps[1]`).
+    fn children(&self) -> Vec<(String, &[Step])> {
+        Vec::new()
+    }
+
+    /// For node steps outside `loopNodes`: the node selector and how many nodes must succeed.
+    fn node_targeting(&self) -> Option<(&str, crate::common::RunOn)> {
+        None
+    }
+}
+
+/// Checks a node-file path: absolute, no `..`, not the root itself.
+pub(crate) fn check_node_path(ctx: &mut Ctx, field: &str, path: &str) {
+    if path.contains("${") {
+        return;
+    }
+    if !path.starts_with('/') {
+        ctx.error(field, format!("{path:?} must be an absolute path on the node"));
+    } else if path.split('/').any(|c| c == "..") {
+        ctx.error(field, format!("{path:?} must not contain '..'"));
+    } else if path.trim_end_matches('/').is_empty() {
+        ctx.error(field, "must name a file, not /");
+    }
+}
+
+/// Node steps outside `loopNodes` must say which nodes they touch; inside, they must not.
+pub(crate) fn check_node_selector(ctx: &mut Ctx, selector: Option<&str>, required: bool) {
+    match selector {
+        Some(s) if ctx.in_node_context => {
+            let _ = s;
+            ctx.error(
+                "nodeSelector",
+                "inside loopNodes a node step runs on the loop's node; remove nodeSelector",
+            )
+        }
+        Some(s) => ctx.selector("nodeSelector", s),
+        None if required && !ctx.in_node_context => ctx.error(
+            "nodeSelector",
+            "this step changes files on nodes: put it inside loopNodes or give nodeSelector (\"\" = every node)",
+        ),
+        None => {}
+    }
+}

@@ -1,0 +1,27 @@
+//! `onError`: handler for the step right before it in the same list. If that step fails, these
+//! steps run and the failure counts as handled; if they fail too, the flow fails.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{Placement, StepParams};
+use crate::common::nested_steps_schema;
+use crate::step::Step;
+
+/// Steps to run when the previous step fails.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OnErrorStep {
+    #[schemars(schema_with = "nested_steps_schema")]
+    pub steps: Vec<Step>,
+}
+
+impl StepParams for OnErrorStep {
+    fn placement(&self, _: bool) -> Placement {
+        Placement::Structure
+    }
+
+    fn children(&self) -> Vec<(String, &[Step])> {
+        vec![("steps".into(), self.steps.as_slice())]
+    }
+}

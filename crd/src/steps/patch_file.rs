@@ -1,0 +1,44 @@
+//! `patchFile`: regex replace in a node file. No match and no `createIfMissing` is a success
+//! with `changed: false`; the previous content is kept once per run as `<path>.pseudoflow.bak`.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{check_node_path, check_node_selector, Placement, StepParams};
+use crate::common::RunOn;
+use crate::validate::Ctx;
+
+/// Replaces every match of `pattern` in the file with `replace` (`$1` refers to groups).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PatchFileStep {
+    pub path: String,
+    pub pattern: String,
+    pub replace: String,
+    /// When nothing matches (or the file is missing), append `replace` as a new line.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub create_if_missing: bool,
+    /// Outside loopNodes: which nodes are patched (`""` = every node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<String>,
+}
+
+impl StepParams for PatchFileStep {
+    fn placement(&self, _: bool) -> Placement {
+        Placement::Node
+    }
+
+    fn validate(&self, ctx: &mut Ctx) {
+        check_node_path(ctx, "path", &self.path);
+        check_node_selector(ctx, self.node_selector.as_deref(), true);
+        if self.pattern.is_empty() {
+            ctx.error("pattern", "must not be empty");
+        } else {
+            ctx.regex("pattern", &self.pattern);
+        }
+    }
+
+    fn node_targeting(&self) -> Option<(&str, RunOn)> {
+        self.node_selector.as_deref().map(|s| (s, RunOn::All))
+    }
+}

@@ -1,0 +1,29 @@
+//! `patchLabel`: set different labels on different objects from one variable holding
+//! `{"<object name>": {"key": "value"}}` (e.g. produced by `eval`).
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{Placement, StepParams};
+use crate::common::Target;
+use crate::validate::Ctx;
+
+/// Applies the per-object label map in variable `fromVar` to the objects `target` selects.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PatchLabelStep {
+    pub target: Target,
+    pub from_var: String,
+}
+
+impl StepParams for PatchLabelStep {
+    fn placement(&self, _: bool) -> Placement {
+        Placement::Api
+    }
+
+    fn validate(&self, ctx: &mut Ctx) {
+        self.target.validate(ctx);
+        let name = self.from_var.trim_start_matches("${").trim_end_matches('}');
+        ctx.var_name("fromVar", name);
+    }
+}

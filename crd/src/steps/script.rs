@@ -1,0 +1,56 @@
+//! `script`: a bash script, on the node (inside `loopNodes` or with `nodeSelector`, through
+//! `nsenter`) or in the step's own pod; stdout goes to `var`.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{check_node_selector, Placement, StepParams};
+use crate::common::RunOn;
+use crate::validate::Ctx;
+
+/// Runs `code` with `bash -euo pipefail`; the step's `timeoutSeconds` bounds it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ScriptStep {
+    pub code: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub var: Option<String>,
+    /// Makes this a node step outside loopNodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_on: Option<RunOn>,
+    /// In a node context: run only if an earlier step for the same node reported `changed`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub only_if_changed: bool,
+}
+
+impl StepParams for ScriptStep {
+    fn placement(&self, in_node_context: bool) -> Placement {
+        if in_node_context || self.node_selector.is_some() {
+            Placement::Node
+        } else {
+            Placement::Api
+        }
+    }
+
+    fn validate(&self, ctx: &mut Ctx) {
+        if self.code.trim().is_empty() {
+            ctx.error("code", "must not be empty");
+        }
+        if let Some(v) = &self.var {
+            ctx.var_name("var", v);
+        }
+        check_node_selector(ctx, self.node_selector.as_deref(), false);
+        if self.run_on.is_some() && self.node_selector.is_none() {
+            ctx.error("runOn", "runOn needs nodeSelector");
+        }
+        if self.only_if_changed && !ctx.in_node_context {
+            ctx.error("onlyIfChanged", "only applies inside loopNodes, where earlier steps changed the same node");
+        }
+    }
+
+    fn node_targeting(&self) -> Option<(&str, RunOn)> {
+        self.node_selector.as_deref().map(|s| (s, self.run_on.unwrap_or_default()))
+    }
+}

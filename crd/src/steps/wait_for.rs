@@ -1,0 +1,74 @@
+//! `waitFor`: block until an object reaches a state, by watching it (no fixed polling).
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{Placement, StepParams};
+use crate::common::{ObjectRef, Op};
+use crate::validate::Ctx;
+
+/// Default `timeoutSeconds` of a waitFor step.
+pub const DEFAULT_WAIT_SECONDS: u32 = 300;
+
+/// The state to wait for.
+///
+/// Exist / Deleted: the object is there / gone. Ready: condition Ready=True. Available:
+/// workloads rolled out and available (observedGeneration current), other kinds condition
+/// Available=True. Healthy: kstatus "Current". Custom: `jsonPath` `op` `value`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum WaitCondition {
+    Exist,
+    Deleted,
+    Ready,
+    Available,
+    Healthy,
+    Custom,
+}
+
+/// Waits until `resource` meets `condition` or the step times out (default 300 s).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WaitForStep {
+    pub resource: ObjectRef,
+    pub condition: WaitCondition,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub json_path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub op: Option<Op>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// Accepted for compatibility with the original DSL; waiting is watch-based, so this only
+    /// bounds how long a silent watch is trusted before it is re-established.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval_seconds: Option<u32>,
+}
+
+impl StepParams for WaitForStep {
+    fn placement(&self, _: bool) -> Placement {
+        Placement::Api
+    }
+
+    fn validate(&self, ctx: &mut Ctx) {
+        self.resource.validate(&mut ctx.at("resource"));
+        let custom_fields = self.json_path.is_some() || self.op.is_some() || self.value.is_some();
+        match self.condition {
+            WaitCondition::Custom => {
+                match &self.json_path {
+                    Some(p) => ctx.json_path("jsonPath", p),
+                    None => ctx.error("jsonPath", "condition Custom needs jsonPath"),
+                }
+                if self.op.is_none() {
+                    ctx.error("op", "condition Custom needs op");
+                }
+            }
+            other if custom_fields => ctx.error(
+                "condition",
+                format!("jsonPath/op/value are only used with condition Custom, not {other:?}"),
+            ),
+            _ => {}
+        }
+        if self.interval_seconds == Some(0) {
+            ctx.error("intervalSeconds", "must be at least 1");
+        }
+    }
+}

@@ -1,0 +1,25 @@
+//! `when`: the condition of `if`, guarding only the next step in the same list.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{Placement, StepParams};
+use crate::common::Condition;
+use crate::validate::Ctx;
+
+/// Runs the following step only if `condition` holds; otherwise that step is Skipped.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WhenStep {
+    pub condition: Condition,
+}
+
+impl StepParams for WhenStep {
+    fn placement(&self, _: bool) -> Placement {
+        Placement::Structure
+    }
+
+    fn validate(&self, ctx: &mut Ctx) {
+        self.condition.validate(ctx);
+    }
+}

@@ -1,0 +1,266 @@
+//! Validation of a whole flow in two passes, reporting every problem at once:
+//! 1. *structural*: the raw JSON is walked against each step type's generated schema, so type
+//!    mismatches, missing and unknown fields are reported with their path even inside nested
+//!    step lists (which the CRD schema cannot describe);
+//! 2. *semantic*: each step type checks what a schema cannot (regexes, selectors, jsonPaths,
+//!    ranges), and list-level rules (an `onError` needs a step before it, ...) are applied.
+
+use regex::Regex;
+use serde_json::Value;
+
+use crate::diagnostics::Diagnostics;
+use crate::jsonpath::JsonPath;
+use crate::selector::Selector;
+use crate::spec::PseudoFlowSpec;
+use crate::step::Step;
+use crate::steps::registry;
+
+/// Where a check is happening: the path for messages, the sink for problems, and what the
+/// surrounding flow structure implies (e.g. inside `loopNodes`).
+pub struct Ctx<'a> {
+    path: String,
+    diags: &'a mut Diagnostics,
+    /// True inside `loopNodes`, where node steps target the loop's current node.
+    pub in_node_context: bool,
+}
+
+impl<'a> Ctx<'a> {
+    /// A context rooted at `path`.
+    pub fn new(path: impl Into<String>, diags: &'a mut Diagnostics) -> Self {
+        Ctx {
+            path: path.into(),
+            diags,
+            in_node_context: false,
+        }
+    }
+
+    /// The path this context reports at.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// A child context for a field (`then`, `steps[2]`, `condition.jsonPath`).
+    pub fn at(&mut self, field: &str) -> Ctx<'_> {
+        Ctx {
+            path: join(&self.path, field),
+            diags: self.diags,
+            in_node_context: self.in_node_context,
+        }
+    }
+
+    /// An error at `field` below this context (`""` for the context itself).
+    pub fn error(&mut self, field: &str, message: impl Into<String>) {
+        self.diags.error(join(&self.path, field), message);
+    }
+
+    /// A warning at `field` below this context.
+    pub fn warning(&mut self, field: &str, message: impl Into<String>) {
+        self.diags.warning(join(&self.path, field), message);
+    }
+
+    /// Checks a label selector unless it is computed at run time.
+    pub fn selector(&mut self, field: &str, value: &str) {
+        if !value.contains("${") {
+            if let Err(e) = Selector::parse(value) {
+                self.error(field, e.to_string());
+            }
+        }
+    }
+
+    /// Checks a jsonPath unless it is computed at run time.
+    pub fn json_path(&mut self, field: &str, value: &str) {
+        if !value.contains("${") {
+            if let Err(e) = JsonPath::parse(value) {
+                self.error(field, e.to_string());
+            }
+        }
+    }
+
+    /// Checks a regular expression unless it is computed at run time.
+    pub fn regex(&mut self, field: &str, value: &str) {
+        if !value.contains("${") {
+            if let Err(e) = Regex::new(value) {
+                let first = e.to_string().lines().last().unwrap_or_default().trim().to_string();
+                self.error(field, format!("invalid regex {value:?}: {first}"));
+            }
+        }
+    }
+
+    /// Checks that a name is usable as a flow variable (also in `${name}`).
+    pub fn var_name(&mut self, field: &str, name: &str) {
+        let ok = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !ok {
+            self.error(
+                field,
+                format!("{name:?} is not a valid variable name (letters, digits, '_', not starting with a digit)"),
+            );
+        } else if matches!(name, "item" | "index" | "node") {
+            self.error(field, format!("{name:?} is reserved for loop variables"));
+        }
+    }
+}
+
+/// Joins a path and a field: `spec.steps[0]` + `then` → `spec.steps[0].then`.
+pub fn join(path: &str, field: &str) -> String {
+    match (path.is_empty(), field.is_empty()) {
+        (_, true) => path.to_string(),
+        (true, false) => field.to_string(),
+        (false, false) if field.starts_with('[') => format!("{path}{field}"),
+        (false, false) => format!("{path}.{field}"),
+    }
+}
+
+/// Validates a raw `spec` (as JSON) and returns the typed spec when there is no error.
+pub fn validate_spec(raw: &Value) -> (Option<PseudoFlowSpec>, Diagnostics) {
+    let mut diags = Diagnostics::default();
+    crate::schema::check_spec_structure(raw, "spec", &mut diags);
+    if diags.has_errors() {
+        return (None, diags);
+    }
+    let spec: PseudoFlowSpec = match serde_json::from_value(raw.clone()) {
+        Ok(s) => s,
+        Err(e) => {
+            diags.error("spec", format!("cannot read the flow: {e}"));
+            return (None, diags);
+        }
+    };
+    let mut ctx = Ctx::new("spec", &mut diags);
+    for (name, _) in &spec.vars {
+        ctx.var_name(&format!("vars.{name}"), name);
+    }
+    check_steps(&spec.steps, &mut ctx.at("steps"));
+    if let Some(on_delete) = &spec.on_delete {
+        check_steps(on_delete, &mut ctx.at("onDelete"));
+    }
+    if let Some(sa) = &spec.service_account_name {
+        if !is_dns_label(sa) && !is_dns_subdomain(sa) {
+            ctx.error("serviceAccountName", format!("{sa:?} is not a valid ServiceAccount name"));
+        }
+    }
+    for (i, a) in spec.artifacts.iter().enumerate() {
+        a.validate(&mut ctx.at(&format!("artifacts[{i}]")));
+    }
+    if spec.options.timeout_seconds == Some(0) {
+        ctx.error("options.timeoutSeconds", "must be at least 1");
+    }
+    let ok = !diags.has_errors();
+    (ok.then_some(spec), diags)
+}
+
+/// Semantic checks of one list of steps, and of every nested list below it.
+pub fn check_steps(steps: &[Step], ctx: &mut Ctx) {
+    if steps.is_empty() {
+        ctx.error("", "a step list must not be empty");
+    }
+    for (i, step) in steps.iter().enumerate() {
+        let mut sctx = ctx.at(&format!("[{i}]"));
+        let ty = step.kind.type_name();
+        if step.timeout_seconds == Some(0) {
+            sctx.error("timeoutSeconds", "must be at least 1");
+        }
+        if let Some(name) = &step.name {
+            if name.trim().is_empty() {
+                sctx.error("name", "must not be blank");
+            }
+        }
+        match ty {
+            "onError" if i == 0 => sctx.error(
+                "type",
+                "onError handles the failure of the step right before it, but it is the first step of its list",
+            ),
+            "onError" if steps[i - 1].kind.type_name() == "onError" => {
+                sctx.error("type", "onError cannot follow another onError")
+            }
+            "onError" if steps[i - 1].continue_on_error => sctx.error(
+                "type",
+                "the step before this onError has continueOnError: true, so its failure never reaches the handler",
+            ),
+            "when" if i + 1 == steps.len() => sctx.error(
+                "type",
+                "when guards the step after it, but it is the last step of its list",
+            ),
+            "when" if matches!(steps[i + 1].kind.type_name(), "when" | "onError") => sctx.error(
+                "type",
+                format!("when must be followed by the step it guards, not by {}", steps[i + 1].kind.type_name()),
+            ),
+            _ => {}
+        }
+        if ty == "includeFlow" {
+            crate::steps::include_flow::check_flow_name(&mut sctx, step.name.as_deref());
+        }
+        let params = step.kind.params();
+        params.validate(&mut sctx);
+        let node_context = sctx.in_node_context || ty == "loopNodes";
+        for (field, children) in params.children() {
+            let mut cctx = sctx.at(&field);
+            cctx.in_node_context = node_context;
+            check_steps(children, &mut cctx);
+        }
+    }
+}
+
+/// Closest candidate by edit distance, for "did you mean" hints on typos.
+pub fn suggest<'a>(input: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let lower = input.to_ascii_lowercase();
+    candidates
+        .into_iter()
+        .map(|c| (edit_distance(&lower, &c.to_ascii_lowercase()), c))
+        .filter(|(d, c)| *d <= (c.len() / 3).max(2))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let cost = usize::from(ca != *cb);
+            cur.push((prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1));
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// RFC 1123 label (Namespace, most names): what Kubernetes accepts for a DNS label.
+pub fn is_dns_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+}
+
+/// RFC 1123 subdomain (ConfigMap, ServiceAccount names).
+pub fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(is_dns_label)
+}
+
+/// Registered step type names, for hints.
+pub fn step_type_names() -> impl Iterator<Item = &'static str> {
+    registry::STEP_TYPES.iter().copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn suggestions_find_near_typos_only() {
+        assert_eq!(suggest("aply", step_type_names()), Some("apply"));
+        assert_eq!(suggest("waitfor", step_type_names()), Some("waitFor"));
+        assert_eq!(suggest("configfiles", step_type_names()), Some("configFile"));
+        assert_eq!(suggest("kubernetes", step_type_names()), None);
+    }
+
+    #[test]
+    fn paths_join_fields_and_indexes() {
+        assert_eq!(join("spec.steps", "[3]"), "spec.steps[3]");
+        assert_eq!(join("spec.steps[3]", "then"), "spec.steps[3].then");
+        assert_eq!(join("spec", ""), "spec");
+    }
+}
