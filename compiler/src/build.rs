@@ -42,8 +42,8 @@ pub fn build_plan(steps: &[Step], root_path: &str, id_prefix: &str) -> Plan {
         depth: 1,
     };
     let start = b.structural(&scope, join_id(id_prefix, "start"), "start", NodeKind::Start);
-    let end = b.structural(&scope, join_id(id_prefix, "end"), "end", NodeKind::End);
     let body = b.list(steps, &scope);
+    let end = b.structural(&scope, join_id(id_prefix, "end"), "end", NodeKind::End);
     b.g.add_edge(start, body.entry, EdgeKind::Next);
     b.connect(&body.exits, end);
     Plan::new(b.g, start, end)
@@ -192,13 +192,14 @@ impl Builder {
         match &step.kind {
             StepKind::If(p) => {
                 let cond = self.node(step, scope, NodeKind::Condition, Placement::Api);
-                let end = self.end_node(step, scope, compound_end(&id, true, None));
+                self.g[cond].parent = Some(end_id.clone());
                 let then = self.list(&p.then, &self.inner(scope, &end_id, "then", "then", None, false));
                 self.g.add_edge(cond, then.entry, EdgeKind::Then);
+                let els = p.else_.as_ref().map(|e| self.list(e, &self.inner(scope, &end_id, "else", "else", None, false)));
+                let end = self.end_node(step, scope, compound_end(&id, true, None));
                 self.connect(&then.exits, end);
-                match &p.else_ {
-                    Some(e) => {
-                        let els = self.list(e, &self.inner(scope, &end_id, "else", "else", None, false));
+                match els {
+                    Some(els) => {
                         self.g.add_edge(cond, els.entry, EdgeKind::Else);
                         self.connect(&els.exits, end);
                     }
@@ -206,7 +207,6 @@ impl Builder {
                         self.g.add_edge(cond, end, EdgeKind::Else);
                     }
                 }
-                self.g[cond].parent = Some(end_id);
                 (cond, end)
             }
             StepKind::Loop(p) => {
@@ -223,11 +223,15 @@ impl Builder {
             }
             StepKind::Parallel(p) => {
                 let fork = self.node(step, scope, NodeKind::Fork { end: end_id.clone() }, Placement::Structure);
-                let end = self.end_node(step, scope, compound_end(&id, p.wait_for_all, None));
+                let mut branches = Vec::new();
                 for (b, branch) in p.steps.iter().enumerate() {
                     let bscope = self.inner(scope, &end_id, &format!("steps[{b}]"), &format!("b{b}"), None, false);
                     let f = self.list(branch, &bscope);
                     self.g.add_edge(fork, f.entry, EdgeKind::Branch);
+                    branches.push(f);
+                }
+                let end = self.end_node(step, scope, compound_end(&id, p.wait_for_all, None));
+                for f in branches {
                     self.connect(&f.exits, end);
                 }
                 (fork, end)
@@ -252,12 +256,11 @@ impl Builder {
                         let start = self.node(step, scope, NodeKind::LoopStart { over, max_parallel: None, end: end_id.clone() }, Placement::Api);
                         self.g[start].step_type = format!("{}-nodes", step.kind.type_name());
                         self.g[start].step = None;
-                        let end = self.end_node(step, scope, compound_end(&id, true, Some(run_on)));
-                        let inner = self.inner(scope, &end_id, "", "node", Some(&id), true);
-                        let mut action_scope = inner.clone();
+                        let mut action_scope = self.inner(scope, &end_id, "", "node", Some(&id), true);
                         action_scope.path = scope.path.clone();
                         let action = self.node(step, &action_scope, NodeKind::Action, Placement::Node);
                         self.g[action].continue_on_error = false;
+                        let end = self.end_node(step, scope, compound_end(&id, true, Some(run_on)));
                         self.g.add_edge(start, action, EdgeKind::Body);
                         self.g.add_edge(action, end, EdgeKind::Next);
                         (start, end)
@@ -277,9 +280,9 @@ impl Builder {
         let end_id = format!("{id}-end");
         let start = self.node(step, scope, kind, placement);
         self.g[start].step = if is_loop { Some(step.clone()) } else { None };
-        let end = self.end_node(step, scope, NodeKind::CompoundEnd { start: id.clone(), wait_for_all: true, run_on: None });
         let inner = self.inner(scope, &end_id, "steps", "", is_loop.then_some(id.as_str()), on_node);
         let f = self.list(body, &inner);
+        let end = self.end_node(step, scope, NodeKind::CompoundEnd { start: id.clone(), wait_for_all: true, run_on: None });
         self.g.add_edge(start, f.entry, EdgeKind::Body);
         self.connect(&f.exits, end);
         (start, end)

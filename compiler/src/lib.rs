@@ -10,6 +10,7 @@ pub mod lower;
 pub mod names;
 pub mod plan;
 pub mod render;
+pub mod result;
 pub mod source;
 pub mod subst;
 

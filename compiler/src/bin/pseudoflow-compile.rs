@@ -1,0 +1,151 @@
+//! `pseudoflow-compile FILE [--format tree|dot|mermaid|json] [--emit NODE_ID [--node NAME]]`
+//!
+//! Shows the DAG a flow compiles to, or the ConfigMap and Job one node would run as.
+//! Exit codes: 0 valid, 1 invalid flow (every diagnostic on stderr), 2 usage error.
+
+use std::process::ExitCode;
+
+use pseudoflow_compiler::lower::{lower, task_of, FlowRef, LowerOptions, NodeInstance};
+use pseudoflow_compiler::render::{render, Format};
+use pseudoflow_compiler::{compile, names, source, FlowId};
+
+const USAGE: &str = "usage: pseudoflow-compile FILE [--format tree|dot|mermaid|json] [--emit NODE_ID [--node NODE_NAME] [--image IMAGE]]";
+
+struct Args {
+    file: String,
+    format: Format,
+    emit: Option<String>,
+    node: Option<String>,
+    image: Option<String>,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut file = None;
+    let (mut format, mut emit, mut node, mut image) = (Format::Tree, None, None, None);
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        let mut value = |flag: &str| it.next().ok_or_else(|| format!("{flag} needs a value"));
+        match a.as_str() {
+            "--format" | "-f" => format = value("--format")?.parse()?,
+            "--emit" => emit = Some(value("--emit")?),
+            "--node" => node = Some(value("--node")?),
+            "--image" => image = Some(value("--image")?),
+            "-h" | "--help" => return Err(String::new()),
+            flag if flag.starts_with('-') => return Err(format!("unknown option {flag}")),
+            path if file.is_none() => file = Some(path.to_string()),
+            extra => return Err(format!("unexpected argument {extra}")),
+        }
+    }
+    let file = file.ok_or("missing FILE")?;
+    Ok(Args { file, format, emit, node, image })
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(msg) => {
+            if !msg.is_empty() {
+                eprintln!("pseudoflow-compile: {msg}");
+            }
+            eprintln!("{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let text = match std::fs::read_to_string(&args.file) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("pseudoflow-compile: cannot read {}: {e}", args.file);
+            return ExitCode::from(2);
+        }
+    };
+    let docs = match source::load(&text) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("{}: {e}", args.file);
+            return ExitCode::from(1);
+        }
+    };
+    let mut failed = false;
+    for doc in &docs {
+        let id = FlowId { name: &doc.name, namespace: doc.namespace.as_deref() };
+        match compile(&id, doc.spec()) {
+            Err(mut diags) => {
+                doc.locate(&mut diags);
+                for d in &diags.0 {
+                    eprintln!("{}: {d}", args.file);
+                }
+                failed = true;
+            }
+            Ok(compiled) => {
+                let mut warnings = compiled.warnings.clone();
+                doc.locate(&mut warnings);
+                for d in &warnings.0 {
+                    eprintln!("{}: {d}", args.file);
+                }
+                let out = match &args.emit {
+                    None => render(&doc.name, &compiled.plan, compiled.on_delete.as_ref(), args.format),
+                    Some(node_id) => match emit(doc, &compiled, node_id, &args) {
+                        Ok(s) => s,
+                        Err(e) => {
+                            eprintln!("pseudoflow-compile: {e}");
+                            return ExitCode::from(1);
+                        }
+                    },
+                };
+                print!("{out}");
+            }
+        }
+    }
+    if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// The ConfigMap and Job of one node, for run 1 of the flow, with `spec.vars` substituted.
+fn emit(doc: &source::FlowDocument, compiled: &pseudoflow_compiler::Compiled, node_id: &str, args: &Args) -> Result<String, String> {
+    let plan_node = compiled
+        .plan
+        .node(node_id)
+        .or_else(|| compiled.on_delete.as_ref().and_then(|p| p.node(node_id)))
+        .ok_or_else(|| format!("no node {node_id:?}; see the ids in the tree output"))?;
+    if task_of(plan_node).is_none() {
+        return Err(format!("node {node_id} ({}) runs in the controller and has no Job", plan_node.step_type));
+    }
+    let flow = FlowRef {
+        name: doc.name.clone(),
+        namespace: doc.namespace.clone().unwrap_or_else(|| "default".into()),
+        uid: "00000000-0000-0000-0000-000000000000".into(),
+        service_account: compiled.spec.service_account_name.clone().unwrap_or_else(|| "default".into()),
+    };
+    let node_name = args.node.clone().unwrap_or_else(|| "NODE".into());
+    let instance: Vec<String> = plan_node
+        .loops
+        .iter()
+        .map(|l| match compiled.plan.node(l).map(|n| &n.kind) {
+            Some(pseudoflow_compiler::NodeKind::LoopStart { over: pseudoflow_compiler::plan::LoopOver::Nodes { .. }, .. }) => node_name.clone(),
+            _ => "0".into(),
+        })
+        .collect();
+    let step = pseudoflow_compiler::exprs::substitute_flow_vars(plan_node, &compiled.spec);
+    let run_id = names::run_id(1, None);
+    let inst = NodeInstance {
+        flow: &flow,
+        run_id: &run_id,
+        node: plan_node,
+        instance: &instance,
+        attempt: 1,
+        step,
+        target_node: Some(&node_name),
+        artifacts: &compiled.spec.artifacts,
+    };
+    let mut opts = LowerOptions::default();
+    if let Some(image) = &args.image {
+        opts.image = image.clone();
+    }
+    let lowered = lower(&inst, &opts).map_err(|e| e.to_string())?;
+    let cm = serde_yaml::to_string(&lowered.config_map).map_err(|e| e.to_string())?;
+    let job = serde_yaml::to_string(&lowered.job).map_err(|e| e.to_string())?;
+    Ok(format!("{cm}---\n{job}"))
+}
