@@ -187,15 +187,7 @@ fn check(value: &Value, schema: &Value, path: &str, diags: &mut Diagnostics) {
         return;
     }
     if let Some(options) = schema.get("anyOf").and_then(Value::as_array) {
-        let types: Vec<&str> = options.iter().filter_map(|o| o["type"].as_str()).collect();
-        if let Some(opt) = options.iter().find(|o| o["type"].as_str().is_some_and(|t| type_matches(t, value))) {
-            if opt.get("properties").is_some() {
-                check(value, opt, path, diags);
-            }
-        } else {
-            diags.error(path, format!("expected {}, got {}", types.iter().map(|t| type_word(t)).collect::<Vec<_>>().join(" or "), describe(value)));
-        }
-        return;
+        return check_any_of(value, options, path, diags);
     }
     if let Some(t) = schema.get("type").and_then(Value::as_str) {
         if !type_matches(t, value) {
@@ -231,6 +223,40 @@ fn check(value: &Value, schema: &Value, path: &str, diags: &mut Diagnostics) {
         }
         _ => {}
     }
+}
+
+/// A value valid against any branch is fine; otherwise report the errors of the branch whose
+/// type matches (e.g. the enum's message for a misspelt `runOn`), or the expected types.
+fn check_any_of(value: &Value, options: &[Value], path: &str, diags: &mut Diagnostics) {
+    let options: Vec<&Value> = options.iter().filter(|o| o.get("type").and_then(Value::as_str) != Some("null")).collect();
+    if value.is_null() {
+        return;
+    }
+    let mut best: Option<Diagnostics> = None;
+    for opt in &options {
+        let mut trial = Diagnostics::default();
+        check(value, opt, path, &mut trial);
+        if !trial.has_errors() {
+            return;
+        }
+        if branch_type(opt).is_none_or(|t| type_matches(t, value)) && best.is_none() {
+            best = Some(trial);
+        }
+    }
+    match best {
+        Some(errors) => diags.extend(errors),
+        None => {
+            let types: Vec<&str> = options.iter().filter_map(|o| branch_type(o)).map(type_word).collect();
+            diags.error(path, format!("expected {}, got {}", types.join(" or "), describe(value)));
+        }
+    }
+}
+
+/// The JSON type a schema branch accepts, looking through `oneOf` of constants.
+fn branch_type(schema: &Value) -> Option<&str> {
+    schema.get("type").and_then(Value::as_str).or_else(|| {
+        schema.get("oneOf")?.as_array()?.first()?.get("type")?.as_str()
+    })
 }
 
 fn check_step_list(value: &Value, path: &str, diags: &mut Diagnostics) {

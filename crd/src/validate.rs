@@ -112,9 +112,31 @@ pub fn join(path: &str, field: &str) -> String {
 }
 
 /// Validates a raw `spec` (as JSON) and returns the typed spec when there is no error.
+///
+/// Both passes always run, so a type error in one step does not hide a structural mistake in
+/// another: the semantic pass works on the raw lists and checks each step that parses.
 pub fn validate_spec(raw: &Value) -> (Option<PseudoFlowSpec>, Diagnostics) {
     let mut diags = Diagnostics::default();
     crate::schema::check_spec_structure(raw, "spec", &mut diags);
+    let mut ctx = Ctx::new("spec", &mut diags);
+    if let Some(vars) = raw.get("vars").and_then(Value::as_object) {
+        for name in vars.keys() {
+            ctx.var_name(&format!("vars.{name}"), name);
+        }
+    }
+    for field in ["steps", "onDelete"] {
+        if let Some(list) = raw.get(field).and_then(Value::as_array) {
+            check_steps(list, &mut ctx.at(field));
+        }
+    }
+    if let Some(sa) = raw.get("serviceAccountName").and_then(Value::as_str) {
+        if !is_dns_subdomain(sa) {
+            ctx.error("serviceAccountName", format!("{sa:?} is not a valid ServiceAccount name"));
+        }
+    }
+    if raw.pointer("/options/timeoutSeconds").and_then(Value::as_u64) == Some(0) {
+        ctx.error("options.timeoutSeconds", "must be at least 1");
+    }
     if diags.has_errors() {
         return (None, diags);
     }
@@ -126,53 +148,32 @@ pub fn validate_spec(raw: &Value) -> (Option<PseudoFlowSpec>, Diagnostics) {
         }
     };
     let mut ctx = Ctx::new("spec", &mut diags);
-    for (name, _) in &spec.vars {
-        ctx.var_name(&format!("vars.{name}"), name);
-    }
-    check_steps(&spec.steps, &mut ctx.at("steps"));
-    if let Some(on_delete) = &spec.on_delete {
-        check_steps(on_delete, &mut ctx.at("onDelete"));
-    }
-    if let Some(sa) = &spec.service_account_name {
-        if !is_dns_label(sa) && !is_dns_subdomain(sa) {
-            ctx.error("serviceAccountName", format!("{sa:?} is not a valid ServiceAccount name"));
-        }
-    }
     for (i, a) in spec.artifacts.iter().enumerate() {
         a.validate(&mut ctx.at(&format!("artifacts[{i}]")));
-    }
-    if spec.options.timeout_seconds == Some(0) {
-        ctx.error("options.timeoutSeconds", "must be at least 1");
     }
     let ok = !diags.has_errors();
     (ok.then_some(spec), diags)
 }
 
-/// Semantic checks of one list of steps, and of every nested list below it.
-pub fn check_steps(steps: &[Step], ctx: &mut Ctx) {
+/// Semantic checks of one raw list of steps and of every nested list below it: list rules
+/// (`onError` needs a step before it, `when` a step after it), then each step that parses.
+pub fn check_steps(steps: &[Value], ctx: &mut Ctx) {
     if steps.is_empty() {
         ctx.error("", "a step list must not be empty");
     }
-    for (i, step) in steps.iter().enumerate() {
+    let type_of = |v: &Value| v.get("type").and_then(Value::as_str).unwrap_or_default().to_string();
+    for (i, raw) in steps.iter().enumerate() {
         let mut sctx = ctx.at(&format!("[{i}]"));
-        let ty = step.kind.type_name();
-        if step.timeout_seconds == Some(0) {
-            sctx.error("timeoutSeconds", "must be at least 1");
-        }
-        if let Some(name) = &step.name {
-            if name.trim().is_empty() {
-                sctx.error("name", "must not be blank");
-            }
-        }
-        match ty {
+        let ty = type_of(raw);
+        match ty.as_str() {
             "onError" if i == 0 => sctx.error(
                 "type",
                 "onError handles the failure of the step right before it, but it is the first step of its list",
             ),
-            "onError" if steps[i - 1].kind.type_name() == "onError" => {
+            "onError" if type_of(&steps[i - 1]) == "onError" => {
                 sctx.error("type", "onError cannot follow another onError")
             }
-            "onError" if steps[i - 1].continue_on_error => sctx.error(
+            "onError" if steps[i - 1].get("continueOnError") == Some(&Value::Bool(true)) => sctx.error(
                 "type",
                 "the step before this onError has continueOnError: true, so its failure never reaches the handler",
             ),
@@ -180,24 +181,83 @@ pub fn check_steps(steps: &[Step], ctx: &mut Ctx) {
                 "type",
                 "when guards the step after it, but it is the last step of its list",
             ),
-            "when" if matches!(steps[i + 1].kind.type_name(), "when" | "onError") => sctx.error(
+            "when" if matches!(type_of(&steps[i + 1]).as_str(), "when" | "onError") => sctx.error(
                 "type",
-                format!("when must be followed by the step it guards, not by {}", steps[i + 1].kind.type_name()),
+                format!("when must be followed by the step it guards, not by {}", type_of(&steps[i + 1])),
             ),
             _ => {}
         }
-        if ty == "includeFlow" {
-            crate::steps::include_flow::check_flow_name(&mut sctx, step.name.as_deref());
+        if raw.get("timeoutSeconds").and_then(Value::as_u64) == Some(0) {
+            sctx.error("timeoutSeconds", "must be at least 1");
         }
-        let params = step.kind.params();
-        params.validate(&mut sctx);
+        if let Some(step) = shallow_step(raw) {
+            if step.name.as_deref().is_some_and(|n| n.trim().is_empty()) {
+                sctx.error("name", "must not be blank");
+            }
+            if ty == "includeFlow" {
+                crate::steps::include_flow::check_flow_name(&mut sctx, step.name.as_deref());
+            }
+            step.kind.params().validate(&mut sctx);
+        }
         let node_context = sctx.in_node_context || ty == "loopNodes";
-        for (field, children) in params.children() {
+        for (field, list) in nested_lists(&ty, raw) {
             let mut cctx = sctx.at(&field);
             cctx.in_node_context = node_context;
-            check_steps(children, &mut cctx);
+            check_steps(list, &mut cctx);
         }
     }
+}
+
+/// The step with its nested lists emptied, so its own fields can be checked even when a
+/// nested step is broken (nested steps are checked on their own).
+fn shallow_step(raw: &Value) -> Option<Step> {
+    let mut shallow = raw.clone();
+    let ty = raw.get("type")?.as_str()?.to_string();
+    for (field, kind) in nested_fields(&ty) {
+        if let Some(v) = shallow.get_mut(&field) {
+            *v = match kind {
+                "branches" => serde_json::json!([[]]),
+                _ => serde_json::json!([]),
+            };
+        }
+    }
+    serde_json::from_value(shallow).ok()
+}
+
+/// The fields of a step type that hold nested step lists, from its schema's markers.
+fn nested_fields(ty: &str) -> Vec<(String, &'static str)> {
+    let Some(schema) = crate::schema::step_schemas().get(ty) else { return vec![] };
+    schema["properties"]
+        .as_object()
+        .map(|props| {
+            props
+                .iter()
+                .filter_map(|(k, v)| match v.get("x-pseudoflow-steps").and_then(Value::as_str) {
+                    Some("list") => Some((k.clone(), "list")),
+                    Some("branches") => Some((k.clone(), "branches")),
+                    _ => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Nested raw step lists of a step, with their field paths (`then`, `steps[1]`).
+fn nested_lists<'v>(ty: &str, raw: &'v Value) -> Vec<(String, &'v [Value])> {
+    let mut out = Vec::new();
+    for (field, kind) in nested_fields(ty) {
+        let Some(list) = raw.get(&field).and_then(Value::as_array) else { continue };
+        if kind == "branches" {
+            for (b, branch) in list.iter().enumerate() {
+                if let Some(steps) = branch.as_array() {
+                    out.push((format!("{field}[{b}]"), steps.as_slice()));
+                }
+            }
+        } else {
+            out.push((field, list.as_slice()));
+        }
+    }
+    out
 }
 
 /// Closest candidate by edit distance, for "did you mean" hints on typos.
@@ -206,7 +266,7 @@ pub fn suggest<'a>(input: &str, candidates: impl IntoIterator<Item = &'a str>) -
     candidates
         .into_iter()
         .map(|c| (edit_distance(&lower, &c.to_ascii_lowercase()), c))
-        .filter(|(d, c)| *d <= (c.len() / 3).max(2))
+        .filter(|(d, c)| *d <= (c.len().max(lower.len()) / 2).max(1))
         .min_by_key(|(d, _)| *d)
         .map(|(_, c)| c)
 }
