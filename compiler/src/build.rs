@@ -112,6 +112,7 @@ impl Builder {
                 let hscope = Scope {
                     path: format!("{}[{}].steps", scope.path, i + 1),
                     id_prefix: join_id(&scope.id_prefix, &format!("s{}", i + 1)),
+                    depth: scope.depth + 1,
                     ..scope.clone()
                 };
                 let h = self.list(&handler.steps, &hscope);
@@ -255,7 +256,6 @@ impl Builder {
                         let over = LoopOver::Nodes { selector: selector.to_string(), run_on };
                         let start = self.node(step, scope, NodeKind::LoopStart { over, max_parallel: None, end: end_id.clone() }, Placement::Api);
                         self.g[start].step_type = format!("{}-nodes", step.kind.type_name());
-                        self.g[start].step = None;
                         let mut action_scope = self.inner(scope, &end_id, "", "node", Some(&id), true);
                         action_scope.path = scope.path.clone();
                         let action = self.node(step, &action_scope, NodeKind::Action, Placement::Node);
@@ -279,7 +279,6 @@ impl Builder {
         let id = scope.id_prefix.clone();
         let end_id = format!("{id}-end");
         let start = self.node(step, scope, kind, placement);
-        self.g[start].step = if is_loop { Some(step.clone()) } else { None };
         let inner = self.inner(scope, &end_id, "steps", "", is_loop.then_some(id.as_str()), on_node);
         let f = self.list(body, &inner);
         let end = self.end_node(step, scope, NodeKind::CompoundEnd { start: id.clone(), wait_for_all: true, run_on: None });

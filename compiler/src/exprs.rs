@@ -7,5 +7,5 @@ pub fn check_expressions(_spec: &PseudoFlowSpec, _diags: &mut Diagnostics) {}
 
 /// The node's step as JSON with `spec.vars` substituted where possible (for `--emit`).
 pub fn substitute_flow_vars(node: &crate::plan::PlanNode, _spec: &PseudoFlowSpec) -> serde_json::Value {
-    serde_json::to_value(&node.step).unwrap_or_default()
+    crate::lower::payload(node)
 }

@@ -5,6 +5,7 @@
 
 pub mod build;
 pub mod compile;
+pub mod emit;
 pub mod exprs;
 pub mod lower;
 pub mod names;

@@ -133,6 +133,14 @@ pub fn task_of(node: &PlanNode) -> Option<Task> {
     }
 }
 
+/// The part of a node's step its work needs, before substitution: the step with nested step
+/// lists emptied (a loop's start needs its selector, not its body). The controller substitutes
+/// `${...}` in this and passes the result as [`NodeInstance::step`].
+pub fn payload(node: &PlanNode) -> serde_json::Value {
+    let full = serde_json::to_value(&node.step).unwrap_or_default();
+    pseudoflow_crd::validate::without_nested_steps(&full)
+}
+
 /// Lowers one node instance into its input ConfigMap and executor Job.
 pub fn lower(inst: &NodeInstance, opts: &LowerOptions) -> Result<Lowered, LowerError> {
     let node = inst.node;

@@ -54,7 +54,10 @@ pub fn render(title: &str, plan: &Plan, on_delete: Option<&Plan>, format: Format
 /// The plan as `{nodes, edges}`.
 pub fn to_json(plan: &Plan) -> Value {
     let nodes: Vec<Value> = plan.nodes().map(|n| serde_json::to_value(n).expect("node serialises")).collect();
-    let edges: Vec<Value> = plan.edges().map(|(from, to, kind)| json!({"from": from, "to": to, "kind": kind})).collect();
+    let order = |id: &str| plan.index(id).map(|i| i.index()).unwrap_or(usize::MAX);
+    let mut edges: Vec<(&str, &str, crate::plan::EdgeKind)> = plan.edges().collect();
+    edges.sort_by_key(|(from, to, _)| (order(from), order(to)));
+    let edges: Vec<Value> = edges.into_iter().map(|(from, to, kind)| json!({"from": from, "to": to, "kind": kind})).collect();
     json!({"nodes": nodes, "edges": edges})
 }
 

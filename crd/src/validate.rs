@@ -211,9 +211,15 @@ pub fn check_steps(steps: &[Value], ctx: &mut Ctx) {
 /// The step with its nested lists emptied, so its own fields can be checked even when a
 /// nested step is broken (nested steps are checked on their own).
 fn shallow_step(raw: &Value) -> Option<Step> {
+    serde_json::from_value(without_nested_steps(raw)).ok()
+}
+
+/// A step's own fields with every nested step list emptied: what the work of the step itself
+/// needs (a loop's start, an `if`'s condition), without its body.
+pub fn without_nested_steps(raw: &Value) -> Value {
     let mut shallow = raw.clone();
-    let ty = raw.get("type")?.as_str()?.to_string();
-    for (field, kind) in nested_fields(&ty) {
+    let ty = raw.get("type").and_then(Value::as_str).unwrap_or_default();
+    for (field, kind) in nested_fields(ty) {
         if let Some(v) = shallow.get_mut(&field) {
             *v = match kind {
                 "branches" => serde_json::json!([[]]),
@@ -221,7 +227,7 @@ fn shallow_step(raw: &Value) -> Option<Step> {
             };
         }
     }
-    serde_json::from_value(shallow).ok()
+    shallow
 }
 
 /// The fields of a step type that hold nested step lists, from its schema's markers.

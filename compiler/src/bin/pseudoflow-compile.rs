@@ -5,9 +5,10 @@
 
 use std::process::ExitCode;
 
-use pseudoflow_compiler::lower::{lower, task_of, FlowRef, LowerOptions, NodeInstance};
+use pseudoflow_compiler::emit::{emit_node, to_yaml};
+use pseudoflow_compiler::lower::{FlowRef, LowerOptions};
 use pseudoflow_compiler::render::{render, Format};
-use pseudoflow_compiler::{compile, names, source, FlowId};
+use pseudoflow_compiler::{compile, source, FlowId};
 
 const USAGE: &str = "usage: pseudoflow-compile FILE [--format tree|dot|mermaid|json] [--emit NODE_ID [--node NODE_NAME] [--image IMAGE]]";
 
@@ -71,6 +72,7 @@ fn main() -> ExitCode {
         match compile(&id, doc.spec()) {
             Err(mut diags) => {
                 doc.locate(&mut diags);
+                diags.0.sort_by_key(|d| d.line);
                 for d in &diags.0 {
                     eprintln!("{}: {d}", args.file);
                 }
@@ -105,47 +107,17 @@ fn main() -> ExitCode {
 
 /// The ConfigMap and Job of one node, for run 1 of the flow, with `spec.vars` substituted.
 fn emit(doc: &source::FlowDocument, compiled: &pseudoflow_compiler::Compiled, node_id: &str, args: &Args) -> Result<String, String> {
-    let plan_node = compiled
-        .plan
-        .node(node_id)
-        .or_else(|| compiled.on_delete.as_ref().and_then(|p| p.node(node_id)))
-        .ok_or_else(|| format!("no node {node_id:?}; see the ids in the tree output"))?;
-    if task_of(plan_node).is_none() {
-        return Err(format!("node {node_id} ({}) runs in the controller and has no Job", plan_node.step_type));
-    }
     let flow = FlowRef {
         name: doc.name.clone(),
         namespace: doc.namespace.clone().unwrap_or_else(|| "default".into()),
         uid: "00000000-0000-0000-0000-000000000000".into(),
         service_account: compiled.spec.service_account_name.clone().unwrap_or_else(|| "default".into()),
     };
-    let node_name = args.node.clone().unwrap_or_else(|| "NODE".into());
-    let instance: Vec<String> = plan_node
-        .loops
-        .iter()
-        .map(|l| match compiled.plan.node(l).map(|n| &n.kind) {
-            Some(pseudoflow_compiler::NodeKind::LoopStart { over: pseudoflow_compiler::plan::LoopOver::Nodes { .. }, .. }) => node_name.clone(),
-            _ => "0".into(),
-        })
-        .collect();
-    let step = pseudoflow_compiler::exprs::substitute_flow_vars(plan_node, &compiled.spec);
-    let run_id = names::run_id(1, None);
-    let inst = NodeInstance {
-        flow: &flow,
-        run_id: &run_id,
-        node: plan_node,
-        instance: &instance,
-        attempt: 1,
-        step,
-        target_node: Some(&node_name),
-        artifacts: &compiled.spec.artifacts,
-    };
     let mut opts = LowerOptions::default();
     if let Some(image) = &args.image {
         opts.image = image.clone();
     }
-    let lowered = lower(&inst, &opts).map_err(|e| e.to_string())?;
-    let cm = serde_yaml::to_string(&lowered.config_map).map_err(|e| e.to_string())?;
-    let job = serde_yaml::to_string(&lowered.job).map_err(|e| e.to_string())?;
-    Ok(format!("{cm}---\n{job}"))
+    let node_name = args.node.as_deref().unwrap_or("NODE");
+    let lowered = emit_node(compiled, &flow, node_id, node_name, &opts)?;
+    Ok(to_yaml(&lowered))
 }

@@ -1,0 +1,48 @@
+//! A sample instance of a node — run 1, first item of each loop, a named node — so a person
+//! (`pseudoflow-compile --emit`) or a snapshot test can see exactly what would be created.
+
+use crate::compile::Compiled;
+use crate::lower::{lower, task_of, FlowRef, LowerOptions, Lowered, NodeInstance};
+use crate::names;
+use crate::plan::{LoopOver, NodeKind};
+
+/// Lowers node `node_id` of `compiled` as it would run in run 1 on node `node_name`.
+pub fn emit_node(compiled: &Compiled, flow: &FlowRef, node_id: &str, node_name: &str, opts: &LowerOptions) -> Result<Lowered, String> {
+    let plan = [Some(&compiled.plan), compiled.on_delete.as_ref()]
+        .into_iter()
+        .flatten()
+        .find(|p| p.node(node_id).is_some())
+        .ok_or_else(|| format!("no node {node_id:?}; see the ids in the tree output"))?;
+    let node = plan.node(node_id).expect("found above");
+    if task_of(node).is_none() {
+        return Err(format!("node {node_id} ({}) runs in the controller and has no Job", node.step_type));
+    }
+    let instance: Vec<String> = node
+        .loops
+        .iter()
+        .map(|l| match plan.node(l).map(|n| &n.kind) {
+            Some(NodeKind::LoopStart { over: LoopOver::Nodes { .. }, .. }) => node_name.to_string(),
+            _ => "0".into(),
+        })
+        .collect();
+    let step = crate::exprs::substitute_flow_vars(node, &compiled.spec);
+    let run_id = names::run_id(1, None);
+    let inst = NodeInstance {
+        flow,
+        run_id: &run_id,
+        node,
+        instance: &instance,
+        attempt: 1,
+        step,
+        target_node: Some(node_name),
+        artifacts: &compiled.spec.artifacts,
+    };
+    lower(&inst, opts).map_err(|e| e.to_string())
+}
+
+/// The ConfigMap and Job as one YAML stream.
+pub fn to_yaml(lowered: &Lowered) -> String {
+    let cm = serde_yaml::to_string(&lowered.config_map).expect("ConfigMap renders");
+    let job = serde_yaml::to_string(&lowered.job).expect("Job renders");
+    format!("{cm}---\n{job}")
+}

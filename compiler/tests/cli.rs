@@ -1,0 +1,77 @@
+//! The `pseudoflow-compile` command as a user runs it: formats, `--emit`, and exit codes
+//! 0 (valid), 1 (invalid flow, diagnostics on stderr), 2 (usage).
+
+mod common;
+
+use std::process::Command;
+
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_pseudoflow-compile")).args(args).current_dir(common::repo()).output().unwrap();
+    (out.status.code().unwrap(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+}
+
+#[test]
+fn valid_flow_prints_the_tree_and_exits_0() {
+    let (code, out, err) = run(&["examples/nodelocaldns.yaml"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("setup-nodelocaldns\n"), "{out}");
+    assert!(out.contains("s3-s0") && out.contains("configFile") && out.contains("job@node"), "{out}");
+}
+
+#[test]
+fn json_format_has_nodes_with_id_and_type_and_edges_with_from_to_kind() {
+    let (code, out, _) = run(&["examples/apiserver-vip.yaml", "--format", "json"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let nodes = v["nodes"].as_array().unwrap();
+    let edges = v["edges"].as_array().unwrap();
+    assert!(nodes.iter().all(|n| n["id"].is_string() && n["type"].is_string()));
+    assert!(edges.iter().all(|e| e["from"].is_string() && e["to"].is_string() && e["kind"].is_string()));
+    let has_edge = |from: &str, to: &str, kind: &str| edges.iter().any(|e| e["from"] == from && e["to"] == to && e["kind"] == kind);
+    assert!(has_edge("s4", "s4-b0-s0", "branch") && has_edge("s4", "s4-b1-s0", "branch"));
+    assert!(has_edge("s4-b0-s0-end", "s4-end", "next") && has_edge("s4-b1-s0-end", "s4-end", "next"));
+}
+
+#[test]
+fn dot_and_mermaid_formats_render_every_edge() {
+    for (fmt, needle) in [("dot", "\"s0\" -> \"s1\""), ("mermaid", "s0 -->|next| s1")] {
+        let (code, out, _) = run(&["examples/nodelocaldns.yaml", "-f", fmt]);
+        assert_eq!(code, 0);
+        assert!(out.contains(needle), "{fmt}: {out}");
+    }
+}
+
+#[test]
+fn emit_prints_the_configmap_and_job_of_one_node() {
+    let (code, out, err) = run(&["examples/nodelocaldns.yaml", "--emit", "s3-s0", "--node", "worker-1"]);
+    assert_eq!(code, 0, "{err}");
+    let docs: Vec<serde_json::Value> = serde_yaml::Deserializer::from_str(&out).map(|d| serde::Deserialize::deserialize(d).unwrap()).collect();
+    assert_eq!(docs[0]["kind"], "ConfigMap");
+    assert_eq!(docs[1]["kind"], "Job");
+    assert_eq!(docs[1]["spec"]["template"]["spec"]["nodeName"], "worker-1");
+    assert_eq!(docs[1]["spec"]["backoffLimit"], 0);
+}
+
+#[test]
+fn emit_of_a_controller_node_is_an_error() {
+    let (code, _, err) = run(&["examples/steps/sleep.yaml", "--emit", "s1"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("runs in the controller"), "{err}");
+}
+
+#[test]
+fn invalid_flow_exits_1_with_paths_and_lines_on_stderr() {
+    let (code, out, err) = run(&["compiler/tests/invalid/typos.yaml"]);
+    assert_eq!(code, 1);
+    assert!(out.is_empty());
+    assert!(err.contains("line 20: spec.steps[3].then[0].seconds: expected integer, got \"ten\""), "{err}");
+    assert!(err.contains("unknown step type \"aply\" (did you mean \"apply\"?)"), "{err}");
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    assert_eq!(run(&[]).0, 2);
+    assert_eq!(run(&["examples/nodelocaldns.yaml", "--format", "svg"]).0, 2);
+    assert_eq!(run(&["examples/nodelocaldns.yaml", "--bogus"]).0, 2);
+    assert_eq!(run(&["no/such/file.yaml"]).0, 2);
+}
