@@ -41,7 +41,12 @@ pub fn build_plan(steps: &[Step], root_path: &str, id_prefix: &str) -> Plan {
         on_node: false,
         depth: 1,
     };
-    let start = b.structural(&scope, join_id(id_prefix, "start"), "start", NodeKind::Start);
+    let start = b.structural(
+        &scope,
+        join_id(id_prefix, "start"),
+        "start",
+        NodeKind::Start,
+    );
     let body = b.list(steps, &scope);
     let end = b.structural(&scope, join_id(id_prefix, "end"), "end", NodeKind::End);
     b.g.add_edge(start, body.entry, EdgeKind::Next);
@@ -51,7 +56,11 @@ pub fn build_plan(steps: &[Step], root_path: &str, id_prefix: &str) -> Plan {
 
 /// Exits of a step's unit: `always` when the step continues on error, else `next`.
 fn unit_exits(step: &Step, unit: NodeIndex) -> Vec<(NodeIndex, EdgeKind)> {
-    let kind = if step.continue_on_error { EdgeKind::Always } else { EdgeKind::Next };
+    let kind = if step.continue_on_error {
+        EdgeKind::Always
+    } else {
+        EdgeKind::Next
+    };
     vec![(unit, kind)]
 }
 
@@ -103,10 +112,18 @@ impl Builder {
                 self.g.add_edge(cond, guarded, EdgeKind::Then);
                 let mut exits = unit_exits(&steps[i], unit);
                 exits.push((cond, EdgeKind::Else));
-                Fragment { entry: cond, unit, exits }
+                Fragment {
+                    entry: cond,
+                    unit,
+                    exits,
+                }
             } else {
                 let (entry, unit) = self.step(&steps[i], &here);
-                Fragment { entry, unit, exits: unit_exits(&steps[i], unit) }
+                Fragment {
+                    entry,
+                    unit,
+                    exits: unit_exits(&steps[i], unit),
+                }
             };
             if let Some(StepKind::OnError(handler)) = steps.get(i + 1).map(|s| &s.kind) {
                 let hscope = Scope {
@@ -130,7 +147,11 @@ impl Builder {
         }
         let entry = frags[0].entry;
         let last = frags.pop().expect("validated lists are not empty");
-        Fragment { entry, unit: last.unit, exits: last.exits }
+        Fragment {
+            entry,
+            unit: last.unit,
+            exits: last.exits,
+        }
     }
 
     fn step_scope(&self, scope: &Scope, i: usize, letter: &str) -> Scope {
@@ -141,7 +162,13 @@ impl Builder {
         }
     }
 
-    fn node(&mut self, step: &Step, scope: &Scope, kind: NodeKind, placement: Placement) -> NodeIndex {
+    fn node(
+        &mut self,
+        step: &Step,
+        scope: &Scope,
+        kind: NodeKind,
+        placement: Placement,
+    ) -> NodeIndex {
         self.g.add_node(PlanNode {
             id: scope.id_prefix.clone(),
             path: scope.path.clone(),
@@ -168,12 +195,24 @@ impl Builder {
         n
     }
 
-    fn inner(&self, scope: &Scope, end_id: &str, field: &str, id_part: &str, loop_id: Option<&str>, on_node: bool) -> Scope {
+    fn inner(
+        &self,
+        scope: &Scope,
+        end_id: &str,
+        field: &str,
+        id_part: &str,
+        loop_id: Option<&str>,
+        on_node: bool,
+    ) -> Scope {
         let mut loops = scope.loops.clone();
         loops.extend(loop_id.map(str::to_string));
         Scope {
             path: format!("{}.{field}", scope.path),
-            id_prefix: if id_part.is_empty() { scope.id_prefix.clone() } else { format!("{}-{id_part}", scope.id_prefix) },
+            id_prefix: if id_part.is_empty() {
+                scope.id_prefix.clone()
+            } else {
+                format!("{}-{id_part}", scope.id_prefix)
+            },
             parent: Some(end_id.to_string()),
             loops,
             on_node: scope.on_node || on_node,
@@ -194,9 +233,14 @@ impl Builder {
             StepKind::If(p) => {
                 let cond = self.node(step, scope, NodeKind::Condition, Placement::Api);
                 self.g[cond].parent = Some(end_id.clone());
-                let then = self.list(&p.then, &self.inner(scope, &end_id, "then", "then", None, false));
+                let then = self.list(
+                    &p.then,
+                    &self.inner(scope, &end_id, "then", "then", None, false),
+                );
                 self.g.add_edge(cond, then.entry, EdgeKind::Then);
-                let els = p.else_.as_ref().map(|e| self.list(e, &self.inner(scope, &end_id, "else", "else", None, false)));
+                let els = p.else_.as_ref().map(|e| {
+                    self.list(e, &self.inner(scope, &end_id, "else", "else", None, false))
+                });
                 let end = self.end_node(step, scope, compound_end(&id, true, None));
                 self.connect(&then.exits, end);
                 match els {
@@ -212,21 +256,74 @@ impl Builder {
             }
             StepKind::Loop(p) => {
                 let over = LoopOver::Items(p.for_each.clone());
-                self.body_compound(step, scope, NodeKind::LoopStart { over, max_parallel: p.max_parallel, end: end_id.clone() }, Placement::Controller, &p.steps, true, false)
+                self.body_compound(
+                    step,
+                    scope,
+                    NodeKind::LoopStart {
+                        over,
+                        max_parallel: p.max_parallel,
+                        end: end_id.clone(),
+                    },
+                    Placement::Controller,
+                    &p.steps,
+                    true,
+                    false,
+                )
             }
             StepKind::LoopNodes(p) => {
-                let over = LoopOver::Nodes { selector: p.selector.clone(), run_on: Default::default() };
-                self.body_compound(step, scope, NodeKind::LoopStart { over, max_parallel: p.max_parallel, end: end_id.clone() }, Placement::Api, &p.steps, true, true)
+                let over = LoopOver::Nodes {
+                    selector: p.selector.clone(),
+                    run_on: Default::default(),
+                };
+                self.body_compound(
+                    step,
+                    scope,
+                    NodeKind::LoopStart {
+                        over,
+                        max_parallel: p.max_parallel,
+                        end: end_id.clone(),
+                    },
+                    Placement::Api,
+                    &p.steps,
+                    true,
+                    true,
+                )
             }
             StepKind::Retry(p) => {
-                let kind = NodeKind::RetryStart { attempts: p.attempts, backoff_seconds: p.backoff_seconds, end: end_id.clone() };
-                self.body_compound(step, scope, kind, Placement::Controller, &p.steps, false, false)
+                let kind = NodeKind::RetryStart {
+                    attempts: p.attempts,
+                    backoff_seconds: p.backoff_seconds,
+                    end: end_id.clone(),
+                };
+                self.body_compound(
+                    step,
+                    scope,
+                    kind,
+                    Placement::Controller,
+                    &p.steps,
+                    false,
+                    false,
+                )
             }
             StepKind::Parallel(p) => {
-                let fork = self.node(step, scope, NodeKind::Fork { end: end_id.clone() }, Placement::Structure);
+                let fork = self.node(
+                    step,
+                    scope,
+                    NodeKind::Fork {
+                        end: end_id.clone(),
+                    },
+                    Placement::Structure,
+                );
                 let mut branches = Vec::new();
                 for (b, branch) in p.steps.iter().enumerate() {
-                    let bscope = self.inner(scope, &end_id, &format!("steps[{b}]"), &format!("b{b}"), None, false);
+                    let bscope = self.inner(
+                        scope,
+                        &end_id,
+                        &format!("steps[{b}]"),
+                        &format!("b{b}"),
+                        None,
+                        false,
+                    );
                     let f = self.list(branch, &bscope);
                     self.g.add_edge(fork, f.entry, EdgeKind::Branch);
                     branches.push(f);
@@ -237,7 +334,14 @@ impl Builder {
                 }
                 (fork, end)
             }
-            StepKind::Include(_) => self.opaque_compound(step, scope, NodeKind::Include { end: end_id.clone() }, Placement::Api),
+            StepKind::Include(_) => self.opaque_compound(
+                step,
+                scope,
+                NodeKind::Include {
+                    end: end_id.clone(),
+                },
+                Placement::Api,
+            ),
             StepKind::IncludeFlow(p) => {
                 let kind = NodeKind::IncludeFlow {
                     flow: step.name.clone().unwrap_or_default(),
@@ -250,15 +354,32 @@ impl Builder {
             _ => {
                 let params = step.kind.params();
                 let placement = params.placement(scope.on_node);
-                match params.node_targeting().filter(|_| placement == Placement::Node && !scope.on_node) {
+                match params
+                    .node_targeting()
+                    .filter(|_| placement == Placement::Node && !scope.on_node)
+                {
                     // A node step outside loopNodes fans out over the nodes it selects.
                     Some((selector, run_on)) => {
-                        let over = LoopOver::Nodes { selector: selector.to_string(), run_on };
-                        let start = self.node(step, scope, NodeKind::LoopStart { over, max_parallel: None, end: end_id.clone() }, Placement::Api);
+                        let over = LoopOver::Nodes {
+                            selector: selector.to_string(),
+                            run_on,
+                        };
+                        let start = self.node(
+                            step,
+                            scope,
+                            NodeKind::LoopStart {
+                                over,
+                                max_parallel: None,
+                                end: end_id.clone(),
+                            },
+                            Placement::Api,
+                        );
                         self.g[start].step_type = format!("{}-nodes", step.kind.type_name());
-                        let mut action_scope = self.inner(scope, &end_id, "", "node", Some(&id), true);
+                        let mut action_scope =
+                            self.inner(scope, &end_id, "", "node", Some(&id), true);
                         action_scope.path = scope.path.clone();
-                        let action = self.node(step, &action_scope, NodeKind::Action, Placement::Node);
+                        let action =
+                            self.node(step, &action_scope, NodeKind::Action, Placement::Node);
                         self.g[action].continue_on_error = false;
                         let end = self.end_node(step, scope, compound_end(&id, true, Some(run_on)));
                         self.g.add_edge(start, action, EdgeKind::Body);
@@ -275,22 +396,60 @@ impl Builder {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn body_compound(&mut self, step: &Step, scope: &Scope, kind: NodeKind, placement: Placement, body: &[Step], is_loop: bool, on_node: bool) -> (NodeIndex, NodeIndex) {
+    fn body_compound(
+        &mut self,
+        step: &Step,
+        scope: &Scope,
+        kind: NodeKind,
+        placement: Placement,
+        body: &[Step],
+        is_loop: bool,
+        on_node: bool,
+    ) -> (NodeIndex, NodeIndex) {
         let id = scope.id_prefix.clone();
         let end_id = format!("{id}-end");
         let start = self.node(step, scope, kind, placement);
-        let inner = self.inner(scope, &end_id, "steps", "", is_loop.then_some(id.as_str()), on_node);
+        let inner = self.inner(
+            scope,
+            &end_id,
+            "steps",
+            "",
+            is_loop.then_some(id.as_str()),
+            on_node,
+        );
         let f = self.list(body, &inner);
-        let end = self.end_node(step, scope, NodeKind::CompoundEnd { start: id.clone(), wait_for_all: true, run_on: None });
+        let end = self.end_node(
+            step,
+            scope,
+            NodeKind::CompoundEnd {
+                start: id.clone(),
+                wait_for_all: true,
+                run_on: None,
+            },
+        );
         self.g.add_edge(start, f.entry, EdgeKind::Body);
         self.connect(&f.exits, end);
         (start, end)
     }
 
-    fn opaque_compound(&mut self, step: &Step, scope: &Scope, kind: NodeKind, placement: Placement) -> (NodeIndex, NodeIndex) {
+    fn opaque_compound(
+        &mut self,
+        step: &Step,
+        scope: &Scope,
+        kind: NodeKind,
+        placement: Placement,
+    ) -> (NodeIndex, NodeIndex) {
         let id = scope.id_prefix.clone();
         let start = self.node(step, scope, kind, placement);
-        let end = self.end_node(step, scope, NodeKind::CompoundEnd { start: id, wait_for_all: true, run_on: None });
+        let end = self.end_node(
+            step,
+            scope,
+            NodeKind::CompoundEnd {
+                start: id,
+                wait_for_all: true,
+                run_on: None,
+            },
+        );
         self.g.add_edge(start, end, EdgeKind::Body);
         (start, end)
     }

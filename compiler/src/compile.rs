@@ -39,8 +39,16 @@ pub fn compile(flow: &FlowId, raw_spec: &Value) -> Result<Compiled, Diagnostics>
         return Err(diags);
     }
     let plan = build_plan(&spec.steps, "spec.steps", "");
-    let on_delete = spec.on_delete.as_deref().map(|s| build_plan(s, "spec.onDelete", "d"));
-    Ok(Compiled { spec, plan, on_delete, warnings: diags })
+    let on_delete = spec
+        .on_delete
+        .as_deref()
+        .map(|s| build_plan(s, "spec.onDelete", "d"));
+    Ok(Compiled {
+        spec,
+        plan,
+        on_delete,
+        warnings: diags,
+    })
 }
 
 /// A flow that includes itself would never end; cycles through other flows are found at run
@@ -48,14 +56,25 @@ pub fn compile(flow: &FlowId, raw_spec: &Value) -> Result<Compiled, Diagnostics>
 fn check_self_include(flow: &FlowId, steps: &[Step], path: &str, diags: &mut Diagnostics) {
     for (i, step) in steps.iter().enumerate() {
         let here = format!("{path}[{i}]");
-        if let (Some(target), pseudoflow_crd::StepKind::IncludeFlow(p)) = (step.included_flow(), &step.kind) {
-            let same_ns = p.namespace.as_deref().is_none() || p.namespace.as_deref() == flow.namespace;
+        if let (Some(target), pseudoflow_crd::StepKind::IncludeFlow(p)) =
+            (step.included_flow(), &step.kind)
+        {
+            let same_ns =
+                p.namespace.as_deref().is_none() || p.namespace.as_deref() == flow.namespace;
             if target == flow.name && same_ns {
-                diags.error(format!("{here}.name"), format!("flow {:?} includes itself; that would never end", flow.name));
+                diags.error(
+                    format!("{here}.name"),
+                    format!("flow {:?} includes itself; that would never end", flow.name),
+                );
             }
         }
         for (field, children) in step.kind.params().children() {
-            check_self_include(flow, children, &pseudoflow_crd::validate::join(&here, &field), diags);
+            check_self_include(
+                flow,
+                children,
+                &pseudoflow_crd::validate::join(&here, &field),
+                diags,
+            );
         }
     }
 }

@@ -7,7 +7,13 @@ use crate::names;
 use crate::plan::{LoopOver, NodeKind};
 
 /// Lowers node `node_id` of `compiled` as it would run in run 1 on node `node_name`.
-pub fn emit_node(compiled: &Compiled, flow: &FlowRef, node_id: &str, node_name: &str, opts: &LowerOptions) -> Result<Lowered, String> {
+pub fn emit_node(
+    compiled: &Compiled,
+    flow: &FlowRef,
+    node_id: &str,
+    node_name: &str,
+    opts: &LowerOptions,
+) -> Result<Lowered, String> {
     let plan = [Some(&compiled.plan), compiled.on_delete.as_ref()]
         .into_iter()
         .flatten()
@@ -15,13 +21,19 @@ pub fn emit_node(compiled: &Compiled, flow: &FlowRef, node_id: &str, node_name: 
         .ok_or_else(|| format!("no node {node_id:?}; see the ids in the tree output"))?;
     let node = plan.node(node_id).expect("found above");
     if task_of(node).is_none() {
-        return Err(format!("node {node_id} ({}) runs in the controller and has no Job", node.step_type));
+        return Err(format!(
+            "node {node_id} ({}) runs in the controller and has no Job",
+            node.step_type
+        ));
     }
     let instance: Vec<String> = node
         .loops
         .iter()
         .map(|l| match plan.node(l).map(|n| &n.kind) {
-            Some(NodeKind::LoopStart { over: LoopOver::Nodes { .. }, .. }) => node_name.to_string(),
+            Some(NodeKind::LoopStart {
+                over: LoopOver::Nodes { .. },
+                ..
+            }) => node_name.to_string(),
             _ => "0".into(),
         })
         .collect();

@@ -47,7 +47,10 @@ pub struct LowerOptions {
 impl Default for LowerOptions {
     fn default() -> Self {
         LowerOptions {
-            image: format!("ghcr.io/example/pseudoflow-runtime:{}", env!("CARGO_PKG_VERSION")),
+            image: format!(
+                "ghcr.io/example/pseudoflow-runtime:{}",
+                env!("CARGO_PKG_VERSION")
+            ),
         }
     }
 }
@@ -126,7 +129,13 @@ pub enum LowerError {
 pub fn task_of(node: &PlanNode) -> Option<Task> {
     match (&node.kind, node.placement) {
         (NodeKind::Condition, _) => Some(Task::Condition),
-        (NodeKind::LoopStart { over: crate::plan::LoopOver::Nodes { .. }, .. }, _) => Some(Task::ListNodes),
+        (
+            NodeKind::LoopStart {
+                over: crate::plan::LoopOver::Nodes { .. },
+                ..
+            },
+            _,
+        ) => Some(Task::ListNodes),
         (NodeKind::Include { .. }, _) => Some(Task::FetchInclude),
         (NodeKind::Action, Placement::Api | Placement::Node) => Some(Task::Run),
         _ => None,
@@ -149,9 +158,16 @@ pub fn lower(inst: &NodeInstance, opts: &LowerOptions) -> Result<Lowered, LowerE
     if on_node && inst.target_node.is_none() {
         return Err(LowerError::NoTargetNode(node.id.clone()));
     }
-    let name = job_name(&inst.flow.name, inst.run_id, &node.id, inst.instance, inst.attempt);
+    let name = job_name(
+        &inst.flow.name,
+        inst.run_id,
+        &node.id,
+        inst.instance,
+        inst.attempt,
+    );
     let timeout = node.timeout_seconds.or_else(|| {
-        (node.step_type == "waitFor").then_some(pseudoflow_crd::steps::wait_for::DEFAULT_WAIT_SECONDS)
+        (node.step_type == "waitFor")
+            .then_some(pseudoflow_crd::steps::wait_for::DEFAULT_WAIT_SECONDS)
     });
     let input = ExecutorInput {
         flow: inst.flow.clone(),
@@ -217,7 +233,13 @@ pub fn lower(inst: &NodeInstance, opts: &LowerOptions) -> Result<Lowered, LowerE
     })
 }
 
-fn pod_template(inst: &NodeInstance, name: &str, image: &str, on_node: bool, labels: &Value) -> Value {
+fn pod_template(
+    inst: &NodeInstance,
+    name: &str,
+    image: &str,
+    on_node: bool,
+    labels: &Value,
+) -> Value {
     let mut volumes = vec![json!({"name": "input", "configMap": {"name": name}})];
     let mut mounts = vec![json!({"name": "input", "mountPath": INPUT_DIR, "readOnly": true})];
     let security = if on_node {
@@ -261,7 +283,12 @@ fn pod_template(inst: &NodeInstance, name: &str, image: &str, on_node: bool, lab
 
 fn strip_nulls(v: Value) -> Value {
     match v {
-        Value::Object(o) => Value::Object(o.into_iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k, strip_nulls(v))).collect()),
+        Value::Object(o) => Value::Object(
+            o.into_iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k, strip_nulls(v)))
+                .collect(),
+        ),
         Value::Array(a) => Value::Array(a.into_iter().map(strip_nulls).collect()),
         other => other,
     }

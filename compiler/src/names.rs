@@ -25,7 +25,13 @@ pub fn run_id(generation: i64, trigger: Option<&str>) -> String {
 pub fn sanitize(s: &str) -> String {
     let mut out: String = s
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
         .collect();
     while out.contains("--") {
         out = out.replace("--", "-");
@@ -48,7 +54,13 @@ pub fn bounded_name(readable: &str, hash: u64, max: usize) -> String {
 
 /// Name of the Job (and its input ConfigMap) for one attempt of one node instance: ≤ 63
 /// characters, because the Job controller copies it into a label value.
-pub fn job_name(flow: &str, run_id: &str, node_id: &str, instance: &[String], attempt: u32) -> String {
+pub fn job_name(
+    flow: &str,
+    run_id: &str,
+    node_id: &str,
+    instance: &[String],
+    attempt: u32,
+) -> String {
     let inst = instance.join("/");
     let a = attempt.to_string();
     let hash = stable_hash(&[flow, run_id, node_id, &inst, &a]);
@@ -58,7 +70,8 @@ pub fn job_name(flow: &str, run_id: &str, node_id: &str, instance: &[String], at
 /// A label value (≤ 63, alphanumeric ends) that still reads like the original.
 pub fn label_value(s: &str) -> String {
     let ok = s.len() <= 63
-        && s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
         && s.chars().next().is_none_or(|c| c.is_ascii_alphanumeric())
         && s.chars().last().is_none_or(|c| c.is_ascii_alphanumeric());
     if ok {
@@ -87,7 +100,9 @@ mod tests {
         let flow = "a-very-long-flow-name-that-goes-on-and-on-and-on-beyond-sixty-three-chars";
         let n = job_name(flow, "r1", "s10-then-s2-b1-s0", &[], 1);
         assert!(n.len() <= 63, "{n}");
-        assert!(n.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'));
+        assert!(n
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'));
         assert!(n.chars().next().unwrap().is_ascii_alphanumeric());
         assert!(n.chars().last().unwrap().is_ascii_alphanumeric());
     }

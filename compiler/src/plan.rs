@@ -138,9 +138,21 @@ pub struct Plan {
 }
 
 impl Plan {
-    pub(crate) fn new(graph: DiGraph<PlanNode, EdgeKind>, start: NodeIndex, end: NodeIndex) -> Self {
-        let by_id = graph.node_indices().map(|i| (graph[i].id.clone(), i)).collect();
-        Plan { graph, start, end, by_id }
+    pub(crate) fn new(
+        graph: DiGraph<PlanNode, EdgeKind>,
+        start: NodeIndex,
+        end: NodeIndex,
+    ) -> Self {
+        let by_id = graph
+            .node_indices()
+            .map(|i| (graph[i].id.clone(), i))
+            .collect();
+        Plan {
+            graph,
+            start,
+            end,
+            by_id,
+        }
     }
 
     /// The node with this id.
@@ -180,12 +192,18 @@ impl Plan {
     }
 
     fn edges_of(&self, id: &str, dir: Direction) -> Vec<(&str, EdgeKind)> {
-        let Some(i) = self.index(id) else { return vec![] };
+        let Some(i) = self.index(id) else {
+            return vec![];
+        };
         let mut out: Vec<(&str, EdgeKind)> = self
             .graph
             .edges_directed(i, dir)
             .map(|e| {
-                let other = if dir == Direction::Incoming { e.source() } else { e.target() };
+                let other = if dir == Direction::Incoming {
+                    e.source()
+                } else {
+                    e.target()
+                };
                 (self.graph[other].id.as_str(), *e.weight())
             })
             .collect();

@@ -24,7 +24,9 @@ impl std::str::FromStr for Format {
             "dot" => Ok(Format::Dot),
             "mermaid" => Ok(Format::Mermaid),
             "json" => Ok(Format::Json),
-            other => Err(format!("unknown format {other:?}: use tree, dot, mermaid or json")),
+            other => Err(format!(
+                "unknown format {other:?}: use tree, dot, mermaid or json"
+            )),
         }
     }
 }
@@ -53,26 +55,59 @@ pub fn render(title: &str, plan: &Plan, on_delete: Option<&Plan>, format: Format
 
 /// The plan as `{nodes, edges}`.
 pub fn to_json(plan: &Plan) -> Value {
-    let nodes: Vec<Value> = plan.nodes().map(|n| serde_json::to_value(n).expect("node serialises")).collect();
+    let nodes: Vec<Value> = plan
+        .nodes()
+        .map(|n| serde_json::to_value(n).expect("node serialises"))
+        .collect();
     let order = |id: &str| plan.index(id).map(|i| i.index()).unwrap_or(usize::MAX);
     let mut edges: Vec<(&str, &str, crate::plan::EdgeKind)> = plan.edges().collect();
     edges.sort_by_key(|(from, to, _)| (order(from), order(to)));
-    let edges: Vec<Value> = edges.into_iter().map(|(from, to, kind)| json!({"from": from, "to": to, "kind": kind})).collect();
+    let edges: Vec<Value> = edges
+        .into_iter()
+        .map(|(from, to, kind)| json!({"from": from, "to": to, "kind": kind}))
+        .collect();
     json!({"nodes": nodes, "edges": edges})
 }
 
 fn detail(n: &PlanNode) -> String {
     let mut d = match &n.kind {
-        NodeKind::LoopStart { over: LoopOver::Items(items), max_parallel, .. } => {
-            format!("forEach={} maxParallel={}", compact(items), max_parallel.unwrap_or(1))
+        NodeKind::LoopStart {
+            over: LoopOver::Items(items),
+            max_parallel,
+            ..
+        } => {
+            format!(
+                "forEach={} maxParallel={}",
+                compact(items),
+                max_parallel.unwrap_or(1)
+            )
         }
-        NodeKind::LoopStart { over: LoopOver::Nodes { selector, run_on }, max_parallel, .. } => {
-            let par = max_parallel.map(|m| m.to_string()).unwrap_or_else(|| if n.step_type == "loopNodes" { "1".into() } else { "all".into() });
+        NodeKind::LoopStart {
+            over: LoopOver::Nodes { selector, run_on },
+            max_parallel,
+            ..
+        } => {
+            let par = max_parallel.map(|m| m.to_string()).unwrap_or_else(|| {
+                if n.step_type == "loopNodes" {
+                    "1".into()
+                } else {
+                    "all".into()
+                }
+            });
             format!("nodes={selector:?} runOn={run_on:?} maxParallel={par}")
         }
-        NodeKind::RetryStart { attempts, backoff_seconds, .. } => format!("attempts={attempts} backoff={backoff_seconds}s"),
-        NodeKind::CompoundEnd { wait_for_all: false, .. } => "first branch wins".into(),
-        NodeKind::IncludeFlow { flow, inherit_vars, .. } => format!("flow={flow} inheritVars={inherit_vars}"),
+        NodeKind::RetryStart {
+            attempts,
+            backoff_seconds,
+            ..
+        } => format!("attempts={attempts} backoff={backoff_seconds}s"),
+        NodeKind::CompoundEnd {
+            wait_for_all: false,
+            ..
+        } => "first branch wins".into(),
+        NodeKind::IncludeFlow {
+            flow, inherit_vars, ..
+        } => format!("flow={flow} inheritVars={inherit_vars}"),
         _ => String::new(),
     };
     if n.continue_on_error {
@@ -89,7 +124,14 @@ fn compact(v: &Value) -> String {
         Value::String(s) => s.clone(),
         other => other.to_string(),
     };
-    if s.len() > 40 { format!("{}…", &s[..s.char_indices().nth(40).map(|(i, _)| i).unwrap_or(s.len())]) } else { s }
+    if s.len() > 40 {
+        format!(
+            "{}…",
+            &s[..s.char_indices().nth(40).map(|(i, _)| i).unwrap_or(s.len())]
+        )
+    } else {
+        s
+    }
 }
 
 fn placement_word(n: &PlanNode) -> &'static str {
@@ -111,7 +153,11 @@ fn tree(title: &str, plan: &Plan) -> String {
             .filter(|(_, k)| *k == EdgeKind::OnFailure)
             .map(|(to, _)| format!("onFailure→{to}"))
             .collect();
-        let label = n.name.as_deref().map(|s| format!(" \"{s}\"")).unwrap_or_default();
+        let label = n
+            .name
+            .as_deref()
+            .map(|s| format!(" \"{s}\""))
+            .unwrap_or_default();
         let _ = writeln!(
             out,
             "{}{:<width$} {:<14} {:<10} {}{} {}",
@@ -125,11 +171,18 @@ fn tree(title: &str, plan: &Plan) -> String {
             width = 22usize.saturating_sub(2 * n.depth).max(n.id.len()),
         );
     }
-    out.lines().map(str::trim_end).collect::<Vec<_>>().join("\n") + "\n"
+    out.lines()
+        .map(str::trim_end)
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n"
 }
 
 fn dot(title: &str, plan: &Plan, on_delete: Option<&Plan>) -> String {
-    let mut s = format!("digraph {:?} {{\n  rankdir=TB;\n  node [shape=box, fontname=\"monospace\"];\n", title);
+    let mut s = format!(
+        "digraph {:?} {{\n  rankdir=TB;\n  node [shape=box, fontname=\"monospace\"];\n",
+        title
+    );
     for p in std::iter::once(plan).chain(on_delete) {
         for n in p.nodes() {
             let shape = match n.kind {
@@ -138,7 +191,12 @@ fn dot(title: &str, plan: &Plan, on_delete: Option<&Plan>) -> String {
                 NodeKind::Action => "box",
                 _ => "hexagon",
             };
-            let _ = writeln!(s, "  {:?} [label={:?}, shape={shape}];", n.id, format!("{}\n{}", n.id, n.step_type));
+            let _ = writeln!(
+                s,
+                "  {:?} [label={:?}, shape={shape}];",
+                n.id,
+                format!("{}\n{}", n.id, n.step_type)
+            );
         }
         for (from, to, kind) in p.edges() {
             let style = match kind {
@@ -146,7 +204,11 @@ fn dot(title: &str, plan: &Plan, on_delete: Option<&Plan>) -> String {
                 EdgeKind::Always => ", style=dashed",
                 _ => "",
             };
-            let _ = writeln!(s, "  {from:?} -> {to:?} [label={:?}{style}];", edge_word(kind));
+            let _ = writeln!(
+                s,
+                "  {from:?} -> {to:?} [label={:?}{style}];",
+                edge_word(kind)
+            );
         }
     }
     s.push_str("}\n");

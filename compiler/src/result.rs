@@ -53,12 +53,21 @@ pub enum IncludedDocument {
 impl StepResult {
     /// A failed result with a message.
     pub fn failed(message: impl Into<String>) -> Self {
-        StepResult { ok: false, message: message.into(), ..Default::default() }
+        StepResult {
+            ok: false,
+            message: message.into(),
+            ..Default::default()
+        }
     }
 
     /// A successful result.
     pub fn succeeded(changed: bool, message: impl Into<String>) -> Self {
-        StepResult { ok: true, changed, message: message.into(), ..Default::default() }
+        StepResult {
+            ok: true,
+            changed,
+            message: message.into(),
+            ..Default::default()
+        }
     }
 }
 
@@ -69,8 +78,11 @@ mod tests {
     #[test]
     fn results_round_trip_through_json() {
         let mut r = StepResult::succeeded(true, "applied 3 objects");
-        r.vars.insert("unlabeled".into(), Value::String("a b".into()));
-        r.include = Some(IncludedDocument::Steps { steps: serde_json::json!([{"type": "log", "message": "x"}]) });
+        r.vars
+            .insert("unlabeled".into(), Value::String("a b".into()));
+        r.include = Some(IncludedDocument::Steps {
+            steps: serde_json::json!([{"type": "log", "message": "x"}]),
+        });
         let text = serde_json::to_string(&r).unwrap();
         assert_eq!(serde_json::from_str::<StepResult>(&text).unwrap(), r);
         assert!(text.contains("\"as\":\"steps\""), "{text}");

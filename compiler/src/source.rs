@@ -63,7 +63,8 @@ impl FlowDocument {
 pub fn load(text: &str) -> Result<Vec<FlowDocument>, SourceError> {
     let mut docs = Vec::new();
     for (i, de) in serde_yaml::Deserializer::from_str(text).enumerate() {
-        let v = <Value as serde::Deserialize>::deserialize(de).map_err(|e| SourceError::Yaml(e.to_string()))?;
+        let v = <Value as serde::Deserialize>::deserialize(de)
+            .map_err(|e| SourceError::Yaml(e.to_string()))?;
         if !v.is_null() {
             docs.push(v);
         }
@@ -71,14 +72,38 @@ pub fn load(text: &str) -> Result<Vec<FlowDocument>, SourceError> {
     }
     let line_maps = line_maps(text)?;
     let mut out = Vec::new();
-    for (i, (object, lines)) in docs.into_iter().zip(line_maps.into_iter().chain(std::iter::repeat_with(BTreeMap::new))).enumerate() {
-        let kind = object.get("kind").and_then(Value::as_str).unwrap_or_default().to_string();
+    for (i, (object, lines)) in docs
+        .into_iter()
+        .zip(
+            line_maps
+                .into_iter()
+                .chain(std::iter::repeat_with(BTreeMap::new)),
+        )
+        .enumerate()
+    {
+        let kind = object
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
         if kind != "PseudoFlow" {
             return Err(SourceError::NotAFlow(i + 1, kind));
         }
-        let name = object.pointer("/metadata/name").and_then(Value::as_str).ok_or(SourceError::NoName(i + 1))?.to_string();
-        let namespace = object.pointer("/metadata/namespace").and_then(Value::as_str).map(str::to_string);
-        out.push(FlowDocument { name, namespace, object, lines });
+        let name = object
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .ok_or(SourceError::NoName(i + 1))?
+            .to_string();
+        let namespace = object
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        out.push(FlowDocument {
+            name,
+            namespace,
+            object,
+            lines,
+        });
     }
     if out.is_empty() {
         return Err(SourceError::Empty);

@@ -6,8 +6,16 @@ mod common;
 use std::process::Command;
 
 fn run(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_pseudoflow-compile")).args(args).current_dir(common::repo()).output().unwrap();
-    (out.status.code().unwrap(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+    let out = Command::new(env!("CARGO_BIN_EXE_pseudoflow-compile"))
+        .args(args)
+        .current_dir(common::repo())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap(),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
 }
 
 #[test]
@@ -15,7 +23,10 @@ fn valid_flow_prints_the_tree_and_exits_0() {
     let (code, out, err) = run(&["examples/nodelocaldns.yaml"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.starts_with("setup-nodelocaldns\n"), "{out}");
-    assert!(out.contains("s3-s0") && out.contains("configFile") && out.contains("job@node"), "{out}");
+    assert!(
+        out.contains("s3-s0") && out.contains("configFile") && out.contains("job@node"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -25,11 +36,21 @@ fn json_format_has_nodes_with_id_and_type_and_edges_with_from_to_kind() {
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     let nodes = v["nodes"].as_array().unwrap();
     let edges = v["edges"].as_array().unwrap();
-    assert!(nodes.iter().all(|n| n["id"].is_string() && n["type"].is_string()));
-    assert!(edges.iter().all(|e| e["from"].is_string() && e["to"].is_string() && e["kind"].is_string()));
-    let has_edge = |from: &str, to: &str, kind: &str| edges.iter().any(|e| e["from"] == from && e["to"] == to && e["kind"] == kind);
+    assert!(nodes
+        .iter()
+        .all(|n| n["id"].is_string() && n["type"].is_string()));
+    assert!(edges
+        .iter()
+        .all(|e| e["from"].is_string() && e["to"].is_string() && e["kind"].is_string()));
+    let has_edge = |from: &str, to: &str, kind: &str| {
+        edges
+            .iter()
+            .any(|e| e["from"] == from && e["to"] == to && e["kind"] == kind)
+    };
     assert!(has_edge("s4", "s4-b0-s0", "branch") && has_edge("s4", "s4-b1-s0", "branch"));
-    assert!(has_edge("s4-b0-s0-end", "s4-end", "next") && has_edge("s4-b1-s0-end", "s4-end", "next"));
+    assert!(
+        has_edge("s4-b0-s0-end", "s4-end", "next") && has_edge("s4-b1-s0-end", "s4-end", "next")
+    );
 }
 
 #[test]
@@ -43,9 +64,17 @@ fn dot_and_mermaid_formats_render_every_edge() {
 
 #[test]
 fn emit_prints_the_configmap_and_job_of_one_node() {
-    let (code, out, err) = run(&["examples/nodelocaldns.yaml", "--emit", "s3-s0", "--node", "worker-1"]);
+    let (code, out, err) = run(&[
+        "examples/nodelocaldns.yaml",
+        "--emit",
+        "s3-s0",
+        "--node",
+        "worker-1",
+    ]);
     assert_eq!(code, 0, "{err}");
-    let docs: Vec<serde_json::Value> = serde_yaml::Deserializer::from_str(&out).map(|d| serde::Deserialize::deserialize(d).unwrap()).collect();
+    let docs: Vec<serde_json::Value> = serde_yaml::Deserializer::from_str(&out)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .collect();
     assert_eq!(docs[0]["kind"], "ConfigMap");
     assert_eq!(docs[1]["kind"], "Job");
     assert_eq!(docs[1]["spec"]["template"]["spec"]["nodeName"], "worker-1");
@@ -64,8 +93,14 @@ fn invalid_flow_exits_1_with_paths_and_lines_on_stderr() {
     let (code, out, err) = run(&["compiler/tests/invalid/typos.yaml"]);
     assert_eq!(code, 1);
     assert!(out.is_empty());
-    assert!(err.contains("line 20: spec.steps[3].then[0].seconds: expected integer, got \"ten\""), "{err}");
-    assert!(err.contains("unknown step type \"aply\" (did you mean \"apply\"?)"), "{err}");
+    assert!(
+        err.contains("line 20: spec.steps[3].then[0].seconds: expected integer, got \"ten\""),
+        "{err}"
+    );
+    assert!(
+        err.contains("unknown step type \"aply\" (did you mean \"apply\"?)"),
+        "{err}"
+    );
 }
 
 #[test]

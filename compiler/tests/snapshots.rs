@@ -10,7 +10,10 @@ use pseudoflow_compiler::render::{render, Format};
 use pseudoflow_compiler::{compile, FlowId};
 
 fn compile_doc(doc: &pseudoflow_compiler::source::FlowDocument) -> pseudoflow_compiler::Compiled {
-    let id = FlowId { name: &doc.name, namespace: doc.namespace.as_deref() };
+    let id = FlowId {
+        name: &doc.name,
+        namespace: doc.namespace.as_deref(),
+    };
     compile(&id, doc.spec()).unwrap_or_else(|d| panic!("{} does not compile:\n{d}", doc.name))
 }
 
@@ -32,7 +35,9 @@ fn every_example_compiles_to_the_reviewed_dag() {
 
 #[test]
 fn every_example_lowers_to_the_reviewed_jobs() {
-    let opts = LowerOptions { image: "pseudoflow/runtime:test".into() };
+    let opts = LowerOptions {
+        image: "pseudoflow/runtime:test".into(),
+    };
     for path in examples() {
         let doc = load_one(&path);
         let c = compile_doc(&doc);
@@ -55,7 +60,10 @@ fn every_example_lowers_to_the_reviewed_jobs() {
 fn broken_flows_get_the_reviewed_diagnostics() {
     for path in yaml_files("compiler/tests/invalid") {
         let doc = load_one(&path);
-        let id = FlowId { name: &doc.name, namespace: doc.namespace.as_deref() };
+        let id = FlowId {
+            name: &doc.name,
+            namespace: doc.namespace.as_deref(),
+        };
         let mut diags = compile(&id, doc.spec()).expect_err("a broken flow must not compile");
         doc.locate(&mut diags);
         diags.0.sort_by_key(|d| d.line);

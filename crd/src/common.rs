@@ -138,9 +138,20 @@ pub fn nested_branches_schema(_: &mut SchemaGenerator) -> Schema {
 /// Default apiVersion for the built-in kinds users name most, so `{kind: Node, name: x}` works.
 pub fn default_api_version(kind: &str) -> Option<&'static str> {
     Some(match kind {
-        "Node" | "Namespace" | "Pod" | "Service" | "ConfigMap" | "Secret" | "ServiceAccount"
-        | "PersistentVolume" | "PersistentVolumeClaim" | "Endpoints" | "Event" | "LimitRange"
-        | "ResourceQuota" | "ReplicationController" => "v1",
+        "Node"
+        | "Namespace"
+        | "Pod"
+        | "Service"
+        | "ConfigMap"
+        | "Secret"
+        | "ServiceAccount"
+        | "PersistentVolume"
+        | "PersistentVolumeClaim"
+        | "Endpoints"
+        | "Event"
+        | "LimitRange"
+        | "ResourceQuota"
+        | "ReplicationController" => "v1",
         "Deployment" | "DaemonSet" | "StatefulSet" | "ReplicaSet" | "ControllerRevision" => {
             "apps/v1"
         }
@@ -196,7 +207,11 @@ pub fn parse_number_or_quantity(s: &str) -> Option<f64> {
             if num.is_empty() || num.ends_with(['e', 'E']) {
                 continue;
             }
-            return num.parse::<f64>().ok().filter(|n| n.is_finite()).map(|n| n * factor);
+            return num
+                .parse::<f64>()
+                .ok()
+                .filter(|n| n.is_finite())
+                .map(|n| n * factor);
         }
     }
     None

@@ -84,7 +84,8 @@ impl Diagnostics {
     /// Sorts by path order of appearance is kept; this only removes exact duplicates.
     pub fn dedup(&mut self) {
         let mut seen = std::collections::HashSet::new();
-        self.0.retain(|d| seen.insert((d.path.clone(), d.message.clone())));
+        self.0
+            .retain(|d| seen.insert((d.path.clone(), d.message.clone())));
     }
 
     pub fn is_empty(&self) -> bool {

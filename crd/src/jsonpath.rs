@@ -38,7 +38,9 @@ impl JsonPath {
         };
         let mut s = input.trim();
         if let Some(inner) = s.strip_prefix('{') {
-            s = inner.strip_suffix('}').ok_or_else(|| err("missing closing '}'"))?;
+            s = inner
+                .strip_suffix('}')
+                .ok_or_else(|| err("missing closing '}'"))?;
         }
         let s = s.strip_prefix('$').unwrap_or(s);
         if s.is_empty() {
@@ -89,7 +91,11 @@ impl JsonPath {
                     Segment::Field(name) => next.extend(v.get(name)),
                     Segment::Index(idx) => {
                         if let Some(arr) = v.as_array() {
-                            let i = if *idx < 0 { arr.len() as i64 + idx } else { *idx };
+                            let i = if *idx < 0 {
+                                arr.len() as i64 + idx
+                            } else {
+                                *idx
+                            };
                             next.extend(usize::try_from(i).ok().and_then(|i| arr.get(i)));
                         }
                     }
@@ -125,7 +131,13 @@ impl JsonPath {
         if found.is_empty() {
             return None;
         }
-        Some(found.into_iter().map(scalar_text).collect::<Vec<_>>().join(" "))
+        Some(
+            found
+                .into_iter()
+                .map(scalar_text)
+                .collect::<Vec<_>>()
+                .join(" "),
+        )
     }
 }
 
@@ -219,7 +231,9 @@ fn parse_bracket(inner: &str) -> Result<Segment, String> {
         None => None,
         Some((eq, raw)) => {
             let raw = raw.trim();
-            let value = unquote(raw).map(str::to_string).unwrap_or_else(|| raw.to_string());
+            let value = unquote(raw)
+                .map(str::to_string)
+                .unwrap_or_else(|| raw.to_string());
             Some((eq, value))
         }
     };
@@ -247,8 +261,17 @@ mod tests {
 
     #[test]
     fn braces_and_leading_dot_are_equivalent() {
-        for p in ["{.status.phase}", ".status.phase", "status.phase", "$.status.phase"] {
-            assert_eq!(JsonPath::parse(p).unwrap().eval_text(&doc()).as_deref(), Some("Running"), "{p}");
+        for p in [
+            "{.status.phase}",
+            ".status.phase",
+            "status.phase",
+            "$.status.phase",
+        ] {
+            assert_eq!(
+                JsonPath::parse(p).unwrap().eval_text(&doc()).as_deref(),
+                Some("Running"),
+                "{p}"
+            );
         }
     }
 
@@ -263,22 +286,70 @@ mod tests {
     #[test]
     fn indexes_wildcards_and_escaped_dots() {
         let d = doc();
-        assert_eq!(JsonPath::parse(".status.conditions[1].type").unwrap().eval_text(&d).as_deref(), Some("Available"));
-        assert_eq!(JsonPath::parse(".status.conditions[-1].type").unwrap().eval_text(&d).as_deref(), Some("Available"));
-        assert_eq!(JsonPath::parse(".status.conditions[*].type").unwrap().eval_text(&d).as_deref(), Some("Ready Available"));
-        assert_eq!(JsonPath::parse(r".metadata.labels.app\.kubernetes\.io/name").unwrap().eval_text(&d).as_deref(), Some("dns"));
-        assert_eq!(JsonPath::parse(".metadata.labels['app.kubernetes.io/name']").unwrap().eval_text(&d).as_deref(), Some("dns"));
-        assert_eq!(JsonPath::parse(".status.replicas").unwrap().eval_text(&d).as_deref(), Some("3"));
+        assert_eq!(
+            JsonPath::parse(".status.conditions[1].type")
+                .unwrap()
+                .eval_text(&d)
+                .as_deref(),
+            Some("Available")
+        );
+        assert_eq!(
+            JsonPath::parse(".status.conditions[-1].type")
+                .unwrap()
+                .eval_text(&d)
+                .as_deref(),
+            Some("Available")
+        );
+        assert_eq!(
+            JsonPath::parse(".status.conditions[*].type")
+                .unwrap()
+                .eval_text(&d)
+                .as_deref(),
+            Some("Ready Available")
+        );
+        assert_eq!(
+            JsonPath::parse(r".metadata.labels.app\.kubernetes\.io/name")
+                .unwrap()
+                .eval_text(&d)
+                .as_deref(),
+            Some("dns")
+        );
+        assert_eq!(
+            JsonPath::parse(".metadata.labels['app.kubernetes.io/name']")
+                .unwrap()
+                .eval_text(&d)
+                .as_deref(),
+            Some("dns")
+        );
+        assert_eq!(
+            JsonPath::parse(".status.replicas")
+                .unwrap()
+                .eval_text(&d)
+                .as_deref(),
+            Some("3")
+        );
     }
 
     #[test]
     fn missing_paths_select_nothing() {
-        assert_eq!(JsonPath::parse(".status.nope").unwrap().eval_text(&doc()), None);
+        assert_eq!(
+            JsonPath::parse(".status.nope").unwrap().eval_text(&doc()),
+            None
+        );
     }
 
     #[test]
     fn malformed_paths_are_errors() {
-        for bad in ["", "{.a", ".a..b", ".a[", ".a[?(x==1)]", ".a[foo]", ".a.", "..a"] {
+        for bad in [
+            "",
+            "{.a",
+            ".a..b",
+            ".a[",
+            ".a[?(x==1)]",
+            ".a[foo]",
+            ".a.",
+            "..a",
+        ] {
             assert!(JsonPath::parse(bad).is_err(), "{bad:?} should fail");
         }
     }

@@ -136,7 +136,13 @@ pub fn check_spec_structure(raw: &Value, path: &str, diags: &mut Diagnostics) {
 /// Structural check of one step: its `type` first, then its type's own schema.
 pub fn check_step(value: &Value, path: &str, diags: &mut Diagnostics) {
     let Some(obj) = value.as_object() else {
-        diags.error(path, format!("expected a step (an object with a type), got {}", describe(value)));
+        diags.error(
+            path,
+            format!(
+                "expected a step (an object with a type), got {}",
+                describe(value)
+            ),
+        );
         return;
     };
     let ty = match obj.get("type") {
@@ -146,7 +152,10 @@ pub fn check_step(value: &Value, path: &str, diags: &mut Diagnostics) {
         }
         Some(Value::String(t)) => t,
         Some(other) => {
-            diags.error(join(path, "type"), format!("expected string, got {}", describe(other)));
+            diags.error(
+                join(path, "type"),
+                format!("expected string, got {}", describe(other)),
+            );
             return;
         }
     };
@@ -156,7 +165,10 @@ pub fn check_step(value: &Value, path: &str, diags: &mut Diagnostics) {
             let hint = suggest(ty, STEP_TYPES.iter().copied())
                 .map(|s| format!(" (did you mean {s:?}?)"))
                 .unwrap_or_default();
-            diags.error(join(path, "type"), format!("unknown step type {ty:?}{hint}"));
+            diags.error(
+                join(path, "type"),
+                format!("unknown step type {ty:?}{hint}"),
+            );
         }
     }
 }
@@ -169,7 +181,13 @@ fn check(value: &Value, schema: &Value, path: &str, diags: &mut Diagnostics) {
         Some("list") => return check_step_list(value, path, diags),
         Some("branches") => {
             let Some(branches) = value.as_array() else {
-                diags.error(path, format!("expected a list of branches (each a list of steps), got {}", describe(value)));
+                diags.error(
+                    path,
+                    format!(
+                        "expected a list of branches (each a list of steps), got {}",
+                        describe(value)
+                    ),
+                );
                 return;
             };
             for (i, b) in branches.iter().enumerate() {
@@ -191,23 +209,43 @@ fn check(value: &Value, schema: &Value, path: &str, diags: &mut Diagnostics) {
     }
     if let Some(t) = schema.get("type").and_then(Value::as_str) {
         if !type_matches(t, value) {
-            diags.error(path, format!("expected {}, got {}", type_word(t), describe(value)));
+            diags.error(
+                path,
+                format!("expected {}, got {}", type_word(t), describe(value)),
+            );
             return;
         }
     }
     if let Some(allowed) = allowed_values(schema) {
         if !allowed.contains(value) {
-            let names: Vec<String> = allowed.iter().map(|v| v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string())).collect();
+            let names: Vec<String> = allowed
+                .iter()
+                .map(|v| {
+                    v.as_str()
+                        .map(str::to_string)
+                        .unwrap_or_else(|| v.to_string())
+                })
+                .collect();
             let hint = value
                 .as_str()
                 .and_then(|s| suggest(s, names.iter().map(String::as_str)))
                 .map(|s| format!(" (did you mean {s:?}?)"))
                 .unwrap_or_default();
-            diags.error(path, format!("{} is not one of: {}{hint}", describe(value), names.join(", ")));
+            diags.error(
+                path,
+                format!(
+                    "{} is not one of: {}{hint}",
+                    describe(value),
+                    names.join(", ")
+                ),
+            );
             return;
         }
     }
-    if let (Some(min), Some(n)) = (schema.get("minimum").and_then(Value::as_f64), value.as_f64()) {
+    if let (Some(min), Some(n)) = (
+        schema.get("minimum").and_then(Value::as_f64),
+        value.as_f64(),
+    ) {
         if n < min {
             diags.error(path, format!("must be at least {min}, got {n}"));
         }
@@ -228,7 +266,10 @@ fn check(value: &Value, schema: &Value, path: &str, diags: &mut Diagnostics) {
 /// A value valid against any branch is fine; otherwise report the errors of the branch whose
 /// type matches (e.g. the enum's message for a misspelt `runOn`), or the expected types.
 fn check_any_of(value: &Value, options: &[Value], path: &str, diags: &mut Diagnostics) {
-    let options: Vec<&Value> = options.iter().filter(|o| o.get("type").and_then(Value::as_str) != Some("null")).collect();
+    let options: Vec<&Value> = options
+        .iter()
+        .filter(|o| o.get("type").and_then(Value::as_str) != Some("null"))
+        .collect();
     if value.is_null() {
         return;
     }
@@ -246,8 +287,15 @@ fn check_any_of(value: &Value, options: &[Value], path: &str, diags: &mut Diagno
     match best {
         Some(errors) => diags.extend(errors),
         None => {
-            let types: Vec<&str> = options.iter().filter_map(|o| branch_type(o)).map(type_word).collect();
-            diags.error(path, format!("expected {}, got {}", types.join(" or "), describe(value)));
+            let types: Vec<&str> = options
+                .iter()
+                .filter_map(|o| branch_type(o))
+                .map(type_word)
+                .collect();
+            diags.error(
+                path,
+                format!("expected {}, got {}", types.join(" or "), describe(value)),
+            );
         }
     }
 }
@@ -255,13 +303,21 @@ fn check_any_of(value: &Value, options: &[Value], path: &str, diags: &mut Diagno
 /// The JSON type a schema branch accepts, looking through `oneOf` of constants.
 fn branch_type(schema: &Value) -> Option<&str> {
     schema.get("type").and_then(Value::as_str).or_else(|| {
-        schema.get("oneOf")?.as_array()?.first()?.get("type")?.as_str()
+        schema
+            .get("oneOf")?
+            .as_array()?
+            .first()?
+            .get("type")?
+            .as_str()
     })
 }
 
 fn check_step_list(value: &Value, path: &str, diags: &mut Diagnostics) {
     let Some(items) = value.as_array() else {
-        diags.error(path, format!("expected a list of steps, got {}", describe(value)));
+        diags.error(
+            path,
+            format!("expected a list of steps, got {}", describe(value)),
+        );
         return;
     };
     for (i, item) in items.iter().enumerate() {
@@ -270,7 +326,9 @@ fn check_step_list(value: &Value, path: &str, diags: &mut Diagnostics) {
 }
 
 fn check_object(obj: &Map<String, Value>, schema: &Value, path: &str, diags: &mut Diagnostics) {
-    if schema.get("x-kubernetes-preserve-unknown-fields").is_some() && schema.get("properties").is_none() {
+    if schema.get("x-kubernetes-preserve-unknown-fields").is_some()
+        && schema.get("properties").is_none()
+    {
         return;
     }
     let props = schema.get("properties").and_then(Value::as_object);
@@ -283,7 +341,10 @@ fn check_object(obj: &Map<String, Value>, schema: &Value, path: &str, diags: &mu
     }
     for (key, v) in obj {
         let child = join(path, key);
-        match (props.and_then(|p| p.get(key)), schema.get("additionalProperties")) {
+        match (
+            props.and_then(|p| p.get(key)),
+            schema.get("additionalProperties"),
+        ) {
             (Some(s), _) => check(v, s, &child, diags),
             (None, Some(s)) if s.is_object() => check(v, s, &child, diags),
             (None, _) if props.is_some() => {
@@ -335,7 +396,10 @@ fn type_word(t: &str) -> &str {
 pub fn describe(v: &Value) -> String {
     match v {
         Value::String(s) if s.chars().count() > 40 => {
-            format!("{:?}", format!("{}…", s.chars().take(40).collect::<String>()))
+            format!(
+                "{:?}",
+                format!("{}…", s.chars().take(40).collect::<String>())
+            )
         }
         Value::String(s) => format!("{s:?}"),
         Value::Number(n) => format!("number {n}"),
@@ -360,23 +424,34 @@ pub fn to_structural(v: Value) -> Value {
     if o.contains_key("anyOf") {
         o.remove("anyOf");
         o.remove("type");
-        o.insert("x-kubernetes-preserve-unknown-fields".into(), Value::Bool(true));
+        o.insert(
+            "x-kubernetes-preserve-unknown-fields".into(),
+            Value::Bool(true),
+        );
     }
     if let Some(values) = allowed_values(&Value::Object(o.clone())) {
         if o.contains_key("oneOf") || o.contains_key("const") {
             o.remove("oneOf");
             o.remove("const");
-            let ty = if values.iter().all(Value::is_string) { "string" } else { "integer" };
+            let ty = if values.iter().all(Value::is_string) {
+                "string"
+            } else {
+                "integer"
+            };
             o.insert("type".into(), json!(ty));
             o.insert("enum".into(), Value::Array(values));
         }
     }
     for key in ["format"] {
-        if o.get(key).and_then(Value::as_str).is_some_and(|f| f.starts_with("uint") || f.starts_with("int") && f != "int32" && f != "int64") {
+        if o.get(key).and_then(Value::as_str).is_some_and(|f| {
+            f.starts_with("uint") || f.starts_with("int") && f != "int32" && f != "int64"
+        }) {
             o.remove(key);
         }
     }
-    if o.get("nullable") == Some(&Value::Bool(true)) && o.contains_key("x-kubernetes-preserve-unknown-fields") {
+    if o.get("nullable") == Some(&Value::Bool(true))
+        && o.contains_key("x-kubernetes-preserve-unknown-fields")
+    {
         o.remove("nullable");
     }
     Value::Object(o.into_iter().map(|(k, v)| (k, to_structural(v))).collect())
@@ -386,6 +461,10 @@ pub fn to_structural(v: Value) -> Value {
 pub fn crd_yaml() -> String {
     let crd = serde_json::to_value(PseudoFlow::crd()).expect("CRD serialises");
     let crd = to_structural(crd);
-    let header = "# Generated by `make crd` (pseudoflow-crdgen) from crd/src: do not edit by hand.\n";
-    format!("{header}{}", serde_yaml::to_string(&crd).expect("CRD renders as YAML"))
+    let header =
+        "# Generated by `make crd` (pseudoflow-crdgen) from crd/src: do not edit by hand.\n";
+    format!(
+        "{header}{}",
+        serde_yaml::to_string(&crd).expect("CRD renders as YAML")
+    )
 }

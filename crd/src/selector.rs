@@ -134,7 +134,10 @@ fn parse_requirement(part: &str) -> Result<Requirement, String> {
         }
     }
     for (op, ctor) in [
-        ("!=", Requirement::NotEquals as fn(String, String) -> Requirement),
+        (
+            "!=",
+            Requirement::NotEquals as fn(String, String) -> Requirement,
+        ),
         ("==", Requirement::Equals),
         ("=", Requirement::Equals),
     ] {
@@ -156,8 +159,7 @@ fn is_name(s: &str) -> bool {
         && b.len() <= 63
         && b[0].is_ascii_alphanumeric()
         && b[b.len() - 1].is_ascii_alphanumeric()
-        && b
-            .iter()
+        && b.iter()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
 }
 
@@ -172,7 +174,8 @@ fn check_key(key: &str) -> Result<(), String> {
             && p.split('.').all(|l| {
                 !l.is_empty()
                     && l.len() <= 63
-                    && l.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+                    && l.bytes()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
             });
         if !ok {
             return Err(format!("{key:?}: prefix {p:?} is not a DNS subdomain"));
@@ -199,7 +202,10 @@ mod tests {
     use super::*;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -221,7 +227,9 @@ mod tests {
     #[test]
     fn equality_and_set_operators() {
         let l = labels(&[("env", "prod"), ("zone", "a")]);
-        assert!(Selector::parse("env=prod,zone in (a,b)").unwrap().matches(&l));
+        assert!(Selector::parse("env=prod,zone in (a,b)")
+            .unwrap()
+            .matches(&l));
         assert!(!Selector::parse("env!=prod").unwrap().matches(&l));
         assert!(Selector::parse("env==prod").unwrap().matches(&l));
         assert!(!Selector::parse("zone notin (a)").unwrap().matches(&l));

@@ -87,7 +87,10 @@ impl ArtifactSource {
     pub fn validate(&self, ctx: &mut Ctx) {
         match (&self.config_map, &self.url) {
             (Some(_), Some(_)) => ctx.error("", "give configMap or url, not both"),
-            (None, None) => ctx.error("", "give configMap (a ConfigMap name) or url (an http(s) base URL)"),
+            (None, None) => ctx.error(
+                "",
+                "give configMap (a ConfigMap name) or url (an http(s) base URL)",
+            ),
             (Some(cm), None) if !is_dns_subdomain(cm) => {
                 ctx.error("configMap", format!("{cm:?} is not a valid ConfigMap name"))
             }

@@ -80,7 +80,13 @@ impl<'a> Ctx<'a> {
     pub fn regex(&mut self, field: &str, value: &str) {
         if !value.contains("${") {
             if let Err(e) = Regex::new(value) {
-                let first = e.to_string().lines().last().unwrap_or_default().trim().to_string();
+                let first = e
+                    .to_string()
+                    .lines()
+                    .last()
+                    .unwrap_or_default()
+                    .trim()
+                    .to_string();
                 self.error(field, format!("invalid regex {value:?}: {first}"));
             }
         }
@@ -88,7 +94,10 @@ impl<'a> Ctx<'a> {
 
     /// Checks that a name is usable as a flow variable (also in `${name}`).
     pub fn var_name(&mut self, field: &str, name: &str) {
-        let ok = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        let ok = name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
             && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
         if !ok {
             self.error(
@@ -131,10 +140,17 @@ pub fn validate_spec(raw: &Value) -> (Option<PseudoFlowSpec>, Diagnostics) {
     }
     if let Some(sa) = raw.get("serviceAccountName").and_then(Value::as_str) {
         if !is_dns_subdomain(sa) {
-            ctx.error("serviceAccountName", format!("{sa:?} is not a valid ServiceAccount name"));
+            ctx.error(
+                "serviceAccountName",
+                format!("{sa:?} is not a valid ServiceAccount name"),
+            );
         }
     }
-    if raw.pointer("/options/timeoutSeconds").and_then(Value::as_u64) == Some(0) {
+    if raw
+        .pointer("/options/timeoutSeconds")
+        .and_then(Value::as_u64)
+        == Some(0)
+    {
         ctx.error("options.timeoutSeconds", "must be at least 1");
     }
     if diags.has_errors() {
@@ -161,7 +177,12 @@ pub fn check_steps(steps: &[Value], ctx: &mut Ctx) {
     if steps.is_empty() {
         ctx.error("", "a step list must not be empty");
     }
-    let type_of = |v: &Value| v.get("type").and_then(Value::as_str).unwrap_or_default().to_string();
+    let type_of = |v: &Value| {
+        v.get("type")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
     for (i, raw) in steps.iter().enumerate() {
         let mut sctx = ctx.at(&format!("[{i}]"));
         let ty = type_of(raw);
@@ -232,17 +253,21 @@ pub fn without_nested_steps(raw: &Value) -> Value {
 
 /// The fields of a step type that hold nested step lists, from its schema's markers.
 fn nested_fields(ty: &str) -> Vec<(String, &'static str)> {
-    let Some(schema) = crate::schema::step_schemas().get(ty) else { return vec![] };
+    let Some(schema) = crate::schema::step_schemas().get(ty) else {
+        return vec![];
+    };
     schema["properties"]
         .as_object()
         .map(|props| {
             props
                 .iter()
-                .filter_map(|(k, v)| match v.get("x-pseudoflow-steps").and_then(Value::as_str) {
-                    Some("list") => Some((k.clone(), "list")),
-                    Some("branches") => Some((k.clone(), "branches")),
-                    _ => None,
-                })
+                .filter_map(
+                    |(k, v)| match v.get("x-pseudoflow-steps").and_then(Value::as_str) {
+                        Some("list") => Some((k.clone(), "list")),
+                        Some("branches") => Some((k.clone(), "branches")),
+                        _ => None,
+                    },
+                )
                 .collect()
         })
         .unwrap_or_default()
@@ -252,7 +277,9 @@ fn nested_fields(ty: &str) -> Vec<(String, &'static str)> {
 fn nested_lists<'v>(ty: &str, raw: &'v Value) -> Vec<(String, &'v [Value])> {
     let mut out = Vec::new();
     for (field, kind) in nested_fields(ty) {
-        let Some(list) = raw.get(&field).and_then(Value::as_array) else { continue };
+        let Some(list) = raw.get(&field).and_then(Value::as_array) else {
+            continue;
+        };
         if kind == "branches" {
             for (b, branch) in list.iter().enumerate() {
                 if let Some(steps) = branch.as_array() {
@@ -298,7 +325,8 @@ pub fn is_dns_label(s: &str) -> bool {
         && b.len() <= 63
         && b[0].is_ascii_alphanumeric()
         && b[b.len() - 1].is_ascii_alphanumeric()
-        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
 }
 
 /// RFC 1123 subdomain (ConfigMap, ServiceAccount names).
@@ -319,7 +347,10 @@ mod tests {
     fn suggestions_find_near_typos_only() {
         assert_eq!(suggest("aply", step_type_names()), Some("apply"));
         assert_eq!(suggest("waitfor", step_type_names()), Some("waitFor"));
-        assert_eq!(suggest("configfiles", step_type_names()), Some("configFile"));
+        assert_eq!(
+            suggest("configfiles", step_type_names()),
+            Some("configFile")
+        );
         assert_eq!(suggest("kubernetes", step_type_names()), None);
     }
 

@@ -6,20 +6,41 @@ fn checked_in_crd_matches_the_types() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/pseudoflow.yaml");
     let on_disk = std::fs::read_to_string(path).expect("crd/pseudoflow.yaml exists");
     let generated = pseudoflow_crd::schema::crd_yaml();
-    assert!(on_disk == generated, "crd/pseudoflow.yaml is stale: run `make crd` and review the diff");
+    assert!(
+        on_disk == generated,
+        "crd/pseudoflow.yaml is stale: run `make crd` and review the diff"
+    );
 }
 
 #[test]
 fn crd_schema_is_structural() {
     let v: serde_json::Value = serde_yaml::from_str(&pseudoflow_crd::schema::crd_yaml()).unwrap();
     let text = v.to_string();
-    for forbidden in ["\"anyOf\"", "\"oneOf\"", "\"$ref\"", "\"const\"", "x-pseudoflow"] {
+    for forbidden in [
+        "\"anyOf\"",
+        "\"oneOf\"",
+        "\"$ref\"",
+        "\"const\"",
+        "x-pseudoflow",
+    ] {
         assert!(!text.contains(forbidden), "CRD schema contains {forbidden}");
     }
-    let steps = &v["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["steps"]["items"];
-    assert_eq!(steps["properties"]["type"]["enum"].as_array().unwrap().len(), 26);
+    let steps = &v["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        ["properties"]["steps"]["items"];
+    assert_eq!(
+        steps["properties"]["type"]["enum"]
+            .as_array()
+            .unwrap()
+            .len(),
+        26
+    );
     // Every step type has at least one required field, so each gets one CEL rule.
     let rules = steps["x-kubernetes-validations"].as_array().unwrap();
     assert_eq!(rules.len(), 26);
-    assert!(rules.iter().any(|r| r["rule"] == "self.type != 'sleep' || (has(self.seconds))"), "{rules:?}");
+    assert!(
+        rules
+            .iter()
+            .any(|r| r["rule"] == "self.type != 'sleep' || (has(self.seconds))"),
+        "{rules:?}"
+    );
 }

@@ -38,7 +38,13 @@ fn parse_args() -> Result<Args, String> {
         }
     }
     let file = file.ok_or("missing FILE")?;
-    Ok(Args { file, format, emit, node, image })
+    Ok(Args {
+        file,
+        format,
+        emit,
+        node,
+        image,
+    })
 }
 
 fn main() -> ExitCode {
@@ -68,7 +74,10 @@ fn main() -> ExitCode {
     };
     let mut failed = false;
     for doc in &docs {
-        let id = FlowId { name: &doc.name, namespace: doc.namespace.as_deref() };
+        let id = FlowId {
+            name: &doc.name,
+            namespace: doc.namespace.as_deref(),
+        };
         match compile(&id, doc.spec()) {
             Err(mut diags) => {
                 doc.locate(&mut diags);
@@ -85,7 +94,12 @@ fn main() -> ExitCode {
                     eprintln!("{}: {d}", args.file);
                 }
                 let out = match &args.emit {
-                    None => render(&doc.name, &compiled.plan, compiled.on_delete.as_ref(), args.format),
+                    None => render(
+                        &doc.name,
+                        &compiled.plan,
+                        compiled.on_delete.as_ref(),
+                        args.format,
+                    ),
                     Some(node_id) => match emit(doc, &compiled, node_id, &args) {
                         Ok(s) => s,
                         Err(e) => {
@@ -106,12 +120,21 @@ fn main() -> ExitCode {
 }
 
 /// The ConfigMap and Job of one node, for run 1 of the flow, with `spec.vars` substituted.
-fn emit(doc: &source::FlowDocument, compiled: &pseudoflow_compiler::Compiled, node_id: &str, args: &Args) -> Result<String, String> {
+fn emit(
+    doc: &source::FlowDocument,
+    compiled: &pseudoflow_compiler::Compiled,
+    node_id: &str,
+    args: &Args,
+) -> Result<String, String> {
     let flow = FlowRef {
         name: doc.name.clone(),
         namespace: doc.namespace.clone().unwrap_or_else(|| "default".into()),
         uid: "00000000-0000-0000-0000-000000000000".into(),
-        service_account: compiled.spec.service_account_name.clone().unwrap_or_else(|| "default".into()),
+        service_account: compiled
+            .spec
+            .service_account_name
+            .clone()
+            .unwrap_or_else(|| "default".into()),
     };
     let mut opts = LowerOptions::default();
     if let Some(image) = &args.image {

@@ -8,7 +8,10 @@ use pseudoflow_compiler::source::{load, FlowDocument};
 
 /// The repository root.
 pub fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 /// Every YAML file directly in `dir` (relative to the repo), sorted.
@@ -38,7 +41,11 @@ pub fn load_one(path: &Path) -> FlowDocument {
 /// A stable snapshot name for a file: `steps-apply` for `examples/steps/apply.yaml`.
 pub fn snapshot_name(path: &Path) -> String {
     let rel = path.strip_prefix(repo()).unwrap().with_extension("");
-    let parts: Vec<String> = rel.iter().skip(1).map(|c| c.to_string_lossy().into_owned()).collect();
+    let parts: Vec<String> = rel
+        .iter()
+        .skip(1)
+        .map(|c| c.to_string_lossy().into_owned())
+        .collect();
     parts.join("-")
 }
 

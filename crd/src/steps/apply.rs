@@ -59,11 +59,18 @@ pub fn manifest_objects(manifests: &Value) -> Result<Vec<Value>, String> {
         }
         Value::Array(items) => items.clone(),
         Value::Object(_) => vec![manifests.clone()],
-        other => return Err(format!("expected YAML text, an object or a list, got {other}")),
+        other => {
+            return Err(format!(
+                "expected YAML text, an object or a list, got {other}"
+            ))
+        }
     };
     let mut out = Vec::new();
     for d in docs {
-        let is_list = d.get("kind").and_then(Value::as_str).is_some_and(|k| k.ends_with("List"));
+        let is_list = d
+            .get("kind")
+            .and_then(Value::as_str)
+            .is_some_and(|k| k.ends_with("List"));
         match d.get("items").and_then(Value::as_array) {
             Some(items) if is_list => out.extend(items.iter().cloned()),
             _ => out.push(d),
@@ -83,7 +90,9 @@ pub fn check_object(ctx: &mut Ctx, field: &str, obj: &Value) {
             ctx.error(field, format!("manifest has no {key}"));
         }
     }
-    let name = obj.pointer("/metadata/name").or_else(|| obj.pointer("/metadata/generateName"));
+    let name = obj
+        .pointer("/metadata/name")
+        .or_else(|| obj.pointer("/metadata/generateName"));
     if !name.is_some_and(Value::is_string) {
         ctx.error(field, "manifest has no metadata.name");
     }

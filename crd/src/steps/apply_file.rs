@@ -32,7 +32,10 @@ pub fn check_artifact_path(ctx: &mut Ctx, field: &str, path: &str) {
     if path.trim().is_empty() {
         ctx.error(field, "must name a file");
     } else if path.starts_with('/') {
-        ctx.error(field, format!("{path:?} is absolute; artifact paths are relative to spec.artifacts"));
+        ctx.error(
+            field,
+            format!("{path:?} is absolute; artifact paths are relative to spec.artifacts"),
+        );
     } else if path.split('/').any(|c| c == "..") {
         ctx.error(field, format!("{path:?} escapes the artifact root"));
     }

@@ -51,14 +51,19 @@ pub fn check_mode(ctx: &mut Ctx, field: &str, mode: &str) {
     let digits = mode.strip_prefix("0o").unwrap_or(mode);
     let ok = (3..=4).contains(&digits.len()) && digits.chars().all(|c| ('0'..='7').contains(&c));
     if !ok {
-        ctx.error(field, format!("{mode:?} is not an octal mode like \"0644\""));
+        ctx.error(
+            field,
+            format!("{mode:?} is not an octal mode like \"0644\""),
+        );
     }
 }
 
 /// `owner` is `user:group` (names or numeric ids) or just `user`.
 pub fn check_owner(ctx: &mut Ctx, field: &str, owner: &str) {
     let valid_part = |p: &str| {
-        !p.is_empty() && p.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+        !p.is_empty()
+            && p.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
     };
     let ok = match owner.split_once(':') {
         Some((u, g)) => valid_part(u) && valid_part(g),

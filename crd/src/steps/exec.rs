@@ -40,10 +40,16 @@ impl StepParams for ExecStep {
             ctx.var_name("var", v);
         }
         if self.pod.is_none() && (self.container.is_some() || self.namespace.is_some()) {
-            ctx.error("pod", "container and namespace select where to exec: give pod too");
+            ctx.error(
+                "pod",
+                "container and namespace select where to exec: give pod too",
+            );
         }
         if self.pod.is_some() && self.image.is_some() {
-            ctx.error("image", "image applies to the step's own pod; it cannot be combined with pod");
+            ctx.error(
+                "image",
+                "image applies to the step's own pod; it cannot be combined with pod",
+            );
         }
     }
 }

@@ -39,7 +39,10 @@ impl StepParams for ExecNodeStep {
         }
         check_node_selector(ctx, self.node_selector.as_deref(), false);
         if ctx.in_node_context && self.run_on.is_some() {
-            ctx.error("runOn", "inside loopNodes the step runs on the loop's node; remove runOn");
+            ctx.error(
+                "runOn",
+                "inside loopNodes the step runs on the loop's node; remove runOn",
+            );
         }
         for (field, v) in [("var", &self.var), ("varPerNode", &self.var_per_node)] {
             if let Some(v) = v {
@@ -50,11 +53,17 @@ impl StepParams for ExecNodeStep {
             ctx.error("varPerNode", "must differ from var");
         }
         if self.only_if_changed && !ctx.in_node_context {
-            ctx.error("onlyIfChanged", "only applies inside loopNodes, where earlier steps changed the same node");
+            ctx.error(
+                "onlyIfChanged",
+                "only applies inside loopNodes, where earlier steps changed the same node",
+            );
         }
     }
 
     fn node_targeting(&self) -> Option<(&str, RunOn)> {
-        Some((self.node_selector.as_deref().unwrap_or(""), self.run_on.unwrap_or_default()))
+        Some((
+            self.node_selector.as_deref().unwrap_or(""),
+            self.run_on.unwrap_or_default(),
+        ))
     }
 }

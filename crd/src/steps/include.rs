@@ -60,12 +60,17 @@ impl StepParams for IncludeStep {
     fn validate(&self, ctx: &mut Ctx) {
         match &self.source {
             IncludeSource::Url(url) => {
-                if !url.contains("${") && !(url.starts_with("https://") || url.starts_with("http://")) {
+                if !(url.contains("${")
+                    || url.starts_with("https://")
+                    || url.starts_with("http://"))
+                {
                     ctx.error("source", format!("{url:?} is not an http(s) URL; use configMapRef or secretRef for in-cluster sources"));
                 }
             }
             IncludeSource::Ref(refs) => match (&refs.config_map_ref, &refs.secret_ref) {
-                (Some(_), Some(_)) => ctx.error("source", "give configMapRef or secretRef, not both"),
+                (Some(_), Some(_)) => {
+                    ctx.error("source", "give configMapRef or secretRef, not both")
+                }
                 (None, None) => ctx.error("source", "give a URL, configMapRef or secretRef"),
                 (Some(r), None) => check_ref(ctx, "source.configMapRef", r),
                 (None, Some(r)) => check_ref(ctx, "source.secretRef", r),
@@ -76,7 +81,10 @@ impl StepParams for IncludeStep {
 
 fn check_ref(ctx: &mut Ctx, field: &str, r: &KeyRef) {
     if !r.name.contains("${") && !is_dns_subdomain(&r.name) {
-        ctx.error(&format!("{field}.name"), format!("{:?} is not a valid object name", r.name));
+        ctx.error(
+            &format!("{field}.name"),
+            format!("{:?} is not a valid object name", r.name),
+        );
     }
     if r.key.is_empty() {
         ctx.error(&format!("{field}.key"), "must not be empty");

@@ -29,7 +29,10 @@ impl StepParams for LoopNodesStep {
     fn validate(&self, ctx: &mut Ctx) {
         ctx.selector("selector", &self.selector);
         if ctx.in_node_context {
-            ctx.error("type", "loopNodes cannot be nested inside another loopNodes");
+            ctx.error(
+                "type",
+                "loopNodes cannot be nested inside another loopNodes",
+            );
         }
         if self.max_parallel == Some(0) {
             ctx.error("maxParallel", "must be at least 1");

@@ -72,7 +72,10 @@ pub(crate) fn check_node_path(ctx: &mut Ctx, field: &str, path: &str) {
         return;
     }
     if !path.starts_with('/') {
-        ctx.error(field, format!("{path:?} must be an absolute path on the node"));
+        ctx.error(
+            field,
+            format!("{path:?} must be an absolute path on the node"),
+        );
     } else if path.split('/').any(|c| c == "..") {
         ctx.error(field, format!("{path:?} must not contain '..'"));
     } else if path.trim_end_matches('/').is_empty() {

@@ -56,7 +56,11 @@ mod tests {
 
     #[test]
     fn backoff_doubles_and_caps_at_ten_minutes() {
-        let r = RetryStep { steps: vec![], attempts: 10, backoff_seconds: 5 };
+        let r = RetryStep {
+            steps: vec![],
+            attempts: 10,
+            backoff_seconds: 5,
+        };
         let waits: Vec<u64> = (2..=10).map(|a| r.backoff_before(a)).collect();
         assert_eq!(waits, vec![5, 10, 20, 40, 80, 160, 320, 600, 600]);
     }

@@ -46,11 +46,16 @@ impl StepParams for ScriptStep {
             ctx.error("runOn", "runOn needs nodeSelector");
         }
         if self.only_if_changed && !ctx.in_node_context {
-            ctx.error("onlyIfChanged", "only applies inside loopNodes, where earlier steps changed the same node");
+            ctx.error(
+                "onlyIfChanged",
+                "only applies inside loopNodes, where earlier steps changed the same node",
+            );
         }
     }
 
     fn node_targeting(&self) -> Option<(&str, RunOn)> {
-        self.node_selector.as_deref().map(|s| (s, self.run_on.unwrap_or_default()))
+        self.node_selector
+            .as_deref()
+            .map(|s| (s, self.run_on.unwrap_or_default()))
     }
 }
