@@ -16,6 +16,56 @@ use crate::spec::PseudoFlow;
 use crate::steps::registry::{params_schema, STEP_TYPES};
 use crate::validate::{join, suggest};
 
+/// A path into the flow as a chain of borrowed segments: walking allocates nothing, and the
+/// `spec.steps[3].cmd` text is only built when a problem is reported.
+#[derive(Clone, Copy)]
+pub struct Path<'a> {
+    parent: Option<&'a Path<'a>>,
+    seg: Seg<'a>,
+}
+
+#[derive(Clone, Copy)]
+enum Seg<'a> {
+    Root(&'a str),
+    Key(&'a str),
+    Index(usize),
+}
+
+impl<'a> Path<'a> {
+    /// A path starting at `root` (e.g. `spec`).
+    pub fn root(root: &'a str) -> Self {
+        Path {
+            parent: None,
+            seg: Seg::Root(root),
+        }
+    }
+
+    fn key(&'a self, key: &'a str) -> Path<'a> {
+        Path {
+            parent: Some(self),
+            seg: Seg::Key(key),
+        }
+    }
+
+    fn index(&'a self, i: usize) -> Path<'a> {
+        Path {
+            parent: Some(self),
+            seg: Seg::Index(i),
+        }
+    }
+
+    /// The dotted text of the path.
+    pub fn render(&self) -> String {
+        let mut out = self.parent.map(|p| p.render()).unwrap_or_default();
+        match self.seg {
+            Seg::Root(r) => out.push_str(r),
+            Seg::Key(k) => out = join(&out, k),
+            Seg::Index(i) => out.push_str(&format!("[{i}]")),
+        }
+        out
+    }
+}
+
 const STEP_MARK: &str = "x-pseudoflow-step";
 const NESTED_MARK: &str = "x-pseudoflow-steps";
 
@@ -130,14 +180,14 @@ pub fn check_spec_structure(raw: &Value, path: &str, diags: &mut Diagnostics) {
             .into_root_schema_for::<crate::spec::PseudoFlowSpec>()
             .to_value()
     });
-    check(raw, schema, path, diags);
+    check(raw, schema, &Path::root(path), diags);
 }
 
 /// Structural check of one step: its `type` first, then its type's own schema.
-pub fn check_step(value: &Value, path: &str, diags: &mut Diagnostics) {
+pub fn check_step(value: &Value, path: &Path, diags: &mut Diagnostics) {
     let Some(obj) = value.as_object() else {
         diags.error(
-            path,
+            path.render(),
             format!(
                 "expected a step (an object with a type), got {}",
                 describe(value)
@@ -147,13 +197,13 @@ pub fn check_step(value: &Value, path: &str, diags: &mut Diagnostics) {
     };
     let ty = match obj.get("type") {
         None => {
-            diags.error(path, "missing required field \"type\"");
+            diags.error(path.render(), "missing required field \"type\"");
             return;
         }
         Some(Value::String(t)) => t,
         Some(other) => {
             diags.error(
-                join(path, "type"),
+                path.key("type").render(),
                 format!("expected string, got {}", describe(other)),
             );
             return;
@@ -166,14 +216,14 @@ pub fn check_step(value: &Value, path: &str, diags: &mut Diagnostics) {
                 .map(|s| format!(" (did you mean {s:?}?)"))
                 .unwrap_or_default();
             diags.error(
-                join(path, "type"),
+                path.key("type").render(),
                 format!("unknown step type {ty:?}{hint}"),
             );
         }
     }
 }
 
-fn check(value: &Value, schema: &Value, path: &str, diags: &mut Diagnostics) {
+fn check(value: &Value, schema: &Value, path: &Path, diags: &mut Diagnostics) {
     if schema.get(STEP_MARK).is_some() {
         return check_step(value, path, diags);
     }
@@ -182,7 +232,7 @@ fn check(value: &Value, schema: &Value, path: &str, diags: &mut Diagnostics) {
         Some("branches") => {
             let Some(branches) = value.as_array() else {
                 diags.error(
-                    path,
+                    path.render(),
                     format!(
                         "expected a list of branches (each a list of steps), got {}",
                         describe(value)
@@ -192,9 +242,9 @@ fn check(value: &Value, schema: &Value, path: &str, diags: &mut Diagnostics) {
             };
             for (i, b) in branches.iter().enumerate() {
                 if !b.is_array() {
-                    diags.error(join(path, &format!("[{i}]")), format!("expected a branch (a list of steps), got {}; write each branch as `- - type: ...`", describe(b)));
+                    diags.error(path.index(i).render(), format!("expected a branch (a list of steps), got {}; write each branch as `- - type: ...`", describe(b)));
                 } else {
-                    check_step_list(b, &join(path, &format!("[{i}]")), diags);
+                    check_step_list(b, &path.index(i), diags);
                 }
             }
             return;
@@ -210,14 +260,14 @@ fn check(value: &Value, schema: &Value, path: &str, diags: &mut Diagnostics) {
     if let Some(t) = schema.get("type").and_then(Value::as_str) {
         if !type_matches(t, value) {
             diags.error(
-                path,
+                path.render(),
                 format!("expected {}, got {}", type_word(t), describe(value)),
             );
             return;
         }
     }
-    if let Some(allowed) = allowed_values(schema) {
-        if !allowed.contains(value) {
+    if !value_allowed(schema, value) {
+        if let Some(allowed) = allowed_values(schema) {
             let names: Vec<String> = allowed
                 .iter()
                 .map(|v| {
@@ -232,7 +282,7 @@ fn check(value: &Value, schema: &Value, path: &str, diags: &mut Diagnostics) {
                 .map(|s| format!(" (did you mean {s:?}?)"))
                 .unwrap_or_default();
             diags.error(
-                path,
+                path.render(),
                 format!(
                     "{} is not one of: {}{hint}",
                     describe(value),
@@ -247,7 +297,7 @@ fn check(value: &Value, schema: &Value, path: &str, diags: &mut Diagnostics) {
         value.as_f64(),
     ) {
         if n < min {
-            diags.error(path, format!("must be at least {min}, got {n}"));
+            diags.error(path.render(), format!("must be at least {min}, got {n}"));
         }
     }
     match value {
@@ -255,7 +305,7 @@ fn check(value: &Value, schema: &Value, path: &str, diags: &mut Diagnostics) {
         Value::Array(items) => {
             if let Some(item_schema) = schema.get("items") {
                 for (i, item) in items.iter().enumerate() {
-                    check(item, item_schema, &join(path, &format!("[{i}]")), diags);
+                    check(item, item_schema, &path.index(i), diags);
                 }
             }
         }
@@ -265,7 +315,7 @@ fn check(value: &Value, schema: &Value, path: &str, diags: &mut Diagnostics) {
 
 /// A value valid against any branch is fine; otherwise report the errors of the branch whose
 /// type matches (e.g. the enum's message for a misspelt `runOn`), or the expected types.
-fn check_any_of(value: &Value, options: &[Value], path: &str, diags: &mut Diagnostics) {
+fn check_any_of(value: &Value, options: &[Value], path: &Path, diags: &mut Diagnostics) {
     let options: Vec<&Value> = options
         .iter()
         .filter(|o| o.get("type").and_then(Value::as_str) != Some("null"))
@@ -293,7 +343,7 @@ fn check_any_of(value: &Value, options: &[Value], path: &str, diags: &mut Diagno
                 .map(type_word)
                 .collect();
             diags.error(
-                path,
+                path.render(),
                 format!("expected {}, got {}", types.join(" or "), describe(value)),
             );
         }
@@ -312,20 +362,20 @@ fn branch_type(schema: &Value) -> Option<&str> {
     })
 }
 
-fn check_step_list(value: &Value, path: &str, diags: &mut Diagnostics) {
+fn check_step_list(value: &Value, path: &Path, diags: &mut Diagnostics) {
     let Some(items) = value.as_array() else {
         diags.error(
-            path,
+            path.render(),
             format!("expected a list of steps, got {}", describe(value)),
         );
         return;
     };
     for (i, item) in items.iter().enumerate() {
-        check_step(item, &join(path, &format!("[{i}]")), diags);
+        check_step(item, &path.index(i), diags);
     }
 }
 
-fn check_object(obj: &Map<String, Value>, schema: &Value, path: &str, diags: &mut Diagnostics) {
+fn check_object(obj: &Map<String, Value>, schema: &Value, path: &Path, diags: &mut Diagnostics) {
     if schema.get("x-kubernetes-preserve-unknown-fields").is_some()
         && schema.get("properties").is_none()
     {
@@ -335,12 +385,12 @@ fn check_object(obj: &Map<String, Value>, schema: &Value, path: &str, diags: &mu
     if let Some(required) = schema.get("required").and_then(Value::as_array) {
         for r in required.iter().filter_map(Value::as_str) {
             if !obj.contains_key(r) {
-                diags.error(path, format!("missing required field {r:?}"));
+                diags.error(path.render(), format!("missing required field {r:?}"));
             }
         }
     }
     for (key, v) in obj {
-        let child = join(path, key);
+        let child = path.key(key);
         match (
             props.and_then(|p| p.get(key)),
             schema.get("additionalProperties"),
@@ -351,10 +401,31 @@ fn check_object(obj: &Map<String, Value>, schema: &Value, path: &str, diags: &mu
                 let hint = suggest(key, props.unwrap().keys().map(String::as_str))
                     .map(|s| format!(" (did you mean {s:?}?)"))
                     .unwrap_or_default();
-                diags.error(child, format!("unknown field{hint}"));
+                diags.error(child.render(), format!("unknown field{hint}"));
             }
             _ => {}
         }
+    }
+}
+
+/// Whether `value` satisfies the schema's `enum`/`const`/`oneOf` of constants, without copying
+/// the allowed values (this runs for every step's `type`).
+fn value_allowed(schema: &Value, value: &Value) -> bool {
+    if let Some(e) = schema.get("enum").and_then(Value::as_array) {
+        return e.contains(value);
+    }
+    if let Some(c) = schema.get("const") {
+        return c == value;
+    }
+    match schema.get("oneOf").and_then(Value::as_array) {
+        Some(options)
+            if options
+                .iter()
+                .all(|o| o.get("enum").is_some() || o.get("const").is_some()) =>
+        {
+            options.iter().any(|o| value_allowed(o, value))
+        }
+        _ => true,
     }
 }
 

@@ -5,7 +5,6 @@
 //! 2. *semantic*: each step type checks what a schema cannot (regexes, selectors, jsonPaths,
 //!    ranges), and list-level rules (an `onError` needs a step before it, ...) are applied.
 
-use regex::Regex;
 use serde_json::Value;
 
 use crate::diagnostics::Diagnostics;
@@ -79,7 +78,8 @@ impl<'a> Ctx<'a> {
     /// Checks a regular expression unless it is computed at run time.
     pub fn regex(&mut self, field: &str, value: &str) {
         if !value.contains("${") {
-            if let Err(e) = Regex::new(value) {
+            // A syntax check catches mistakes and is far cheaper than compiling the regex.
+            if let Err(e) = regex_syntax::Parser::new().parse(value) {
                 let first = e
                     .to_string()
                     .lines()
@@ -156,7 +156,7 @@ pub fn validate_spec(raw: &Value) -> (Option<PseudoFlowSpec>, Diagnostics) {
     if diags.has_errors() {
         return (None, diags);
     }
-    let spec: PseudoFlowSpec = match serde_json::from_value(raw.clone()) {
+    let spec = match <PseudoFlowSpec as serde::Deserialize>::deserialize(raw) {
         Ok(s) => s,
         Err(e) => {
             diags.error("spec", format!("cannot read the flow: {e}"));
@@ -238,17 +238,20 @@ fn shallow_step(raw: &Value) -> Option<Step> {
 /// A step's own fields with every nested step list emptied: what the work of the step itself
 /// needs (a loop's start, an `if`'s condition), without its body.
 pub fn without_nested_steps(raw: &Value) -> Value {
-    let mut shallow = raw.clone();
+    let Some(obj) = raw.as_object() else {
+        return raw.clone();
+    };
     let ty = raw.get("type").and_then(Value::as_str).unwrap_or_default();
-    for (field, kind) in nested_fields(ty) {
-        if let Some(v) = shallow.get_mut(&field) {
-            *v = match kind {
-                "branches" => serde_json::json!([[]]),
-                _ => serde_json::json!([]),
-            };
-        }
-    }
-    shallow
+    let nested = nested_fields(ty);
+    let shallow = obj
+        .iter()
+        .map(|(k, v)| match nested.iter().find(|(f, _)| f == k) {
+            Some((_, "branches")) => (k.clone(), serde_json::json!([[]])),
+            Some(_) => (k.clone(), serde_json::json!([])),
+            None => (k.clone(), v.clone()),
+        })
+        .collect();
+    Value::Object(shallow)
 }
 
 /// The fields of a step type that hold nested step lists, from its schema's markers.
@@ -287,7 +290,7 @@ fn nested_lists<'v>(ty: &str, raw: &'v Value) -> Vec<(String, &'v [Value])> {
                 }
             }
         } else {
-            out.push((field, list.as_slice()));
+            out.push((field.clone(), list.as_slice()));
         }
     }
     out
