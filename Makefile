@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/pseudoflow
 export CARGO_TARGET_DIR ?= $(CACHE_DIR)/target
 
-.PHONY: test lint unit k8s cluster crd bench
+.PHONY: test lint unit k8s cluster crd docs bench
 
 ## test: everything CI runs — lint, the CRD freshness check, unit, snapshot and e2e tests.
 test: lint k8s
@@ -27,7 +27,12 @@ cluster: k8s
 
 ## crd: regenerate crd/pseudoflow.yaml from the Rust types.
 crd:
-	cargo run --locked -p pseudoflow-crd --bin pseudoflow-crdgen > crd/pseudoflow.yaml
+	cargo run --locked -q -p pseudoflow-crd --bin pseudoflow-crdgen > crd/pseudoflow.yaml
 
+## docs: regenerate docs/steps.md from the step types.
+docs:
+	cargo run --locked -q -p pseudoflow-crd --bin pseudoflow-crdgen docs > docs/steps.md
+
+## bench: the compiler benchmark (10,000-step flow against the YAML-parse baseline).
 bench:
 	cargo bench --locked -p pseudoflow-compiler

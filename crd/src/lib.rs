@@ -6,6 +6,7 @@
 
 pub mod common;
 pub mod diagnostics;
+pub mod docs;
 pub mod jsonpath;
 pub mod resource;
 pub mod schema;

@@ -1,5 +1,9 @@
-//! Prints the PseudoFlow CRD; `make crd` writes it to `crd/pseudoflow.yaml`.
+//! Prints the PseudoFlow CRD (`make crd` writes `crd/pseudoflow.yaml`), or with `docs` the step
+//! reference (`make docs` writes `docs/steps.md`).
 
 fn main() {
-    print!("{}", pseudoflow_crd::schema::crd_yaml());
+    match std::env::args().nth(1).as_deref() {
+        Some("docs") => print!("{}", pseudoflow_crd::docs::steps_markdown()),
+        _ => print!("{}", pseudoflow_crd::schema::crd_yaml()),
+    }
 }
