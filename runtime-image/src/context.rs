@@ -1,0 +1,92 @@
+//! Everything one execution needs besides the step: the input, the (lazily built) API client,
+//! the node's root directory and a note of what the step last saw, which a timeout reports.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use kube::Client;
+use pseudoflow_compiler::lower::ExecutorInput;
+use tokio::sync::OnceCell;
+
+use crate::api::Resolved;
+use crate::error::{describe, Call, StepError};
+
+/// Default host root inside a node step's pod (the node's `/` is mounted there).
+pub const DEFAULT_HOST_ROOT: &str = "/host";
+
+/// The state of one execution.
+pub struct Ctx {
+    /// The document the controller wrote for this node instance.
+    pub input: ExecutorInput,
+    /// Where the node's root filesystem is mounted (`PSEUDOFLOW_HOST_ROOT`, default `/host`).
+    pub host_root: PathBuf,
+    /// Program used to enter the host's namespaces; empty runs commands directly (tests).
+    pub nsenter: String,
+    client: OnceCell<Client>,
+    pub(crate) kinds: Mutex<HashMap<String, Resolved>>,
+    progress: Arc<Mutex<String>>,
+}
+
+impl Ctx {
+    /// A context with explicit settings (tests, embedding).
+    pub fn new(input: ExecutorInput, host_root: PathBuf, nsenter: String) -> Self {
+        Ctx {
+            input,
+            host_root,
+            nsenter,
+            client: OnceCell::new(),
+            kinds: Mutex::new(HashMap::new()),
+            progress: Arc::new(Mutex::new(String::new())),
+        }
+    }
+
+    /// A context configured from the environment, as in the executor pod.
+    pub fn from_env(input: ExecutorInput) -> Self {
+        let root =
+            std::env::var("PSEUDOFLOW_HOST_ROOT").unwrap_or_else(|_| DEFAULT_HOST_ROOT.into());
+        let nsenter = std::env::var("PSEUDOFLOW_NSENTER").unwrap_or_else(|_| "nsenter".into());
+        Ctx::new(input, root.into(), nsenter)
+    }
+
+    /// The API client with the pod's identity (KUBECONFIG first, then in-cluster), built on
+    /// first use so node file steps run without any cluster access.
+    pub async fn client(&self) -> Result<Client, StepError> {
+        self.client
+            .get_or_try_init(|| async {
+                Client::try_default().await.map_err(|e| {
+                    StepError::failed(format!("cannot build a Kubernetes client: {e}"))
+                })
+            })
+            .await
+            .cloned()
+    }
+
+    /// The flow's namespace: the default for namespaced objects.
+    pub fn namespace(&self) -> &str {
+        &self.input.flow.namespace
+    }
+
+    /// Records what the step last saw; a timeout message repeats it.
+    pub fn note(&self, seen: impl Into<String>) {
+        if let Ok(mut p) = self.progress.lock() {
+            *p = seen.into();
+        }
+    }
+
+    /// What the step last saw (empty when nothing was noted).
+    pub fn last_seen(&self) -> String {
+        self.progress.lock().map(|p| p.clone()).unwrap_or_default()
+    }
+
+    /// Turns an API error into a step failure that names the identity and the step path.
+    pub fn api_err(&self, e: kube::Error, call: Call) -> StepError {
+        let flow = &self.input.flow;
+        StepError::Failed(describe(
+            &e,
+            call,
+            (&flow.namespace, &flow.service_account),
+            &self.input.path,
+        ))
+    }
+}

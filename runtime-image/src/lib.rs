@@ -1,0 +1,78 @@
+//! `pseudoflow-step`, the PseudoFlow step executor: one process performs one DAG node's work
+//! (run a step, evaluate a condition, list nodes, fetch an include) with the pod's
+//! ServiceAccount and reports a [`StepResult`]. It knows nothing about DAGs; the controller
+//! decides what runs when.
+
+pub mod api;
+pub mod compare;
+pub mod context;
+pub mod error;
+pub mod fsops;
+pub mod http;
+pub mod output;
+pub mod process;
+pub mod readiness;
+pub mod steps;
+pub mod tasks;
+pub mod watch;
+
+use std::time::Duration;
+
+use pseudoflow_compiler::lower::{ExecutorInput, Task};
+use pseudoflow_compiler::result::StepResult;
+use pseudoflow_crd::steps::wait_for::DEFAULT_WAIT_SECONDS;
+use pseudoflow_crd::{Step, StepKind};
+
+pub use context::Ctx;
+pub use error::StepError;
+
+/// Parses the input document and its step; any problem is bad input (exit code 2).
+pub fn parse_input(text: &str) -> Result<(ExecutorInput, Step), StepError> {
+    let input: ExecutorInput =
+        serde_json::from_str(text).map_err(|e| StepError::input(format!("input document: {e}")))?;
+    let step: Step = serde_json::from_value(input.step.clone())
+        .map_err(|e| StepError::input(format!("{}: step: {e}", input.path)))?;
+    Ok((input, step))
+}
+
+/// The timeout the executor enforces: the input's, else 300 s for `waitFor`, else none (the
+/// Job's deadline still applies).
+pub fn timeout_of(input: &ExecutorInput, step: &Step) -> Option<u32> {
+    input.timeout_seconds.or_else(|| {
+        (input.task == Task::Run && matches!(step.kind, StepKind::WaitFor(_)))
+            .then_some(DEFAULT_WAIT_SECONDS)
+    })
+}
+
+/// Performs the input's task within its timeout. Bad input is an `Err`; a step failure or a
+/// timeout is an `Ok` result with `ok: false`.
+pub async fn execute(ctx: &Ctx, step: &Step) -> Result<StepResult, StepError> {
+    let work = async {
+        match ctx.input.task {
+            Task::Run => steps::run(ctx, step).await,
+            Task::Condition => tasks::condition::run(ctx, step).await,
+            Task::ListNodes => tasks::list_nodes::run(ctx, step).await,
+            Task::FetchInclude => tasks::include::run(ctx, step).await,
+        }
+    };
+    let outcome = match timeout_of(&ctx.input, step) {
+        None => work.await,
+        Some(secs) => match tokio::time::timeout(Duration::from_secs(secs.into()), work).await {
+            Ok(r) => r,
+            Err(_) => {
+                let seen = ctx.last_seen();
+                let msg = if seen.is_empty() {
+                    format!("timed out after {secs}s")
+                } else {
+                    format!("timed out after {secs}s; last seen: {seen}")
+                };
+                return Ok(StepResult::failed(msg));
+            }
+        },
+    };
+    match outcome {
+        Ok(r) => Ok(r),
+        Err(StepError::Failed(m)) => Ok(StepResult::failed(m)),
+        Err(e @ StepError::Input(_)) => Err(e),
+    }
+}

@@ -1,0 +1,193 @@
+//! Reporting a result: small results go to the termination message as JSON; larger ones are
+//! stored in a ConfigMap `<job>-result` (key `result.json`) and the termination message only
+//! points at it, because Kubernetes keeps at most 4 KiB of a termination message.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, Patch, PatchParams};
+use pseudoflow_compiler::lower::{LABEL_FLOW, LABEL_RUN, MANAGED_BY};
+use pseudoflow_compiler::names::label_value;
+use pseudoflow_compiler::result::{StepResult, TERMINATION_MESSAGE_LIMIT};
+use serde_json::json;
+
+use crate::context::Ctx;
+
+/// Key of the full result in the result ConfigMap.
+pub const RESULT_KEY: &str = "result.json";
+/// Default termination message path (the kubelet's default).
+pub const DEFAULT_TERMINATION_LOG: &str = "/dev/termination-log";
+/// How much of the message a spilled result's pointer repeats.
+const POINTER_MESSAGE_MAX: usize = 1000;
+
+/// How a result is delivered.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Delivery {
+    /// The JSON fits in the termination message.
+    Inline(String),
+    /// The full JSON goes to ConfigMap `config_map`; `pointer` goes to the termination message.
+    Spill {
+        config_map: String,
+        full: String,
+        pointer: String,
+    },
+}
+
+/// Decides how to deliver `result`, given the name the result ConfigMap would get.
+pub fn plan(result: &StepResult, config_map: &str) -> Delivery {
+    let full = serde_json::to_string(result).expect("results serialise");
+    if full.len() <= TERMINATION_MESSAGE_LIMIT {
+        return Delivery::Inline(full);
+    }
+    let pointer = StepResult {
+        ok: result.ok,
+        changed: result.changed,
+        message: crate::process::tail(&result.message, POINTER_MESSAGE_MAX).to_string(),
+        result_config_map: Some(config_map.to_string()),
+        ..Default::default()
+    };
+    Delivery::Spill {
+        config_map: config_map.to_string(),
+        full,
+        pointer: serde_json::to_string(&pointer).expect("results serialise"),
+    }
+}
+
+/// The executor's Job name: `PSEUDOFLOW_JOB_NAME`, else `JOB_NAME`, else the hostname (the pod
+/// name, which is unique too).
+pub fn job_name() -> String {
+    ["PSEUDOFLOW_JOB_NAME", "JOB_NAME", "HOSTNAME"]
+        .iter()
+        .find_map(|k| std::env::var(k).ok().filter(|v| !v.is_empty()))
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|h| h.trim().to_string())
+        })
+        .unwrap_or_else(|| "pseudoflow-step".into())
+}
+
+/// Delivers `result`: stores a large one in its ConfigMap first, then writes the termination
+/// message (and prints it on stdout for local runs). Returns what was written.
+pub async fn deliver(ctx: &Ctx, result: &StepResult) -> String {
+    let cm_name = format!("{}-result", job_name());
+    let message = match plan(result, &cm_name) {
+        Delivery::Inline(text) => text,
+        Delivery::Spill {
+            config_map,
+            full,
+            pointer,
+        } => match store(ctx, &config_map, full).await {
+            Ok(()) => pointer,
+            Err(e) => {
+                let failed = StepResult::failed(format!(
+                    "the result ({} bytes) is too large for the termination message and could not be stored in ConfigMap {config_map}: {e}",
+                    serde_json::to_string(result).map(|s| s.len()).unwrap_or(0)
+                ));
+                serde_json::to_string(&failed).expect("results serialise")
+            }
+        },
+    };
+    let path = std::env::var("PSEUDOFLOW_TERMINATION_LOG")
+        .unwrap_or_else(|_| DEFAULT_TERMINATION_LOG.into());
+    if let Err(e) = std::fs::write(&path, &message) {
+        tracing::error!(path, error = %e, "cannot write the termination message");
+    }
+    println!("{message}");
+    message
+}
+
+async fn store(ctx: &Ctx, name: &str, full: String) -> Result<(), String> {
+    let client = ctx.client().await.map_err(|e| e.to_string())?;
+    let ns = ctx.namespace();
+    let api: Api<ConfigMap> = Api::namespaced(client, ns);
+    let mut labels = BTreeMap::new();
+    labels.insert("app.kubernetes.io/managed-by", MANAGED_BY.to_string());
+    labels.insert(LABEL_FLOW, label_value(&ctx.input.flow.name));
+    labels.insert(LABEL_RUN, ctx.input.run_id.clone());
+    let owner = input_config_map_owner(&api).await;
+    let cm = json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": ns, "labels": labels, "ownerReferences": owner},
+        "data": {RESULT_KEY: full},
+    });
+    api.patch(
+        name,
+        &PatchParams::apply("pseudoflow").force(),
+        &Patch::Apply(&cm),
+    )
+    .await
+    .map(|_| ())
+    .map_err(|e| {
+        ctx.api_err(
+            e,
+            crate::error::Call {
+                verb: "patch",
+                resource: "configmaps",
+                name,
+                namespace: Some(ns),
+            },
+        )
+        .to_string()
+    })
+}
+
+/// The input ConfigMap (named like the Job) as owner, so the result goes away with it; empty
+/// when it cannot be read.
+async fn input_config_map_owner(api: &Api<ConfigMap>) -> serde_json::Value {
+    let Ok(Some(input)) = api.get_opt(&job_name()).await else {
+        return json!([]);
+    };
+    match (input.metadata.name, input.metadata.uid) {
+        (Some(name), Some(uid)) => json!([{
+            "apiVersion": "v1", "kind": "ConfigMap", "name": name, "uid": uid,
+        }]),
+        _ => json!([]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_results_go_inline() {
+        let r = StepResult::succeeded(true, "applied 1 object");
+        match plan(&r, "j-result") {
+            Delivery::Inline(text) => {
+                assert_eq!(serde_json::from_str::<StepResult>(&text).unwrap(), r)
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn large_results_spill_into_a_config_map_with_a_small_pointer() {
+        let mut r = StepResult::succeeded(false, "done");
+        r.vars.insert("big".into(), json!("x".repeat(256 * 1024)));
+        let Delivery::Spill {
+            config_map,
+            full,
+            pointer,
+        } = plan(&r, "j-result")
+        else {
+            panic!("expected a spill");
+        };
+        assert_eq!(config_map, "j-result");
+        assert_eq!(serde_json::from_str::<StepResult>(&full).unwrap(), r);
+        assert!(pointer.len() <= TERMINATION_MESSAGE_LIMIT);
+        let p: StepResult = serde_json::from_str(&pointer).unwrap();
+        assert_eq!(p.result_config_map.as_deref(), Some("j-result"));
+        assert!(p.ok && p.vars.is_empty() && p.message == "done");
+    }
+
+    #[test]
+    fn spilled_pointers_stay_small_even_with_huge_messages() {
+        let r = StepResult::failed("e".repeat(100_000));
+        let Delivery::Spill { pointer, .. } = plan(&r, "j-result") else {
+            panic!("expected a spill");
+        };
+        assert!(pointer.len() <= TERMINATION_MESSAGE_LIMIT);
+    }
+}
