@@ -73,8 +73,7 @@ async fn main() -> ExitCode {
         Err(e) => StepResult::failed(e.to_string()),
     };
     tracing::info!(ok = result.ok, changed = result.changed, message = %result.message, "finished");
-    output::deliver(&ctx, &result).await;
-    if result.ok {
+    if output::deliver(&ctx, &result).await {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)

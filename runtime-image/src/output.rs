@@ -68,9 +68,11 @@ pub fn job_name() -> String {
 }
 
 /// Delivers `result`: stores a large one in its ConfigMap first, then writes the termination
-/// message (and prints it on stdout for local runs). Returns what was written.
-pub async fn deliver(ctx: &Ctx, result: &StepResult) -> String {
+/// message (and prints it on stdout for local runs). Returns whether the delivered result is
+/// ok: false also when a large result could not be stored.
+pub async fn deliver(ctx: &Ctx, result: &StepResult) -> bool {
     let cm_name = format!("{}-result", job_name());
+    let mut ok = result.ok;
     let message = match plan(result, &cm_name) {
         Delivery::Inline(text) => text,
         Delivery::Spill {
@@ -80,6 +82,7 @@ pub async fn deliver(ctx: &Ctx, result: &StepResult) -> String {
         } => match store(ctx, &config_map, full).await {
             Ok(()) => pointer,
             Err(e) => {
+                ok = false;
                 let failed = StepResult::failed(format!(
                     "the result ({} bytes) is too large for the termination message and could not be stored in ConfigMap {config_map}: {e}",
                     serde_json::to_string(result).map(|s| s.len()).unwrap_or(0)
@@ -94,7 +97,7 @@ pub async fn deliver(ctx: &Ctx, result: &StepResult) -> String {
         tracing::error!(path, error = %e, "cannot write the termination message");
     }
     println!("{message}");
-    message
+    ok
 }
 
 async fn store(ctx: &Ctx, name: &str, full: String) -> Result<(), String> {
