@@ -1,0 +1,690 @@
+//! The DAG walk (rules in `docs/dag.md`): given the plan, the run state and the time, decide
+//! which node instances start, which are skipped, which are aborted, and when to wake up.
+//! Pure and deterministic: the reconcile loop feeds it observations and performs its actions.
+
+mod state;
+
+use std::collections::{BTreeMap, HashMap};
+
+use pseudoflow_compiler::plan::{EdgeKind, LoopOver, NodeKind, Plan, PlanNode};
+use pseudoflow_crd::common::RunOn;
+use pseudoflow_crd::StepKind;
+use serde_json::Value;
+
+pub use state::{instance_id, Instance, Key, Phase, RunPhase, RunState};
+
+/// Something the reconcile loop must do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Do this instance's work: launch its Job, or (for controller-local nodes) do it now and
+    /// report back with [`Walker::complete`].
+    Start {
+        node: String,
+        key: Key,
+        attempt: u32,
+    },
+    /// Stop this instance's work (delete its Job); it is already marked Aborted.
+    Abort { node: String, key: Key },
+}
+
+/// What one [`Walker::advance`] decided.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Outcome {
+    pub actions: Vec<Action>,
+    /// Earliest time (unix seconds) a timer (sleep, retry backoff) needs another look.
+    pub wake_at: Option<i64>,
+}
+
+/// The result of one instance's work.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Completion {
+    pub ok: bool,
+    pub changed: bool,
+    pub message: String,
+    pub condition: Option<bool>,
+    /// For loop starts: the items (key, value).
+    pub items: Option<Vec<(String, Value)>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Edge {
+    Unsettled,
+    Taken,
+    NotTaken,
+}
+
+enum Readiness {
+    NotYet,
+    Wait(i64),
+    Ready,
+    Skip,
+    /// An any-of join whose inputs all settled without one success.
+    Fail(String),
+}
+
+/// Walks one plan; cheap to build, holds no run state.
+pub struct Walker<'p> {
+    plan: &'p Plan,
+    order: Vec<String>,
+    /// For each node, the compound ends enclosing it, innermost first.
+    ancestors: HashMap<String, Vec<String>>,
+}
+
+impl<'p> Walker<'p> {
+    /// Prepares the walk of `plan`.
+    pub fn new(plan: &'p Plan) -> Self {
+        let order = creation_topo_order(plan);
+        let mut ancestors = HashMap::new();
+        for n in plan.nodes() {
+            let mut chain = Vec::new();
+            let mut parent = n.parent.clone();
+            while let Some(p) = parent {
+                parent = plan.node(&p).and_then(|e| e.parent.clone());
+                chain.push(p);
+            }
+            ancestors.insert(n.id.clone(), chain);
+        }
+        Walker {
+            plan,
+            order,
+            ancestors,
+        }
+    }
+
+    fn node(&self, id: &str) -> &'p PlanNode {
+        self.plan.node(id).expect("node ids come from the plan")
+    }
+
+    /// The attempt an instance runs in: its innermost enclosing retry group's attempt (1 outside).
+    pub fn attempt_of(&self, node: &str, key: &[String], state: &RunState) -> u32 {
+        for end in &self.ancestors[node] {
+            if let NodeKind::CompoundEnd { start, .. } = &self.node(end).kind {
+                if matches!(self.node(start).kind, NodeKind::RetryStart { .. }) {
+                    let depth = self.node(start).loops.len();
+                    return state.get(start, &key[..depth]).attempt.max(1);
+                }
+            }
+        }
+        1
+    }
+
+    /// Every instance key a node has given what is known (loop items evaluated so far).
+    pub fn keys(&self, node: &PlanNode, state: &RunState) -> Vec<Key> {
+        let Some(last) = node.loops.last() else {
+            return vec![vec![]];
+        };
+        let start = self.node(last);
+        let mut out = Vec::new();
+        for k in self.keys(start, state) {
+            if let Some(items) = state.get(&start.id, &k).items {
+                for (item, _) in items {
+                    let mut key = k.clone();
+                    key.push(item);
+                    out.push(key);
+                }
+            }
+        }
+        out
+    }
+
+    /// Applies every decision that can be made now; returns the work to do.
+    pub fn advance(&self, state: &mut RunState, now: i64) -> Outcome {
+        let mut out = Outcome::default();
+        loop {
+            if state.phase != RunPhase::Running {
+                break;
+            }
+            let mut progressed = false;
+            let mut loop_cache: HashMap<String, LoopProgress> = HashMap::new();
+            for id in &self.order {
+                let node = self.node(id);
+                for key in self.keys(node, state) {
+                    let inst = state.get(id, &key);
+                    match inst.phase {
+                        Phase::Pending => {
+                            match self.readiness(node, &key, state, now, &mut loop_cache) {
+                                Readiness::NotYet => {}
+                                Readiness::Wait(t) => {
+                                    out.wake_at = Some(out.wake_at.map_or(t, |w| w.min(t)))
+                                }
+                                Readiness::Skip => {
+                                    state.entry(id, &key).phase = Phase::Skipped;
+                                    progressed = true;
+                                }
+                                Readiness::Fail(msg) => {
+                                    self.fail(state, id, &key, msg, now, &mut out);
+                                    progressed = true;
+                                }
+                                Readiness::Ready => {
+                                    self.start(state, node, &key, now, &mut out);
+                                    progressed = true;
+                                }
+                            }
+                        }
+                        Phase::Running if node.step_type == "sleep" => match inst.not_before {
+                            Some(t) if t <= now => {
+                                let e = state.entry(id, &key);
+                                e.phase = Phase::Succeeded;
+                                e.finished_at = Some(now);
+                                progressed = true;
+                            }
+                            Some(t) => out.wake_at = Some(out.wake_at.map_or(t, |w| w.min(t))),
+                            None => {}
+                        },
+                        _ => {}
+                    }
+                    if state.phase != RunPhase::Running {
+                        break;
+                    }
+                }
+                if progressed {
+                    // Re-evaluate from the top so loop caches and item lists are fresh.
+                    break;
+                }
+            }
+            if !progressed {
+                break;
+            }
+        }
+        out
+    }
+
+    fn start(&self, state: &mut RunState, node: &PlanNode, key: &Key, now: i64, out: &mut Outcome) {
+        let attempt = self.attempt_of(&node.id, key, state);
+        let inst = state.entry(&node.id, key);
+        inst.started_at = Some(now);
+        inst.attempt = attempt;
+        match &node.kind {
+            NodeKind::Start | NodeKind::Fork { .. } | NodeKind::CompoundEnd { .. } => {
+                inst.phase = Phase::Succeeded;
+                inst.finished_at = Some(now);
+            }
+            NodeKind::End => {
+                inst.phase = Phase::Succeeded;
+                inst.finished_at = Some(now);
+                state.phase = RunPhase::Succeeded;
+            }
+            NodeKind::RetryStart { .. } => {
+                inst.phase = Phase::Succeeded;
+                inst.finished_at = Some(now);
+                inst.attempt = inst.attempt.max(1);
+            }
+            _ => {
+                inst.phase = Phase::Running;
+                if let Some(StepKind::Sleep(s)) = node.step.as_ref().map(|s| &s.kind) {
+                    if node.kind == NodeKind::Action {
+                        inst.not_before = Some(now + i64::from(s.seconds));
+                        out.wake_at = Some(out.wake_at.map_or(now + i64::from(s.seconds), |w| {
+                            w.min(now + i64::from(s.seconds))
+                        }));
+                        return;
+                    }
+                }
+                out.actions.push(Action::Start {
+                    node: node.id.clone(),
+                    key: key.clone(),
+                    attempt,
+                });
+            }
+        }
+    }
+
+    /// Records the result of an instance's work, handling a failure as `docs/dag.md` says.
+    pub fn complete(
+        &self,
+        state: &mut RunState,
+        node: &str,
+        key: &[String],
+        c: Completion,
+        now: i64,
+    ) -> Outcome {
+        let mut out = Outcome::default();
+        {
+            let inst = state.entry(node, key);
+            if inst.phase != Phase::Running {
+                return out;
+            }
+            inst.changed = c.changed;
+            inst.message = c.message.clone();
+            inst.condition = c.condition;
+            inst.items = c.items;
+            inst.finished_at = Some(now);
+            inst.phase = if c.ok {
+                Phase::Succeeded
+            } else {
+                Phase::Running
+            };
+        }
+        if !c.ok {
+            self.fail(state, node, &key.to_vec(), c.message, now, &mut out);
+        }
+        out
+    }
+
+    /// Marks an instance Failed and decides who handles it (docs/dag.md, rule 3).
+    fn fail(
+        &self,
+        state: &mut RunState,
+        node: &str,
+        key: &Key,
+        message: String,
+        now: i64,
+        out: &mut Outcome,
+    ) {
+        {
+            let inst = state.entry(node, key);
+            inst.phase = Phase::Failed;
+            inst.message = message.clone();
+            inst.finished_at.get_or_insert(now);
+        }
+        let handled_here = self
+            .plan
+            .outgoing(node)
+            .iter()
+            .any(|(_, k)| matches!(k, EdgeKind::OnFailure | EdgeKind::Always));
+        if handled_here {
+            state.entry(node, key).failure_handled = true;
+            return;
+        }
+        let Some(end_id) = self.node(node).parent.clone() else {
+            state.entry(node, key).failure_handled = true;
+            self.fail_run(state, node, key, &message, out);
+            return;
+        };
+        let end = self.node(&end_id);
+        let end_key: Key = key[..end.loops.len()].to_vec();
+        let NodeKind::CompoundEnd {
+            start,
+            wait_for_all,
+            run_on,
+        } = &end.kind
+        else {
+            unreachable!("parents are compound ends")
+        };
+        if !*wait_for_all || *run_on == Some(RunOn::Any) {
+            // An any-of join decides once every input has settled.
+            state.entry(node, key).failure_handled = true;
+            return;
+        }
+        if let NodeKind::RetryStart { attempts, .. } = &self.node(start).kind {
+            let attempt = state.get(start, &end_key).attempt.max(1);
+            if attempt < *attempts {
+                self.reset_inside(state, &end_id, &end_key, out);
+                let backoff = match self.node(start).step.as_ref().map(|s| &s.kind) {
+                    Some(StepKind::Retry(r)) => r.backoff_before(attempt + 1),
+                    _ => 0,
+                };
+                let s = state.entry(start, &end_key);
+                s.attempt = attempt + 1;
+                s.not_before = Some(now + backoff as i64);
+                s.message = format!("attempt {} failed: {message}", attempt);
+                return;
+            }
+        }
+        state.entry(node, key).failure_handled = true;
+        self.abort_inside(state, &end_id, &end_key, out);
+        let msg = format!("{node}: {message}");
+        self.fail(state, &end_id, &end_key, msg, now, out);
+    }
+
+    fn fail_run(
+        &self,
+        state: &mut RunState,
+        node: &str,
+        key: &[String],
+        message: &str,
+        out: &mut Outcome,
+    ) {
+        state.phase = RunPhase::Failed;
+        state.failure = Some((instance_id(node, key), message.to_string()));
+        let running: Vec<String> = state
+            .instances
+            .iter()
+            .filter(|(_, i)| i.phase == Phase::Running)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for id in running {
+            state.instances.get_mut(&id).unwrap().phase = Phase::Aborted;
+            let (node, key) = split_instance_id(&id);
+            out.actions.push(Action::Abort { node, key });
+        }
+    }
+
+    /// Instances of nodes inside compound `end` (at `end_key`), with their ids.
+    fn inside(&self, state: &RunState, end: &str, end_key: &[String]) -> Vec<String> {
+        state
+            .instances
+            .keys()
+            .filter(|id| {
+                let (node, key) = split_instance_id(id);
+                self.ancestors
+                    .get(&node)
+                    .is_some_and(|a| a.iter().any(|e| e == end))
+                    && key.starts_with(end_key)
+            })
+            .cloned()
+            .collect()
+    }
+
+    fn abort_inside(&self, state: &mut RunState, end: &str, end_key: &[String], out: &mut Outcome) {
+        for id in self.inside(state, end, end_key) {
+            let inst = state.instances.get_mut(&id).unwrap();
+            if inst.phase == Phase::Running || inst.phase == Phase::Pending {
+                if inst.phase == Phase::Running {
+                    let (node, key) = split_instance_id(&id);
+                    out.actions.push(Action::Abort { node, key });
+                }
+                inst.phase = Phase::Aborted;
+            }
+        }
+    }
+
+    fn reset_inside(&self, state: &mut RunState, end: &str, end_key: &[String], out: &mut Outcome) {
+        for id in self.inside(state, end, end_key) {
+            if let Some(inst) = state.instances.remove(&id) {
+                if inst.phase == Phase::Running {
+                    let (node, key) = split_instance_id(&id);
+                    out.actions.push(Action::Abort { node, key });
+                }
+            }
+        }
+    }
+
+    fn readiness(
+        &self,
+        node: &PlanNode,
+        key: &Key,
+        state: &RunState,
+        now: i64,
+        cache: &mut HashMap<String, LoopProgress>,
+    ) -> Readiness {
+        if node.kind == NodeKind::Start {
+            return Readiness::Ready;
+        }
+        let mut statuses = Vec::new();
+        for (src, kind) in self.plan.incoming(&node.id) {
+            let src_node = self.node(src);
+            let status = match src_node.loops.len().cmp(&node.loops.len()) {
+                std::cmp::Ordering::Equal => {
+                    let src_inst = state.get(src, key);
+                    // A retry's next attempt waits for its backoff.
+                    if let (EdgeKind::Body, Some(t)) =
+                        (kind, src_inst.not_before.filter(|t| *t > now))
+                    {
+                        return Readiness::Wait(t);
+                    }
+                    edge(kind, &src_inst)
+                }
+                std::cmp::Ordering::Less => {
+                    match self.body_edge(src_node, node, key, state, now, cache) {
+                        Ok(s) => s,
+                        Err(wait) => return Readiness::Wait(wait),
+                    }
+                }
+                std::cmp::Ordering::Greater => {
+                    let start = self.node(&src_node.loops[node.loops.len()]);
+                    let s_inst = state.get(&start.id, key);
+                    match (&s_inst.items, s_inst.phase) {
+                        (Some(items), _) => {
+                            let per_item: Vec<Edge> = items
+                                .iter()
+                                .map(|(item, _)| {
+                                    let mut k = key.clone();
+                                    k.push(item.clone());
+                                    edge(kind, &state.get(src, &k))
+                                })
+                                .collect();
+                            return self.fan_in(node, &per_item, &s_inst);
+                        }
+                        (None, p) if p.settled() => Edge::NotTaken,
+                        (None, _) => Edge::Unsettled,
+                    }
+                }
+            };
+            statuses.push(status);
+        }
+        let wait_for_all = !matches!(
+            node.kind,
+            NodeKind::CompoundEnd {
+                wait_for_all: false,
+                ..
+            }
+        );
+        if !wait_for_all && statuses.contains(&Edge::Taken) {
+            return Readiness::Ready;
+        }
+        if statuses.contains(&Edge::Unsettled) {
+            return Readiness::NotYet;
+        }
+        if statuses.contains(&Edge::Taken) {
+            return Readiness::Ready;
+        }
+        if !wait_for_all {
+            if let NodeKind::CompoundEnd { start, .. } = &node.kind {
+                if state.get(start, key).phase == Phase::Succeeded {
+                    return Readiness::Fail("no branch succeeded".into());
+                }
+            }
+        }
+        Readiness::Skip
+    }
+
+    /// A loop end over its items: all must succeed, or (runOn any) one of them.
+    fn fan_in(&self, end: &PlanNode, per_item: &[Edge], start: &Instance) -> Readiness {
+        if per_item.contains(&Edge::Unsettled) {
+            return Readiness::NotYet;
+        }
+        let any = matches!(
+            end.kind,
+            NodeKind::CompoundEnd {
+                run_on: Some(RunOn::Any),
+                ..
+            }
+        );
+        let taken = per_item.iter().filter(|e| **e == Edge::Taken).count();
+        if any {
+            return if taken > 0 {
+                Readiness::Ready
+            } else {
+                Readiness::Fail("no node succeeded".into())
+            };
+        }
+        if taken == per_item.len() || start.phase == Phase::Succeeded && per_item.is_empty() {
+            Readiness::Ready
+        } else {
+            Readiness::Skip
+        }
+    }
+
+    /// A `body` edge from a loop start into item `key.last()`: taken when the start succeeded and
+    /// the item is admitted (earlier items started, fewer than maxParallel active).
+    fn body_edge(
+        &self,
+        start: &PlanNode,
+        entry: &PlanNode,
+        key: &Key,
+        state: &RunState,
+        now: i64,
+        cache: &mut HashMap<String, LoopProgress>,
+    ) -> Result<Edge, i64> {
+        let outer = &key[..start.loops.len()];
+        let s = state.get(&start.id, outer);
+        if !s.phase.settled() {
+            return Ok(Edge::Unsettled);
+        }
+        if s.phase != Phase::Succeeded {
+            return Ok(Edge::NotTaken);
+        }
+        if let Some(t) = s.not_before.filter(|t| *t > now) {
+            return Err(t);
+        }
+        let NodeKind::LoopStart {
+            max_parallel,
+            end,
+            over,
+        } = &start.kind
+        else {
+            return Ok(Edge::Taken);
+        };
+        if state.get(end, outer).phase.settled() {
+            return Ok(Edge::NotTaken);
+        }
+        let limit = match (max_parallel, over) {
+            (Some(m), _) => *m as usize,
+            (None, LoopOver::Nodes { .. }) if start.step_type.ends_with("-nodes") => usize::MAX,
+            (None, _) => 1,
+        };
+        let items = s.items.clone().unwrap_or_default();
+        let Some(index) = items.iter().position(|(k, _)| Some(k) == key.last()) else {
+            return Ok(Edge::NotTaken);
+        };
+        let progress = cache
+            .entry(instance_id(&start.id, outer))
+            .or_insert_with(|| self.loop_progress(start, entry, outer, &items, end, state));
+        // Items start in order: only the next unstarted one, and only while a slot is free.
+        Ok(if index == progress.started && progress.active < limit {
+            Edge::Taken
+        } else {
+            Edge::Unsettled
+        })
+    }
+
+    fn loop_progress(
+        &self,
+        _start: &PlanNode,
+        entry: &PlanNode,
+        outer: &[String],
+        items: &[(String, Value)],
+        end: &str,
+        state: &RunState,
+    ) -> LoopProgress {
+        let exits: Vec<&str> = self
+            .plan
+            .incoming(end)
+            .into_iter()
+            .map(|(src, _)| src)
+            .collect();
+        let mut progress = LoopProgress::default();
+        for (item, _) in items {
+            let mut k = outer.to_vec();
+            k.push(item.clone());
+            if state.get(&entry.id, &k).phase == Phase::Pending {
+                break;
+            }
+            progress.started += 1;
+            let done = exits.iter().all(|x| state.get(x, &k).phase.settled());
+            if !done {
+                progress.active += 1;
+            }
+        }
+        progress
+    }
+
+    /// The vars a node instance sees from its enclosing loops: `item`/`index` and `node`.
+    pub fn loop_vars(
+        &self,
+        node: &PlanNode,
+        key: &[String],
+        state: &RunState,
+    ) -> BTreeMap<String, Value> {
+        let mut vars = BTreeMap::new();
+        for (depth, loop_id) in node.loops.iter().enumerate() {
+            let start = self.node(loop_id);
+            let s = state.get(loop_id, &key[..depth]);
+            let Some(items) = s.items else { continue };
+            let Some((pos, (item_key, value))) = items
+                .iter()
+                .enumerate()
+                .find(|(_, (k, _))| k == &key[depth])
+            else {
+                continue;
+            };
+            match &start.kind {
+                NodeKind::LoopStart {
+                    over: LoopOver::Nodes { .. },
+                    ..
+                } => {
+                    vars.insert("node".into(), Value::String(item_key.clone()));
+                }
+                _ => {
+                    vars.insert("item".into(), value.clone());
+                    vars.insert("index".into(), Value::from(pos));
+                }
+            }
+        }
+        vars
+    }
+}
+
+#[derive(Default)]
+struct LoopProgress {
+    /// Items (a prefix, in order) whose body has started.
+    started: usize,
+    /// Of those, how many have not finished.
+    active: usize,
+}
+
+fn edge(kind: EdgeKind, inst: &Instance) -> Edge {
+    match inst.phase {
+        Phase::Pending | Phase::Running => Edge::Unsettled,
+        Phase::Skipped | Phase::Aborted => Edge::NotTaken,
+        Phase::Succeeded => match kind {
+            EdgeKind::Next | EdgeKind::Always | EdgeKind::Branch | EdgeKind::Body => Edge::Taken,
+            EdgeKind::OnFailure => Edge::NotTaken,
+            EdgeKind::Then if inst.condition == Some(true) => Edge::Taken,
+            EdgeKind::Else if inst.condition == Some(false) => Edge::Taken,
+            EdgeKind::Then | EdgeKind::Else => Edge::NotTaken,
+        },
+        Phase::Failed => match kind {
+            EdgeKind::Always | EdgeKind::OnFailure => Edge::Taken,
+            _ => Edge::NotTaken,
+        },
+    }
+}
+
+/// A topological order that, among ready nodes, prefers the one created first (the spec's
+/// order), so branches start in the order they are written.
+fn creation_topo_order(plan: &Plan) -> Vec<String> {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    let g = &plan.graph;
+    let mut indegree: Vec<usize> = g
+        .node_indices()
+        .map(|i| {
+            g.neighbors_directed(i, petgraph::Direction::Incoming)
+                .count()
+        })
+        .collect();
+    let mut ready: BinaryHeap<Reverse<usize>> = g
+        .node_indices()
+        .filter(|i| indegree[i.index()] == 0)
+        .map(|i| Reverse(i.index()))
+        .collect();
+    let mut order = Vec::with_capacity(g.node_count());
+    while let Some(Reverse(i)) = ready.pop() {
+        let idx = petgraph::graph::NodeIndex::new(i);
+        order.push(g[idx].id.clone());
+        for n in g.neighbors_directed(idx, petgraph::Direction::Outgoing) {
+            indegree[n.index()] -= 1;
+            if indegree[n.index()] == 0 {
+                ready.push(Reverse(n.index()));
+            }
+        }
+    }
+    assert_eq!(order.len(), g.node_count(), "plans are acyclic");
+    order
+}
+
+/// Inverse of [`instance_id`].
+pub fn split_instance_id(id: &str) -> (String, Key) {
+    match id.split_once('@') {
+        Some((node, key)) => (
+            node.to_string(),
+            key.split('/').map(str::to_string).collect(),
+        ),
+        None => (id.to_string(), vec![]),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,108 @@
+//! The state of one run: one entry per node instance, serialisable so the controller can keep it
+//! in the API (nothing that matters lives only in memory).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// An instance key: one element per enclosing loop (item index, or node name for node loops).
+pub type Key = Vec<String>;
+
+/// Phase of one node instance.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Phase {
+    #[default]
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+    Skipped,
+    Aborted,
+}
+
+impl Phase {
+    /// Finished one way or another.
+    pub fn settled(self) -> bool {
+        !matches!(self, Phase::Pending | Phase::Running)
+    }
+}
+
+/// What is known about one node instance.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Instance {
+    pub phase: Phase,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub changed: bool,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    /// For conditions: the outcome.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub condition: Option<bool>,
+    /// For loop starts: the item keys (indices or node names) and values.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub items: Option<Vec<(String, Value)>>,
+    /// For retry starts: the current attempt (1-based); for others: the attempt they ran in.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub attempt: u32,
+    /// Not to proceed before this time (unix seconds): sleeps and retry backoff.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_before: Option<i64>,
+    /// A failure already dealt with (by an onError/continueOnError edge, a retry or a parent).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub failure_handled: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<i64>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// Outcome of the whole run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RunPhase {
+    #[default]
+    Running,
+    Succeeded,
+    Failed,
+}
+
+/// Everything the walker knows about a run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunState {
+    pub instances: BTreeMap<String, Instance>,
+    #[serde(default)]
+    pub phase: RunPhase,
+    /// The node instance whose failure ended the run, and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<(String, String)>,
+}
+
+/// Map key of a node instance: `s3-s0` or `s3-s0@worker-0` or `a@0/1`.
+pub fn instance_id(node: &str, key: &[String]) -> String {
+    if key.is_empty() {
+        node.to_string()
+    } else {
+        format!("{node}@{}", key.join("/"))
+    }
+}
+
+impl RunState {
+    /// The instance's state (Pending when never touched).
+    pub fn get(&self, node: &str, key: &[String]) -> Instance {
+        self.instances
+            .get(&instance_id(node, key))
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Mutable access, creating a Pending entry.
+    pub fn entry(&mut self, node: &str, key: &[String]) -> &mut Instance {
+        self.instances.entry(instance_id(node, key)).or_default()
+    }
+}

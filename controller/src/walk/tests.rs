@@ -1,0 +1,414 @@
+//! The walk rules of docs/dag.md, one test each, on plans compiled from small flows.
+
+use super::*;
+use pseudoflow_compiler::{compile, Compiled, FlowId};
+use serde_json::json;
+
+fn plan(steps: Value) -> Compiled {
+    compile(
+        &FlowId {
+            name: "t",
+            namespace: Some("ns"),
+        },
+        &json!({ "steps": steps }),
+    )
+    .unwrap_or_else(|d| panic!("{d}"))
+}
+
+fn ok() -> Completion {
+    Completion {
+        ok: true,
+        ..Default::default()
+    }
+}
+
+fn failed(msg: &str) -> Completion {
+    Completion {
+        ok: false,
+        message: msg.into(),
+        ..Default::default()
+    }
+}
+
+/// Starts as `advance` says and returns the started instance ids.
+fn started(o: &Outcome) -> Vec<String> {
+    o.actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Start { node, key, .. } => Some(instance_id(node, key)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn aborted(o: &Outcome) -> Vec<String> {
+    o.actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Abort { node, key } => Some(instance_id(node, key)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn phase(s: &RunState, id: &str) -> Phase {
+    s.instances.get(id).map(|i| i.phase).unwrap_or_default()
+}
+
+/// Completes an instance and advances; returns both outcomes' actions together.
+fn finish(w: &Walker, s: &mut RunState, id: &str, c: Completion) -> Outcome {
+    let (node, key) = split_instance_id(id);
+    let mut o = w.complete(s, &node, &key, c, 0);
+    let next = w.advance(s, 0);
+    o.actions.extend(next.actions);
+    o.wake_at = next.wake_at;
+    o
+}
+
+fn apply_step(name: &str) -> Value {
+    json!({"type": "apply", "manifests": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}}})
+}
+
+#[test]
+fn sequence_starts_one_step_after_the_other_and_succeeds() {
+    let c = plan(json!([apply_step("a"), apply_step("b")]));
+    let w = Walker::new(&c.plan);
+    let mut s = RunState::default();
+    assert_eq!(started(&w.advance(&mut s, 0)), ["s0"]);
+    assert_eq!(started(&finish(&w, &mut s, "s0", ok())), ["s1"]);
+    assert!(started(&finish(&w, &mut s, "s1", ok())).is_empty());
+    assert_eq!(s.phase, RunPhase::Succeeded);
+}
+
+#[test]
+fn a_failure_without_handler_fails_the_run_and_skips_nothing_else() {
+    let c = plan(json!([apply_step("a"), apply_step("b")]));
+    let w = Walker::new(&c.plan);
+    let mut s = RunState::default();
+    w.advance(&mut s, 0);
+    let o = finish(&w, &mut s, "s0", failed("boom"));
+    assert!(started(&o).is_empty());
+    assert_eq!(s.phase, RunPhase::Failed);
+    assert_eq!(s.failure, Some(("s0".into(), "boom".into())));
+}
+
+#[test]
+fn continue_on_error_goes_on_after_a_failure() {
+    let mut first = apply_step("a");
+    first["continueOnError"] = json!(true);
+    let c = plan(json!([first, apply_step("b")]));
+    let w = Walker::new(&c.plan);
+    let mut s = RunState::default();
+    w.advance(&mut s, 0);
+    assert_eq!(started(&finish(&w, &mut s, "s0", failed("boom"))), ["s1"]);
+    assert_eq!(s.phase, RunPhase::Running);
+}
+
+#[test]
+fn on_error_runs_the_handler_only_on_failure_and_continues() {
+    let steps =
+        json!([apply_step("a"), {"type": "onError", "steps": [apply_step("h")]}, apply_step("b")]);
+    let c = plan(steps.clone());
+    let w = Walker::new(&c.plan);
+    // Failure: handler, then the next step.
+    let mut s = RunState::default();
+    w.advance(&mut s, 0);
+    assert_eq!(started(&finish(&w, &mut s, "s0", failed("x"))), ["s1-s0"]);
+    assert_eq!(started(&finish(&w, &mut s, "s1-s0", ok())), ["s2"]);
+    // Success: the handler is skipped.
+    let mut s = RunState::default();
+    w.advance(&mut s, 0);
+    assert_eq!(started(&finish(&w, &mut s, "s0", ok())), ["s2"]);
+    assert_eq!(phase(&s, "s1-s0"), Phase::Skipped);
+}
+
+#[test]
+fn a_failing_handler_fails_the_run() {
+    let c = plan(
+        json!([apply_step("a"), {"type": "onError", "steps": [apply_step("h")]}, apply_step("b")]),
+    );
+    let w = Walker::new(&c.plan);
+    let mut s = RunState::default();
+    w.advance(&mut s, 0);
+    finish(&w, &mut s, "s0", failed("x"));
+    finish(&w, &mut s, "s1-s0", failed("handler broke"));
+    assert_eq!(s.phase, RunPhase::Failed);
+}
+
+fn cond() -> Value {
+    json!({"resource": {"kind": "Node", "name": "n"}, "jsonPath": ".metadata.name", "op": "equals", "value": "n"})
+}
+
+#[test]
+fn if_runs_then_or_else_and_skips_the_other_branch() {
+    let c = plan(
+        json!([{"type": "if", "condition": cond(), "then": [apply_step("t")], "else": [apply_step("e")]}, apply_step("after")]),
+    );
+    let w = Walker::new(&c.plan);
+    for (value, taken, skipped) in [
+        (true, "s0-then-s0", "s0-else-s0"),
+        (false, "s0-else-s0", "s0-then-s0"),
+    ] {
+        let mut s = RunState::default();
+        assert_eq!(started(&w.advance(&mut s, 0)), ["s0"]);
+        assert_eq!(
+            started(&finish(
+                &w,
+                &mut s,
+                "s0",
+                Completion {
+                    ok: true,
+                    condition: Some(value),
+                    ..ok()
+                }
+            )),
+            [taken]
+        );
+        assert_eq!(phase(&s, skipped), Phase::Skipped);
+        assert_eq!(started(&finish(&w, &mut s, taken, ok())), ["s1"]);
+    }
+}
+
+#[test]
+fn when_false_skips_only_the_guarded_step() {
+    let c = plan(
+        json!([{"type": "when", "condition": cond()}, apply_step("guarded"), apply_step("after")]),
+    );
+    let w = Walker::new(&c.plan);
+    let mut s = RunState::default();
+    w.advance(&mut s, 0);
+    let o = finish(
+        &w,
+        &mut s,
+        "s0",
+        Completion {
+            condition: Some(false),
+            ..ok()
+        },
+    );
+    assert_eq!(started(&o), ["s2"]);
+    assert_eq!(phase(&s, "s1"), Phase::Skipped);
+}
+
+#[test]
+fn parallel_wait_for_all_joins_after_every_branch() {
+    let c = plan(
+        json!([{"type": "parallel", "steps": [[apply_step("a")], [apply_step("b")]]}, apply_step("after")]),
+    );
+    let w = Walker::new(&c.plan);
+    let mut s = RunState::default();
+    assert_eq!(started(&w.advance(&mut s, 0)), ["s0-b0-s0", "s0-b1-s0"]);
+    assert!(started(&finish(&w, &mut s, "s0-b0-s0", ok())).is_empty());
+    assert_eq!(started(&finish(&w, &mut s, "s0-b1-s0", ok())), ["s1"]);
+}
+
+#[test]
+fn parallel_first_success_wins_and_aborts_the_rest() {
+    let c = plan(
+        json!([{"type": "parallel", "waitForAll": false, "steps": [[apply_step("a")], [apply_step("b"), apply_step("c")]]}, apply_step("after")]),
+    );
+    let w = Walker::new(&c.plan);
+    let mut s = RunState::default();
+    w.advance(&mut s, 0);
+    // A failing branch does not fail the parallel while another may still succeed.
+    let o = finish(&w, &mut s, "s0-b0-s0", failed("nope"));
+    assert!(started(&o).is_empty());
+    assert_eq!(s.phase, RunPhase::Running);
+    assert_eq!(started(&finish(&w, &mut s, "s0-b1-s0", ok())), ["s0-b1-s1"]);
+    assert_eq!(started(&finish(&w, &mut s, "s0-b1-s1", ok())), ["s1"]);
+}
+
+#[test]
+fn parallel_any_fails_when_no_branch_succeeds() {
+    let c = plan(
+        json!([{"type": "parallel", "waitForAll": false, "steps": [[apply_step("a")], [apply_step("b")]]}]),
+    );
+    let w = Walker::new(&c.plan);
+    let mut s = RunState::default();
+    w.advance(&mut s, 0);
+    finish(&w, &mut s, "s0-b0-s0", failed("x"));
+    finish(&w, &mut s, "s0-b1-s0", failed("y"));
+    assert_eq!(s.phase, RunPhase::Failed);
+}
+
+#[test]
+fn retry_reruns_the_group_after_doubling_backoff_then_gives_up() {
+    let c = plan(
+        json!([{"type": "retry", "attempts": 3, "backoffSeconds": 10, "steps": [apply_step("a"), apply_step("b")]}]),
+    );
+    let w = Walker::new(&c.plan);
+    let mut s = RunState::default();
+    assert_eq!(started(&w.advance(&mut s, 0)), ["s0-s0"]);
+    finish(&w, &mut s, "s0-s0", ok());
+    let (node, key) = split_instance_id("s0-s1");
+    w.complete(&mut s, &node, &key, failed("flaky"), 100);
+    // Attempt 2 waits 10 s, and its Jobs get attempt 2 (new names).
+    let o = w.advance(&mut s, 105);
+    assert!(started(&o).is_empty());
+    assert_eq!(o.wake_at, Some(110));
+    let o = w.advance(&mut s, 110);
+    assert_eq!(
+        o.actions,
+        vec![Action::Start {
+            node: "s0-s0".into(),
+            key: vec![],
+            attempt: 2
+        }]
+    );
+    w.complete(&mut s, "s0-s0", &[], failed("again"), 120);
+    assert_eq!(
+        w.advance(&mut s, 139).wake_at,
+        Some(140),
+        "second backoff doubles to 20 s"
+    );
+    w.advance(&mut s, 140);
+    w.complete(&mut s, "s0-s0", &[], failed("third"), 150);
+    w.advance(&mut s, 150);
+    assert_eq!(s.phase, RunPhase::Failed);
+}
+
+fn items(list: &[&str]) -> Option<Vec<(String, Value)>> {
+    Some(
+        list.iter()
+            .enumerate()
+            .map(|(i, v)| (i.to_string(), json!(v)))
+            .collect(),
+    )
+}
+
+#[test]
+fn loop_runs_items_one_at_a_time_with_item_and_index() {
+    let c = plan(
+        json!([{"type": "loop", "forEach": ["x", "y"], "steps": [apply_step("${item}")]}, apply_step("after")]),
+    );
+    let w = Walker::new(&c.plan);
+    let mut s = RunState::default();
+    assert_eq!(started(&w.advance(&mut s, 0)), ["s0"]);
+    let o = finish(
+        &w,
+        &mut s,
+        "s0",
+        Completion {
+            items: items(&["x", "y"]),
+            ..ok()
+        },
+    );
+    assert_eq!(started(&o), ["s0-s0@0"]);
+    let vars = w.loop_vars(c.plan.node("s0-s0").unwrap(), &["1".into()], &s);
+    assert_eq!(vars["item"], json!("y"));
+    assert_eq!(vars["index"], json!(1));
+    assert_eq!(started(&finish(&w, &mut s, "s0-s0@0", ok())), ["s0-s0@1"]);
+    assert_eq!(started(&finish(&w, &mut s, "s0-s0@1", ok())), ["s1"]);
+}
+
+#[test]
+fn empty_loop_succeeds_without_running_its_body() {
+    let c = plan(
+        json!([{"type": "loop", "forEach": [], "steps": [apply_step("x")]}, apply_step("after")]),
+    );
+    let w = Walker::new(&c.plan);
+    let mut s = RunState::default();
+    w.advance(&mut s, 0);
+    assert_eq!(
+        started(&finish(
+            &w,
+            &mut s,
+            "s0",
+            Completion {
+                items: Some(vec![]),
+                ..ok()
+            }
+        )),
+        ["s1"]
+    );
+}
+
+fn nodes(names: &[&str]) -> Option<Vec<(String, Value)>> {
+    Some(names.iter().map(|n| (n.to_string(), json!(n))).collect())
+}
+
+#[test]
+fn loop_nodes_rolls_with_max_parallel_and_a_failed_node_stops_the_rollout() {
+    let body = json!([{"type": "configFile", "path": "/etc/x", "content": "y"}]);
+    let c = plan(json!([{"type": "loopNodes", "selector": "", "maxParallel": 2, "steps": body}]));
+    let w = Walker::new(&c.plan);
+    let mut s = RunState::default();
+    w.advance(&mut s, 0);
+    let o = finish(
+        &w,
+        &mut s,
+        "s0",
+        Completion {
+            items: nodes(&["a", "b", "c", "d"]),
+            ..ok()
+        },
+    );
+    assert_eq!(started(&o), ["s0-s0@a", "s0-s0@b"], "two at a time");
+    assert_eq!(started(&finish(&w, &mut s, "s0-s0@a", ok())), ["s0-s0@c"]);
+    let o = finish(&w, &mut s, "s0-s0@b", failed("disk full"));
+    assert_eq!(aborted(&o), ["s0-s0@c"], "the rollout stops");
+    assert!(started(&o).is_empty(), "node d is never touched");
+    assert_eq!(s.phase, RunPhase::Failed);
+    assert_eq!(phase(&s, "s0-s0@d"), Phase::Pending);
+}
+
+#[test]
+fn node_fan_out_runs_everywhere_at_once_and_run_on_any_needs_one_success() {
+    let c = plan(json!([{"type": "execNode", "cmd": "true", "runOn": "any"}]));
+    let w = Walker::new(&c.plan);
+    let mut s = RunState::default();
+    assert_eq!(started(&w.advance(&mut s, 0)), ["s0"]);
+    let o = finish(
+        &w,
+        &mut s,
+        "s0",
+        Completion {
+            items: nodes(&["a", "b", "c"]),
+            ..ok()
+        },
+    );
+    assert_eq!(started(&o), ["s0-node@a", "s0-node@b", "s0-node@c"]);
+    finish(&w, &mut s, "s0-node@a", failed("x"));
+    finish(&w, &mut s, "s0-node@b", ok());
+    assert_eq!(s.phase, RunPhase::Running);
+    finish(&w, &mut s, "s0-node@c", failed("y"));
+    assert_eq!(s.phase, RunPhase::Succeeded);
+}
+
+#[test]
+fn sleep_is_a_timer_not_an_action() {
+    let c = plan(json!([{"type": "sleep", "seconds": 30}, apply_step("after")]));
+    let w = Walker::new(&c.plan);
+    let mut s = RunState::default();
+    let o = w.advance(&mut s, 1000);
+    assert!(o.actions.is_empty());
+    assert_eq!(o.wake_at, Some(1030));
+    assert!(started(&w.advance(&mut s, 1029)).is_empty());
+    assert_eq!(started(&w.advance(&mut s, 1030)), ["s1"]);
+}
+
+#[test]
+fn state_survives_a_round_trip_through_json() {
+    let c = plan(
+        json!([{"type": "loopNodes", "selector": "", "steps": [{"type": "execNode", "cmd": "true"}]}]),
+    );
+    let w = Walker::new(&c.plan);
+    let mut s = RunState::default();
+    w.advance(&mut s, 0);
+    finish(
+        &w,
+        &mut s,
+        "s0",
+        Completion {
+            items: nodes(&["a", "b"]),
+            ..ok()
+        },
+    );
+    let restored: RunState = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+    assert_eq!(restored, s);
+    let mut again = restored.clone();
+    assert!(
+        started(&w.advance(&mut again, 0)).is_empty(),
+        "a restored state starts nothing twice"
+    );
+}
