@@ -41,6 +41,12 @@ impl Ctx {
         }
     }
 
+    /// Uses `client` instead of building one (tests against a fake API server).
+    pub fn with_client(self, client: Client) -> Self {
+        let _ = self.client.set(client);
+        self
+    }
+
     /// A context configured from the environment, as in the executor pod.
     pub fn from_env(input: ExecutorInput) -> Self {
         let root =
