@@ -72,7 +72,7 @@ async fn main() -> ExitCode {
         Err(StepError::Input(m)) => return report_bad_input(m),
         Err(e) => StepResult::failed(e.to_string()),
     };
-    tracing::info!(ok = result.ok, changed = result.changed, message = %result.message, "finished");
+    tracing::info!(ok = result.ok, changed = result.changed, summary = %result.message, "finished");
     if output::deliver(&ctx, &result).await {
         ExitCode::SUCCESS
     } else {

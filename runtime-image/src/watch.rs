@@ -16,12 +16,30 @@ pub async fn watch_until<F>(
     ctx: &Ctx,
     api: Api<DynamicObject>,
     call: Call<'_>,
+    check: F,
+) -> Result<Option<DynamicObject>, StepError>
+where
+    F: FnMut(Option<&DynamicObject>) -> Result<Seen, StepError>,
+{
+    watch_until_with(ctx, api, call, None, check).await
+}
+
+/// Like [`watch_until`]; `rewatch_seconds` bounds how long one silent watch request is trusted
+/// before the server ends it and it is re-established (`waitFor.intervalSeconds`).
+pub async fn watch_until_with<F>(
+    ctx: &Ctx,
+    api: Api<DynamicObject>,
+    call: Call<'_>,
+    rewatch_seconds: Option<u32>,
     mut check: F,
 ) -> Result<Option<DynamicObject>, StepError>
 where
     F: FnMut(Option<&DynamicObject>) -> Result<Seen, StepError>,
 {
-    let config = watcher::Config::default().fields(&format!("metadata.name={}", call.name));
+    let mut config = watcher::Config::default().fields(&format!("metadata.name={}", call.name));
+    if let Some(secs) = rewatch_seconds {
+        config = config.timeout(secs.max(1));
+    }
     let mut stream = watcher::watcher(api, config).default_backoff().boxed();
     let mut listing: Option<Option<DynamicObject>> = None;
     while let Some(event) = stream.next().await {

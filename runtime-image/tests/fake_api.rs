@@ -20,6 +20,7 @@ use serde_json::{json, Value};
 struct Store {
     objects: BTreeMap<String, Value>,
     forbidden: Vec<(String, String)>,
+    watch_events: Vec<Value>,
     rv: u64,
 }
 
@@ -72,6 +73,15 @@ fn handle(store: &Shared, method: &str, path: &str, query: &str, body: Value) ->
             return (200, list);
         }
     }
+    if query.contains("watch=true") {
+        // One queued event per watch request; the stream then ends and the watcher re-watches.
+        let ev = if s.watch_events.is_empty() {
+            Value::Null
+        } else {
+            s.watch_events.remove(0)
+        };
+        return (200, ev);
+    }
     match method {
         "GET" => {
             if let Some(o) = s.objects.get(path) {
@@ -82,10 +92,19 @@ fn handle(store: &Shared, method: &str, path: &str, query: &str, body: Value) ->
                 .split('&')
                 .find_map(|kv| kv.strip_prefix("labelSelector="))
                 .map(|v| v.replace("%3D", "=").replace("%2F", "/"));
+            let field_name = query
+                .split('&')
+                .find_map(|kv| kv.strip_prefix("fieldSelector=metadata.name%3D"))
+                .map(str::to_string);
             let items: Vec<Value> = s
                 .objects
                 .iter()
                 .filter(|(k, _)| k.starts_with(&prefix) && !k[prefix.len()..].contains('/'))
+                .filter(|(_, o)| {
+                    field_name
+                        .as_ref()
+                        .is_none_or(|n| o["metadata"]["name"] == json!(n))
+                })
                 .filter(|(_, o)| match &selector {
                     Some(sel) => sel.split(',').all(|req| match req.split_once('=') {
                         Some((k, v)) => o["metadata"]["labels"][k] == json!(v),
@@ -172,10 +191,15 @@ fn client(store: Shared) -> kube::Client {
             let bytes = req.into_body().collect().await.unwrap().to_bytes();
             let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
             let (code, v) = handle(&store, &method, &path, &query, body);
+            let text = if v.is_null() {
+                String::new()
+            } else {
+                format!("{v}\n")
+            };
             let resp = Response::builder()
                 .status(StatusCode::from_u16(code).unwrap())
                 .header("content-type", "application/json")
-                .body(Full::new(Bytes::from(v.to_string())))
+                .body(Full::new(Bytes::from(text)))
                 .unwrap();
             Ok::<_, Infallible>(resp)
         }
@@ -184,6 +208,14 @@ fn client(store: Shared) -> kube::Client {
 }
 
 async fn run(store: &Shared, task: Task, step: Value) -> StepResult {
+    run_task(store, task, step, Some(20)).await
+}
+
+async fn run_with_timeout(store: &Shared, step: Value, timeout: Option<u32>) -> StepResult {
+    run_task(store, Task::Run, step, timeout).await
+}
+
+async fn run_task(store: &Shared, task: Task, step: Value, timeout: Option<u32>) -> StepResult {
     let input = ExecutorInput {
         flow: FlowRef {
             name: "f".into(),
@@ -199,7 +231,7 @@ async fn run(store: &Shared, task: Task, step: Value) -> StepResult {
         task,
         step,
         target_node: None,
-        timeout_seconds: Some(20),
+        timeout_seconds: timeout,
         artifacts: vec![],
     };
     let (input, step) = parse_input(&serde_json::to_string(&input).unwrap()).unwrap();
@@ -369,6 +401,50 @@ async fn list_nodes_and_include_from_a_secret() {
         "{r:?}"
     );
     assert!(!r.message.contains("169.254"), "{}", r.message);
+}
+
+#[tokio::test]
+async fn wait_for_sees_the_initial_list_and_watch_events() {
+    let store = Shared::default();
+    let pod = |phase: &str, rv: &str| {
+        json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "ops", "resourceVersion": rv}, "status": {"phase": phase}})
+    };
+    {
+        let mut s = store.lock().unwrap();
+        s.objects
+            .insert("/api/v1/namespaces/ops/pods/p".into(), pod("Pending", "5"));
+        s.watch_events
+            .push(json!({"type": "MODIFIED", "object": pod("Running", "6")}));
+    }
+    let step = json!({"type": "waitFor", "resource": {"kind": "Pod", "name": "p"}, "condition": "Custom",
+                      "jsonPath": "{.status.phase}", "op": "equals", "value": "Running"});
+    let r = run(&store, Task::Run, step).await;
+    assert!(r.ok, "{r:?}");
+    let gone = json!({"type": "waitFor", "resource": {"kind": "Pod", "name": "q"}, "condition": "Deleted"});
+    assert!(run(&store, Task::Run, gone).await.ok);
+}
+
+#[tokio::test]
+async fn wait_for_timeouts_say_what_was_last_seen() {
+    let store = Shared::default();
+    store.lock().unwrap().objects.insert(
+        "/apis/apps/v1/namespaces/ops/deployments/dns".into(),
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "dns", "generation": 1,
+               "resourceVersion": "3"}, "spec": {"replicas": 2},
+               "status": {"observedGeneration": 1, "availableReplicas": 1, "readyReplicas": 1,
+                          "updatedReplicas": 2, "replicas": 2}}),
+    );
+    let mut step = json!({"type": "waitFor", "resource": {"kind": "Deployment", "name": "dns"},
+                          "condition": "Available"});
+    step["timeoutSeconds"] = json!(1);
+    let input_timeout = Some(1);
+    let r = run_with_timeout(&store, step, input_timeout).await;
+    assert!(!r.ok);
+    assert_eq!(
+        r.message,
+        "timed out after 1s; last seen: Deployment/ops/dns: 1/2 available, 1/2 ready, 2/2 updated"
+    );
 }
 
 fn base64(data: &[u8]) -> String {

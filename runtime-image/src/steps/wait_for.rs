@@ -21,7 +21,7 @@ pub async fn run(ctx: &Ctx, step: &WaitForStep) -> Result<StepResult, StepError>
     let label = api::display(&res.kind, ns.as_deref(), &res.name);
     ctx.note(format!("waiting for {label} to be {:?}", step.condition));
     let call = api::call("get", &r, &res.name, ns.as_deref());
-    crate::watch::watch_until(ctx, api, call, |o| {
+    crate::watch::watch_until_with(ctx, api, call, step.interval_seconds, |o| {
         let json = o.map(api::to_json);
         let seen = judge(step, &res.kind, json.as_ref())?;
         Ok(Seen {
