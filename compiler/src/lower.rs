@@ -264,7 +264,11 @@ fn pod_template(
             "name": "step",
             "image": image,
             "args": ["run", "--input", format!("{INPUT_DIR}/{INPUT_KEY}")],
-            "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+            "env": [
+                {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                // Names the result ConfigMap of a large result, so it can be owned and cleaned up.
+                {"name": "PSEUDOFLOW_JOB_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['job-name']"}}},
+            ],
             "securityContext": security,
             "terminationMessagePolicy": "FallbackToLogsOnError",
             "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "256Mi"}},

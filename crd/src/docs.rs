@@ -20,41 +20,73 @@ pub fn steps_markdown() -> String {
     );
     out.push_str("| type | what it does |\n|---|---|\n");
     for tag in STEP_TYPES {
-        out.push_str(&format!("| [`{tag}`](#{}) | {} |\n", tag.to_lowercase(), first_line(&step_schemas()[tag])));
+        out.push_str(&format!(
+            "| [`{tag}`](#{}) | {} |\n",
+            tag.to_lowercase(),
+            first_line(&step_schemas()[tag])
+        ));
     }
     for tag in STEP_TYPES {
         let schema = &step_schemas()[tag];
         out.push_str(&format!("\n## `{tag}`\n\n{}\n\n", description(schema)));
-        let required: Vec<&str> = schema["required"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+        let required: Vec<&str> = schema["required"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
         out.push_str("| field | type | required | meaning |\n|---|---|---|---|\n");
-        let props = schema["properties"].as_object().cloned().unwrap_or_default();
+        let props = schema["properties"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
         for (name, prop) in &props {
             if COMMON.contains(&name.as_str()) && !(name == "name" && *tag == "includeFlow") {
                 continue;
             }
-            let req = if required.contains(&name.as_str()) { "yes" } else { "" };
+            let req = if required.contains(&name.as_str()) {
+                "yes"
+            } else {
+                ""
+            };
             let meaning = if name == "name" && *tag == "includeFlow" {
                 "the PseudoFlow to include (the original DSL's field)".to_string()
             } else {
                 description(prop).replace('\n', " ")
             };
-            out.push_str(&format!("| `{name}` | {} | {req} | {meaning} |\n", type_text(prop)));
+            out.push_str(&format!(
+                "| `{name}` | {} | {req} | {meaning} |\n",
+                type_text(prop)
+            ));
         }
     }
     out
 }
 
 fn description(schema: &Value) -> String {
-    schema.get("description").and_then(Value::as_str).unwrap_or_default().trim().to_string()
+    schema
+        .get("description")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .trim()
+        .to_string()
 }
 
 fn first_line(schema: &Value) -> String {
-    description(schema).lines().next().unwrap_or_default().to_string()
+    description(schema)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_string()
 }
 
 fn type_text(prop: &Value) -> String {
     if let Some(kind) = prop.get("x-pseudoflow-steps").and_then(Value::as_str) {
-        return if kind == "branches" { "list of step lists".into() } else { "list of steps".into() };
+        return if kind == "branches" {
+            "list of step lists".into()
+        } else {
+            "list of steps".into()
+        };
     }
     if let Some(options) = prop.get("anyOf").and_then(Value::as_array) {
         let parts: Vec<String> = options
@@ -74,9 +106,20 @@ fn type_text(prop: &Value) -> String {
         },
         Some("object") if prop.get("properties").is_some() => {
             let keys: Vec<&String> = prop["properties"].as_object().unwrap().keys().collect();
-            format!("object ({})", keys.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", "))
+            format!(
+                "object ({})",
+                keys.iter()
+                    .map(|k| format!("`{k}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
         }
-        Some("object") if prop.pointer("/additionalProperties/type").and_then(Value::as_str) == Some("string") => {
+        Some("object")
+            if prop
+                .pointer("/additionalProperties/type")
+                .and_then(Value::as_str)
+                == Some("string") =>
+        {
             "map of string".into()
         }
         Some("object") => "object".into(),
@@ -87,12 +130,21 @@ fn type_text(prop: &Value) -> String {
 
 fn enum_values(prop: &Value) -> Option<Vec<String>> {
     if let Some(e) = prop.get("enum").and_then(Value::as_array) {
-        return Some(e.iter().filter_map(Value::as_str).map(|s| format!("`{s}`")).collect());
+        return Some(
+            e.iter()
+                .filter_map(Value::as_str)
+                .map(|s| format!("`{s}`"))
+                .collect(),
+        );
     }
     let one_of = prop.get("oneOf")?.as_array()?;
     let mut out = Vec::new();
     for o in one_of {
-        out.extend(enum_values(o).or_else(|| o.get("const").and_then(Value::as_str).map(|c| vec![format!("`{c}`")]))?);
+        out.extend(enum_values(o).or_else(|| {
+            o.get("const")
+                .and_then(Value::as_str)
+                .map(|c| vec![format!("`{c}`")])
+        })?);
     }
     Some(out)
 }

@@ -49,5 +49,8 @@ fn crd_schema_is_structural() {
 fn checked_in_step_reference_matches_the_types() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/steps.md");
     let on_disk = std::fs::read_to_string(path).expect("docs/steps.md exists");
-    assert!(on_disk == pseudoflow_crd::docs::steps_markdown(), "docs/steps.md is stale: run `make docs`");
+    assert!(
+        on_disk == pseudoflow_crd::docs::steps_markdown(),
+        "docs/steps.md is stale: run `make docs`"
+    );
 }
