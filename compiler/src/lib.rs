@@ -6,6 +6,7 @@
 pub mod build;
 pub mod compile;
 pub mod emit;
+pub mod expr;
 pub mod exprs;
 pub mod lower;
 pub mod names;
@@ -13,7 +14,6 @@ pub mod plan;
 pub mod render;
 pub mod result;
 pub mod source;
-pub mod subst;
 
 pub use compile::{compile, Compiled, FlowId};
 pub use lower::{lower, FlowRef, LowerOptions, Lowered, NodeInstance};

@@ -1,0 +1,409 @@
+//! The expression engine behind `${...}`: minijinja expressions over the run's variables, with
+//! Python-like methods (`.split(' ')`) and `json()`, no loader (no files), no I/O functions,
+//! bounded by fuel and by a cap on result size.
+
+use std::collections::BTreeMap;
+
+use minijinja::value::Value as JinjaValue;
+use minijinja::{Environment, Error, ErrorKind, UndefinedBehavior};
+use serde_json::Value;
+
+use super::scan::{scan, Segment};
+
+/// Most instructions one expression may execute.
+pub const FUEL: u64 = 100_000;
+/// Largest result (serialised) one expression may produce.
+pub const MAX_RESULT_BYTES: usize = 1 << 20;
+/// Longest expression text accepted.
+pub const MAX_EXPRESSION_BYTES: usize = 2048;
+
+/// The variables visible to an expression.
+pub type Scope = BTreeMap<String, Value>;
+
+/// A `${NAME}` left in place because `NAME` is not a variable (e.g. a shell variable).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Warning {
+    pub path: String,
+    pub message: String,
+}
+
+/// Why substitution failed, with the field's path and the expression.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: cannot evaluate ${{{expr}}}: {reason}")]
+pub struct SubstError {
+    pub path: String,
+    pub expr: String,
+    pub reason: String,
+}
+
+/// What one expression refers to, found without evaluating it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExprRef {
+    pub expr: String,
+    /// The expression is just a name (`${dns_ip}`).
+    pub plain: bool,
+    /// Names it reads from the scope.
+    pub names: Vec<String>,
+}
+
+/// A configured environment; build once and reuse.
+pub struct Engine {
+    env: Environment<'static>,
+}
+
+impl Default for Engine {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn is_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// The settings every environment gets: strict undefined, fuel, recursion limit, Python-like
+/// methods, `json()`, and no `debug()`. There is no loader, so `include`/`import` cannot read.
+fn configure(env: &mut Environment<'_>) {
+    env.set_undefined_behavior(UndefinedBehavior::Strict);
+    env.set_fuel(Some(FUEL));
+    env.set_recursion_limit(64);
+    env.set_unknown_method_callback(bounded_method);
+    env.add_function("json", json_fn);
+    env.remove_global("debug");
+}
+
+/// Python-like methods (`.split`, `.replace`, ...) from minijinja-contrib, refused *before* they
+/// run when their result could exceed [`MAX_RESULT_BYTES`]: fuel counts instructions, not the
+/// work inside one call, so `s.replace('1', big)` must be stopped up front.
+fn bounded_method(
+    state: &mut minijinja::State,
+    value: &JinjaValue,
+    method: &str,
+    args: &[JinjaValue],
+) -> Result<JinjaValue, Error> {
+    let too_big = || {
+        Error::new(
+            ErrorKind::InvalidOperation,
+            format!("{method}(): result would exceed {MAX_RESULT_BYTES} bytes"),
+        )
+    };
+    if let Some(s) = value.as_str() {
+        let arg_len = |i: usize| args.get(i).and_then(|a| a.as_str()).map_or(0, str::len);
+        let estimate = match method {
+            "replace" => {
+                let occurrences = match args.first().and_then(|a| a.as_str()) {
+                    Some("") => s.chars().count() + 1,
+                    Some(old) => s.matches(old).count(),
+                    None => 0,
+                };
+                s.len() + occurrences.saturating_mul(arg_len(1))
+            }
+            "center" | "ljust" | "rjust" | "zfill" => {
+                let width = args
+                    .first()
+                    .and_then(|a| i64::try_from(a.clone()).ok())
+                    .unwrap_or(0);
+                s.len().max(usize::try_from(width).unwrap_or(usize::MAX))
+            }
+            "join" => s.len(),
+            _ => s.len(),
+        };
+        if estimate > MAX_RESULT_BYTES {
+            return Err(too_big());
+        }
+    }
+    minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
+}
+
+fn json_fn(text: String) -> Result<JinjaValue, Error> {
+    let v: Value = serde_json::from_str(&text).map_err(|e| {
+        Error::new(
+            ErrorKind::InvalidOperation,
+            format!("json(): not valid JSON: {e}"),
+        )
+    })?;
+    Ok(JinjaValue::from(minijinja::value::Serde(&v)))
+}
+
+impl Engine {
+    /// The environment every flow uses.
+    pub fn new() -> Self {
+        let mut env = Environment::new();
+        configure(&mut env);
+        Engine { env }
+    }
+
+    fn eval_raw(&self, expr: &str, scope: &Scope) -> Result<Value, String> {
+        if expr.len() > MAX_EXPRESSION_BYTES {
+            return Err(format!(
+                "expression longer than {MAX_EXPRESSION_BYTES} bytes"
+            ));
+        }
+        let compiled = self
+            .env
+            .compile_expression_owned(expr.to_string())
+            .map_err(|e| describe(&e))?;
+        let ctx = JinjaValue::from(minijinja::value::Serde(scope));
+        let v = compiled.eval(ctx).map_err(|e| describe(&e))?;
+        if v.is_undefined() {
+            return Err("undefined".into());
+        }
+        let json = serde_json::to_value(&v).map_err(|e| e.to_string())?;
+        let size = serde_json::to_string(&json)
+            .map(|s| s.len())
+            .unwrap_or(usize::MAX);
+        if size > MAX_RESULT_BYTES {
+            return Err(format!("result larger than {MAX_RESULT_BYTES} bytes"));
+        }
+        Ok(json)
+    }
+
+    /// Substitutes every `${...}` in one string. A string that is exactly one `${expr}` keeps the
+    /// expression's type; otherwise values are rendered into the text (strings as they are,
+    /// anything else as JSON). Inserted values are never scanned again (single pass).
+    pub fn substitute_str(
+        &self,
+        s: &str,
+        scope: &Scope,
+        path: &str,
+    ) -> Result<(Value, Vec<Warning>), SubstError> {
+        let segs = scan(s).map_err(|e| SubstError {
+            path: path.into(),
+            expr: s.into(),
+            reason: e.to_string(),
+        })?;
+        let mut warnings = Vec::new();
+        let mut eval = |expr: &str| -> Result<Option<Value>, SubstError> {
+            let trimmed = expr.trim();
+            if is_identifier(trimmed) && !scope.contains_key(trimmed) {
+                warnings.push(Warning {
+                    path: path.into(),
+                    message: format!(
+                        "${{{trimmed}}} is not a flow variable; left as is (e.g. for the shell)"
+                    ),
+                });
+                return Ok(None);
+            }
+            self.eval_raw(trimmed, scope)
+                .map(Some)
+                .map_err(|reason| SubstError {
+                    path: path.into(),
+                    expr: expr.into(),
+                    reason,
+                })
+        };
+        if let [Segment::Expr(expr)] = segs.as_slice() {
+            let v = eval(expr)?.unwrap_or_else(|| Value::String(format!("${{{expr}}}")));
+            return Ok((v, warnings));
+        }
+        let mut out = String::new();
+        for seg in &segs {
+            match seg {
+                Segment::Literal(text) => out.push_str(text),
+                Segment::Expr(expr) => match eval(expr)? {
+                    Some(Value::String(v)) => out.push_str(&v),
+                    Some(other) => out.push_str(&other.to_string()),
+                    None => {
+                        out.push_str("${");
+                        out.push_str(expr);
+                        out.push('}');
+                    }
+                },
+            }
+            if out.len() > MAX_RESULT_BYTES {
+                return Err(SubstError {
+                    path: path.into(),
+                    expr: s.into(),
+                    reason: format!("result larger than {MAX_RESULT_BYTES} bytes"),
+                });
+            }
+        }
+        Ok((Value::String(out), warnings))
+    }
+
+    /// Substitutes every string in a JSON value (array items, object values and keys).
+    pub fn substitute(
+        &self,
+        value: &Value,
+        scope: &Scope,
+        path: &str,
+    ) -> Result<(Value, Vec<Warning>), SubstError> {
+        let mut warnings = Vec::new();
+        let v = self.walk(value, scope, path, &mut warnings)?;
+        Ok((v, warnings))
+    }
+
+    fn walk(
+        &self,
+        value: &Value,
+        scope: &Scope,
+        path: &str,
+        warnings: &mut Vec<Warning>,
+    ) -> Result<Value, SubstError> {
+        Ok(match value {
+            Value::String(s) => {
+                let (v, w) = self.substitute_str(s, scope, path)?;
+                warnings.extend(w);
+                v
+            }
+            Value::Array(items) => Value::Array(
+                items
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| self.walk(v, scope, &format!("{path}[{i}]"), warnings))
+                    .collect::<Result<_, _>>()?,
+            ),
+            Value::Object(map) => {
+                let mut out = serde_json::Map::new();
+                for (k, v) in map {
+                    let child = format!("{path}.{k}");
+                    let key = match self.substitute_str(k, scope, &child)? {
+                        (Value::String(s), w) => {
+                            warnings.extend(w);
+                            s
+                        }
+                        (other, _) => other.to_string(),
+                    };
+                    out.insert(key, self.walk(v, scope, &child, warnings)?);
+                }
+                Value::Object(out)
+            }
+            other => other.clone(),
+        })
+    }
+
+    /// Evaluates an `eval` step's expression, in which `${name}` means the variable `name`: each
+    /// `${...}` becomes a parenthesised sub-expression, never the variable's text.
+    pub fn eval_expression(
+        &self,
+        expr: &str,
+        scope: &Scope,
+        path: &str,
+    ) -> Result<Value, SubstError> {
+        let rewritten = rewrite_references(expr).map_err(|reason| SubstError {
+            path: path.into(),
+            expr: expr.into(),
+            reason,
+        })?;
+        self.eval_raw(&rewritten, scope)
+            .map_err(|reason| SubstError {
+                path: path.into(),
+                expr: expr.into(),
+                reason,
+            })
+    }
+
+    /// Renders a `template` step's body (minijinja template syntax) with the scope.
+    pub fn render_template(
+        &self,
+        template: &str,
+        scope: &Scope,
+        path: &str,
+    ) -> Result<String, SubstError> {
+        let err = |reason: String| SubstError {
+            path: path.into(),
+            expr: "template".into(),
+            reason,
+        };
+        let out = self
+            .env
+            .render_str(template, JinjaValue::from(minijinja::value::Serde(scope)))
+            .map_err(|e| err(describe(&e)))?;
+        if out.len() > MAX_RESULT_BYTES {
+            return Err(err(format!("result larger than {MAX_RESULT_BYTES} bytes")));
+        }
+        Ok(out)
+    }
+
+    /// Parses every `${...}` in `s` without evaluating; returns what each refers to.
+    pub fn check(&self, s: &str, path: &str) -> Result<Vec<ExprRef>, SubstError> {
+        let segs = scan(s).map_err(|e| SubstError {
+            path: path.into(),
+            expr: s.into(),
+            reason: e.to_string(),
+        })?;
+        let mut out = Vec::new();
+        for seg in segs {
+            if let Segment::Expr(expr) = seg {
+                out.push(self.check_expr(&expr, path)?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Like [`Engine::check`] for an `eval` expression (its `${name}` are references).
+    pub fn check_eval(&self, expr: &str, path: &str) -> Result<ExprRef, SubstError> {
+        let rewritten = rewrite_references(expr).map_err(|reason| SubstError {
+            path: path.into(),
+            expr: expr.into(),
+            reason,
+        })?;
+        let mut r = self.check_expr(&rewritten, path)?;
+        r.plain = false;
+        Ok(r)
+    }
+
+    /// Syntax and free names of a template body.
+    pub fn check_template(&self, template: &str, path: &str) -> Result<Vec<String>, SubstError> {
+        let mut env = Environment::new();
+        configure(&mut env);
+        let tmpl = env.template_from_str(template).map_err(|e| SubstError {
+            path: path.into(),
+            expr: "template".into(),
+            reason: describe(&e),
+        })?;
+        let mut names: Vec<String> = tmpl.undeclared_variables(false).into_iter().collect();
+        names.sort();
+        Ok(names)
+    }
+
+    fn check_expr(&self, expr: &str, path: &str) -> Result<ExprRef, SubstError> {
+        let trimmed = expr.trim();
+        let compiled = self
+            .env
+            .compile_expression_owned(trimmed.to_string())
+            .map_err(|e| SubstError {
+                path: path.into(),
+                expr: expr.into(),
+                reason: describe(&e),
+            })?;
+        let mut names: Vec<String> = compiled.undeclared_variables(false).into_iter().collect();
+        names.sort();
+        Ok(ExprRef {
+            expr: expr.to_string(),
+            plain: is_identifier(trimmed),
+            names,
+        })
+    }
+}
+
+/// `json(${mapping})` → `json((mapping))`: references become sub-expressions.
+fn rewrite_references(expr: &str) -> Result<String, String> {
+    let mut out = String::new();
+    for seg in scan(expr).map_err(|e| e.to_string())? {
+        match seg {
+            Segment::Literal(t) => out.push_str(&t),
+            Segment::Expr(e) => {
+                out.push('(');
+                out.push_str(&e);
+                out.push(')');
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn describe(e: &Error) -> String {
+    let mut msg = e
+        .detail()
+        .map(str::to_string)
+        .unwrap_or_else(|| e.kind().to_string());
+    if e.kind() == ErrorKind::OutOfFuel {
+        msg = "too much work (expression exceeded its fuel)".into();
+    }
+    msg
+}
