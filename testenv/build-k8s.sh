@@ -11,7 +11,7 @@ CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/pseudoflow"
 OUT="$CACHE/k8s-$K8S_VERSION"
 BIN="$OUT/bin"
 STAMP="$BIN/.stamp"
-WANT_STAMP="k8s=$K8S_VERSION etcd=$ETCD_VERSION"
+WANT_STAMP="k8s=$K8S_VERSION etcd=$ETCD_VERSION layout=2"
 BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl)
 
 have_all() {
@@ -60,7 +60,10 @@ package tools
 GO
 fi
 echo "building kube-apiserver, kube-controller-manager, kube-scheduler, kubectl $K8S_VERSION (first time: ~20-40 min on 2 cores)"
-"$GO" build -ldflags="-s -w" -o "$BIN/" \
+minor_num="${K8S_VERSION#v1.}"; minor_num="${minor_num%%.*}"
+VERSION_FLAGS="-X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor_num -X k8s.io/component-base/version.gitTreeState=clean"
+VERSION_FLAGS="$VERSION_FLAGS -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor_num"
+"$GO" build -ldflags="-s -w $VERSION_FLAGS" -o "$BIN/" \
   k8s.io/kubernetes/cmd/kube-apiserver \
   k8s.io/kubernetes/cmd/kube-controller-manager \
   k8s.io/kubernetes/cmd/kube-scheduler \

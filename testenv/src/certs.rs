@@ -1,0 +1,125 @@
+//! Certificates and keys for a throwaway cluster, made with the `openssl` command: a CA, the
+//! API server's serving cert (SANs for loopback and the in-cluster service name), an admin client
+//! cert in `system:masters`, and the service-account signing key pair.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+
+/// Paths of everything generated.
+#[derive(Debug, Clone)]
+pub struct Certs {
+    pub dir: PathBuf,
+    pub ca_crt: PathBuf,
+    pub ca_key: PathBuf,
+    pub server_crt: PathBuf,
+    pub server_key: PathBuf,
+    pub admin_crt: PathBuf,
+    pub admin_key: PathBuf,
+    pub sa_key: PathBuf,
+    pub sa_pub: PathBuf,
+}
+
+fn openssl(dir: &Path, args: &[&str]) -> Result<()> {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .context("running openssl (install the openssl package)")?;
+    if !out.status.success() {
+        bail!(
+            "openssl {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+/// Generates all certificates into `dir`.
+pub fn generate(dir: &Path) -> Result<Certs> {
+    std::fs::create_dir_all(dir)?;
+    let days = "3650";
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-days",
+            days,
+            "-subj",
+            "/CN=pseudoflow-testenv-ca",
+        ],
+    )?;
+    std::fs::write(
+        dir.join("server.ext"),
+        "subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local\nextendedKeyUsage=serverAuth\n",
+    )?;
+    std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n")?;
+    for (name, subj, ext) in [
+        ("server", "/CN=kube-apiserver", "server.ext"),
+        ("admin", "/O=system:masters/CN=admin", "client.ext"),
+    ] {
+        openssl(
+            dir,
+            &[
+                "req",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-nodes",
+                "-keyout",
+                &format!("{name}.key"),
+                "-out",
+                &format!("{name}.csr"),
+                "-subj",
+                subj,
+            ],
+        )?;
+        openssl(
+            dir,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                &format!("{name}.csr"),
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                &format!("{name}.crt"),
+                "-days",
+                days,
+                "-extfile",
+                ext,
+            ],
+        )?;
+    }
+    openssl(dir, &["genrsa", "-out", "sa.key", "2048"])?;
+    openssl(dir, &["rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub"])?;
+    let p = |f: &str| dir.join(f);
+    Ok(Certs {
+        dir: dir.to_path_buf(),
+        ca_crt: p("ca.crt"),
+        ca_key: p("ca.key"),
+        server_crt: p("server.crt"),
+        server_key: p("server.key"),
+        admin_crt: p("admin.crt"),
+        admin_key: p("admin.key"),
+        sa_key: p("sa.key"),
+        sa_pub: p("sa.pub"),
+    })
+}

@@ -1,0 +1,174 @@
+//! Starting etcd, kube-apiserver, kube-controller-manager and kube-scheduler on loopback, and
+//! waiting until the API server is ready.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+use crate::binaries::binary;
+use crate::certs::Certs;
+use crate::procs::Proc;
+
+/// The running control plane.
+pub struct ControlPlane {
+    pub api_port: u16,
+    pub kubeconfig: PathBuf,
+    pub procs: Vec<Proc>,
+}
+
+/// A port nobody listens on right now.
+pub fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+fn s(p: &Path) -> String {
+    p.display().to_string()
+}
+
+/// Writes an admin kubeconfig for `https://127.0.0.1:port`.
+pub fn write_kubeconfig(path: &Path, port: u16, certs: &Certs) -> Result<()> {
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: testenv\n  cluster:\n    server: https://127.0.0.1:{port}\n    certificate-authority: {}\nusers:\n- name: admin\n  user:\n    client-certificate: {}\n    client-key: {}\ncontexts:\n- name: testenv\n  context: {{cluster: testenv, user: admin}}\ncurrent-context: testenv\n",
+        s(&certs.ca_crt),
+        s(&certs.admin_crt),
+        s(&certs.admin_key)
+    );
+    std::fs::write(path, text)?;
+    Ok(())
+}
+
+/// A client for a kubeconfig file, on the caller's runtime.
+pub async fn client_for(kubeconfig: &Path) -> Result<Client> {
+    let kc = Kubeconfig::read_from(kubeconfig)?;
+    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
+    Ok(Client::try_from(config)?)
+}
+
+/// Starts everything in `dir` and waits for `/readyz`.
+pub async fn start(dir: &Path, certs: &Certs) -> Result<ControlPlane> {
+    let logs = dir.join("logs");
+    std::fs::create_dir_all(&logs)?;
+    let (etcd_port, peer_port, api_port) = (free_port()?, free_port()?, free_port()?);
+    let kubeconfig = dir.join("admin.kubeconfig");
+    write_kubeconfig(&kubeconfig, api_port, certs)?;
+    let kc = s(&kubeconfig);
+    let mut procs = Vec::new();
+
+    let etcd_url = format!("http://127.0.0.1:{etcd_port}");
+    procs.push(Proc::spawn(
+        "etcd",
+        &binary("etcd")?,
+        &[
+            format!("--data-dir={}", s(&dir.join("etcd"))),
+            format!("--listen-client-urls={etcd_url}"),
+            format!("--advertise-client-urls={etcd_url}"),
+            format!("--listen-peer-urls=http://127.0.0.1:{peer_port}"),
+            format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}"),
+            format!("--initial-cluster=default=http://127.0.0.1:{peer_port}"),
+            "--unsafe-no-fsync".into(),
+            "--log-level=warn".into(),
+        ],
+        &logs.join("etcd.log"),
+    )?);
+
+    procs.push(Proc::spawn(
+        "kube-apiserver",
+        &binary("kube-apiserver")?,
+        &[
+            format!("--etcd-servers={etcd_url}"),
+            "--bind-address=127.0.0.1".into(),
+            "--advertise-address=127.0.0.1".into(),
+            format!("--secure-port={api_port}"),
+            format!("--tls-cert-file={}", s(&certs.server_crt)),
+            format!("--tls-private-key-file={}", s(&certs.server_key)),
+            format!("--client-ca-file={}", s(&certs.ca_crt)),
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+            format!("--service-account-key-file={}", s(&certs.sa_pub)),
+            format!("--service-account-signing-key-file={}", s(&certs.sa_key)),
+            "--service-cluster-ip-range=10.0.0.0/24".into(),
+            "--authorization-mode=RBAC".into(),
+            "--allow-privileged=true".into(),
+            "--profiling=false".into(),
+            format!("--cert-dir={}", s(&dir.join("apiserver-certs"))),
+        ],
+        &logs.join("kube-apiserver.log"),
+    )?);
+
+    let delegated = [
+        format!("--authentication-kubeconfig={kc}"),
+        format!("--authorization-kubeconfig={kc}"),
+    ];
+    let mut kcm_args = vec![
+        format!("--kubeconfig={kc}"),
+        "--bind-address=127.0.0.1".into(),
+        format!("--secure-port={}", free_port()?),
+        format!("--service-account-private-key-file={}", s(&certs.sa_key)),
+        format!("--root-ca-file={}", s(&certs.ca_crt)),
+        "--use-service-account-credentials=true".into(),
+        format!("--cluster-signing-cert-file={}", s(&certs.ca_crt)),
+        format!("--cluster-signing-key-file={}", s(&certs.ca_key)),
+        "--leader-elect=false".into(),
+        "--controllers=*".into(),
+        "--profiling=false".into(),
+        format!("--cert-dir={}", s(&dir.join("kcm-certs"))),
+    ];
+    kcm_args.extend(delegated.iter().cloned());
+    let mut sched_args = vec![
+        format!("--kubeconfig={kc}"),
+        "--bind-address=127.0.0.1".into(),
+        format!("--secure-port={}", free_port()?),
+        "--leader-elect=false".into(),
+        "--profiling=false".into(),
+        format!("--cert-dir={}", s(&dir.join("scheduler-certs"))),
+    ];
+    sched_args.extend(delegated.iter().cloned());
+
+    wait_ready(&kubeconfig, &mut procs, Duration::from_secs(60)).await?;
+    procs.push(Proc::spawn(
+        "kube-controller-manager",
+        &binary("kube-controller-manager")?,
+        &kcm_args,
+        &logs.join("kube-controller-manager.log"),
+    )?);
+    procs.push(Proc::spawn(
+        "kube-scheduler",
+        &binary("kube-scheduler")?,
+        &sched_args,
+        &logs.join("kube-scheduler.log"),
+    )?);
+    Ok(ControlPlane {
+        api_port,
+        kubeconfig,
+        procs,
+    })
+}
+
+/// Waits for the API server's `/readyz` (startup only: there is nothing to watch yet).
+async fn wait_ready(kubeconfig: &Path, procs: &mut [Proc], timeout: Duration) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    let client = client_for(kubeconfig).await?;
+    loop {
+        for p in procs.iter_mut() {
+            if !p.running() {
+                bail!("{} exited during startup; see its log under logs/", p.name);
+            }
+        }
+        let req = http::Request::get("/readyz")
+            .body(Vec::new())
+            .context("building /readyz request")?;
+        if let Ok(text) = client.request_text(req).await {
+            if text.trim() == "ok" {
+                return Ok(());
+            }
+        }
+        if Instant::now() > deadline {
+            bail!("kube-apiserver not ready after {timeout:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

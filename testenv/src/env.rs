@@ -1,0 +1,256 @@
+//! [`TestEnv`]: one running cluster. Tests in a binary share one ([`shared`]), each in its own
+//! namespace; the cluster's background work runs on a dedicated runtime thread so it outlives
+//! any single test's runtime, and every process dies with the test binary.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use k8s_openapi::api::core::v1::{Namespace, Node, ServiceAccount};
+use kube::api::{Api, ListParams, PostParams};
+use kube::Client;
+
+pub use crate::kubelet::NodeSpec;
+use crate::kubelet::{ImageMap, KubeletConfig};
+use crate::procs::Proc;
+
+/// How to build a cluster.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub nodes: Vec<NodeSpec>,
+    /// Images run as local processes; the shell and probe test images are always included.
+    pub images: ImageMap,
+}
+
+impl Default for Options {
+    /// Three nodes: `cp-0` (control plane, tainted like kubeadm), `worker-0`, `worker-1`.
+    fn default() -> Self {
+        Options {
+            nodes: vec![
+                NodeSpec::control_plane("cp-0"),
+                NodeSpec::worker("worker-0"),
+                NodeSpec::worker("worker-1"),
+            ],
+            images: ImageMap::default(),
+        }
+    }
+}
+
+impl Options {
+    /// `n` nodes: one control plane and `n - 1` workers.
+    pub fn with_nodes(n: usize) -> Self {
+        let mut nodes = vec![NodeSpec::control_plane("cp-0")];
+        nodes.extend((0..n.saturating_sub(1)).map(|i| NodeSpec::worker(&format!("worker-{i}"))));
+        Options {
+            nodes,
+            ..Default::default()
+        }
+    }
+}
+
+/// A running cluster.
+pub struct TestEnv {
+    dir: PathBuf,
+    _tmp: Option<tempfile::TempDir>,
+    kubeconfig: PathBuf,
+    kubelets: KubeletConfig,
+    nodes: Vec<String>,
+    /// How long startup took, to all nodes Ready.
+    pub startup: Duration,
+    _procs: Vec<Proc>,
+}
+
+fn probe_binary() -> PathBuf {
+    let exe = std::env::current_exe().unwrap_or_default();
+    let dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
+    // Test binaries live in target/<profile>/deps; the probe in target/<profile>.
+    for d in [
+        dir.clone(),
+        dir.parent().map(Path::to_path_buf).unwrap_or_default(),
+    ] {
+        let p = d.join("testenv-probe");
+        if p.is_file() {
+            return p;
+        }
+    }
+    PathBuf::from("testenv-probe")
+}
+
+impl TestEnv {
+    /// Starts a cluster in a fresh temporary directory and waits until every node is Ready.
+    pub async fn start(opts: Options) -> Result<TestEnv> {
+        let tmp = tempfile::Builder::new()
+            .prefix("pseudoflow-testenv-")
+            .tempdir()?;
+        let mut env = Self::start_in(tmp.path(), opts).await?;
+        env._tmp = Some(tmp);
+        Ok(env)
+    }
+
+    /// Starts a cluster keeping its state in `dir`.
+    pub async fn start_in(dir: &Path, mut opts: Options) -> Result<TestEnv> {
+        let t0 = Instant::now();
+        let certs = crate::certs::generate(&dir.join("pki"))?;
+        let cp = crate::controlplane::start(dir, &certs).await?;
+        opts.images.insert(crate::SHELL_IMAGE, "/bin/sh");
+        opts.images.insert(crate::PROBE_IMAGE, probe_binary());
+        let kubelets = KubeletConfig {
+            api_port: cp.api_port,
+            ca_crt: certs.ca_crt.clone(),
+            nodes_dir: dir.join("nodes"),
+            images: Arc::new(opts.images),
+        };
+        let client = crate::controlplane::client_for(&cp.kubeconfig).await?;
+        crate::kubelet::start(client.clone(), kubelets.clone(), &opts.nodes).await?;
+        let nodes: Vec<String> = opts.nodes.iter().map(|n| n.name.clone()).collect();
+        let env = TestEnv {
+            dir: dir.to_path_buf(),
+            _tmp: None,
+            kubeconfig: cp.kubeconfig.clone(),
+            kubelets,
+            nodes,
+            startup: Duration::ZERO,
+            _procs: cp.procs,
+        };
+        env.wait_until_usable(&client, Duration::from_secs(90))
+            .await?;
+        Ok(TestEnv {
+            startup: t0.elapsed(),
+            ..env
+        })
+    }
+
+    /// Nodes Ready and the `default` ServiceAccount created (pods can be admitted).
+    async fn wait_until_usable(&self, client: &Client, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        let nodes: Api<Node> = Api::all(client.clone());
+        let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
+        loop {
+            let ready = nodes
+                .list(&ListParams::default())
+                .await
+                .map(|l| l.items.iter().filter(|n| node_ready(n)).count())
+                .unwrap_or(0);
+            let sa = sas.get_opt("default").await.ok().flatten().is_some();
+            if ready == self.nodes.len() && sa {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                anyhow::bail!("cluster not usable after {timeout:?}: {ready}/{} nodes Ready, default ServiceAccount: {sa}; logs in {}", self.nodes.len(), self.dir.join("logs").display());
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// A client with cluster-admin rights, on the caller's runtime.
+    pub async fn client(&self) -> Result<Client> {
+        crate::controlplane::client_for(&self.kubeconfig).await
+    }
+
+    /// The admin kubeconfig file.
+    pub fn kubeconfig_path(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// The cluster's state directory (logs under `logs/`).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Names of the simulated nodes.
+    pub fn nodes(&self) -> &[String] {
+        &self.nodes
+    }
+
+    /// A node's root directory: what its pods see at `hostPath: /`.
+    pub fn node_root(&self, node: &str) -> PathBuf {
+        self.kubelets.node_root(node)
+    }
+
+    /// The `nsenter`/`systemctl` calls recorded on a node, one line each:
+    /// `<unix time> <tool> <args>`.
+    pub fn node_calls(&self, node: &str) -> Vec<String> {
+        std::fs::read_to_string(self.kubelets.calls_log(node))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// The combined output of a pod that ran as a process.
+    pub fn pod_log(&self, node: &str, namespace: &str, pod: &str) -> String {
+        std::fs::read_to_string(
+            self.kubelets
+                .nodes_dir
+                .join(node)
+                .join("pods")
+                .join(format!("{namespace}_{pod}"))
+                .join("log"),
+        )
+        .unwrap_or_default()
+    }
+
+    /// Creates a fresh namespace `<prefix>-<n>` for one test.
+    pub async fn namespace(&self, prefix: &str) -> Result<String> {
+        static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("{prefix}-{}-{n}", std::process::id() % 10000);
+        let client = self.client().await?;
+        let ns: Namespace = serde_json::from_value(
+            serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}),
+        )?;
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .context("creating namespace")?;
+        // Pods need the namespace's default ServiceAccount, made by the controller-manager.
+        let sas: Api<ServiceAccount> = Api::namespaced(client, &name);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while sas.get_opt("default").await?.is_none() {
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "no default ServiceAccount in {name}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(name)
+    }
+}
+
+/// Whether a Node reports Ready=True.
+pub fn node_ready(n: &Node) -> bool {
+    n.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The cluster shared by all tests of one test binary (default [`Options`]), started on first
+/// use on its own runtime thread. Fails with a clear message when the binaries are missing.
+pub fn shared() -> Result<&'static TestEnv, String> {
+    static ENV: OnceLock<Result<TestEnv, String>> = OnceLock::new();
+    ENV.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("testenv".into())
+            .spawn(move || {
+                let rt = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                    .expect("runtime");
+                let result = rt
+                    .block_on(TestEnv::start(Options::default()))
+                    .map_err(|e| format!("{e:#}"));
+                let _ = tx.send(result);
+                // Keep the runtime (and the kubelets on it) alive for the whole test binary.
+                rt.block_on(std::future::pending::<()>());
+            })
+            .expect("testenv thread");
+        rx.recv()
+            .unwrap_or_else(|_| Err("testenv thread died".into()))
+    })
+    .as_ref()
+    .map_err(Clone::clone)
+}

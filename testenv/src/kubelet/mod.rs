@@ -1,0 +1,87 @@
+//! The "process kubelet": registers Nodes, keeps them Ready (Lease renewal + status heartbeat),
+//! and runs the pods bound to them (see [`pod`] and [`runner`]).
+
+mod node;
+mod pod;
+mod runner;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Result;
+use kube::Client;
+
+pub use node::NodeSpec;
+
+/// Which images run as local processes, and with which program.
+#[derive(Debug, Clone, Default)]
+pub struct ImageMap(pub BTreeMap<String, PathBuf>);
+
+impl ImageMap {
+    /// Maps `image` (exact, or without its tag) to `program`.
+    pub fn insert(&mut self, image: &str, program: impl Into<PathBuf>) {
+        self.0.insert(image.to_string(), program.into());
+    }
+
+    /// The program for an image reference, matching with or without the tag.
+    pub fn program(&self, image: &str) -> Option<&PathBuf> {
+        self.0.get(image).or_else(|| {
+            let untagged = image
+                .rsplit_once(':')
+                .filter(|(_, tag)| !tag.contains('/'))
+                .map(|(i, _)| i)?;
+            self.0.get(untagged)
+        })
+    }
+}
+
+/// What the kubelets need to know about the cluster.
+#[derive(Clone)]
+pub struct KubeletConfig {
+    pub api_port: u16,
+    pub ca_crt: PathBuf,
+    /// Root of the node directories: `<root>/<node>/root` is a node's filesystem.
+    pub nodes_dir: PathBuf,
+    pub images: Arc<ImageMap>,
+}
+
+impl KubeletConfig {
+    /// A node's root directory (what its pods see at a `hostPath: /` mount).
+    pub fn node_root(&self, node: &str) -> PathBuf {
+        self.nodes_dir.join(node).join("root")
+    }
+
+    /// A node's recorded `nsenter`/`systemctl` calls.
+    pub fn calls_log(&self, node: &str) -> PathBuf {
+        self.nodes_dir.join(node).join("calls.log")
+    }
+
+    fn node_dir(&self, node: &str) -> PathBuf {
+        self.nodes_dir.join(node)
+    }
+}
+
+/// Registers the nodes and starts their kubelets on the current runtime.
+pub async fn start(client: Client, cfg: KubeletConfig, nodes: &[NodeSpec]) -> Result<()> {
+    for spec in nodes {
+        node::prepare_dirs(&cfg, &spec.name)?;
+        node::register(&client, spec).await?;
+        tokio::spawn(node::heartbeat(client.clone(), spec.name.clone()));
+        tokio::spawn(pod::watch_pods(
+            client.clone(),
+            cfg.clone(),
+            spec.name.clone(),
+        ));
+    }
+    Ok(())
+}
+
+/// Shell-quotes one argument.
+pub(crate) fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+pub(crate) fn path_str(p: &Path) -> String {
+    p.display().to_string()
+}

@@ -1,0 +1,203 @@
+//! Watching the pods bound to one node and driving each through its lifecycle, like a kubelet:
+//! mapped images run as processes (see [`super::runner`]); any other image is reported Running
+//! and Ready at once; a pod being deleted has its process group killed and is then removed.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use kube::runtime::watcher::{self, Event};
+use kube::Client;
+use serde_json::json;
+
+use super::runner;
+use super::KubeletConfig;
+
+/// Pods this kubelet has started (by uid), with the pid of a running process if any.
+pub(super) type StartedHandle = Arc<Mutex<HashMap<String, Option<u32>>>>;
+type Started = StartedHandle;
+
+/// Records the pid of a pod's process so deletion can kill it.
+pub(super) fn set_pid(started: &Started, uid: &str, pid: Option<u32>) {
+    if let Some(slot) = started.lock().unwrap().get_mut(uid) {
+        *slot = pid;
+    }
+}
+
+/// False once the pod was deleted (its end need not be reported).
+pub(super) fn still_wanted(started: &Started, uid: &str) -> bool {
+    started.lock().unwrap().contains_key(uid)
+}
+
+fn now() -> String {
+    k8s_openapi::jiff::Timestamp::now().to_string()
+}
+
+/// Watches the pods with `spec.nodeName=<node>` and handles every change, forever.
+pub(super) async fn watch_pods(client: Client, cfg: KubeletConfig, node: String) {
+    let pods: Api<Pod> = Api::all(client.clone());
+    let started: Started = Arc::default();
+    let config = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
+    let mut stream = watcher::watcher(pods, config).boxed();
+    while let Some(ev) = stream.next().await {
+        match ev {
+            Ok(Event::Apply(pod) | Event::InitApply(pod)) => {
+                handle(&client, &cfg, &node, &started, pod).await
+            }
+            Ok(Event::Delete(pod)) => {
+                let uid = pod.metadata.uid.unwrap_or_default();
+                if let Some(Some(pid)) = started.lock().unwrap().remove(&uid) {
+                    crate::procs::kill_group(pid);
+                }
+            }
+            Ok(_) => {}
+            Err(e) => tracing::debug!(node = %node, "pod watch: {e}"),
+        }
+    }
+}
+
+async fn handle(client: &Client, cfg: &KubeletConfig, node: &str, started: &Started, pod: Pod) {
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let ns = pod.metadata.namespace.clone().unwrap_or_default();
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    if pod.metadata.deletion_timestamp.is_some() {
+        if let Some(Some(pid)) = started.lock().unwrap().remove(&uid) {
+            crate::procs::kill_group(pid);
+        }
+        let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        let dp = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions {
+                uid: Some(uid.clone()),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        let _ = api.delete(&name, &dp).await;
+        return;
+    }
+    let phase = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.clone())
+        .unwrap_or_default();
+    if started.lock().unwrap().contains_key(&uid)
+        || matches!(phase.as_str(), "Running" | "Succeeded" | "Failed")
+    {
+        return;
+    }
+    started.lock().unwrap().insert(uid.clone(), None);
+    let Some(container) = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.containers.first())
+        .cloned()
+    else {
+        return;
+    };
+    let image = container.image.clone().unwrap_or_default();
+    match cfg.images.program(&image).cloned() {
+        Some(program) => {
+            let (client, cfg, node, started) = (
+                client.clone(),
+                cfg.clone(),
+                node.to_string(),
+                started.clone(),
+            );
+            tokio::spawn(async move {
+                if let Err(e) = runner::run(&client, &cfg, &node, &pod, &program, &started).await {
+                    tracing::warn!(pod = %name, "testenv kubelet could not run the pod: {e:#}");
+                    let _ = report_failed(&client, &pod, &format!("testenv kubelet: {e:#}")).await;
+                }
+            });
+        }
+        None => {
+            if let Err(e) = report_running(client, &pod, true).await {
+                tracing::warn!(pod = %name, "marking Running: {e}");
+            }
+        }
+    }
+}
+
+/// Status of a running pod whose containers are all ready.
+pub(super) async fn report_running(client: &Client, pod: &Pod, ready: bool) -> kube::Result<Pod> {
+    let t = now();
+    let spec = pod.spec.clone().unwrap_or_default();
+    let host_network = spec.host_network.unwrap_or(false);
+    let ip = if host_network {
+        "127.0.0.1".to_string()
+    } else {
+        pod_ip(pod)
+    };
+    let statuses: Vec<_> = spec
+        .containers
+        .iter()
+        .map(|c| json!({"name": c.name, "image": c.image, "imageID": c.image, "ready": ready, "started": true, "restartCount": 0, "containerID": format!("testenv://{}", c.name), "state": {"running": {"startedAt": t}}}))
+        .collect();
+    let cond = |ty: &str| json!({"type": ty, "status": "True", "lastTransitionTime": t});
+    let status = json!({"status": {
+        "phase": "Running", "hostIP": "127.0.0.1", "hostIPs": [{"ip": "127.0.0.1"}], "podIP": ip, "podIPs": [{"ip": ip}], "startTime": t,
+        "conditions": [cond("PodScheduled"), cond("Initialized"), cond("ContainersReady"), cond("Ready")],
+        "containerStatuses": statuses,
+    }});
+    patch_status(client, pod, status).await
+}
+
+/// Final status of a pod whose process ended.
+pub(super) async fn report_terminated(
+    client: &Client,
+    pod: &Pod,
+    exit_code: i32,
+    message: &str,
+    started_at: &str,
+) -> kube::Result<Pod> {
+    let t = now();
+    let c = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.containers.first())
+        .cloned()
+        .unwrap_or_default();
+    let reason = if exit_code == 0 { "Completed" } else { "Error" };
+    let phase = if exit_code == 0 {
+        "Succeeded"
+    } else {
+        "Failed"
+    };
+    let terminated = json!({"exitCode": exit_code, "reason": reason, "message": message, "startedAt": started_at, "finishedAt": t, "containerID": format!("testenv://{}", c.name)});
+    let cond = |ty: &str, st: &str| json!({"type": ty, "status": st, "lastTransitionTime": t, "reason": if st == "False" { "PodCompleted" } else { "" }});
+    let status = json!({"status": {
+        "phase": phase,
+        "conditions": [cond("PodScheduled", "True"), cond("Initialized", "True"), cond("ContainersReady", "False"), cond("Ready", "False")],
+        "containerStatuses": [{"name": c.name, "image": c.image, "imageID": c.image, "ready": false, "started": false, "restartCount": 0, "state": {"terminated": terminated}}],
+    }});
+    patch_status(client, pod, status).await
+}
+
+async fn report_failed(client: &Client, pod: &Pod, message: &str) -> kube::Result<Pod> {
+    report_terminated(client, pod, 128, message, &now()).await
+}
+
+async fn patch_status(client: &Client, pod: &Pod, status: serde_json::Value) -> kube::Result<Pod> {
+    let api: Api<Pod> = Api::namespaced(
+        client.clone(),
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+    );
+    api.patch_status(
+        pod.metadata.name.as_deref().unwrap_or_default(),
+        &PatchParams::default(),
+        &Patch::Merge(status),
+    )
+    .await
+}
+
+/// A stable fake pod IP in 10.244.0.0/16, from the pod's uid.
+fn pod_ip(pod: &Pod) -> String {
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let h = uid
+        .bytes()
+        .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
+    format!("10.244.{}.{}", (h >> 8) % 256, (h % 254) + 1)
+}
