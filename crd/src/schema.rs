@@ -108,39 +108,43 @@ pub fn step_schemas() -> &'static BTreeMap<&'static str, Value> {
 /// requiring that type's fields.
 pub fn union_step_schema() -> Schema {
     let mut props: BTreeMap<String, Value> = BTreeMap::new();
-    let mut conflicting: Vec<String> = Vec::new();
-    let mut rules = Vec::new();
+    let mut required_by_type: Vec<(&str, Vec<String>)> = Vec::new();
     for (tag, schema) in step_schemas() {
         for (name, prop) in schema["properties"].as_object().unwrap() {
-            let prop = strip_descriptions(prop.clone());
-            match props.get(name) {
-                Some(existing) if *existing != prop => conflicting.push(name.clone()),
-                Some(_) => {}
-                None => {
-                    props.insert(name.clone(), prop);
-                }
-            }
+            let prop = normalize(strip_descriptions(prop.clone()));
+            let merged = match props.remove(name) {
+                Some(existing) => merge(existing, prop),
+                None => prop,
+            };
+            props.insert(name.clone(), merged);
         }
-        let required: Vec<&str> = schema["required"]
+        let required: Vec<String> = schema["required"]
             .as_array()
             .unwrap()
             .iter()
             .filter_map(Value::as_str)
             .filter(|r| *r != "type")
+            .map(str::to_string)
             .collect();
-        if !required.is_empty() {
-            let has: Vec<String> = required.iter().map(|r| format!("has(self.{r})")).collect();
-            rules.push(json!({
-                "rule": format!("self.type != '{tag}' || ({})", has.join(" && ")),
-                "message": format!("{tag} steps need {}", required.join(", ")),
-            }));
-        }
+        required_by_type.push((tag, required));
     }
-    for name in conflicting {
-        props.insert(
-            name,
-            json!({"x-kubernetes-preserve-unknown-fields": true, "description": "Shape depends on the step type."}),
-        );
+    // CEL can only test the presence of fields with a declared type; the others are checked by
+    // the compiler (the flow then fails with reason InvalidSpec before anything runs).
+    let mut rules = Vec::new();
+    for (tag, required) in required_by_type {
+        let typed: Vec<&String> = required
+            .iter()
+            .filter(|r| props.get(*r).is_some_and(fully_typed))
+            .collect();
+        if typed.is_empty() {
+            continue;
+        }
+        let has: Vec<String> = typed.iter().map(|r| format!("has(self.{r})")).collect();
+        let names: Vec<&str> = typed.iter().map(|s| s.as_str()).collect();
+        rules.push(json!({
+            "rule": format!("self.type != '{tag}' || ({})", has.join(" && ")),
+            "message": format!("{tag} steps need {}", names.join(", ")),
+        }));
     }
     let schema = json!({
         "type": "object",
@@ -151,6 +155,68 @@ pub fn union_step_schema() -> Schema {
         STEP_MARK: true,
     });
     Schema::try_from(schema).expect("object schema")
+}
+
+/// Whether CEL can see a field: it and everything inside it has a declared type.
+fn fully_typed(schema: &Value) -> bool {
+    if schema.get("type").is_none() {
+        return false;
+    }
+    let items_ok = schema.get("items").is_none_or(fully_typed);
+    let props_ok = schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .is_none_or(|p| p.values().all(fully_typed));
+    items_ok && props_ok
+}
+
+/// A property as the CRD will see it (open unions already collapsed), without `nullable`:
+/// every step field is optional at the union level anyway.
+fn normalize(v: Value) -> Value {
+    let mut v = to_structural(v);
+    if let Some(o) = v.as_object_mut() {
+        o.remove("nullable");
+    }
+    v
+}
+
+/// One schema accepting what either accepts, keeping as much type information as possible:
+/// objects merge their properties, arrays their items, strings drop differing enums; anything
+/// else becomes open (`x-kubernetes-preserve-unknown-fields`).
+fn merge(a: Value, b: Value) -> Value {
+    if a == b {
+        return a;
+    }
+    let ty = |v: &Value| v.get("type").and_then(Value::as_str).map(str::to_string);
+    match (ty(&a), ty(&b)) {
+        (Some(ta), Some(tb))
+            if ta == tb
+                && ta == "object"
+                && a.get("properties").is_some()
+                && b.get("properties").is_some() =>
+        {
+            let mut props = a["properties"].as_object().cloned().unwrap_or_default();
+            for (k, v) in b["properties"].as_object().cloned().unwrap_or_default() {
+                let merged = match props.remove(&k) {
+                    Some(existing) => merge(existing, v),
+                    None => v,
+                };
+                props.insert(k, merged);
+            }
+            json!({"type": "object", "properties": props})
+        }
+        (Some(ta), Some(tb)) if ta == tb && ta == "array" => {
+            let items = merge(
+                a.get("items").cloned().unwrap_or(json!({})),
+                b.get("items").cloned().unwrap_or(json!({})),
+            );
+            json!({"type": "array", "items": items})
+        }
+        (Some(ta), Some(tb)) if ta == tb && ta != "object" => json!({"type": ta}),
+        _ => {
+            json!({"x-kubernetes-preserve-unknown-fields": true, "description": "Shape depends on the step type."})
+        }
+    }
 }
 
 fn strip_descriptions(mut v: Value) -> Value {
