@@ -229,6 +229,14 @@ pub fn node_ready(n: &Node) -> bool {
 /// The cluster shared by all tests of one test binary (default [`Options`]), started on first
 /// use on its own runtime thread. Fails with a clear message when the binaries are missing.
 pub fn shared() -> Result<&'static TestEnv, String> {
+    shared_with(Options::default)
+}
+
+/// Like [`shared`], with options (e.g. image mappings) chosen by the test binary. The first call
+/// in a binary decides the options; a binary should always pass the same ones.
+pub fn shared_with(
+    options: impl FnOnce() -> Options + Send + 'static,
+) -> Result<&'static TestEnv, String> {
     static ENV: OnceLock<Result<TestEnv, String>> = OnceLock::new();
     ENV.get_or_init(|| {
         let (tx, rx) = std::sync::mpsc::channel();
@@ -241,7 +249,7 @@ pub fn shared() -> Result<&'static TestEnv, String> {
                     .build()
                     .expect("runtime");
                 let result = rt
-                    .block_on(TestEnv::start(Options::default()))
+                    .block_on(TestEnv::start(options()))
                     .map_err(|e| format!("{e:#}"));
                 let _ = tx.send(result);
                 // Keep the runtime (and the kubelets on it) alive for the whole test binary.

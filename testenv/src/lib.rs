@@ -11,7 +11,7 @@ pub mod env;
 pub mod kubelet;
 pub mod procs;
 
-pub use env::{shared, NodeSpec, Options, TestEnv};
+pub use env::{shared, shared_with, NodeSpec, Options, TestEnv};
 pub use kubelet::ImageMap;
 
 /// Image that runs `/bin/sh` (with the pod's command) as a local process.
