@@ -154,13 +154,9 @@ fn parse_requirement(part: &str) -> Result<Requirement, String> {
 }
 
 fn is_name(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b[0].is_ascii_alphanumeric()
-        && b[b.len() - 1].is_ascii_alphanumeric()
-        && b.iter()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+    crate::validate::bounded_alphanumeric(s, 63, |c| {
+        c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.')
+    })
 }
 
 fn check_key(key: &str) -> Result<(), String> {

@@ -18,15 +18,23 @@ pub enum FlowPhase {
     Aborted,
 }
 
-/// Phase of one DAG node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+/// Phase of one DAG node (also what the controller's walker tracks per node instance).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum StepPhase {
+    #[default]
     Pending,
     Running,
     Succeeded,
     Failed,
     Skipped,
     Aborted,
+}
+
+impl StepPhase {
+    /// Finished one way or another.
+    pub fn settled(self) -> bool {
+        !matches!(self, StepPhase::Pending | StepPhase::Running)
+    }
 }
 
 /// Observed state of a flow.

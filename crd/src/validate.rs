@@ -323,13 +323,19 @@ fn edit_distance(a: &str, b: &str) -> usize {
 
 /// RFC 1123 label (Namespace, most names): what Kubernetes accepts for a DNS label.
 pub fn is_dns_label(s: &str) -> bool {
+    bounded_alphanumeric(s, 63, |c| {
+        c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-'
+    })
+}
+
+/// The shape Kubernetes names share: 1..=`max` bytes, alphanumeric at both ends, `inner` inside.
+pub fn bounded_alphanumeric(s: &str, max: usize, inner: impl Fn(u8) -> bool) -> bool {
     let b = s.as_bytes();
     !b.is_empty()
-        && b.len() <= 63
+        && b.len() <= max
         && b[0].is_ascii_alphanumeric()
         && b[b.len() - 1].is_ascii_alphanumeric()
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b.iter().all(|c| inner(*c))
 }
 
 /// RFC 1123 subdomain (ConfigMap, ServiceAccount names).

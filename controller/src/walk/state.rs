@@ -9,24 +9,8 @@ use serde_json::Value;
 /// An instance key: one element per enclosing loop (item index, or node name for node loops).
 pub type Key = Vec<String>;
 
-/// Phase of one node instance.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Phase {
-    #[default]
-    Pending,
-    Running,
-    Succeeded,
-    Failed,
-    Skipped,
-    Aborted,
-}
-
-impl Phase {
-    /// Finished one way or another.
-    pub fn settled(self) -> bool {
-        !matches!(self, Phase::Pending | Phase::Running)
-    }
-}
+/// Phase of one node instance: the same phases `status.steps` reports.
+pub use pseudoflow_crd::StepPhase as Phase;
 
 /// What is known about one node instance.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
