@@ -40,7 +40,7 @@ pub struct PseudoFlowSpec {
     /// Identity every step runs with (default: `default` in the flow's namespace).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_account_name: Option<String>,
-    /// Where `applyFile`/`deleteFile` find their files.
+    /// Where `applyFile`/`deleteFile` find their files (default: ConfigMap `pseudoflow-artifacts`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub artifacts: Vec<ArtifactSource>,
     /// Steps run when the flow is deleted (behind a finalizer), e.g. a backup before teardown.
@@ -69,6 +69,23 @@ pub enum ConcurrencyPolicy {
     Allow,
     Forbid,
     Replace,
+}
+
+/// ConfigMap read when a flow declares no `spec.artifacts` (the seed's flows declare none).
+pub const DEFAULT_ARTIFACTS_CONFIGMAP: &str = "pseudoflow-artifacts";
+
+impl PseudoFlowSpec {
+    /// Where `applyFile`/`deleteFile` look, in order: `spec.artifacts`, or the default ConfigMap.
+    pub fn artifact_sources(&self) -> Vec<ArtifactSource> {
+        if self.artifacts.is_empty() {
+            vec![ArtifactSource {
+                config_map: Some(DEFAULT_ARTIFACTS_CONFIGMAP.into()),
+                url: None,
+            }]
+        } else {
+            self.artifacts.clone()
+        }
+    }
 }
 
 /// One place artifact files are read from: a ConfigMap (keys are file names) or an http(s)

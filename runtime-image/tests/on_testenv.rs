@@ -341,3 +341,72 @@ async fn node_steps_change_only_their_node_atomically_and_idempotently() {
         .collect();
     assert!(leftovers.is_empty(), "no temp files left: {leftovers:?}");
 }
+
+#[tokio::test]
+async fn apply_file_reads_the_default_artifacts_configmap_and_wait_for_sees_the_daemonset_roll_out()
+{
+    let env = env();
+    let client = env.client().await.unwrap();
+    let ns = "kube-system";
+    let rules = json!([
+        {"apiGroups": [""], "resources": ["configmaps", "serviceaccounts", "services"], "verbs": ["get", "list", "watch", "create", "patch"]},
+        {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["get", "list", "watch", "create", "patch"]}
+    ]);
+    let sa = json!([
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "flow", "namespace": ns}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "flow", "namespace": ns}, "rules": rules},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "flow", "namespace": ns},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "flow"},
+            "subjects": [{"kind": "ServiceAccount", "name": "flow", "namespace": ns}]}
+    ]);
+    for obj in sa.as_array().unwrap() {
+        let obj: kube::api::DynamicObject = serde_json::from_value(obj.clone()).unwrap();
+        let gvk = kube::api::GroupVersionKind::try_from(obj.types.as_ref().unwrap()).unwrap();
+        let (ar, _) = kube::discovery::pinned_kind(&client, &gvk).await.unwrap();
+        Api::<kube::api::DynamicObject>::namespaced_with(client.clone(), ns, &ar)
+            .patch(
+                obj.metadata.name.as_deref().unwrap(),
+                &PatchParams::apply("test").force(),
+                &Patch::Apply(&obj),
+            )
+            .await
+            .unwrap();
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap();
+    let manifest =
+        std::fs::read_to_string(root.join("examples/artifacts/nodelocaldns.yaml")).unwrap();
+    let cm: ConfigMap = serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": pseudoflow_crd::spec::DEFAULT_ARTIFACTS_CONFIGMAP, "namespace": ns},
+        "data": {"nodelocaldns.yaml": manifest}}))
+    .unwrap();
+    Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &cm)
+        .await
+        .unwrap();
+    // The seed flow's first two steps, as written in examples/nodelocaldns.yaml.
+    let steps = json!([
+        {"type": "applyFile", "path": "nodelocaldns.yaml"},
+        {"type": "waitFor", "resource": {"kind": "DaemonSet", "name": "nodelocaldns", "namespace": "kube-system"}, "condition": "Available", "timeoutSeconds": 600}
+    ]);
+    let r = run_node(&client, ns, steps.clone(), "s0", None, "r1").await;
+    assert!(r.ok && r.changed, "{r:?}");
+    let r = run_node(&client, ns, steps, "s1", None, "r1").await;
+    assert!(r.ok, "{r:?}");
+    let ds = Api::<k8s_openapi::api::apps::v1::DaemonSet>::namespaced(client.clone(), ns)
+        .get("nodelocaldns")
+        .await
+        .unwrap();
+    let st = ds.status.unwrap();
+    assert_eq!(
+        (st.desired_number_scheduled, st.number_available),
+        (3, Some(3)),
+        "one pod per node, control plane included"
+    );
+    let svc = Api::<k8s_openapi::api::core::v1::Service>::namespaced(client, ns)
+        .get("nodelocaldns")
+        .await
+        .unwrap();
+    assert_eq!(svc.spec.unwrap().cluster_ip.as_deref(), Some("100.64.0.10"));
+}

@@ -63,7 +63,7 @@ pub fn generate(dir: &Path) -> Result<Certs> {
     )?;
     std::fs::write(
         dir.join("server.ext"),
-        "subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local\nextendedKeyUsage=serverAuth\n",
+        "subjectAltName=IP:127.0.0.1,IP:100.64.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local\nextendedKeyUsage=serverAuth\n",
     )?;
     std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n")?;
     for (name, subj, ext) in [

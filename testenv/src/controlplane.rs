@@ -90,7 +90,8 @@ pub async fn start(dir: &Path, certs: &Certs) -> Result<ControlPlane> {
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
             format!("--service-account-key-file={}", s(&certs.sa_pub)),
             format!("--service-account-signing-key-file={}", s(&certs.sa_key)),
-            "--service-cluster-ip-range=10.0.0.0/24".into(),
+            // The seed clusters use 100.64.0.0/16 for Services (NodeLocal DNS at 100.64.0.10).
+            "--service-cluster-ip-range=100.64.0.0/16".into(),
             "--authorization-mode=RBAC".into(),
             "--allow-privileged=true".into(),
             "--profiling=false".into(),

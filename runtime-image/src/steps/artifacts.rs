@@ -43,13 +43,18 @@ pub fn config_map_keys(path: &str) -> Vec<&str> {
 /// Reads an artifact file; the error lists where it was looked for.
 pub async fn fetch(ctx: &Ctx, path: &str) -> Result<String, StepError> {
     check_path(path)?;
-    if ctx.input.artifacts.is_empty() {
-        return Err(StepError::failed(format!(
-            "cannot read {path:?}: the flow has no spec.artifacts"
-        )));
-    }
+    // A flow without spec.artifacts reads the default ConfigMap (see docs/decisions.md).
+    let default = [pseudoflow_crd::ArtifactSource {
+        config_map: Some(pseudoflow_crd::spec::DEFAULT_ARTIFACTS_CONFIGMAP.into()),
+        url: None,
+    }];
+    let sources: &[pseudoflow_crd::ArtifactSource] = if ctx.input.artifacts.is_empty() {
+        &default
+    } else {
+        &ctx.input.artifacts
+    };
     let mut tried = Vec::new();
-    for src in &ctx.input.artifacts {
+    for src in sources {
         if let Some(cm) = &src.config_map {
             let ns = ctx.namespace();
             let api: Api<ConfigMap> = Api::namespaced(ctx.client().await?, ns);
