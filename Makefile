@@ -3,11 +3,12 @@ SHELL := /bin/bash
 CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/pseudoflow
 export CARGO_TARGET_DIR ?= $(CACHE_DIR)/target
 
-.PHONY: test lint unit k8s cluster crd docs bench
+.PHONY: test lint unit k8s cluster crd docs bench chart-test
 
 ## test: everything CI runs — lint, the CRD freshness check, unit, snapshot and e2e tests.
 test: lint k8s
 	cargo test --workspace --locked
+	bash charts/test.sh
 
 lint:
 	cargo fmt --all --check
@@ -25,13 +26,18 @@ k8s:
 cluster: k8s
 	cargo run --locked -p pseudoflow-testenv --bin pseudoflow-cluster
 
-## crd: regenerate crd/pseudoflow.yaml from the Rust types.
+## crd: regenerate crd/pseudoflow.yaml (and the chart's copy) from the Rust types.
 crd:
 	cargo run --locked -q -p pseudoflow-crd --bin pseudoflow-crdgen > crd/pseudoflow.yaml
+	cargo run --locked -q -p pseudoflow-crd --bin pseudoflow-crdgen chart > charts/pseudoflow-operator/templates/crd-pseudoflow.yaml
 
 ## docs: regenerate docs/steps.md from the step types.
 docs:
 	cargo run --locked -q -p pseudoflow-crd --bin pseudoflow-crdgen docs > docs/steps.md
+
+## chart-test: helm lint/template, promtool tests of the alerts, the Argo CD health check in Lua.
+chart-test:
+	bash charts/test.sh
 
 ## bench: the compiler benchmark (10,000-step flow against the YAML-parse baseline).
 bench:

@@ -594,6 +594,13 @@ pub fn to_structural(v: Value) -> Value {
     Value::Object(o.into_iter().map(|(k, v)| (k, to_structural(v))).collect())
 }
 
+/// The chart's `templates/crd-pseudoflow.yaml`: the same CRD behind `crds.install`, with any
+/// `{{` escaped so Helm does not read the schema's text as template code.
+pub fn crd_chart_template() -> String {
+    let body = crd_yaml().replace("{{", "{{ \"{{\" }}");
+    format!("{{{{- if .Values.crds.install }}}}\n{body}{{{{- end }}}}\n")
+}
+
 /// The CRD manifest checked in as `crd/pseudoflow.yaml`.
 pub fn crd_yaml() -> String {
     let crd = serde_json::to_value(PseudoFlow::crd()).expect("CRD serialises");

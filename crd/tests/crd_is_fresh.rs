@@ -63,3 +63,16 @@ fn checked_in_step_reference_matches_the_types() {
         "docs/steps.md is stale: run `make docs`"
     );
 }
+
+#[test]
+fn chart_crd_template_matches_the_types() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../charts/pseudoflow-operator/templates/crd-pseudoflow.yaml"
+    );
+    let on_disk = std::fs::read_to_string(path).expect("chart CRD template exists");
+    assert!(
+        on_disk == pseudoflow_crd::schema::crd_chart_template(),
+        "the chart's CRD template is stale: run `make crd`"
+    );
+}

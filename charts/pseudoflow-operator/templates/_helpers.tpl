@@ -1,0 +1,17 @@
+{{- define "pseudoflow.name" -}}pseudoflow-operator{{- end -}}
+{{- define "pseudoflow.labels" -}}
+app.kubernetes.io/name: {{ include "pseudoflow.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+{{- define "pseudoflow.selector" -}}
+app.kubernetes.io/name: {{ include "pseudoflow.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+{{- define "pseudoflow.controllerImage" -}}
+{{ .Values.image.controller.repository }}:{{ .Values.image.controller.tag | default .Chart.AppVersion }}
+{{- end -}}
+{{- define "pseudoflow.runtimeImage" -}}
+{{ .Values.image.runtime.repository }}:{{ .Values.image.runtime.tag | default .Chart.AppVersion }}
+{{- end -}}
