@@ -3,10 +3,10 @@ SHELL := /bin/bash
 CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/pseudoflow
 export CARGO_TARGET_DIR ?= $(CACHE_DIR)/target
 
-.PHONY: test lint unit k8s cluster crd docs bench chart-test
+.PHONY: test lint unit k8s tools cluster crd docs bench chart-test
 
 ## test: everything CI runs — lint, the CRD freshness check, unit, snapshot and e2e tests.
-test: lint k8s
+test: lint k8s tools
 	cargo test --workspace --locked
 	bash charts/test.sh
 
@@ -17,6 +17,10 @@ lint:
 ## unit: tests that need no cluster.
 unit:
 	cargo test --workspace --locked --exclude pseudoflow-testenv
+
+## tools: helm (from its Go module), promtool and lua for the chart checks.
+tools:
+	bash charts/install-tools.sh
 
 ## k8s: build (or reuse from the cache) etcd and the Kubernetes control plane from upstream Go modules.
 k8s:
