@@ -219,9 +219,13 @@ fn merge(a: Value, b: Value) -> Value {
     }
 }
 
+/// Drops descriptions and defaults from a step type's property before merging: a `default` in
+/// the merged schema would make the API server add that field to *every* step type (structural
+/// defaulting), e.g. `waitForAll: true` on an `apply`; serde applies each type's defaults instead.
 fn strip_descriptions(mut v: Value) -> Value {
     if let Some(o) = v.as_object_mut() {
         o.remove("description");
+        o.remove("default");
         for child in o.values_mut() {
             *child = strip_descriptions(child.take());
         }

@@ -1,0 +1,128 @@
+//! Work the controller does itself, with no pod: `log` (an Event), `eval`, `template` into a
+//! variable, evaluating a `loop`'s items. All pure except the Event.
+
+use pseudoflow_compiler::expr::{Engine, Scope};
+use pseudoflow_compiler::plan::{LoopOver, NodeKind, PlanNode};
+use pseudoflow_crd::StepKind;
+use serde_json::Value;
+
+use crate::walk::Completion;
+
+/// What a controller-local node produced.
+pub struct LocalOutcome {
+    pub completion: Completion,
+    /// A variable to set.
+    pub var: Option<(String, Value)>,
+    /// A message to publish as an Event (for `log`).
+    pub event: Option<String>,
+}
+
+fn ok(message: String) -> Completion {
+    Completion {
+        ok: true,
+        message,
+        ..Default::default()
+    }
+}
+
+fn failed(message: String) -> Completion {
+    Completion {
+        ok: false,
+        message,
+        ..Default::default()
+    }
+}
+
+/// Runs one controller-local node with `scope`.
+pub fn run(engine: &Engine, node: &PlanNode, scope: &Scope) -> LocalOutcome {
+    let mut out = LocalOutcome {
+        completion: ok(String::new()),
+        var: None,
+        event: None,
+    };
+    let step = node.step.as_ref().map(|s| &s.kind);
+    match (&node.kind, step) {
+        (
+            NodeKind::LoopStart {
+                over: LoopOver::Items(items),
+                ..
+            },
+            _,
+        ) => {
+            let evaluated = match items {
+                Value::String(s) => engine
+                    .substitute_str(s, scope, &format!("{}.forEach", node.path))
+                    .map(|(v, _)| v),
+                other => Ok(other.clone()),
+            };
+            out.completion = match evaluated {
+                Ok(Value::Array(list))
+                    if list.len() <= pseudoflow_crd::steps::r#loop::MAX_LOOP_ITEMS =>
+                {
+                    let n = list.len();
+                    Completion {
+                        ok: true,
+                        message: format!("{n} items"),
+                        items: Some(
+                            list.into_iter()
+                                .enumerate()
+                                .map(|(i, v)| (i.to_string(), v))
+                                .collect(),
+                        ),
+                        ..Default::default()
+                    }
+                }
+                Ok(Value::Array(list)) => failed(format!(
+                    "{}.forEach: {} items, more than {}",
+                    node.path,
+                    list.len(),
+                    pseudoflow_crd::steps::r#loop::MAX_LOOP_ITEMS
+                )),
+                Ok(other) => failed(format!(
+                    "{}.forEach: expected a list, got {}",
+                    node.path,
+                    pseudoflow_crd::schema::describe(&other)
+                )),
+                Err(e) => failed(e.to_string()),
+            };
+        }
+        (_, Some(StepKind::Log(l))) => {
+            match engine.substitute_str(&l.message, scope, &format!("{}.message", node.path)) {
+                Ok((v, _)) => {
+                    let text = match v {
+                        Value::String(s) => s,
+                        other => other.to_string(),
+                    };
+                    out.completion = ok(text.clone());
+                    out.event = Some(text);
+                }
+                Err(e) => out.completion = failed(e.to_string()),
+            }
+        }
+        (_, Some(StepKind::Eval(e))) => {
+            match engine.eval_expression(&e.expression, scope, &format!("{}.expression", node.path))
+            {
+                Ok(v) => out.var = Some((e.var.clone(), v)),
+                Err(err) => out.completion = failed(err.to_string()),
+            }
+        }
+        (_, Some(StepKind::Template(t))) if !t.writes_file() => {
+            match engine.render_template(&t.template, scope, &format!("{}.template", node.path)) {
+                Ok(text) => out.var = Some((t.output.clone(), Value::String(text))),
+                Err(err) => out.completion = failed(err.to_string()),
+            }
+        }
+        (NodeKind::IncludeFlow { flow, .. }, _) => {
+            out.completion = failed(format!(
+                "includeFlow {flow:?}: running another flow's steps is not implemented yet"
+            ));
+        }
+        _ => {
+            out.completion = failed(format!(
+                "{} ({}) has no controller-side implementation",
+                node.id, node.step_type
+            ))
+        }
+    }
+    out
+}

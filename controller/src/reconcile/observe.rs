@@ -1,0 +1,81 @@
+//! Reading what a finished Job reported: the executor's [`StepResult`] from its pod's termination
+//! message, or from the result ConfigMap the message names when the result was too large.
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::{Api, ListParams};
+use pseudoflow_compiler::result::StepResult;
+
+/// The outcome of a Job, or None while it runs.
+pub async fn job_result(
+    client: &kube::Client,
+    ns: &str,
+    job_name: &str,
+) -> kube::Result<Option<StepResult>> {
+    let jobs: Api<Job> = Api::namespaced(client.clone(), ns);
+    let Some(job) = jobs.get_opt(job_name).await? else {
+        return Ok(None);
+    };
+    let conditions = job
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default();
+    let done = conditions
+        .iter()
+        .find(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True");
+    let Some(done) = done else { return Ok(None) };
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let pod = pods
+        .list(&ListParams::default().labels(&format!("job-name={job_name}")))
+        .await?
+        .items
+        .into_iter()
+        .next();
+    let terminated = pod
+        .and_then(|p| p.status)
+        .and_then(|s| s.container_statuses)
+        .and_then(|c| c.into_iter().next())
+        .and_then(|c| c.state)
+        .and_then(|s| s.terminated);
+    let Some(t) = terminated else {
+        let why = done.reason.clone().unwrap_or_else(|| done.type_.clone());
+        return Ok(Some(StepResult::failed(format!(
+            "the step's Job ended without a result ({why}: {})",
+            done.message.clone().unwrap_or_default()
+        ))));
+    };
+    let message = t.message.unwrap_or_default();
+    let mut result: StepResult = match serde_json::from_str(&message) {
+        Ok(r) => r,
+        Err(_) => {
+            let tail: String = message
+                .chars()
+                .rev()
+                .take(500)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
+            return Ok(Some(StepResult::failed(format!(
+                "the executor exited with code {} without a result: {tail}",
+                t.exit_code
+            ))));
+        }
+    };
+    if let Some(cm_name) = result.result_config_map.clone() {
+        let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+        let full = cms
+            .get_opt(&cm_name)
+            .await?
+            .and_then(|c| c.data)
+            .and_then(|d| d.get("result.json").cloned());
+        result = match full.and_then(|t| serde_json::from_str(&t).ok()) {
+            Some(r) => r,
+            None => StepResult::failed(format!(
+                "the result ConfigMap {cm_name} is missing or unreadable"
+            )),
+        };
+    }
+    Ok(Some(result))
+}

@@ -1,0 +1,209 @@
+//! The status a person, `kubectl wait` and Argo CD read, folded from the run state: phase,
+//! reason, message, standard conditions, progress, the current step and a bounded step list.
+
+use std::collections::BTreeMap;
+
+use pseudoflow_compiler::plan::{NodeKind, Plan};
+use pseudoflow_crd::status::MAX_STEP_ENTRIES;
+use serde_json::{json, Value};
+
+use super::store::StoredRun;
+use crate::walk::{split_instance_id, Phase, RunPhase};
+
+/// Unix seconds as RFC 3339.
+pub fn rfc3339(unix: i64) -> String {
+    k8s_openapi::jiff::Timestamp::from_second(unix)
+        .map(|t| t.to_string())
+        .unwrap_or_default()
+}
+
+/// One standard condition, keeping `lastTransitionTime` when the status did not change.
+fn condition(
+    previous: &Value,
+    ty: &str,
+    status: bool,
+    reason: &str,
+    message: &str,
+    generation: i64,
+    now: &str,
+) -> Value {
+    let st = if status { "True" } else { "False" };
+    let prev = previous
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == ty));
+    let since = match prev {
+        Some(p) if p["status"] == st => p["lastTransitionTime"].as_str().unwrap_or(now).to_string(),
+        _ => now.to_string(),
+    };
+    json!({"type": ty, "status": st, "reason": reason, "message": message, "observedGeneration": generation, "lastTransitionTime": since})
+}
+
+/// Status for an invalid spec: nothing ran.
+pub fn invalid(previous: &Value, generation: i64, message: &str, now: &str) -> Value {
+    let conds = &previous["conditions"];
+    json!({
+        "observedGeneration": generation,
+        "phase": "Failed",
+        "reason": "InvalidSpec",
+        "message": message,
+        "conditions": [
+            condition(conds, "Ready", false, "InvalidSpec", message, generation, now),
+            condition(conds, "Progressing", false, "InvalidSpec", "no step ran", generation, now),
+            condition(conds, "Degraded", true, "InvalidSpec", message, generation, now),
+        ],
+    })
+}
+
+/// Status for a run.
+pub fn of_run(
+    previous: &Value,
+    plan: &Plan,
+    run: &StoredRun,
+    generation: i64,
+    queued: Option<&str>,
+    now: &str,
+) -> Value {
+    let (phase, reason) = match run.state.phase {
+        RunPhase::Running => ("Running", "Running"),
+        RunPhase::Succeeded => ("Succeeded", "Succeeded"),
+        RunPhase::Failed => ("Failed", "StepFailed"),
+    };
+    let mut by_node: BTreeMap<String, Vec<&crate::walk::Instance>> = BTreeMap::new();
+    for (id, inst) in &run.state.instances {
+        by_node
+            .entry(split_instance_id(id).0)
+            .or_default()
+            .push(inst);
+    }
+    let work_nodes: Vec<_> = plan
+        .nodes()
+        .filter(|n| n.step.is_some() && !matches!(n.kind, NodeKind::CompoundEnd { .. }))
+        .collect();
+    let done = run
+        .state
+        .instances
+        .iter()
+        .filter(|(id, i)| {
+            i.phase.settled() && work_nodes.iter().any(|n| n.id == split_instance_id(id).0)
+        })
+        .count();
+    let total = work_nodes
+        .iter()
+        .map(|n| by_node.get(&n.id).map_or(1, |v| v.len().max(1)))
+        .sum::<usize>();
+    let label = |id: &str| {
+        plan.node(id)
+            .map(|n| {
+                n.name
+                    .clone()
+                    .unwrap_or_else(|| format!("{} ({})", n.path, n.step_type))
+            })
+            .unwrap_or_else(|| id.to_string())
+    };
+    let current = run
+        .state
+        .instances
+        .iter()
+        .find(|(_, i)| i.phase == Phase::Running)
+        .map(|(id, _)| id.clone())
+        .or_else(|| run.state.failure.as_ref().map(|(id, _)| id.clone()));
+    let current_step = current.as_deref().map(|id| {
+        let (node, key) = split_instance_id(id);
+        if key.is_empty() {
+            label(&node)
+        } else {
+            format!("{} [{}]", label(&node), key.join("/"))
+        }
+    });
+    let message = match (&run.state.failure, run.state.phase) {
+        (Some((id, msg)), _) => {
+            let (node, key) = split_instance_id(id);
+            let path = plan.node(&node).map(|n| n.path.clone()).unwrap_or(node);
+            let at = if key.is_empty() {
+                String::new()
+            } else {
+                format!(" [{}]", key.join("/"))
+            };
+            format!("{path}{at}: {msg}")
+        }
+        (None, RunPhase::Succeeded) => format!("{done}/{total} steps done"),
+        (None, _) => format!(
+            "{done}/{total} steps done; running {}",
+            current_step.clone().unwrap_or_default()
+        ),
+    };
+    let mut steps = Vec::new();
+    for n in &work_nodes {
+        let insts = by_node.get(&n.id).cloned().unwrap_or_default();
+        if insts.is_empty() {
+            continue;
+        }
+        let count = |p: Phase| insts.iter().filter(|i| i.phase == p).count() as u32;
+        let phase = if count(Phase::Running) > 0 {
+            "Running"
+        } else if count(Phase::Failed) > 0 {
+            "Failed"
+        } else if count(Phase::Aborted) > 0 {
+            "Aborted"
+        } else if count(Phase::Succeeded) > 0 {
+            "Succeeded"
+        } else if count(Phase::Skipped) as usize == insts.len() {
+            "Skipped"
+        } else {
+            "Pending"
+        };
+        let mut entry = json!({"id": n.id, "path": n.path, "type": n.step_type, "phase": phase});
+        if let Some(name) = &n.name {
+            entry["name"] = json!(name);
+        }
+        if insts.len() == 1 {
+            let i = insts[0];
+            if !i.message.is_empty() {
+                entry["message"] = json!(i.message.chars().take(300).collect::<String>());
+            }
+            if i.phase.settled() && i.phase != Phase::Skipped {
+                entry["changed"] = json!(i.changed);
+            }
+            if let Some(t) = i.started_at {
+                entry["startedAt"] = json!(rfc3339(t));
+            }
+            if let Some(t) = i.finished_at.filter(|_| i.phase.settled()) {
+                entry["finishedAt"] = json!(rfc3339(t));
+            }
+            if i.attempt > 1 {
+                entry["attempt"] = json!(i.attempt);
+            }
+        } else {
+            entry["changed"] = json!(insts.iter().any(|i| i.changed));
+            entry["instances"] = json!({"total": insts.len(), "succeeded": count(Phase::Succeeded), "failed": count(Phase::Failed), "running": count(Phase::Running), "skipped": count(Phase::Skipped)});
+        }
+        steps.push(entry);
+    }
+    let omitted = steps.len().saturating_sub(MAX_STEP_ENTRIES);
+    steps.truncate(MAX_STEP_ENTRIES);
+    let conds = &previous["conditions"];
+    let succeeded = run.state.phase == RunPhase::Succeeded;
+    let failed = run.state.phase == RunPhase::Failed;
+    let mut status = json!({
+        "observedGeneration": generation,
+        "lastRunTime": rfc3339(run.started_at),
+        "phase": phase,
+        "reason": reason,
+        "message": message,
+        "conditions": [
+            condition(conds, "Ready", succeeded, reason, &message, generation, now),
+            condition(conds, "Progressing", !succeeded && !failed, reason, &message, generation, now),
+            condition(conds, "Degraded", failed, reason, &message, generation, now),
+        ],
+        "run": {"id": run.run_id, "generation": run.generation, "trigger": run.trigger, "startedAt": rfc3339(run.started_at), "finishedAt": run.finished_at.map(rfc3339)},
+        "progress": format!("{done}/{total}"),
+        "currentStep": current_step,
+        "steps": steps,
+        "stepsOmitted": if omitted > 0 { json!(omitted) } else { Value::Null },
+        "queuedRun": queued.map(|id| json!({"id": id, "generation": generation})),
+    });
+    if let Some(o) = status.as_object_mut() {
+        o.retain(|_, v| !v.is_null());
+    }
+    status
+}

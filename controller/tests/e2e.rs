@@ -1,0 +1,407 @@
+//! The controller end to end on a real control plane (testenv): flows run to Succeeded through
+//! executor Jobs under their own ServiceAccount, typos are InvalidSpec before any Job, a missing
+//! permission fails naming the step, and a restarted controller creates no Job twice.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use kube::runtime::wait::{await_condition, conditions};
+use kube::Client;
+use pseudoflow_controller::metrics::Metrics;
+use pseudoflow_controller::reconcile::flow_resource;
+use pseudoflow_controller::{run_controller, Context};
+use pseudoflow_testenv::{shared_with, Options, TestEnv};
+use serde_json::{json, Value};
+
+const IMAGE: &str = "pseudoflow/runtime:e2e";
+
+fn step_binary() -> String {
+    let exe = std::env::current_exe().unwrap();
+    let bin = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("pseudoflow-step");
+    if !bin.is_file() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let ok = std::process::Command::new(cargo)
+            .args([
+                "build",
+                "-q",
+                "-p",
+                "pseudoflow-runtime",
+                "--bin",
+                "pseudoflow-step",
+            ])
+            .status()
+            .unwrap();
+        assert!(
+            ok.success() && bin.is_file(),
+            "could not build pseudoflow-step at {}",
+            bin.display()
+        );
+    }
+    bin.display().to_string()
+}
+
+fn env() -> &'static TestEnv {
+    let bin = step_binary();
+    shared_with(move || {
+        let mut o = Options::default();
+        o.images.insert(IMAGE, bin);
+        o
+    })
+    .unwrap_or_else(|e| panic!("testenv: {e}"))
+}
+
+async fn apply(client: &Client, v: Value) {
+    let obj: DynamicObject = serde_json::from_value(v).unwrap();
+    let gvk = kube::api::GroupVersionKind::try_from(obj.types.as_ref().unwrap()).unwrap();
+    let (ar, caps) = kube::discovery::pinned_kind(client, &gvk).await.unwrap();
+    let api: Api<DynamicObject> = match (caps.scope, obj.metadata.namespace.as_deref()) {
+        (kube::discovery::Scope::Namespaced, Some(ns)) => {
+            Api::namespaced_with(client.clone(), ns, &ar)
+        }
+        _ => Api::all_with(client.clone(), &ar),
+    };
+    api.patch(
+        obj.metadata.name.as_deref().unwrap(),
+        &PatchParams::apply("e2e").force(),
+        &Patch::Apply(&obj),
+    )
+    .await
+    .unwrap();
+}
+
+async fn install_crd(client: &Client) {
+    let crd: CustomResourceDefinition =
+        serde_yaml::from_str(&pseudoflow_crd::schema::crd_yaml()).unwrap();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.patch(
+        "pseudoflows.ops.example.com",
+        &PatchParams::apply("e2e").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        await_condition(
+            crds,
+            "pseudoflows.ops.example.com",
+            conditions::is_crd_established(),
+        ),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+}
+
+/// A namespace with ServiceAccount `flow` allowed `rules` there and `cluster_rules` cluster-wide,
+/// and a controller for that namespace running on this test's runtime.
+async fn setup(
+    prefix: &str,
+    rules: Value,
+    cluster_rules: Value,
+) -> (Client, String, tokio::task::JoinHandle<()>) {
+    let env = env();
+    let client = env.client().await.unwrap();
+    install_crd(&client).await;
+    let ns = env.namespace(prefix).await.unwrap();
+    apply(&client, json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "flow", "namespace": ns}})).await;
+    apply(&client, json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "flow", "namespace": ns}, "rules": rules})).await;
+    apply(&client, json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "flow", "namespace": ns},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "flow"}, "subjects": [{"kind": "ServiceAccount", "name": "flow", "namespace": ns}]})).await;
+    apply(&client, json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": format!("flow-{ns}")}, "rules": cluster_rules})).await;
+    apply(&client, json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": format!("flow-{ns}")},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": format!("flow-{ns}")}, "subjects": [{"kind": "ServiceAccount", "name": "flow", "namespace": ns}]})).await;
+    let handle = start_controller(&client, &ns);
+    (client, ns, handle)
+}
+
+fn start_controller(client: &Client, ns: &str) -> tokio::task::JoinHandle<()> {
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        IMAGE.into(),
+        Arc::new(Metrics::default()),
+    ));
+    tokio::spawn(run_controller(ctx, Some(ns.to_string())))
+}
+
+fn flows(client: &Client, ns: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(client.clone(), ns, &flow_resource())
+}
+
+async fn create_flow(client: &Client, ns: &str, name: &str, spec: Value) {
+    apply(client, json!({"apiVersion": "ops.example.com/v1alpha1", "kind": "PseudoFlow", "metadata": {"name": name, "namespace": ns}, "spec": spec})).await;
+}
+
+/// Waits (by watching) until the flow's phase is final; returns its status.
+async fn wait_done(client: &Client, ns: &str, name: &str, secs: u64) -> Value {
+    let done = |o: Option<&DynamicObject>| {
+        o.and_then(|f| f.data["status"]["phase"].as_str().map(str::to_string))
+            .is_some_and(|p| p == "Succeeded" || p == "Failed")
+    };
+    let flow = tokio::time::timeout(
+        Duration::from_secs(secs),
+        await_condition(flows(client, ns), name, done),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("flow {name} did not finish in {secs}s"))
+    .unwrap()
+    .unwrap();
+    flow.data["status"].clone()
+}
+
+fn cond(status: &Value, ty: &str) -> String {
+    status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == ty)
+        .map(|c| c["status"].as_str().unwrap().to_string())
+        .unwrap_or_default()
+}
+
+async fn jobs_per_node(client: &Client, ns: &str) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for j in Api::<Job>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+    {
+        let node = j
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .get("ops.example.com/node-id")
+            .cloned()
+            .unwrap_or_default();
+        let inst = j.metadata.name.unwrap_or_default();
+        *out.entry(format!("{node}:{inst}")).or_insert(0) += 1;
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flow_runs_to_succeeded_under_its_own_service_account() {
+    let (client, ns, ctl) = setup(
+        "happy",
+        json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch", "create", "patch"]}]),
+        json!([{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]}]),
+    )
+    .await;
+    let label = format!("e2e-{ns}");
+    create_flow(&client, &ns, "happy", json!({
+        "serviceAccountName": "flow",
+        "vars": {"greeting": "hello"},
+        "steps": [
+            {"type": "apply", "manifests": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "made", "namespace": ns}, "data": {"g": "${greeting}"}}},
+            {"type": "waitFor", "resource": {"kind": "ConfigMap", "name": "made", "namespace": ns}, "condition": "Exist", "timeoutSeconds": 60},
+            {"type": "setLabel", "target": {"kind": "Node", "name": "worker-0"}, "labels": {label.clone(): "yes"}},
+            {"type": "log", "message": "done with ${greeting}"}
+        ]
+    })).await;
+    let status = wait_done(&client, &ns, "happy", 120).await;
+    assert_eq!(status["phase"], "Succeeded", "{status:#}");
+    assert_eq!(cond(&status, "Ready"), "True");
+    assert_eq!(cond(&status, "Degraded"), "False");
+    assert_eq!(status["progress"], "4/4", "{status:#}");
+    let cm = Api::<ConfigMap>::namespaced(client.clone(), &ns)
+        .get("made")
+        .await
+        .unwrap();
+    assert_eq!(
+        cm.data.unwrap()["g"],
+        "hello",
+        "vars substituted into the manifest"
+    );
+    let node = Api::<Node>::all(client.clone())
+        .get("worker-0")
+        .await
+        .unwrap();
+    assert_eq!(node.metadata.labels.unwrap()[&label], "yes");
+    let jobs = Api::<Job>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(
+        jobs.len(),
+        3,
+        "apply, waitFor, setLabel run in Jobs; log does not"
+    );
+    assert!(jobs.iter().all(|j| j
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .service_account_name
+        .as_deref()
+        == Some("flow")));
+    ctl.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn labels_from_a_json_map_the_seed_example() {
+    let (client, ns, ctl) = setup("labelmap", json!([]), json!([{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]}])).await;
+    let key = format!("env-{ns}");
+    let mapping =
+        json!({"worker-0": {key.clone(): "stage"}, "worker-1": {key.clone(): "prod"}}).to_string();
+    // The seed's §10 flow with this cluster's node names.
+    create_flow(&client, &ns, "labels-from-map", json!({
+        "serviceAccountName": "flow",
+        "vars": {"mapping": mapping},
+        "steps": [
+            {"type": "eval", "expression": "json(${mapping})", "var": "_map"},
+            {"type": "patchLabel", "target": {"kind": "Node", "selector": ""}, "fromVar": "_map"}
+        ]
+    })).await;
+    let status = wait_done(&client, &ns, "labels-from-map", 120).await;
+    assert_eq!(status["phase"], "Succeeded", "{status:#}");
+    let nodes = Api::<Node>::all(client.clone());
+    assert_eq!(
+        nodes
+            .get("worker-0")
+            .await
+            .unwrap()
+            .metadata
+            .labels
+            .unwrap()[&key],
+        "stage"
+    );
+    assert_eq!(
+        nodes
+            .get("worker-1")
+            .await
+            .unwrap()
+            .metadata
+            .labels
+            .unwrap()[&key],
+        "prod"
+    );
+    assert!(!nodes
+        .get("cp-0")
+        .await
+        .unwrap()
+        .metadata
+        .labels
+        .unwrap()
+        .contains_key(&key));
+    ctl.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_typo_is_invalid_spec_before_any_job() {
+    let (client, ns, ctl) = setup("typo", json!([]), json!([])).await;
+    create_flow(
+        &client,
+        &ns,
+        "typo",
+        json!({"steps": [
+            {"type": "log", "message": "fine"},
+            {"type": "retry", "attempts": 2, "steps": [{"type": "sleep", "seconds": "ten"}]}
+        ]}),
+    )
+    .await;
+    let status = wait_done(&client, &ns, "typo", 60).await;
+    assert_eq!(status["reason"], "InvalidSpec", "{status:#}");
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap()
+            .contains("spec.steps[1].steps[0].seconds: expected integer, got \"ten\""),
+        "{status:#}"
+    );
+    assert_eq!(cond(&status, "Ready"), "False");
+    assert!(
+        Api::<Job>::namespaced(client, &ns)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty(),
+        "nothing ran"
+    );
+    ctl.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_permission_fails_naming_the_step_and_touches_nothing_else() {
+    let (client, ns, ctl) = setup(
+        "forbidden",
+        json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}]),
+        json!([]),
+    )
+    .await;
+    create_flow(&client, &ns, "forbidden", json!({"serviceAccountName": "flow", "steps": [
+        {"type": "apply", "manifests": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "nope", "namespace": ns}}},
+        {"type": "apply", "manifests": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "never", "namespace": ns}}}
+    ]})).await;
+    let status = wait_done(&client, &ns, "forbidden", 120).await;
+    assert_eq!(status["phase"], "Failed", "{status:#}");
+    let msg = status["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with("spec.steps[0]") && msg.contains("forbidden"),
+        "{msg}"
+    );
+    let cms = Api::<ConfigMap>::namespaced(client.clone(), &ns);
+    assert!(
+        cms.get_opt("nope").await.unwrap().is_none()
+            && cms.get_opt("never").await.unwrap().is_none()
+    );
+    assert_eq!(
+        Api::<Job>::namespaced(client, &ns)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len(),
+        1,
+        "fail-fast: the second step never ran"
+    );
+    ctl.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_controller_continues_without_creating_a_job_twice() {
+    let (client, ns, first) = setup("restart", json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch", "create", "patch"]}]), json!([])).await;
+    let cm = |n: &str| json!({"type": "apply", "manifests": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n, "namespace": ns}}});
+    create_flow(&client, &ns, "restart", json!({"serviceAccountName": "flow", "steps": [cm("one"), {"type": "sleep", "seconds": 3}, cm("two"), cm("three")]})).await;
+    // Stop the controller as soon as the first Job exists, mid-flow.
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    let first_job = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            if !jobs
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .is_empty()
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    first_job.await.expect("a first Job");
+    first.abort();
+    let _ = first.await;
+    let second = start_controller(&client, &ns);
+    let status = wait_done(&client, &ns, "restart", 120).await;
+    assert_eq!(status["phase"], "Succeeded", "{status:#}");
+    let per_node = jobs_per_node(&client, &ns).await;
+    assert_eq!(per_node.len(), 3, "one Job per API step: {per_node:?}");
+    assert!(per_node.values().all(|n| *n == 1), "{per_node:?}");
+    second.abort();
+}
