@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/pseudoflow
 export CARGO_TARGET_DIR ?= $(CACHE_DIR)/target
 
-.PHONY: test lint unit k8s tools cluster crd docs bench chart-test
+.PHONY: test lint unit k8s tools cluster crd docs bench chart-test demo
 
 ## test: everything CI runs — lint, the CRD freshness check, unit, snapshot and e2e tests.
 test: lint k8s tools
@@ -21,6 +21,11 @@ unit:
 ## tools: helm (from its Go module), promtool and lua for the chart checks.
 tools:
 	bash charts/install-tools.sh
+
+## demo: a local cluster, the controller, the seed's example flows running to Succeeded.
+demo: k8s
+	cargo build --locked -q -p pseudoflow-runtime --bin pseudoflow-step
+	cargo run --locked -q -p pseudoflow-demo
 
 ## k8s: build (or reuse from the cache) etcd and the Kubernetes control plane from upstream Go modules.
 k8s:

@@ -55,7 +55,8 @@ pub(super) fn prepare_dirs(cfg: &KubeletConfig, node: &str) -> Result<()> {
     std::fs::create_dir_all(&shims)?;
     let log = super::sh_quote(&super::path_str(&cfg.calls_log(node)));
     let record =
-        |tool: &str| format!("printf '%s %s %s\\n' \"$(date +%s.%N)\" {tool} \"$*\" >> {log}\n");
+        // One line per call, even when an argument (a script) spans lines.
+        |tool: &str| format!("printf '%s %s %s\\n' \"$(date +%s.%N)\" {tool} \"$(printf '%s' \"$*\" | tr '\\n' ' ')\" >> {log}\n");
     let nsenter = format!(
         "#!/bin/sh\n# testenv: records the call, then runs the command after nsenter's options.\n{}while [ $# -gt 0 ]; do case \"$1\" in --) shift; break;; -t|-S|-G|-w|-r|-W|--target|--setuid|--setgid|--wd|--root|--wdns) shift 2;; -*) shift;; *) break;; esac; done\n[ $# -gt 0 ] && exec \"$@\"\nexit 0\n",
         record("nsenter")

@@ -1,0 +1,241 @@
+//! `make demo`: starts a local control plane with three simulated nodes, installs the CRD, runs
+//! the controller, applies the seed's example flows exactly as written and shows their progress
+//! until they finish; then leaves the cluster running (KUBECONFIG printed) until Ctrl-C.
+//!
+//! Demo-only shortcuts, said out loud: the flows' `default` ServiceAccounts get cluster-admin
+//! (the seed flows name no ServiceAccount), and third-party CRDs are open stand-ins.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::Client;
+use pseudoflow_controller::metrics::Metrics;
+use pseudoflow_controller::reconcile::flow_resource;
+use pseudoflow_controller::{run_controller, Context};
+use pseudoflow_testenv::{Options, TestEnv};
+use serde_json::{json, Value};
+
+const IMAGE: &str = "pseudoflow/runtime:demo";
+const FLOWS: [&str; 4] = [
+    "examples/nodelocaldns.yaml",
+    "examples/apiserver-vip.yaml",
+    "examples/labels-from-exec.yaml",
+    "examples/labels-from-map.yaml",
+];
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+async fn apply_all(client: &Client, text: &str, namespace: Option<&str>) -> Result<()> {
+    for doc in serde_yaml::Deserializer::from_str(text) {
+        let v: Value = serde::Deserialize::deserialize(doc)?;
+        if v.is_null() {
+            continue;
+        }
+        let mut obj: DynamicObject = serde_json::from_value(v)?;
+        if obj.metadata.namespace.is_none() {
+            obj.metadata.namespace = namespace.map(str::to_string);
+        }
+        let gvk =
+            kube::api::GroupVersionKind::try_from(obj.types.as_ref().context("apiVersion/kind")?)?;
+        let (ar, caps) = kube::discovery::pinned_kind(client, &gvk).await?;
+        let api: Api<DynamicObject> = match (caps.scope, obj.metadata.namespace.as_deref()) {
+            (kube::discovery::Scope::Namespaced, Some(ns)) => {
+                Api::namespaced_with(client.clone(), ns, &ar)
+            }
+            _ => Api::all_with(client.clone(), &ar),
+        };
+        let name = obj.metadata.name.clone().context("metadata.name")?;
+        api.patch(
+            &name,
+            &PatchParams::apply("pseudoflow-demo").force(),
+            &Patch::Apply(&obj),
+        )
+        .await
+        .with_context(|| format!("applying {} {name}", gvk.kind))?;
+    }
+    Ok(())
+}
+
+/// What a kubeadm node has that the seed flows edit.
+fn seed_node_files(env: &TestEnv) -> Result<()> {
+    for node in env.nodes() {
+        let root = env.node_root(node);
+        std::fs::create_dir_all(root.join("etc/kubernetes"))?;
+        std::fs::create_dir_all(root.join("var/lib/kubelet"))?;
+        let conf = "apiVersion: v1\nkind: Config\nclusters:\n- cluster:\n    server: https://10.0.0.11:6443\n  name: kubernetes\n";
+        std::fs::write(root.join("etc/kubernetes/kubelet.conf"), conf)?;
+        if node.starts_with("cp-") {
+            std::fs::write(root.join("etc/kubernetes/controller-manager.conf"), conf)?;
+            std::fs::write(root.join("etc/kubernetes/scheduler.conf"), conf)?;
+        }
+        std::fs::write(root.join("var/lib/kubelet/kubeadm-flags.env"), "KUBELET_KUBEADM_ARGS=\"--container-runtime-endpoint=unix:///run/containerd/containerd.sock --resolv-conf=/run/systemd/resolve/resolv.conf\"\n")?;
+    }
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| "warn,kube_client::client::builder=off,kube_runtime=error".into());
+    tracing_subscriber::fmt().with_env_filter(filter).init();
+    let step = std::env::current_exe()?
+        .parent()
+        .unwrap()
+        .join("pseudoflow-step");
+    anyhow::ensure!(
+        step.is_file(),
+        "{} missing: `make demo` builds it",
+        step.display()
+    );
+    let mut opts = Options::default();
+    opts.images.insert(IMAGE, step);
+    println!("starting a local control plane (etcd, kube-apiserver, controller-manager, scheduler v1.34.4) with 3 simulated nodes...");
+    let env = TestEnv::start(opts).await?;
+    println!("cluster ready in {:.1}s", env.startup.as_secs_f64());
+    let client = env.client().await?;
+
+    let root = repo();
+    apply_all(
+        &client,
+        &std::fs::read_to_string(root.join("crd/pseudoflow.yaml"))?,
+        None,
+    )
+    .await?;
+    apply_all(
+        &client,
+        &std::fs::read_to_string(root.join("examples/artifacts/crds/third-party-crds.yaml"))?,
+        None,
+    )
+    .await?;
+    apply_all(
+        &client,
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: metallb-system}\n",
+        None,
+    )
+    .await?;
+    for ns in ["kube-system", "default"] {
+        apply_all(&client, &format!("apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {{name: demo-flows-{ns}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}}\nsubjects: [{{kind: ServiceAccount, name: default, namespace: {ns}}}]\n"), None).await?;
+    }
+    let mut data = serde_json::Map::new();
+    for f in [
+        "nodelocaldns.yaml",
+        "servicemonitor-nodelocaldns.yaml",
+        "01-metallb-apiserver.yaml",
+        "02-kube-apiserver-lb-svc.yaml",
+    ] {
+        data.insert(
+            f.into(),
+            Value::String(std::fs::read_to_string(
+                root.join("examples/artifacts").join(f),
+            )?),
+        );
+    }
+    let cm: ConfigMap = serde_json::from_value(
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": pseudoflow_crd::spec::DEFAULT_ARTIFACTS_CONFIGMAP, "namespace": "kube-system"}, "data": data}),
+    )?;
+    Api::<ConfigMap>::namespaced(client.clone(), "kube-system")
+        .patch(
+            pseudoflow_crd::spec::DEFAULT_ARTIFACTS_CONFIGMAP,
+            &PatchParams::apply("pseudoflow-demo").force(),
+            &Patch::Apply(&cm),
+        )
+        .await?;
+    seed_node_files(&env)?;
+
+    let metrics = Arc::new(Metrics::default());
+    tokio::spawn(pseudoflow_controller::metrics::serve(
+        "127.0.0.1:8080".parse()?,
+        metrics.clone(),
+    ));
+    let ctx = Arc::new(Context::new(client.clone(), IMAGE.into(), metrics));
+    tokio::spawn(run_controller(ctx, None));
+    println!("controller running (metrics on http://127.0.0.1:8080/metrics)\n");
+
+    let mut names = Vec::new();
+    for f in FLOWS {
+        let text = std::fs::read_to_string(root.join(f))?;
+        apply_all(&client, &text, Some("default")).await?;
+        let v: Value = serde_yaml::from_str(&text)?;
+        let ns = v["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("default")
+            .to_string();
+        names.push((
+            ns,
+            v["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            f,
+        ));
+    }
+    let flows_of =
+        |ns: &str| Api::<DynamicObject>::namespaced_with(client.clone(), ns, &flow_resource());
+    let started = Instant::now();
+    let mut last = String::new();
+    loop {
+        let mut table = format!(
+            "{:<22} {:<12} {:<10} {:<9} {}\n",
+            "FLOW", "NAMESPACE", "PHASE", "PROGRESS", "STEP / MESSAGE"
+        );
+        let mut finished = 0;
+        for (ns, name, _) in &names {
+            let f = flows_of(ns).get(name).await?;
+            let st = &f.data["status"];
+            let phase = st["phase"].as_str().unwrap_or("Pending");
+            if phase == "Succeeded" || phase == "Failed" {
+                finished += 1;
+            }
+            let detail = if phase == "Running" {
+                st["currentStep"].as_str().unwrap_or("")
+            } else {
+                st["message"].as_str().unwrap_or("")
+            };
+            table.push_str(&format!(
+                "{:<22} {:<12} {:<10} {:<9} {}\n",
+                name,
+                ns,
+                phase,
+                st["progress"].as_str().unwrap_or("-"),
+                detail.chars().take(90).collect::<String>()
+            ));
+        }
+        if table != last {
+            println!("[{:>5.1}s]\n{table}", started.elapsed().as_secs_f64());
+            last = table;
+        }
+        if finished == names.len() || started.elapsed() > Duration::from_secs(600) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    println!("node files after the flows (worker-0):");
+    for f in [
+        "etc/kubelet-resolv.conf",
+        "var/lib/kubelet/kubeadm-flags.env",
+        "etc/kubernetes/kubelet.conf",
+    ] {
+        println!(
+            "--- /{f}\n{}",
+            std::fs::read_to_string(env.node_root("worker-0").join(f))
+                .unwrap_or_else(|_| "(missing)".into())
+                .trim_end()
+        );
+    }
+    println!(
+        "recorded host commands on worker-0:\n  {}",
+        env.node_calls("worker-0").join("\n  ")
+    );
+    println!("\nThe cluster keeps running. Try:\n  export KUBECONFIG={}\n  kubectl get pf -A\n  kubectl describe pf -n kube-system setup-nodelocaldns\nCtrl-C stops everything.", env.kubeconfig_path().display());
+    tokio::signal::ctrl_c().await?;
+    Ok(())
+}
