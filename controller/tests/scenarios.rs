@@ -1,0 +1,365 @@
+//! The seed's two cluster scenarios end to end (examples/nodelocaldns.yaml and
+//! examples/apiserver-vip.yaml, as written) on three simulated nodes, then a re-run through the
+//! run annotation that must change nothing, and the `onlyIfChanged` variant that restarts nothing.
+//! The seed flows name no ServiceAccount, so this test grants kube-system's `default` account
+//! cluster-admin, as a cluster operator running them would grant their flow identity.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::runtime::wait::await_condition;
+use kube::Client;
+use pseudoflow_controller::metrics::Metrics;
+use pseudoflow_controller::reconcile::flow_resource;
+use pseudoflow_controller::{run_controller, Context};
+use pseudoflow_testenv::{shared_with, Options, TestEnv};
+use serde_json::{json, Value};
+
+const IMAGE: &str = "pseudoflow/runtime:e2e";
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap()
+}
+
+fn env() -> &'static TestEnv {
+    let exe = std::env::current_exe().unwrap();
+    let bin = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("pseudoflow-step");
+    if !bin.is_file() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        assert!(std::process::Command::new(cargo)
+            .args([
+                "build",
+                "-q",
+                "-p",
+                "pseudoflow-runtime",
+                "--bin",
+                "pseudoflow-step"
+            ])
+            .status()
+            .unwrap()
+            .success());
+    }
+    shared_with(move || {
+        let mut o = Options::default();
+        o.images.insert(IMAGE, bin);
+        o
+    })
+    .unwrap_or_else(|e| panic!("testenv: {e}"))
+}
+
+async fn apply_text(client: &Client, text: &str) {
+    for doc in serde_yaml::Deserializer::from_str(text) {
+        let v: Value = serde::Deserialize::deserialize(doc).unwrap();
+        if v.is_null() {
+            continue;
+        }
+        let obj: DynamicObject = serde_json::from_value(v).unwrap();
+        let gvk = kube::api::GroupVersionKind::try_from(obj.types.as_ref().unwrap()).unwrap();
+        let (ar, caps) = kube::discovery::pinned_kind(client, &gvk).await.unwrap();
+        let api: Api<DynamicObject> = match (caps.scope, obj.metadata.namespace.as_deref()) {
+            (kube::discovery::Scope::Namespaced, Some(ns)) => {
+                Api::namespaced_with(client.clone(), ns, &ar)
+            }
+            _ => Api::all_with(client.clone(), &ar),
+        };
+        api.patch(
+            obj.metadata.name.as_deref().unwrap(),
+            &PatchParams::apply("e2e").force(),
+            &Patch::Apply(&obj),
+        )
+        .await
+        .unwrap();
+    }
+}
+
+const OLD_SERVER: &str = "https://10.0.0.11:6443";
+
+async fn prepare(env: &TestEnv, client: &Client) {
+    apply_text(
+        client,
+        &std::fs::read_to_string(repo().join("crd/pseudoflow.yaml")).unwrap(),
+    )
+    .await;
+    apply_text(
+        client,
+        &std::fs::read_to_string(repo().join("examples/artifacts/crds/third-party-crds.yaml"))
+            .unwrap(),
+    )
+    .await;
+    apply_text(
+        client,
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: metallb-system}\n",
+    )
+    .await;
+    apply_text(client, "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: seed-flows}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}\nsubjects: [{kind: ServiceAccount, name: default, namespace: kube-system}]\n").await;
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> = Api::all(client.clone());
+    for crd in [
+        "pseudoflows.ops.example.com",
+        "ipaddresspools.metallb.io",
+        "l2advertisements.metallb.io",
+        "servicemonitors.monitoring.coreos.com",
+    ] {
+        let established = await_condition(
+            crds.clone(),
+            crd,
+            kube::runtime::wait::conditions::is_crd_established(),
+        );
+        tokio::time::timeout(Duration::from_secs(30), established)
+            .await
+            .expect("CRD established")
+            .unwrap();
+    }
+    let mut data = BTreeMap::new();
+    for f in [
+        "nodelocaldns.yaml",
+        "servicemonitor-nodelocaldns.yaml",
+        "01-metallb-apiserver.yaml",
+        "02-kube-apiserver-lb-svc.yaml",
+    ] {
+        data.insert(
+            f.to_string(),
+            std::fs::read_to_string(repo().join("examples/artifacts").join(f)).unwrap(),
+        );
+    }
+    let cm: ConfigMap = serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "pseudoflow-artifacts", "namespace": "kube-system"}, "data": data})).unwrap();
+    Api::<ConfigMap>::namespaced(client.clone(), "kube-system")
+        .patch(
+            "pseudoflow-artifacts",
+            &PatchParams::apply("e2e").force(),
+            &Patch::Apply(&cm),
+        )
+        .await
+        .unwrap();
+    for node in env.nodes() {
+        let root = env.node_root(node);
+        std::fs::create_dir_all(root.join("etc/kubernetes")).unwrap();
+        std::fs::create_dir_all(root.join("var/lib/kubelet")).unwrap();
+        let conf = format!("apiVersion: v1\nkind: Config\nclusters:\n- cluster:\n    server: {OLD_SERVER}\n  name: kubernetes\n");
+        std::fs::write(root.join("etc/kubernetes/kubelet.conf"), &conf).unwrap();
+        if node == "cp-0" {
+            std::fs::write(root.join("etc/kubernetes/controller-manager.conf"), &conf).unwrap();
+            std::fs::write(root.join("etc/kubernetes/scheduler.conf"), &conf).unwrap();
+        }
+        std::fs::write(
+            root.join("var/lib/kubelet/kubeadm-flags.env"),
+            "KUBELET_KUBEADM_ARGS=\"--resolv-conf=/run/systemd/resolve/resolv.conf --v=2\"\n",
+        )
+        .unwrap();
+    }
+}
+
+async fn run_flow(client: &Client, file: &str, patch: impl Fn(&mut Value)) -> Value {
+    let mut flow: Value =
+        serde_yaml::from_str(&std::fs::read_to_string(repo().join(file)).unwrap()).unwrap();
+    patch(&mut flow);
+    let name = flow["metadata"]["name"].as_str().unwrap().to_string();
+    apply_text(client, &serde_json::to_string(&flow).unwrap()).await;
+    wait_done(
+        client,
+        &name,
+        flow["metadata"]["annotations"]["ops.example.com/run"].as_str(),
+    )
+    .await
+}
+
+/// Waits (watching) for the run started by `trigger` (or the first run) to finish.
+async fn wait_done(client: &Client, name: &str, trigger: Option<&str>) -> Value {
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), "kube-system", &flow_resource());
+    let trig = trigger.map(str::to_string);
+    let done = move |o: Option<&DynamicObject>| {
+        o.is_some_and(|f| {
+            let st = &f.data["status"];
+            let this_run = trig
+                .as_ref()
+                .is_none_or(|t| st["run"]["trigger"] == json!(t));
+            this_run && matches!(st["phase"].as_str(), Some("Succeeded" | "Failed"))
+        })
+    };
+    let f = tokio::time::timeout(Duration::from_secs(240), await_condition(api, name, done))
+        .await
+        .expect("flow finished")
+        .unwrap()
+        .unwrap();
+    f.data["status"].clone()
+}
+
+fn read(env: &TestEnv, node: &str, path: &str) -> String {
+    std::fs::read_to_string(env.node_root(node).join(path)).unwrap_or_default()
+}
+
+fn mtime(env: &TestEnv, node: &str, path: &str) -> SystemTime {
+    std::fs::metadata(env.node_root(node).join(path))
+        .unwrap()
+        .modified()
+        .unwrap()
+}
+
+/// Unix times of the recorded `systemctl restart kubelet` calls on a node.
+fn restarts(env: &TestEnv, node: &str) -> Vec<f64> {
+    env.node_calls(node)
+        .iter()
+        .filter(|l| l.ends_with(" systemctl restart kubelet"))
+        .map(|l| l.split(' ').next().unwrap().parse().unwrap())
+        .collect()
+}
+
+fn secs(t: SystemTime) -> f64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_seed_scenarios_run_end_to_end_and_rerun_changes_nothing() {
+    let env = env();
+    let client = env.client().await.unwrap();
+    prepare(env, &client).await;
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        IMAGE.into(),
+        Arc::new(Metrics::default()),
+    ));
+    let ctl = tokio::spawn(run_controller(ctx, Some("kube-system".into())));
+    let nodes = ["cp-0", "worker-0", "worker-1"];
+
+    // NodeLocal DNS.
+    let st = run_flow(&client, "examples/nodelocaldns.yaml", |_| {}).await;
+    assert_eq!(st["phase"], "Succeeded", "{st:#}");
+    let ds = Api::<DaemonSet>::namespaced(client.clone(), "kube-system")
+        .get("nodelocaldns")
+        .await
+        .unwrap()
+        .status
+        .unwrap();
+    assert_eq!(
+        (ds.desired_number_scheduled, ds.number_available),
+        (3, Some(3))
+    );
+    let resolv =
+        "nameserver 100.64.0.10\noptions ndots:5\nsearch cluster.local svc.cluster.local\n";
+    let mut previous_restart = 0.0;
+    for node in nodes {
+        assert_eq!(read(env, node, "etc/kubelet-resolv.conf"), resolv, "{node}");
+        assert_eq!(
+            read(env, node, "var/lib/kubelet/kubeadm-flags.env"),
+            "KUBELET_KUBEADM_ARGS=\"--resolv-conf=/etc/kubelet-resolv.conf --v=2\"\n",
+            "{node}"
+        );
+        let r = restarts(env, node);
+        assert_eq!(r.len(), 1, "one kubelet restart on {node}: {r:?}");
+        let files_written = secs(mtime(env, node, "var/lib/kubelet/kubeadm-flags.env"));
+        assert!(r[0] >= files_written, "{node}: restart after its files");
+        assert!(
+            files_written >= previous_restart,
+            "{node}: files changed only after the previous node restarted (rolling)"
+        );
+        previous_restart = r[0];
+    }
+
+    // API VIP: control plane gets three kubeconfigs re-pointed, workers only kubelet.conf.
+    let st = run_flow(&client, "examples/apiserver-vip.yaml", |_| {}).await;
+    assert_eq!(st["phase"], "Succeeded", "{st:#}");
+    let vip = "server: https://100.64.0.2:6443";
+    for f in ["kubelet.conf", "controller-manager.conf", "scheduler.conf"] {
+        assert!(
+            read(env, "cp-0", &format!("etc/kubernetes/{f}")).contains(vip),
+            "cp-0 {f}"
+        );
+    }
+    for node in ["worker-0", "worker-1"] {
+        assert!(
+            read(env, node, "etc/kubernetes/kubelet.conf").contains(vip),
+            "{node}"
+        );
+        assert!(!env
+            .node_root(node)
+            .join("etc/kubernetes/controller-manager.conf")
+            .exists());
+        assert_eq!(restarts(env, node).len(), 2, "{node}: once per flow");
+    }
+    assert_eq!(restarts(env, "cp-0").len(), 2);
+    let svc = Api::<Service>::namespaced(client.clone(), "kube-system")
+        .get("kube-apiserver-lb")
+        .await
+        .unwrap();
+    assert_eq!(svc.spec.unwrap().type_.as_deref(), Some("LoadBalancer"));
+
+    // Re-run both through the annotation: no file and no API object changes.
+    let files = [
+        "etc/kubelet-resolv.conf",
+        "var/lib/kubelet/kubeadm-flags.env",
+        "etc/kubernetes/kubelet.conf",
+    ];
+    let before: Vec<SystemTime> = nodes
+        .iter()
+        .flat_map(|n| files.iter().map(move |f| mtime(env, n, f)))
+        .collect();
+    let rv = |client: Client| async move {
+        let ds = Api::<DaemonSet>::namespaced(client.clone(), "kube-system")
+            .get("nodelocaldns")
+            .await
+            .unwrap()
+            .metadata
+            .resource_version;
+        let svc = Api::<Service>::namespaced(client, "kube-system")
+            .get("kube-apiserver-lb")
+            .await
+            .unwrap()
+            .metadata
+            .resource_version;
+        (ds, svc)
+    };
+    let rv_before = rv(client.clone()).await;
+    let again =
+        |f: &mut Value| f["metadata"]["annotations"] = json!({"ops.example.com/run": "again"});
+    for file in ["examples/nodelocaldns.yaml", "examples/apiserver-vip.yaml"] {
+        let st = run_flow(&client, file, again).await;
+        assert_eq!(st["phase"], "Succeeded", "{st:#}");
+        let changed: Vec<&Value> = st["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| {
+                s["changed"] == json!(true)
+                    && !matches!(s["type"].as_str(), Some("execNode" | "waitFor"))
+            })
+            .collect();
+        assert!(changed.is_empty(), "a re-run changes nothing: {changed:#?}");
+    }
+    let after: Vec<SystemTime> = nodes
+        .iter()
+        .flat_map(|n| files.iter().map(move |f| mtime(env, n, f)))
+        .collect();
+    assert_eq!(before, after, "no file rewritten (mtimes unchanged)");
+    assert_eq!(
+        rv(client.clone()).await,
+        rv_before,
+        "no API object changed (resourceVersions unchanged)"
+    );
+
+    // With onlyIfChanged on the restart, a third run restarts no kubelet.
+    let restarts_before: usize = nodes.iter().map(|n| restarts(env, n).len()).sum();
+    let st = run_flow(&client, "examples/nodelocaldns.yaml", |f| {
+        f["metadata"]["annotations"] = json!({"ops.example.com/run": "handlers"});
+        f["spec"]["steps"][3]["steps"][2]["onlyIfChanged"] = json!(true);
+    })
+    .await;
+    assert_eq!(st["phase"], "Succeeded", "{st:#}");
+    let restarts_after: usize = nodes.iter().map(|n| restarts(env, n).len()).sum();
+    assert_eq!(
+        restarts_before, restarts_after,
+        "nothing changed, so no kubelet restarted"
+    );
+    ctl.abort();
+}
