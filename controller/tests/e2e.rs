@@ -148,15 +148,22 @@ async fn wait_done(client: &Client, ns: &str, name: &str, secs: u64) -> Value {
         o.and_then(|f| f.data["status"]["phase"].as_str().map(str::to_string))
             .is_some_and(|p| p == "Succeeded" || p == "Failed")
     };
-    let flow = tokio::time::timeout(
+    match tokio::time::timeout(
         Duration::from_secs(secs),
         await_condition(flows(client, ns), name, done),
     )
     .await
-    .unwrap_or_else(|_| panic!("flow {name} did not finish in {secs}s"))
-    .unwrap()
-    .unwrap();
-    flow.data["status"].clone()
+    {
+        Ok(f) => f.unwrap().unwrap().data["status"].clone(),
+        Err(_) => {
+            let last = flows(client, ns)
+                .get(name)
+                .await
+                .map(|f| f.data["status"].clone())
+                .unwrap_or_default();
+            panic!("flow {name} did not finish in {secs}s; last status: {last:#}")
+        }
+    }
 }
 
 fn cond(status: &Value, ty: &str) -> String {
@@ -404,4 +411,84 @@ async fn a_restarted_controller_continues_without_creating_a_job_twice() {
     assert_eq!(per_node.len(), 3, "one Job per API step: {per_node:?}");
     assert!(per_node.values().all(|n| *n == 1), "{per_node:?}");
     second.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_past_its_timeout_fails_with_reason_timeout_and_its_jobs_are_deleted() {
+    let (client, ns, ctl) = setup("timeout", json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]}]), json!([])).await;
+    create_flow(&client, &ns, "slow", json!({"serviceAccountName": "flow", "options": {"timeoutSeconds": 3}, "steps": [
+        {"type": "waitFor", "resource": {"kind": "ConfigMap", "name": "never-created", "namespace": ns}, "condition": "Exist", "timeoutSeconds": 300}
+    ]})).await;
+    let status = wait_done(&client, &ns, "slow", 60).await;
+    assert_eq!(status["phase"], "Failed", "{status:#}");
+    assert_eq!(status["reason"], "Timeout", "{status:#}");
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !jobs
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .all(|j| j.metadata.deletion_timestamp.is_some())
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the running waitFor Job was not deleted"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    ctl.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replace_aborts_the_running_run_and_deletes_its_jobs() {
+    let (client, ns, ctl) = setup("replace", json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch", "create", "patch"]}]), json!([])).await;
+    let spec = json!({"serviceAccountName": "flow", "options": {"concurrencyPolicy": "Replace"}, "steps": [
+        {"type": "waitFor", "resource": {"kind": "ConfigMap", "name": "gate", "namespace": ns}, "condition": "Exist", "timeoutSeconds": 300}
+    ]});
+    create_flow(&client, &ns, "replaced", spec.clone()).await;
+    let api = flows(&client, &ns);
+    let running =
+        |o: Option<&DynamicObject>| o.is_some_and(|f| f.data["status"]["phase"] == "Running");
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        await_condition(api.clone(), "replaced", running),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let first_run = api.get("replaced").await.unwrap().data["status"]["run"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // A manual re-run while the first is still waiting: Replace aborts the first.
+    apply(&client, json!({"apiVersion": "ops.example.com/v1alpha1", "kind": "PseudoFlow", "metadata": {"name": "replaced", "namespace": ns, "annotations": {"ops.example.com/run": "2"}}, "spec": spec})).await;
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let old = jobs
+            .list(&ListParams::default().labels(&format!("ops.example.com/run={first_run}")))
+            .await
+            .unwrap()
+            .items;
+        if old.iter().all(|j| j.metadata.deletion_timestamp.is_some()) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the first run's Job was not deleted"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    apply(&client, json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "gate", "namespace": ns}})).await;
+    let status = wait_done(&client, &ns, "replaced", 60).await;
+    assert_eq!(status["phase"], "Succeeded", "{status:#}");
+    assert_ne!(
+        status["run"]["id"],
+        json!(first_run),
+        "the new run finished"
+    );
+    assert_eq!(status["run"]["trigger"], "2");
+    ctl.abort();
 }

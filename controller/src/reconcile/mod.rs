@@ -212,6 +212,18 @@ async fn reconcile_flow(
     let t = now();
     if plan_matches {
         observe_jobs(ctx, flow, plan, &walker, &mut run, &flow_ref, t).await?;
+        // options.timeoutSeconds: the whole run; Failed with reason Timeout, running Jobs deleted.
+        let deadline = compiled
+            .spec
+            .options
+            .timeout_seconds
+            .map(|s| run.started_at + i64::from(s));
+        if deadline.is_some_and(|d| t >= d) {
+            let secs = compiled.spec.options.timeout_seconds.unwrap_or_default();
+            let msg = format!("the run took longer than options.timeoutSeconds ({secs}s); running steps were stopped");
+            let out = walker.time_out(&mut run.state, &msg);
+            abort(ctx, &flow_ref, &run, &out.actions).await;
+        }
         let wake = drive(
             ctx,
             flow,
@@ -223,6 +235,13 @@ async fn reconcile_flow(
             t,
         )
         .await?;
+        let wake = match (
+            wake,
+            deadline.filter(|_| run.state.phase == RunPhase::Running),
+        ) {
+            (Some(w), Some(d)) => Some(w.min(d)),
+            (w, d) => w.or(d),
+        };
         finish_if_done(ctx, flow, &mut run, ns, name, t).await;
         rv = Some(save(&cms, flow, &run, rv.as_deref()).await?);
         let status = status::of_run(

@@ -63,9 +63,15 @@ pub fn of_run(
     queued: Option<&str>,
     now: &str,
 ) -> Value {
+    let timed_out = run
+        .state
+        .failure
+        .as_ref()
+        .is_some_and(|(id, _)| id == crate::walk::RUN_TIMEOUT);
     let (phase, reason) = match run.state.phase {
         RunPhase::Running => ("Running", "Running"),
         RunPhase::Succeeded => ("Succeeded", "Succeeded"),
+        RunPhase::Failed if timed_out => ("Failed", "Timeout"),
         RunPhase::Failed => ("Failed", "StepFailed"),
     };
     let mut by_node: BTreeMap<String, Vec<&crate::walk::Instance>> = BTreeMap::new();

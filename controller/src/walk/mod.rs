@@ -13,6 +13,9 @@ use serde_json::Value;
 
 pub use state::{instance_id, Instance, Key, Phase, RunPhase, RunState};
 
+/// The pseudo node id a run-level timeout is recorded under in [`RunState::failure`].
+pub const RUN_TIMEOUT: &str = "run-timeout";
+
 /// Something the reconcile loop must do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
@@ -325,6 +328,16 @@ impl<'p> Walker<'p> {
         self.abort_inside(state, &end_id, &end_key, out);
         let msg = format!("{node}: {message}");
         self.fail(state, &end_id, &end_key, msg, now, out);
+    }
+
+    /// Ends a running run as Failed because its `options.timeoutSeconds` passed; running
+    /// instances are aborted (their Jobs must be deleted).
+    pub fn time_out(&self, state: &mut RunState, message: &str) -> Outcome {
+        let mut out = Outcome::default();
+        if state.phase == RunPhase::Running {
+            self.fail_run(state, RUN_TIMEOUT, &[], message, &mut out);
+        }
+        out
     }
 
     fn fail_run(

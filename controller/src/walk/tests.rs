@@ -412,3 +412,22 @@ fn state_survives_a_round_trip_through_json() {
         "a restored state starts nothing twice"
     );
 }
+
+#[test]
+fn a_run_timeout_fails_the_run_and_aborts_what_runs() {
+    let c = plan(json!([apply_step("a"), apply_step("b")]));
+    let w = Walker::new(&c.plan);
+    let mut s = RunState::default();
+    w.advance(&mut s, 0);
+    let o = w.time_out(&mut s, "timed out after 5s");
+    assert_eq!(aborted(&o), ["s0"]);
+    assert_eq!(s.phase, RunPhase::Failed);
+    assert_eq!(
+        s.failure,
+        Some((RUN_TIMEOUT.to_string(), "timed out after 5s".to_string()))
+    );
+    assert!(
+        started(&w.advance(&mut s, 1)).is_empty(),
+        "nothing starts after the timeout"
+    );
+}
