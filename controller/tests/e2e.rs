@@ -61,22 +61,9 @@ fn env() -> &'static TestEnv {
 }
 
 async fn apply(client: &Client, v: Value) {
-    let obj: DynamicObject = serde_json::from_value(v).unwrap();
-    let gvk = kube::api::GroupVersionKind::try_from(obj.types.as_ref().unwrap()).unwrap();
-    let (ar, caps) = kube::discovery::pinned_kind(client, &gvk).await.unwrap();
-    let api: Api<DynamicObject> = match (caps.scope, obj.metadata.namespace.as_deref()) {
-        (kube::discovery::Scope::Namespaced, Some(ns)) => {
-            Api::namespaced_with(client.clone(), ns, &ar)
-        }
-        _ => Api::all_with(client.clone(), &ar),
-    };
-    api.patch(
-        obj.metadata.name.as_deref().unwrap(),
-        &PatchParams::apply("e2e").force(),
-        &Patch::Apply(&obj),
-    )
-    .await
-    .unwrap();
+    pseudoflow_testenv::apply::apply_value(client, v, None)
+        .await
+        .unwrap();
 }
 
 async fn install_crd(client: &Client) {

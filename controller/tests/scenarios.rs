@@ -58,28 +58,9 @@ fn env() -> &'static TestEnv {
 }
 
 async fn apply_text(client: &Client, text: &str) {
-    for doc in serde_yaml::Deserializer::from_str(text) {
-        let v: Value = serde::Deserialize::deserialize(doc).unwrap();
-        if v.is_null() {
-            continue;
-        }
-        let obj: DynamicObject = serde_json::from_value(v).unwrap();
-        let gvk = kube::api::GroupVersionKind::try_from(obj.types.as_ref().unwrap()).unwrap();
-        let (ar, caps) = kube::discovery::pinned_kind(client, &gvk).await.unwrap();
-        let api: Api<DynamicObject> = match (caps.scope, obj.metadata.namespace.as_deref()) {
-            (kube::discovery::Scope::Namespaced, Some(ns)) => {
-                Api::namespaced_with(client.clone(), ns, &ar)
-            }
-            _ => Api::all_with(client.clone(), &ar),
-        };
-        api.patch(
-            obj.metadata.name.as_deref().unwrap(),
-            &PatchParams::apply("e2e").force(),
-            &Patch::Apply(&obj),
-        )
+    pseudoflow_testenv::apply::apply_text(client, text, None)
         .await
         .unwrap();
-    }
 }
 
 const OLD_SERVER: &str = "https://10.0.0.11:6443";

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::Client;
@@ -35,34 +35,7 @@ fn repo() -> PathBuf {
 }
 
 async fn apply_all(client: &Client, text: &str, namespace: Option<&str>) -> Result<()> {
-    for doc in serde_yaml::Deserializer::from_str(text) {
-        let v: Value = serde::Deserialize::deserialize(doc)?;
-        if v.is_null() {
-            continue;
-        }
-        let mut obj: DynamicObject = serde_json::from_value(v)?;
-        if obj.metadata.namespace.is_none() {
-            obj.metadata.namespace = namespace.map(str::to_string);
-        }
-        let gvk =
-            kube::api::GroupVersionKind::try_from(obj.types.as_ref().context("apiVersion/kind")?)?;
-        let (ar, caps) = kube::discovery::pinned_kind(client, &gvk).await?;
-        let api: Api<DynamicObject> = match (caps.scope, obj.metadata.namespace.as_deref()) {
-            (kube::discovery::Scope::Namespaced, Some(ns)) => {
-                Api::namespaced_with(client.clone(), ns, &ar)
-            }
-            _ => Api::all_with(client.clone(), &ar),
-        };
-        let name = obj.metadata.name.clone().context("metadata.name")?;
-        api.patch(
-            &name,
-            &PatchParams::apply("pseudoflow-demo").force(),
-            &Patch::Apply(&obj),
-        )
-        .await
-        .with_context(|| format!("applying {} {name}", gvk.kind))?;
-    }
-    Ok(())
+    pseudoflow_testenv::apply::apply_text(client, text, namespace).await
 }
 
 /// What a kubeadm node has that the seed flows edit.

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::wait::await_condition;
 use kube::Client;
 use pseudoflow_compiler::expr::{Engine, Scope};
@@ -42,23 +42,9 @@ async fn namespace_with_sa(
     let apply = |v: Value| {
         let client = client.clone();
         async move {
-            let obj: kube::api::DynamicObject = serde_json::from_value(v.clone()).unwrap();
-            let gvk = kube::api::GroupVersionKind::try_from(obj.types.as_ref().unwrap()).unwrap();
-            let (ar, caps) = kube::discovery::pinned_kind(&client, &gvk).await.unwrap();
-            let api: Api<kube::api::DynamicObject> =
-                match (caps.scope, obj.metadata.namespace.as_deref()) {
-                    (kube::discovery::Scope::Namespaced, Some(ns)) => {
-                        Api::namespaced_with(client.clone(), ns, &ar)
-                    }
-                    _ => Api::all_with(client.clone(), &ar),
-                };
-            api.patch(
-                obj.metadata.name.as_deref().unwrap(),
-                &PatchParams::apply("test").force(),
-                &Patch::Apply(&obj),
-            )
-            .await
-            .unwrap();
+            pseudoflow_testenv::apply::apply_value(&client, v, None)
+                .await
+                .unwrap()
         }
     };
     apply(json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "flow", "namespace": ns}})).await;
@@ -360,15 +346,7 @@ async fn apply_file_reads_the_default_artifacts_configmap_and_wait_for_sees_the_
             "subjects": [{"kind": "ServiceAccount", "name": "flow", "namespace": ns}]}
     ]);
     for obj in sa.as_array().unwrap() {
-        let obj: kube::api::DynamicObject = serde_json::from_value(obj.clone()).unwrap();
-        let gvk = kube::api::GroupVersionKind::try_from(obj.types.as_ref().unwrap()).unwrap();
-        let (ar, _) = kube::discovery::pinned_kind(&client, &gvk).await.unwrap();
-        Api::<kube::api::DynamicObject>::namespaced_with(client.clone(), ns, &ar)
-            .patch(
-                obj.metadata.name.as_deref().unwrap(),
-                &PatchParams::apply("test").force(),
-                &Patch::Apply(&obj),
-            )
+        pseudoflow_testenv::apply::apply_value(&client, obj.clone(), None)
             .await
             .unwrap();
     }

@@ -4,6 +4,7 @@
 //! run pods bound to them — mapped images as local processes under the pod's ServiceAccount
 //! token, everything else just marked Running and Ready.
 
+pub mod apply;
 pub mod binaries;
 pub mod certs;
 pub mod controlplane;
