@@ -14,9 +14,10 @@ lint:
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets --locked -- -D warnings
 
-## unit: tests that need no cluster.
+## unit: tests that need no cluster (unit tests, compiler snapshots and CLI tests).
 unit:
-	cargo test --workspace --locked --exclude pseudoflow-testenv
+	cargo test --workspace --locked --lib --bins
+	cargo test --locked -p pseudoflow-compiler
 
 ## tools: helm (from its Go module), promtool and lua for the chart checks.
 tools:
@@ -48,6 +49,9 @@ docs:
 chart-test:
 	bash charts/test.sh
 
-## bench: the compiler benchmark (10,000-step flow against the YAML-parse baseline).
-bench:
+## bench: the compiler benchmark (10,000-step flow against the YAML-parse baseline) and the
+## orchestration benchmark (50-step flow on testenv against a kubectl apply+wait loop).
+bench: k8s
 	cargo bench --locked -p pseudoflow-compiler
+	cargo build --release --locked -q -p pseudoflow-runtime --bin pseudoflow-step
+	cargo bench --locked -p pseudoflow-controller --bench orchestration
