@@ -15,50 +15,11 @@ use kube::Client;
 use pseudoflow_controller::metrics::Metrics;
 use pseudoflow_controller::reconcile::flow_resource;
 use pseudoflow_controller::{run_controller, Context};
-use pseudoflow_testenv::{shared_with, Options, TestEnv};
 use serde_json::{json, Value};
 
-const IMAGE: &str = "pseudoflow/runtime:e2e";
+mod common;
 
-fn step_binary() -> String {
-    let exe = std::env::current_exe().unwrap();
-    let bin = exe
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("pseudoflow-step");
-    if !bin.is_file() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let ok = std::process::Command::new(cargo)
-            .args([
-                "build",
-                "-q",
-                "-p",
-                "pseudoflow-runtime",
-                "--bin",
-                "pseudoflow-step",
-            ])
-            .status()
-            .unwrap();
-        assert!(
-            ok.success() && bin.is_file(),
-            "could not build pseudoflow-step at {}",
-            bin.display()
-        );
-    }
-    bin.display().to_string()
-}
-
-fn env() -> &'static TestEnv {
-    let bin = step_binary();
-    shared_with(move || {
-        let mut o = Options::default();
-        o.images.insert(IMAGE, bin);
-        o
-    })
-    .unwrap_or_else(|e| panic!("testenv: {e}"))
-}
+use common::{env, IMAGE};
 
 async fn apply(client: &Client, v: Value) {
     pseudoflow_testenv::apply::apply_value(client, v, None)

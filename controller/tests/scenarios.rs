@@ -17,44 +17,15 @@ use kube::Client;
 use pseudoflow_controller::metrics::Metrics;
 use pseudoflow_controller::reconcile::flow_resource;
 use pseudoflow_controller::{run_controller, Context};
-use pseudoflow_testenv::{shared_with, Options, TestEnv};
+use pseudoflow_testenv::TestEnv;
 use serde_json::{json, Value};
 
-const IMAGE: &str = "pseudoflow/runtime:e2e";
+mod common;
+
+use common::{env, IMAGE};
 
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap()
-}
-
-fn env() -> &'static TestEnv {
-    let exe = std::env::current_exe().unwrap();
-    let bin = exe
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("pseudoflow-step");
-    if !bin.is_file() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        assert!(std::process::Command::new(cargo)
-            .args([
-                "build",
-                "-q",
-                "-p",
-                "pseudoflow-runtime",
-                "--bin",
-                "pseudoflow-step"
-            ])
-            .status()
-            .unwrap()
-            .success());
-    }
-    shared_with(move || {
-        let mut o = Options::default();
-        o.images.insert(IMAGE, bin);
-        o
-    })
-    .unwrap_or_else(|e| panic!("testenv: {e}"))
 }
 
 async fn apply_text(client: &Client, text: &str) {
@@ -121,22 +92,7 @@ async fn prepare(env: &TestEnv, client: &Client) {
         )
         .await
         .unwrap();
-    for node in env.nodes() {
-        let root = env.node_root(node);
-        std::fs::create_dir_all(root.join("etc/kubernetes")).unwrap();
-        std::fs::create_dir_all(root.join("var/lib/kubelet")).unwrap();
-        let conf = format!("apiVersion: v1\nkind: Config\nclusters:\n- cluster:\n    server: {OLD_SERVER}\n  name: kubernetes\n");
-        std::fs::write(root.join("etc/kubernetes/kubelet.conf"), &conf).unwrap();
-        if node == "cp-0" {
-            std::fs::write(root.join("etc/kubernetes/controller-manager.conf"), &conf).unwrap();
-            std::fs::write(root.join("etc/kubernetes/scheduler.conf"), &conf).unwrap();
-        }
-        std::fs::write(
-            root.join("var/lib/kubelet/kubeadm-flags.env"),
-            "KUBELET_KUBEADM_ARGS=\"--resolv-conf=/run/systemd/resolve/resolv.conf --v=2\"\n",
-        )
-        .unwrap();
-    }
+    env.seed_kubeadm_files(OLD_SERVER).unwrap();
 }
 
 async fn run_flow(client: &Client, file: &str, patch: impl Fn(&mut Value)) -> Value {
@@ -232,9 +188,10 @@ async fn the_seed_scenarios_run_end_to_end_and_rerun_changes_nothing() {
     let mut previous_restart = 0.0;
     for node in nodes {
         assert_eq!(read(env, node, "etc/kubelet-resolv.conf"), resolv, "{node}");
+        let patched = "KUBELET_KUBEADM_ARGS=\"--container-runtime-endpoint=unix:///run/containerd/containerd.sock --resolv-conf=/etc/kubelet-resolv.conf\"\n";
         assert_eq!(
             read(env, node, "var/lib/kubelet/kubeadm-flags.env"),
-            "KUBELET_KUBEADM_ARGS=\"--resolv-conf=/etc/kubelet-resolv.conf --v=2\"\n",
+            patched,
             "{node}"
         );
         let r = restarts(env, node);

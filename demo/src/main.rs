@@ -38,23 +38,6 @@ async fn apply_all(client: &Client, text: &str, namespace: Option<&str>) -> Resu
     pseudoflow_testenv::apply::apply_text(client, text, namespace).await
 }
 
-/// What a kubeadm node has that the seed flows edit.
-fn seed_node_files(env: &TestEnv) -> Result<()> {
-    for node in env.nodes() {
-        let root = env.node_root(node);
-        std::fs::create_dir_all(root.join("etc/kubernetes"))?;
-        std::fs::create_dir_all(root.join("var/lib/kubelet"))?;
-        let conf = "apiVersion: v1\nkind: Config\nclusters:\n- cluster:\n    server: https://10.0.0.11:6443\n  name: kubernetes\n";
-        std::fs::write(root.join("etc/kubernetes/kubelet.conf"), conf)?;
-        if node.starts_with("cp-") {
-            std::fs::write(root.join("etc/kubernetes/controller-manager.conf"), conf)?;
-            std::fs::write(root.join("etc/kubernetes/scheduler.conf"), conf)?;
-        }
-        std::fs::write(root.join("var/lib/kubelet/kubeadm-flags.env"), "KUBELET_KUBEADM_ARGS=\"--container-runtime-endpoint=unix:///run/containerd/containerd.sock --resolv-conf=/run/systemd/resolve/resolv.conf\"\n")?;
-    }
-    Ok(())
-}
-
 #[tokio::main]
 async fn main() -> Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -122,7 +105,7 @@ async fn main() -> Result<()> {
             &Patch::Apply(&cm),
         )
         .await?;
-    seed_node_files(&env)?;
+    env.seed_kubeadm_files("https://10.0.0.11:6443")?;
 
     let metrics = Arc::new(Metrics::default());
     tokio::spawn(pseudoflow_controller::metrics::serve(

@@ -15,6 +15,12 @@ pub use crate::kubelet::NodeSpec;
 use crate::kubelet::{ImageMap, KubeletConfig};
 use crate::procs::Proc;
 
+/// Label kubeadm puts on control-plane nodes.
+pub const CONTROL_PLANE_LABEL: &str = "node-role.kubernetes.io/control-plane";
+
+/// `kubeadm-flags.env` as [`TestEnv::seed_kubeadm_files`] writes it.
+pub const KUBEADM_FLAGS: &str = "KUBELET_KUBEADM_ARGS=\"--container-runtime-endpoint=unix:///run/containerd/containerd.sock --resolv-conf=/run/systemd/resolve/resolv.conf\"\n";
+
 /// How to build a cluster.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -56,6 +62,7 @@ pub struct TestEnv {
     kubeconfig: PathBuf,
     kubelets: KubeletConfig,
     nodes: Vec<String>,
+    control_planes: Vec<String>,
     /// How long startup took, to all nodes Ready.
     pub startup: Duration,
     _procs: Vec<Proc>,
@@ -104,12 +111,19 @@ impl TestEnv {
         let client = crate::controlplane::client_for(&cp.kubeconfig).await?;
         crate::kubelet::start(client.clone(), kubelets.clone(), &opts.nodes).await?;
         let nodes: Vec<String> = opts.nodes.iter().map(|n| n.name.clone()).collect();
+        let control_planes = opts
+            .nodes
+            .iter()
+            .filter(|n| n.labels.contains_key(CONTROL_PLANE_LABEL))
+            .map(|n| n.name.clone())
+            .collect();
         let env = TestEnv {
             dir: dir.to_path_buf(),
             _tmp: None,
             kubeconfig: cp.kubeconfig.clone(),
             kubelets,
             nodes,
+            control_planes,
             startup: Duration::ZERO,
             _procs: cp.procs,
         };
@@ -161,6 +175,28 @@ impl TestEnv {
     /// Names of the simulated nodes.
     pub fn nodes(&self) -> &[String] {
         &self.nodes
+    }
+
+    /// Gives every node the files a kubeadm node has and the seed flows edit:
+    /// `/etc/kubernetes/kubelet.conf` (plus `controller-manager.conf` and `scheduler.conf` on
+    /// control-plane nodes) pointing at `api_server`, and `/var/lib/kubelet/kubeadm-flags.env`.
+    pub fn seed_kubeadm_files(&self, api_server: &str) -> Result<()> {
+        let conf = format!("apiVersion: v1\nkind: Config\nclusters:\n- cluster:\n    server: {api_server}\n  name: kubernetes\n");
+        for node in &self.nodes {
+            let root = self.node_root(node);
+            std::fs::create_dir_all(root.join("etc/kubernetes"))?;
+            std::fs::create_dir_all(root.join("var/lib/kubelet"))?;
+            std::fs::write(root.join("etc/kubernetes/kubelet.conf"), &conf)?;
+            if self.control_planes.contains(node) {
+                std::fs::write(root.join("etc/kubernetes/controller-manager.conf"), &conf)?;
+                std::fs::write(root.join("etc/kubernetes/scheduler.conf"), &conf)?;
+            }
+            std::fs::write(
+                root.join("var/lib/kubelet/kubeadm-flags.env"),
+                KUBEADM_FLAGS,
+            )?;
+        }
+        Ok(())
     }
 
     /// A node's root directory: what its pods see at `hostPath: /`.

@@ -1,0 +1,48 @@
+//! The cluster the controller's e2e tests share: testenv with the runtime image mapped to the
+//! freshly built `pseudoflow-step`.
+
+use pseudoflow_testenv::{shared_with, Options, TestEnv};
+
+/// Image name the tests' Jobs use; the process kubelet runs `pseudoflow-step` for it.
+pub const IMAGE: &str = "pseudoflow/runtime:e2e";
+
+fn step_binary() -> String {
+    let exe = std::env::current_exe().unwrap();
+    let bin = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("pseudoflow-step");
+    if !bin.is_file() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let ok = std::process::Command::new(cargo)
+            .args([
+                "build",
+                "-q",
+                "-p",
+                "pseudoflow-runtime",
+                "--bin",
+                "pseudoflow-step",
+            ])
+            .status()
+            .unwrap();
+        assert!(
+            ok.success() && bin.is_file(),
+            "could not build pseudoflow-step at {}",
+            bin.display()
+        );
+    }
+    bin.display().to_string()
+}
+
+/// The shared cluster of this test binary.
+pub fn env() -> &'static TestEnv {
+    let bin = step_binary();
+    shared_with(move || {
+        let mut o = Options::default();
+        o.images.insert(IMAGE, bin);
+        o
+    })
+    .unwrap_or_else(|e| panic!("testenv: {e}"))
+}
