@@ -6,6 +6,7 @@ use petgraph::graph::{DiGraph, NodeIndex};
 use pseudoflow_crd::steps::Placement;
 use pseudoflow_crd::{Step, StepKind};
 
+use crate::compile::Expansions;
 use crate::plan::{EdgeKind, LoopOver, NodeKind, Plan, PlanNode};
 
 /// Where a list of steps sits: its path, id prefix and the structure around it.
@@ -26,13 +27,23 @@ struct Fragment {
     exits: Vec<(NodeIndex, EdgeKind)>,
 }
 
-struct Builder {
+struct Builder<'e> {
     g: DiGraph<PlanNode, EdgeKind>,
+    expansions: &'e Expansions,
 }
 
-/// Builds the DAG of `steps` (already validated) rooted at `root_path` (`spec.steps`).
-pub fn build_plan(steps: &[Step], root_path: &str, id_prefix: &str) -> Plan {
-    let mut b = Builder { g: DiGraph::new() };
+/// Builds the DAG of `steps` (already validated) rooted at `root_path` (`spec.steps`); an
+/// `include`/`includeFlow` whose fetched steps are in `expansions` gets them as its body.
+pub fn build_plan(
+    steps: &[Step],
+    root_path: &str,
+    id_prefix: &str,
+    expansions: &Expansions,
+) -> Plan {
+    let mut b = Builder {
+        g: DiGraph::new(),
+        expansions,
+    };
     let scope = Scope {
         path: root_path.to_string(),
         id_prefix: id_prefix.to_string(),
@@ -72,7 +83,7 @@ fn join_id(prefix: &str, id: &str) -> String {
     }
 }
 
-impl Builder {
+impl Builder<'_> {
     fn connect(&mut self, exits: &[(NodeIndex, EdgeKind)], to: NodeIndex) {
         for (from, kind) in exits {
             self.g.add_edge(*from, to, *kind);
@@ -334,14 +345,12 @@ impl Builder {
                 }
                 (fork, end)
             }
-            StepKind::Include(_) => self.opaque_compound(
-                step,
-                scope,
-                NodeKind::Include {
+            StepKind::Include(_) => {
+                let kind = NodeKind::Include {
                     end: end_id.clone(),
-                },
-                Placement::Api,
-            ),
+                };
+                self.fetched_compound(step, scope, kind)
+            }
             StepKind::IncludeFlow(p) => {
                 let kind = NodeKind::IncludeFlow {
                     flow: step.name.clone().unwrap_or_default(),
@@ -349,7 +358,7 @@ impl Builder {
                     inherit_vars: p.inherit_vars,
                     end: end_id.clone(),
                 };
-                self.opaque_compound(step, scope, kind, Placement::Controller)
+                self.fetched_compound(step, scope, kind)
             }
             _ => {
                 let params = step.kind.params();
@@ -395,6 +404,29 @@ impl Builder {
         }
     }
 
+    /// `include`/`includeFlow`: a fetch Job, then (once fetched) the steps it brought, at
+    /// `<path>.included`.
+    fn fetched_compound(
+        &mut self,
+        step: &Step,
+        scope: &Scope,
+        kind: NodeKind,
+    ) -> (NodeIndex, NodeIndex) {
+        match self.expansions.get(&scope.id_prefix) {
+            Some(body) => self.body_compound_at(
+                step,
+                scope,
+                kind,
+                Placement::Api,
+                body,
+                "included",
+                false,
+                false,
+            ),
+            None => self.opaque_compound(step, scope, kind, Placement::Api),
+        }
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn body_compound(
         &mut self,
@@ -406,13 +438,31 @@ impl Builder {
         is_loop: bool,
         on_node: bool,
     ) -> (NodeIndex, NodeIndex) {
+        self.body_compound_at(
+            step, scope, kind, placement, body, "steps", is_loop, on_node,
+        )
+    }
+
+    /// A start node, `body` (at `<path>.<field>`) and an end node.
+    #[allow(clippy::too_many_arguments)]
+    fn body_compound_at(
+        &mut self,
+        step: &Step,
+        scope: &Scope,
+        kind: NodeKind,
+        placement: Placement,
+        body: &[Step],
+        field: &str,
+        is_loop: bool,
+        on_node: bool,
+    ) -> (NodeIndex, NodeIndex) {
         let id = scope.id_prefix.clone();
         let end_id = format!("{id}-end");
         let start = self.node(step, scope, kind, placement);
         let inner = self.inner(
             scope,
             &end_id,
-            "steps",
+            field,
             "",
             is_loop.then_some(id.as_str()),
             on_node,

@@ -1,6 +1,8 @@
 //! `compile`: validation (structure, semantics, expressions, include cycles) then DAG
 //! construction. Pure and deterministic: the same spec gives the same plan, byte for byte.
 
+use std::collections::BTreeMap;
+
 use pseudoflow_crd::validate::validate_spec;
 use pseudoflow_crd::{Diagnostics, PseudoFlowSpec, Step};
 use serde_json::Value;
@@ -27,8 +29,22 @@ pub struct FlowId<'a> {
     pub namespace: Option<&'a str>,
 }
 
+/// Steps fetched at run time by an `include` or `includeFlow`, by the node id of the step that
+/// fetched them. Compiling again with them makes them that step's body; node ids elsewhere do not
+/// change, so the run state stays valid.
+pub type Expansions = BTreeMap<String, Vec<Step>>;
+
 /// Validates `raw_spec` and builds its plan; on any error returns every diagnostic found.
 pub fn compile(flow: &FlowId, raw_spec: &Value) -> Result<Compiled, Diagnostics> {
+    compile_expanded(flow, raw_spec, &Expansions::new())
+}
+
+/// [`compile`], with the steps includes fetched so far in place.
+pub fn compile_expanded(
+    flow: &FlowId,
+    raw_spec: &Value,
+    expansions: &Expansions,
+) -> Result<Compiled, Diagnostics> {
     let (spec, mut diags) = validate_spec(raw_spec);
     let Some(spec) = spec else {
         return Err(diags);
@@ -38,17 +54,36 @@ pub fn compile(flow: &FlowId, raw_spec: &Value) -> Result<Compiled, Diagnostics>
     if diags.has_errors() {
         return Err(diags);
     }
-    let plan = build_plan(&spec.steps, "spec.steps", "");
+    let plan = build_plan(&spec.steps, "spec.steps", "", expansions);
     let on_delete = spec
         .on_delete
         .as_deref()
-        .map(|s| build_plan(s, "spec.onDelete", "d"));
+        .map(|s| build_plan(s, "spec.onDelete", "d", expansions));
     Ok(Compiled {
         spec,
         plan,
         on_delete,
         warnings: diags,
     })
+}
+
+/// Validates steps an `include` or `includeFlow` fetched, as strictly as a flow's own steps, with
+/// every diagnostic's path under `at` (the including step's `<path>.included`).
+pub fn validate_included(raw_steps: &Value, at: &str) -> Result<Vec<Step>, Diagnostics> {
+    let raw = serde_json::json!({ "steps": raw_steps });
+    let (spec, mut diags) = validate_spec(&raw);
+    if let Some(spec) = &spec {
+        crate::exprs::check_expressions(spec, &mut diags);
+    }
+    for d in &mut diags.0 {
+        if let Some(rest) = d.path.strip_prefix("spec.steps") {
+            d.path = format!("{at}{rest}");
+        }
+    }
+    match spec {
+        Some(spec) if !diags.has_errors() => Ok(spec.steps),
+        _ => Err(diags),
+    }
 }
 
 /// A flow that includes itself would never end; cycles through other flows are found at run

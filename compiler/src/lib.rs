@@ -15,6 +15,6 @@ pub mod render;
 pub mod result;
 pub mod source;
 
-pub use compile::{compile, Compiled, FlowId};
+pub use compile::{compile, compile_expanded, validate_included, Compiled, Expansions, FlowId};
 pub use lower::{lower, FlowRef, LowerOptions, Lowered, NodeInstance};
 pub use plan::{EdgeKind, NodeKind, Plan, PlanNode};

@@ -136,7 +136,7 @@ pub fn task_of(node: &PlanNode) -> Option<Task> {
             },
             _,
         ) => Some(Task::ListNodes),
-        (NodeKind::Include { .. }, _) => Some(Task::FetchInclude),
+        (NodeKind::Include { .. } | NodeKind::IncludeFlow { .. }, _) => Some(Task::FetchInclude),
         (NodeKind::Action, Placement::Api | Placement::Node) => Some(Task::Run),
         _ => None,
     }

@@ -47,7 +47,12 @@ pub enum IncludedDocument {
     /// Kubernetes objects; the executor has already applied them.
     Manifests { applied: Vec<String> },
     /// Steps to run in place (raw JSON; the controller validates and compiles them).
-    Steps { steps: Value },
+    Steps {
+        steps: Value,
+        /// For `includeFlow`: the included flow's `spec.vars`, its steps' defaults.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        vars: BTreeMap<String, String>,
+    },
 }
 
 impl StepResult {
@@ -82,6 +87,7 @@ mod tests {
             .insert("unlabeled".into(), Value::String("a b".into()));
         r.include = Some(IncludedDocument::Steps {
             steps: serde_json::json!([{"type": "log", "message": "x"}]),
+            vars: BTreeMap::new(),
         });
         let text = serde_json::to_string(&r).unwrap();
         assert_eq!(serde_json::from_str::<StepResult>(&text).unwrap(), r);

@@ -112,11 +112,6 @@ pub fn run(engine: &Engine, node: &PlanNode, scope: &Scope) -> LocalOutcome {
                 Err(err) => out.completion = failed(err.to_string()),
             }
         }
-        (NodeKind::IncludeFlow { flow, .. }, _) => {
-            out.completion = failed(format!(
-                "includeFlow {flow:?}: running another flow's steps is not implemented yet"
-            ));
-        }
         _ => {
             out.completion = failed(format!(
                 "{} ({}) has no controller-side implementation",

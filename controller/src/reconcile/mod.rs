@@ -2,8 +2,10 @@
 //! walker decide, do controller-local work and launch Jobs, save the state, write status.
 //! Level-triggered and restartable: everything it needs is in the API.
 
+mod includes;
 mod local;
 mod observe;
+pub mod pod_security;
 mod status;
 pub mod store;
 
@@ -24,10 +26,12 @@ use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use pseudoflow_compiler::expr::{Engine, Scope};
 use pseudoflow_compiler::exprs::prepare_payload;
-use pseudoflow_compiler::lower::{lower, task_of, FlowRef, LowerOptions, NodeInstance};
+use pseudoflow_compiler::lower::{lower, task_of, FlowRef, LowerOptions, NodeInstance, Task};
 use pseudoflow_compiler::names::{job_name, run_id};
 use pseudoflow_compiler::plan::{Plan, PlanNode};
+use pseudoflow_compiler::result::IncludedDocument;
 use pseudoflow_compiler::{compile, FlowId};
+use pseudoflow_crd::steps::Placement;
 use pseudoflow_crd::{ConcurrencyPolicy, PseudoFlowSpec, StepKind, RUN_ANNOTATION};
 use serde_json::{json, Value};
 use tracing::{info, info_span, warn, Instrument};
@@ -207,11 +211,28 @@ async fn reconcile_flow(
             .clone()
             .unwrap_or_else(|| "default".into()),
     };
-    let plan = &compiled.plan;
-    let walker = Walker::new(plan);
+    let flow_id = FlowId {
+        name,
+        namespace: Some(ns),
+    };
     let t = now();
+    let mut compiled = compiled;
+    if plan_matches && !run.includes.is_empty() {
+        compiled = includes::expand(&flow_id, &raw_spec, &run.includes).map_err(Error::Other)?;
+    }
     if plan_matches {
-        observe_jobs(ctx, flow, plan, &walker, &mut run, &flow_ref, t).await?;
+        let fetched = run.includes.len();
+        {
+            let walker = Walker::new(&compiled.plan);
+            observe_jobs(ctx, flow, &compiled.plan, &walker, &mut run, &flow_ref, t).await?;
+        }
+        if run.includes.len() != fetched {
+            // New steps arrived: they are the fetching step's body from now on.
+            compiled =
+                includes::expand(&flow_id, &raw_spec, &run.includes).map_err(Error::Other)?;
+        }
+        let plan = &compiled.plan;
+        let walker = Walker::new(plan);
         // options.timeoutSeconds: the whole run; Failed with reason Timeout, running Jobs deleted.
         let deadline = compiled
             .spec
@@ -412,19 +433,30 @@ async fn observe_jobs(
                 .map(|n| (n.clone(), Value::String(n)))
                 .collect()
         });
-        let c = Completion {
+        let mut c = Completion {
             ok: result.ok,
             changed: result.changed,
             message: result.message.clone(),
             condition: result.condition,
             items,
         };
+        if let (true, Some(IncludedDocument::Steps { steps, vars })) = (c.ok, &result.include) {
+            let fetched = includes::Included {
+                steps: steps.clone(),
+                vars: vars.clone(),
+            };
+            let root = format!("{}/{}", flow_ref.namespace, flow_ref.name);
+            if let Err(e) = includes::accept(plan, &root, node, fetched, &mut run.includes) {
+                c.ok = false;
+                c.message = e.to_string();
+            }
+        }
         ctx.metrics.step_finished(
             &format!("{}/{}", flow_ref.namespace, flow_ref.name),
             &node.step_type,
             (t - started.unwrap_or(t)) as f64,
         );
-        let (ty, reason) = if result.ok {
+        let (ty, reason) = if c.ok {
             (EventType::Normal, "StepSucceeded")
         } else {
             (EventType::Warning, "StepFailed")
@@ -434,7 +466,7 @@ async fn observe_jobs(
             flow,
             ty,
             reason,
-            &format!("{}{}: {}", node.path, key_suffix(&key), result.message),
+            &format!("{}{}: {}", node.path, key_suffix(&key), c.message),
         )
         .await;
         let out = walker.complete(&mut run.state, &node_id, &key, c, t);
@@ -484,10 +516,9 @@ fn scope(
     node: &PlanNode,
     key: &[String],
 ) -> Scope {
-    let mut s: Scope = spec
-        .vars
-        .iter()
-        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+    let mut s: Scope = includes::base_vars(walker.plan(), node, &spec.vars, &run.includes)
+        .into_iter()
+        .map(|(k, v)| (k, Value::String(v)))
         .collect();
     s.extend(run.vars.clone());
     s.extend(walker.loop_vars(node, key, &run.state));
@@ -523,6 +554,8 @@ async fn drive(
     let opts = LowerOptions {
         image: ctx.image.clone(),
     };
+    // Read once per drive, and only when a node step is about to launch.
+    let mut node_pods_refused: Option<Option<String>> = None;
     loop {
         let outcome = walker.advance(&mut run.state, t);
         let mut progressed = false;
@@ -563,20 +596,23 @@ async fn drive(
                 progressed = true;
                 continue;
             }
+            if node.placement == Placement::Node && task_of(node) == Some(Task::Run) {
+                if node_pods_refused.is_none() {
+                    node_pods_refused =
+                        Some(pod_security::check(&ctx.client, &flow_ref.namespace).await?);
+                }
+                if let Some(Some(why)) = &node_pods_refused {
+                    let out = walker.complete(&mut run.state, node_id, key, failed(why), t);
+                    abort(ctx, flow_ref, run, &out.actions).await;
+                    progressed = true;
+                    continue;
+                }
+            }
             let payload = match prepare_payload(&ctx.engine, node, &sc) {
                 Ok((p, _)) => p,
                 Err(e) => {
-                    let out = walker.complete(
-                        &mut run.state,
-                        node_id,
-                        key,
-                        Completion {
-                            ok: false,
-                            message: e.to_string(),
-                            ..Default::default()
-                        },
-                        t,
-                    );
+                    let out =
+                        walker.complete(&mut run.state, node_id, key, failed(&e.to_string()), t);
                     abort(ctx, flow_ref, run, &out.actions).await;
                     progressed = true;
                     continue;
@@ -614,6 +650,14 @@ async fn drive(
         if !progressed {
             return Ok(outcome.wake_at);
         }
+    }
+}
+
+fn failed(message: &str) -> Completion {
+    Completion {
+        ok: false,
+        message: message.to_string(),
+        ..Default::default()
     }
 }
 

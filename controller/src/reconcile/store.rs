@@ -29,6 +29,9 @@ pub struct StoredRun {
     #[serde(default)]
     pub vars: BTreeMap<String, Value>,
     pub state: RunState,
+    /// Steps `include`/`includeFlow` fetched this run, by the fetching node's id.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub includes: BTreeMap<String, super::includes::Included>,
     /// Set once the end of the run was counted in metrics and Events.
     #[serde(default)]
     pub reported: bool,

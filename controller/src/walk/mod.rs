@@ -94,6 +94,11 @@ impl<'p> Walker<'p> {
         }
     }
 
+    /// The plan being walked.
+    pub fn plan(&self) -> &'p Plan {
+        self.plan
+    }
+
     fn node(&self, id: &str) -> &'p PlanNode {
         self.plan.node(id).expect("node ids come from the plan")
     }

@@ -4,11 +4,11 @@
 //! in a message.
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::Api;
+use kube::api::{Api, ApiResource, DynamicObject};
 use pseudoflow_compiler::result::{IncludedDocument, StepResult};
 use pseudoflow_crd::steps::apply::manifest_objects;
 use pseudoflow_crd::steps::include::{IncludeAs, IncludeSource, KeyRef};
-use pseudoflow_crd::{Step, StepKind};
+use pseudoflow_crd::{PseudoFlow, Step, StepKind};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -170,6 +170,45 @@ async fn fetch(ctx: &Ctx, source: &IncludeSource) -> Result<(String, bool), Step
     }
 }
 
+/// `includeFlow`: reads the other PseudoFlow under the flow's own ServiceAccount (so a flow can
+/// only include flows its identity may read) and returns its steps and vars.
+async fn fetch_flow(
+    ctx: &Ctx,
+    name: &str,
+    namespace: Option<&str>,
+) -> Result<StepResult, StepError> {
+    let ns = namespace.unwrap_or(ctx.namespace());
+    let client = ctx.client().await?;
+    let ar = ApiResource::erase::<PseudoFlow>(&());
+    let api: Api<DynamicObject> = Api::namespaced_with(client, ns, &ar);
+    let call = Call {
+        verb: "get",
+        resource: "pseudoflows",
+        name,
+        namespace: Some(ns),
+    };
+    let flow = get(ctx, api.get(name).await, call)?;
+    let spec = &flow.data["spec"];
+    let steps = spec["steps"].clone();
+    let n = steps.as_array().map_or(0, Vec::len);
+    let vars = spec["vars"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| {
+                    (
+                        k.clone(),
+                        v.as_str().map_or_else(|| v.to_string(), str::to_string),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut r = StepResult::succeeded(false, format!("included {n} steps of flow {ns}/{name}"));
+    r.include = Some(IncludedDocument::Steps { steps, vars });
+    Ok(r)
+}
+
 fn get<T>(ctx: &Ctx, r: Result<T, kube::Error>, call: Call) -> Result<T, StepError> {
     r.map_err(|e| {
         if is_not_found(&e) {
@@ -187,6 +226,10 @@ fn get<T>(ctx: &Ctx, r: Result<T, kube::Error>, call: Call) -> Result<T, StepErr
 
 /// Fetches, classifies and (for manifests) applies the included document.
 pub async fn run(ctx: &Ctx, step: &Step) -> Result<StepResult, StepError> {
+    if let StepKind::IncludeFlow(p) = &step.kind {
+        let name = step.name.as_deref().unwrap_or_default();
+        return fetch_flow(ctx, name, p.namespace.as_deref()).await;
+    }
     let StepKind::Include(inc) = &step.kind else {
         return Err(StepError::input(format!(
             "task fetchInclude needs an include step, got {}",
@@ -207,7 +250,10 @@ pub async fn run(ctx: &Ctx, step: &Step) -> Result<StepResult, StepError> {
         Classified::Steps(steps) => {
             let n = steps.as_array().map_or(0, Vec::len);
             let mut r = StepResult::succeeded(false, format!("included {n} steps"));
-            r.include = Some(IncludedDocument::Steps { steps });
+            r.include = Some(IncludedDocument::Steps {
+                steps,
+                vars: Default::default(),
+            });
             Ok(r)
         }
         Classified::Manifests(objs) => {

@@ -1,0 +1,266 @@
+//! Steps that `include` and `includeFlow` fetch at run time. The fetch Job returns them raw; they
+//! are validated here, kept in the run state (so a restarted controller, or a changed source,
+//! does not change a running run), and the flow is compiled again with them as the fetching
+//! step's body. Variables of an included flow are scoped to its steps.
+
+use std::collections::BTreeMap;
+
+use pseudoflow_compiler::plan::{NodeKind, Plan, PlanNode};
+use pseudoflow_compiler::{compile_expanded, validate_included, Compiled, Expansions, FlowId};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// What one include step fetched.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Included {
+    /// The steps, raw as fetched (validated before they were stored).
+    pub steps: Value,
+    /// For `includeFlow`: the included flow's `spec.vars`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub vars: BTreeMap<String, String>,
+}
+
+/// Why fetched steps cannot become a step's body.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum IncludeError {
+    #[error("includeFlow cycle: {0}")]
+    Cycle(String),
+    #[error("the included steps are invalid: {0}")]
+    Invalid(String),
+    #[error("fetched different steps than for an earlier loop item; an include inside a loop must bring the same steps for every item")]
+    Differs,
+}
+
+/// The flow compiled with every stored include expanded.
+pub fn expand(
+    flow: &FlowId,
+    raw_spec: &Value,
+    includes: &BTreeMap<String, Included>,
+) -> Result<Compiled, String> {
+    let mut expansions = Expansions::new();
+    for (id, inc) in includes {
+        let steps = validate_included(&inc.steps, id).map_err(|d| d.to_string())?;
+        expansions.insert(id.clone(), steps);
+    }
+    compile_expanded(flow, raw_spec, &expansions).map_err(|d| d.to_string())
+}
+
+/// Checks what `node` (an include or includeFlow start) fetched before it is stored under its id.
+pub fn accept(
+    plan: &Plan,
+    root: &str,
+    node: &PlanNode,
+    fetched: Included,
+    includes: &mut BTreeMap<String, Included>,
+) -> Result<usize, IncludeError> {
+    if let NodeKind::IncludeFlow { .. } = &node.kind {
+        let mut chain: Vec<String> = enclosing_flows(plan, node)
+            .iter()
+            .rev()
+            .map(|n| target(n, root))
+            .collect();
+        chain.insert(0, root.to_string());
+        let next = target(node, root);
+        if chain.contains(&next) {
+            chain.push(next);
+            return Err(IncludeError::Cycle(chain.join(" → ")));
+        }
+    }
+    let steps =
+        validate_included(&fetched.steps, &format!("{}.included", node.path)).map_err(|d| {
+            let errors: Vec<String> = d
+                .errors()
+                .map(|e| format!("{}: {}", e.path, e.message))
+                .collect();
+            IncludeError::Invalid(errors.join("; "))
+        })?;
+    match includes.get(&node.id) {
+        Some(known) if *known != fetched => Err(IncludeError::Differs),
+        _ => {
+            includes.insert(node.id.clone(), fetched);
+            Ok(steps.len())
+        }
+    }
+}
+
+/// `namespace/name` an includeFlow node reads; `root` is the running flow's `namespace/name`.
+fn target(node: &PlanNode, root: &str) -> String {
+    match &node.kind {
+        NodeKind::IncludeFlow {
+            flow, namespace, ..
+        } => {
+            let ns = namespace
+                .clone()
+                .unwrap_or_else(|| root.split('/').next().unwrap_or_default().to_string());
+            format!("{ns}/{flow}")
+        }
+        _ => String::new(),
+    }
+}
+
+/// The includeFlow starts whose bodies hold `node`, innermost first.
+pub fn enclosing_flows<'p>(plan: &'p Plan, node: &PlanNode) -> Vec<&'p PlanNode> {
+    let mut out = Vec::new();
+    let mut parent = node.parent.clone();
+    while let Some(end_id) = parent {
+        let Some(end) = plan.node(&end_id) else { break };
+        if let NodeKind::CompoundEnd { start, .. } = &end.kind {
+            if let Some(s) = plan.node(start) {
+                if matches!(s.kind, NodeKind::IncludeFlow { .. }) {
+                    out.push(s);
+                }
+            }
+        }
+        parent = end.parent.clone();
+    }
+    out
+}
+
+/// The flow variables `node` sees before step outputs and loop items: the flow's `spec.vars`, or
+/// inside an included flow that flow's vars (plus the caller's view when `inheritVars`).
+pub fn base_vars(
+    plan: &Plan,
+    node: &PlanNode,
+    own: &BTreeMap<String, String>,
+    includes: &BTreeMap<String, Included>,
+) -> BTreeMap<String, String> {
+    let Some(inner) = enclosing_flows(plan, node).into_iter().next() else {
+        return own.clone();
+    };
+    let mut vars = includes
+        .get(&inner.id)
+        .map(|i| i.vars.clone())
+        .unwrap_or_default();
+    if let NodeKind::IncludeFlow {
+        inherit_vars: true, ..
+    } = inner.kind
+    {
+        vars.extend(base_vars(plan, inner, own, includes));
+    }
+    vars
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn compile(spec: Value, includes: &BTreeMap<String, Included>) -> Compiled {
+        let id = FlowId {
+            name: "a",
+            namespace: Some("ops"),
+        };
+        expand(&id, &spec, includes).unwrap()
+    }
+
+    fn steps(v: Value) -> Included {
+        Included {
+            steps: v,
+            vars: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn fetched_steps_become_the_body_and_other_ids_stay() {
+        let spec = json!({"steps": [
+            {"type": "include", "source": {"configMapRef": {"name": "c", "key": "k"}}},
+            {"type": "log", "message": "after"},
+        ]});
+        let before = compile(spec.clone(), &BTreeMap::new());
+        let mut includes = BTreeMap::new();
+        let node = before.plan.node("s0").unwrap().clone();
+        let n = accept(
+            &before.plan,
+            "ops/a",
+            &node,
+            steps(json!([{"type": "log", "message": "in"}, {"type": "sleep", "seconds": 1}])),
+            &mut includes,
+        )
+        .unwrap();
+        assert_eq!(n, 2);
+        let after = compile(spec, &includes);
+        let ids: Vec<&str> = after.plan.nodes().map(|n| n.id.as_str()).collect();
+        for id in ["s0", "s0-s0", "s0-s1", "s0-end", "s1"] {
+            assert!(ids.contains(&id), "{id} missing from {ids:?}");
+        }
+        assert_eq!(
+            after.plan.node("s0-s1").unwrap().path,
+            "spec.steps[0].included[1]"
+        );
+    }
+
+    #[test]
+    fn invalid_fetched_steps_are_refused_with_their_path() {
+        let spec = json!({"steps": [{"type": "include", "source": {"configMapRef": {"name": "c", "key": "k"}}}]});
+        let c = compile(spec, &BTreeMap::new());
+        let node = c.plan.node("s0").unwrap().clone();
+        let mut includes = BTreeMap::new();
+        let err = accept(
+            &c.plan,
+            "ops/a",
+            &node,
+            steps(json!([{"type": "slep", "seconds": 1}])),
+            &mut includes,
+        )
+        .unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("spec.steps[0].included[0]"), "{msg}");
+        assert!(msg.contains("sleep"), "did you mean: {msg}");
+        assert!(includes.is_empty());
+    }
+
+    #[test]
+    fn a_flow_including_its_includer_is_a_cycle() {
+        let spec = json!({"steps": [{"type": "includeFlow", "name": "b"}]});
+        let c = compile(spec.clone(), &BTreeMap::new());
+        let mut includes = BTreeMap::new();
+        let b = c.plan.node("s0").unwrap().clone();
+        accept(
+            &c.plan,
+            "ops/a",
+            &b,
+            steps(json!([{"type": "includeFlow", "name": "a"}])),
+            &mut includes,
+        )
+        .unwrap();
+        let c = compile(spec, &includes);
+        let a_again = c.plan.node("s0-s0").unwrap().clone();
+        let err = accept(
+            &c.plan,
+            "ops/a",
+            &a_again,
+            steps(json!([{"type": "includeFlow", "name": "b"}])),
+            &mut includes,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err,
+            IncludeError::Cycle("ops/a → ops/b → ops/a".into()),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn included_flow_vars_are_scoped_and_inherit_on_request() {
+        let own: BTreeMap<String, String> = [("who".to_string(), "caller".to_string())].into();
+        for (inherit, want_who) in [(false, None), (true, Some("caller"))] {
+            let spec = json!({"vars": {"who": "caller"}, "steps": [{"type": "includeFlow", "name": "b", "inheritVars": inherit}]});
+            let mut includes = BTreeMap::new();
+            includes.insert(
+                "s0".to_string(),
+                Included {
+                    steps: json!([{"type": "log", "message": "${what}"}]),
+                    vars: [("what".to_string(), "b's".to_string())].into(),
+                },
+            );
+            let c = compile(spec, &includes);
+            let inner = c.plan.node("s0-s0").unwrap();
+            let vars = base_vars(&c.plan, inner, &own, &includes);
+            assert_eq!(vars.get("what").map(String::as_str), Some("b's"));
+            assert_eq!(vars.get("who").map(String::as_str), want_who);
+            let outer = c.plan.node("s0").unwrap();
+            assert_eq!(base_vars(&c.plan, outer, &own, &includes), own);
+        }
+    }
+}
