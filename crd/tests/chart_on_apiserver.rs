@@ -102,9 +102,9 @@ fn rendered_chart_passes_server_side_dry_run() {
     );
     for kind in [
         "customresourcedefinition.apiextensions.k8s.io/pseudoflows.ops.example.com",
-        "deployment.apps/pseudoflow-operator",
-        "clusterrole.rbac.authorization.k8s.io/pseudoflow-operator",
-        "prometheusrule.monitoring.coreos.com/pseudoflow-operator",
+        "deployment.apps/pf-pseudoflow",
+        "clusterrole.rbac.authorization.k8s.io/pf-pseudoflow",
+        "prometheusrule.monitoring.coreos.com/pf-pseudoflow",
     ] {
         assert!(stdout.contains(kind), "{kind} missing from:\n{stdout}");
     }

@@ -10,32 +10,19 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
-use kube::Client;
+use kube::api::{Api, DynamicObject};
 use pseudoflow_controller::metrics::Metrics;
 use pseudoflow_controller::reconcile::flow_resource;
 use pseudoflow_controller::{run_controller, Context};
-use pseudoflow_testenv::{Options, TestEnv};
-use serde_json::{json, Value};
+use pseudoflow_testenv::{seed, Options, TestEnv};
 
 const IMAGE: &str = "pseudoflow/runtime:demo";
-const FLOWS: [&str; 4] = [
-    "examples/nodelocaldns.yaml",
-    "examples/apiserver-vip.yaml",
-    "examples/labels-from-exec.yaml",
-    "examples/labels-from-map.yaml",
-];
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .unwrap()
         .to_path_buf()
-}
-
-async fn apply_all(client: &Client, text: &str, namespace: Option<&str>) -> Result<()> {
-    pseudoflow_testenv::apply::apply_text(client, text, namespace).await
 }
 
 #[tokio::main]
@@ -60,52 +47,7 @@ async fn main() -> Result<()> {
     let client = env.client().await?;
 
     let root = repo();
-    apply_all(
-        &client,
-        &std::fs::read_to_string(root.join("crd/pseudoflow.yaml"))?,
-        None,
-    )
-    .await?;
-    apply_all(
-        &client,
-        &std::fs::read_to_string(root.join("examples/artifacts/crds/third-party-crds.yaml"))?,
-        None,
-    )
-    .await?;
-    apply_all(
-        &client,
-        "apiVersion: v1\nkind: Namespace\nmetadata: {name: metallb-system}\n",
-        None,
-    )
-    .await?;
-    for ns in ["kube-system", "default"] {
-        apply_all(&client, &format!("apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {{name: demo-flows-{ns}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}}\nsubjects: [{{kind: ServiceAccount, name: default, namespace: {ns}}}]\n"), None).await?;
-    }
-    let mut data = serde_json::Map::new();
-    for f in [
-        "nodelocaldns.yaml",
-        "servicemonitor-nodelocaldns.yaml",
-        "01-metallb-apiserver.yaml",
-        "02-kube-apiserver-lb-svc.yaml",
-    ] {
-        data.insert(
-            f.into(),
-            Value::String(std::fs::read_to_string(
-                root.join("examples/artifacts").join(f),
-            )?),
-        );
-    }
-    let cm: ConfigMap = serde_json::from_value(
-        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": pseudoflow_crd::spec::DEFAULT_ARTIFACTS_CONFIGMAP, "namespace": "kube-system"}, "data": data}),
-    )?;
-    Api::<ConfigMap>::namespaced(client.clone(), "kube-system")
-        .patch(
-            pseudoflow_crd::spec::DEFAULT_ARTIFACTS_CONFIGMAP,
-            &PatchParams::apply("pseudoflow-demo").force(),
-            &Patch::Apply(&cm),
-        )
-        .await?;
-    env.seed_kubeadm_files("https://10.0.0.11:6443")?;
+    seed::prepare(&env, &client, &root).await?;
 
     let metrics = Arc::new(Metrics::default());
     tokio::spawn(pseudoflow_controller::metrics::serve(
@@ -116,24 +58,7 @@ async fn main() -> Result<()> {
     tokio::spawn(run_controller(ctx, None));
     println!("controller running (metrics on http://127.0.0.1:8080/metrics)\n");
 
-    let mut names = Vec::new();
-    for f in FLOWS {
-        let text = std::fs::read_to_string(root.join(f))?;
-        apply_all(&client, &text, Some("default")).await?;
-        let v: Value = serde_yaml::from_str(&text)?;
-        let ns = v["metadata"]["namespace"]
-            .as_str()
-            .unwrap_or("default")
-            .to_string();
-        names.push((
-            ns,
-            v["metadata"]["name"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string(),
-            f,
-        ));
-    }
+    let names = seed::apply_flows(&client, &root).await?;
     let flows_of =
         |ns: &str| Api::<DynamicObject>::namespaced_with(client.clone(), ns, &flow_resource());
     let started = Instant::now();
@@ -144,7 +69,7 @@ async fn main() -> Result<()> {
             "FLOW", "NAMESPACE", "PHASE", "PROGRESS", "STEP / MESSAGE"
         );
         let mut finished = 0;
-        for (ns, name, _) in &names {
+        for (ns, name) in &names {
             let f = flows_of(ns).get(name).await?;
             let st = &f.data["status"];
             let phase = st["phase"].as_str().unwrap_or("Pending");

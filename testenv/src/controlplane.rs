@@ -93,6 +93,9 @@ pub async fn start(dir: &Path, certs: &Certs) -> Result<ControlPlane> {
             // The seed clusters use 100.64.0.0/16 for Services (NodeLocal DNS at 100.64.0.10).
             "--service-cluster-ip-range=100.64.0.0/16".into(),
             "--authorization-mode=RBAC".into(),
+            // As on hardened clusters: setting blockOwnerDeletion needs rights on the owner's
+            // finalizers, so RBAC tests catch a controller that lacks them.
+            "--enable-admission-plugins=OwnerReferencesPermissionEnforcement".into(),
             "--allow-privileged=true".into(),
             "--profiling=false".into(),
             format!("--cert-dir={}", s(&dir.join("apiserver-certs"))),

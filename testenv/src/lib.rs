@@ -11,6 +11,7 @@ pub mod controlplane;
 pub mod env;
 pub mod kubelet;
 pub mod procs;
+pub mod seed;
 
 pub use env::{shared, shared_with, NodeSpec, Options, TestEnv};
 pub use kubelet::ImageMap;

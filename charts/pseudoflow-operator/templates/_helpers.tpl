@@ -1,4 +1,13 @@
 {{- define "pseudoflow.name" -}}pseudoflow-operator{{- end -}}
+{{- /* Object names: the release name when it already says pseudoflow, else <release>-pseudoflow,
+so two releases (e.g. one per team namespace) never share a ClusterRole. */ -}}
+{{- define "pseudoflow.fullname" -}}
+{{- if contains "pseudoflow" .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-pseudoflow" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
 {{- define "pseudoflow.labels" -}}
 app.kubernetes.io/name: {{ include "pseudoflow.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
