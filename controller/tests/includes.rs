@@ -3,109 +3,13 @@
 //! include with their path and run nothing, an included flow's vars are scoped to its steps, and
 //! a cycle across flows is refused.
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, DynamicObject, ListParams};
-use kube::runtime::wait::await_condition;
-use kube::Client;
-use pseudoflow_controller::metrics::Metrics;
-use pseudoflow_controller::reconcile::flow_resource;
-use pseudoflow_controller::{run_controller, Context};
-use serde_json::{json, Value};
+use kube::api::{Api, ListParams};
+use serde_json::json;
 
 mod common;
 
-use common::{env, IMAGE};
-
-async fn apply(client: &Client, v: Value) {
-    pseudoflow_testenv::apply::apply_value(client, v, None)
-        .await
-        .unwrap();
-}
-
-/// A namespace whose ServiceAccount `flow` may manage ConfigMaps and read PseudoFlows there,
-/// with a controller for it.
-async fn setup(prefix: &str) -> (Client, String) {
-    let env = env();
-    let client = env.client().await.unwrap();
-    pseudoflow_testenv::apply::apply_text(&client, &pseudoflow_crd::schema::crd_yaml(), None)
-        .await
-        .unwrap();
-    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> = Api::all(client.clone());
-    tokio::time::timeout(
-        Duration::from_secs(30),
-        await_condition(
-            crds,
-            "pseudoflows.ops.example.com",
-            kube::runtime::wait::conditions::is_crd_established(),
-        ),
-    )
-    .await
-    .unwrap()
-    .unwrap();
-    let ns = env.namespace(prefix).await.unwrap();
-    apply(&client, json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "flow", "namespace": ns}})).await;
-    apply(&client, json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "flow", "namespace": ns}, "rules": [
-        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "create", "patch"]},
-        {"apiGroups": ["ops.example.com"], "resources": ["pseudoflows"], "verbs": ["get"]},
-    ]})).await;
-    apply(&client, json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "flow", "namespace": ns},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "flow"}, "subjects": [{"kind": "ServiceAccount", "name": "flow", "namespace": ns}]})).await;
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        IMAGE.into(),
-        Arc::new(Metrics::default()),
-    ));
-    tokio::spawn(run_controller(ctx, Some(ns.clone())));
-    (client, ns)
-}
-
-async fn create_flow(client: &Client, ns: &str, name: &str, spec: Value) {
-    apply(client, json!({"apiVersion": "ops.example.com/v1alpha1", "kind": "PseudoFlow", "metadata": {"name": name, "namespace": ns}, "spec": spec})).await;
-}
-
-async fn wait_done(client: &Client, ns: &str, name: &str) -> Value {
-    let flows: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &flow_resource());
-    let done = |o: Option<&DynamicObject>| {
-        o.and_then(|f| f.data["status"]["phase"].as_str())
-            .is_some_and(|p| p == "Succeeded" || p == "Failed")
-    };
-    match tokio::time::timeout(
-        Duration::from_secs(90),
-        await_condition(flows.clone(), name, done),
-    )
-    .await
-    {
-        Ok(f) => f.unwrap().unwrap().data["status"].clone(),
-        Err(_) => panic!(
-            "flow {name} did not finish; status: {:#}",
-            flows.get(name).await.unwrap().data["status"]
-        ),
-    }
-}
-
-fn step<'a>(status: &'a Value, path: &str) -> &'a Value {
-    status["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["path"] == path)
-        .unwrap_or_else(|| panic!("no status entry for {path}: {status:#}"))
-}
-
-async fn config_map(client: &Client, ns: &str, name: &str) -> Option<ConfigMap> {
-    Api::<ConfigMap>::namespaced(client.clone(), ns)
-        .get_opt(name)
-        .await
-        .unwrap()
-}
-
-fn created(cm: &ConfigMap) -> k8s_openapi::jiff::Timestamp {
-    cm.metadata.creation_timestamp.clone().unwrap().0
-}
+use common::harness::{apply, config_map, create_flow, created, setup, step, wait_done};
 
 #[tokio::test]
 async fn included_steps_run_in_place_under_the_flows_identity() {

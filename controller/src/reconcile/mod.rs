@@ -2,6 +2,7 @@
 //! walker decide, do controller-local work and launch Jobs, save the state, write status.
 //! Level-triggered and restartable: everything it needs is in the API.
 
+mod finalizer;
 mod includes;
 mod local;
 mod observe;
@@ -133,7 +134,8 @@ async fn reconcile_flow(
     ns: &str,
     name: &str,
 ) -> Result<Action, Error> {
-    if flow.metadata.deletion_timestamp.is_some() {
+    let deleting = flow.metadata.deletion_timestamp.is_some();
+    if deleting && !finalizer::present(flow) {
         return Ok(Action::await_change());
     }
     let ar = flow_resource();
@@ -168,17 +170,39 @@ async fn reconcile_flow(
                 status::invalid(&previous, generation, &message, &status::rfc3339(now())),
             )
             .await?;
+            if deleting {
+                // Nothing valid to run before deletion: let it go.
+                finalizer::remove(&flows, flow).await?;
+            }
             return Ok(Action::await_change());
         }
     };
+    if !deleting && finalizer::present(flow) != compiled.on_delete.is_some() {
+        // onDelete steps hold deletion until they ran; without them nothing should.
+        finalizer::set(&flows, flow, compiled.on_delete.is_some()).await?;
+    }
+    if deleting && compiled.on_delete.is_none() {
+        finalizer::remove(&flows, flow).await?;
+        return Ok(Action::await_change());
+    }
     let trigger = flow.annotations().get(RUN_ANNOTATION).cloned();
-    let wanted = run_id(generation, trigger.as_deref());
+    let wanted = if deleting {
+        // The onDelete run: its own id, so its Jobs never collide with the last run's.
+        format!("d{}", run_id(generation, trigger.as_deref()))
+    } else {
+        run_id(generation, trigger.as_deref())
+    };
     let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
     let stored = store::load(&cms, name).await?;
     let policy = compiled.spec.options.concurrency_policy;
     let mut queued = None;
     let (mut run, mut rv) = match stored {
         Some((r, rv)) if r.run_id == wanted => (r, Some(rv)),
+        Some((old, rv)) if deleting && old.state.phase == RunPhase::Running => {
+            // Deletion stops the running run before the onDelete steps start.
+            abort_run(ctx, flow, ns, name, &old.run_id).await?;
+            (new_run(&wanted, generation, trigger.clone()), Some(rv))
+        }
         Some((old, rv)) if old.state.phase == RunPhase::Running => match policy {
             ConcurrencyPolicy::Forbid => {
                 // Keep the running run; the new one waits (status.queuedRun) until it ends.
@@ -223,15 +247,16 @@ async fn reconcile_flow(
     if plan_matches {
         let fetched = run.includes.len();
         {
-            let walker = Walker::new(&compiled.plan);
-            observe_jobs(ctx, flow, &compiled.plan, &walker, &mut run, &flow_ref, t).await?;
+            let plan = plan_of(&compiled, deleting);
+            let walker = Walker::new(plan);
+            observe_jobs(ctx, flow, plan, &walker, &mut run, &flow_ref, t).await?;
         }
         if run.includes.len() != fetched {
             // New steps arrived: they are the fetching step's body from now on.
             compiled =
                 includes::expand(&flow_id, &raw_spec, &run.includes).map_err(Error::Other)?;
         }
-        let plan = &compiled.plan;
+        let plan = plan_of(&compiled, deleting);
         let walker = Walker::new(plan);
         // options.timeoutSeconds: the whole run; Failed with reason Timeout, running Jobs deleted.
         let deadline = compiled
@@ -279,6 +304,9 @@ async fn reconcile_flow(
             run.state.phase == RunPhase::Running,
         );
         let _ = rv;
+        if deleting && run.state.phase == RunPhase::Succeeded {
+            finalizer::remove(&flows, flow).await?;
+        }
         return Ok(match wake {
             Some(at) => Action::requeue(Duration::from_secs(
                 u64::try_from((at - t).max(1)).unwrap_or(1),
@@ -307,6 +335,14 @@ async fn reconcile_flow(
     let fresh = new_run(&wanted, generation, trigger);
     save(&cms, flow, &fresh, rv.as_deref()).await?;
     Ok(Action::requeue(Duration::from_millis(10)))
+}
+
+/// The plan a reconcile walks: the flow's steps, or its `onDelete` steps while it is deleted.
+fn plan_of(compiled: &pseudoflow_compiler::Compiled, deleting: bool) -> &Plan {
+    match (&compiled.on_delete, deleting) {
+        (Some(on_delete), true) => on_delete,
+        _ => &compiled.plan,
+    }
 }
 
 fn new_run(id: &str, generation: i64, trigger: Option<String>) -> StoredRun {
@@ -685,5 +721,14 @@ async fn finish_if_done(
         .as_ref()
         .map(|(id, m)| format!("{id}: {m}"))
         .unwrap_or_else(|| format!("run {} succeeded", run.run_id));
+    let note = if flow.metadata.deletion_timestamp.is_some() && status == "Failed" {
+        format!(
+            "{note}; the flow is kept until its onDelete steps succeed: fix the cause and change \
+             the {RUN_ANNOTATION} annotation to retry, or remove the finalizer {} to delete it anyway",
+            finalizer::ON_DELETE
+        )
+    } else {
+        note
+    };
     publish(ctx, flow, ty, &format!("Run{status}"), &note).await;
 }

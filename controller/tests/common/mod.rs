@@ -46,3 +46,6 @@ pub fn env() -> &'static TestEnv {
     })
     .unwrap_or_else(|e| panic!("testenv: {e}"))
 }
+
+#[allow(dead_code)]
+pub mod harness;

@@ -1,0 +1,48 @@
+//! The `onDelete` finalizer: a flow with `spec.onDelete` carries it, so deleting the flow waits
+//! until those steps ran (e.g. a backup before teardown). Set and removed with a merge patch guarded
+//! by the resourceVersion, so another controller's finalizer is never lost.
+
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use serde_json::json;
+
+/// The finalizer the controller puts on flows with `onDelete` steps.
+pub const ON_DELETE: &str = "ops.example.com/on-delete";
+
+/// Whether the flow carries [`ON_DELETE`].
+pub fn present(flow: &DynamicObject) -> bool {
+    flow.metadata
+        .finalizers
+        .as_ref()
+        .is_some_and(|f| f.iter().any(|x| x == ON_DELETE))
+}
+
+/// Adds (`on`) or removes [`ON_DELETE`].
+pub async fn set(api: &Api<DynamicObject>, flow: &DynamicObject, on: bool) -> kube::Result<()> {
+    let current = flow.metadata.finalizers.clone().unwrap_or_default();
+    let mut next: Vec<String> = current
+        .iter()
+        .filter(|f| *f != ON_DELETE)
+        .cloned()
+        .collect();
+    if on {
+        next.push(ON_DELETE.to_string());
+    }
+    if next == current {
+        return Ok(());
+    }
+    // A merge patch replaces the list; the resourceVersion makes it fail (and the reconcile
+    // retry) if someone changed the flow meanwhile, so no other finalizer is lost.
+    let patch = json!({"metadata": {
+        "finalizers": next,
+        "resourceVersion": flow.metadata.resource_version,
+    }});
+    let name = flow.metadata.name.clone().unwrap_or_default();
+    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(|_| ())
+}
+
+/// Removes [`ON_DELETE`] (the onDelete steps succeeded, or there are none to run).
+pub async fn remove(api: &Api<DynamicObject>, flow: &DynamicObject) -> kube::Result<()> {
+    set(api, flow, false).await
+}

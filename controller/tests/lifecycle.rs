@@ -1,0 +1,181 @@
+//! A flow's life around its runs, on testenv: `onDelete` steps run behind a finalizer when the
+//! flow is deleted (and a failing one keeps the flow, saying how to proceed), and node steps in a
+//! namespace whose Pod Security level forbids privileged pods fail at once, naming that cause.
+
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Event;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::runtime::wait::{await_condition, conditions};
+use pseudoflow_controller::reconcile::flow_resource;
+use serde_json::json;
+
+mod common;
+
+use common::harness::{apply, config_map, create_flow, setup, setup_with, wait_done};
+
+fn make_cm(ns: &str, name: &str) -> serde_json::Value {
+    json!({"type": "apply", "manifests": format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: {ns}}}\n")})
+}
+
+#[tokio::test]
+async fn on_delete_steps_run_before_the_flow_goes() {
+    let (client, ns) = setup("on-delete").await;
+    create_flow(
+        &client,
+        &ns,
+        "db",
+        json!({"serviceAccountName": "flow", "steps": [make_cm(&ns, "created")], "onDelete": [make_cm(&ns, "backup-taken")]}),
+    )
+    .await;
+    let status = wait_done(&client, &ns, "db").await;
+    assert_eq!(status["phase"], "Succeeded", "{status:#}");
+    let flows: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &flow_resource());
+    let flow = flows.get("db").await.unwrap();
+    assert!(
+        flow.metadata
+            .finalizers
+            .unwrap_or_default()
+            .contains(&"ops.example.com/on-delete".to_string()),
+        "a flow with onDelete steps carries the finalizer"
+    );
+    assert!(config_map(&client, &ns, "backup-taken").await.is_none());
+    flows.delete("db", &DeleteParams::default()).await.unwrap();
+    let uid = flow.metadata.uid.clone().unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        await_condition(flows.clone(), "db", conditions::is_deleted(&uid)),
+    )
+    .await
+    .expect("the flow is gone once its onDelete steps ran")
+    .unwrap();
+    assert!(
+        config_map(&client, &ns, "backup-taken").await.is_some(),
+        "the onDelete step ran before the flow was released"
+    );
+}
+
+#[tokio::test]
+async fn a_failing_on_delete_keeps_the_flow_and_says_what_to_do() {
+    let (client, ns) = setup("on-delete-fail").await;
+    // The flow's identity may not create Secrets: the onDelete step fails with Forbidden.
+    create_flow(
+        &client,
+        &ns,
+        "keep",
+        json!({"serviceAccountName": "flow", "steps": [make_cm(&ns, "x")], "onDelete": [
+            {"type": "apply", "manifests": format!("apiVersion: v1\nkind: Secret\nmetadata: {{name: s, namespace: {ns}}}\n")}
+        ]}),
+    )
+    .await;
+    wait_done(&client, &ns, "keep").await;
+    let flows: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &flow_resource());
+    flows
+        .delete("keep", &DeleteParams::default())
+        .await
+        .unwrap();
+    let failed = |o: Option<&DynamicObject>| {
+        o.is_some_and(|f| {
+            f.data["status"]["phase"] == "Failed"
+                && f.data["status"]["steps"]
+                    .as_array()
+                    .is_some_and(|s| s.iter().any(|s| s["path"] == "spec.onDelete[0]"))
+        })
+    };
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        await_condition(flows.clone(), "keep", failed),
+    )
+    .await
+    .expect("the onDelete run fails")
+    .unwrap();
+    let events = Api::<Event>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    let hint = events
+        .items
+        .iter()
+        .filter_map(|e| e.message.clone())
+        .find(|m| m.contains("onDelete steps succeed"))
+        .expect("an Event says why the flow stays");
+    assert!(
+        hint.contains("ops.example.com/on-delete") && hint.contains("forbidden"),
+        "{hint}"
+    );
+    let still = flows.get("keep").await.unwrap();
+    assert!(still.metadata.deletion_timestamp.is_some());
+    // Removing the finalizer by hand, as the message says, lets it go.
+    flows
+        .patch(
+            "keep",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap();
+    let uid = still.metadata.uid.unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        await_condition(flows, "keep", conditions::is_deleted(&uid)),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+}
+
+#[tokio::test]
+async fn node_steps_in_a_baseline_namespace_fail_naming_pod_security() {
+    let (client, ns) = setup_with(
+        "pod-security",
+        json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "patch"]}]),
+    )
+    .await;
+    // Listing nodes needs a cluster-wide right.
+    apply(&client, json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": format!("{ns}-view-nodes")},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:node-reader-for-tests"},
+        "subjects": [{"kind": "ServiceAccount", "name": "flow", "namespace": ns}]})).await;
+    apply(&client, json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "system:node-reader-for-tests"},
+        "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}]})).await;
+    apply(&client, json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {"pod-security.kubernetes.io/enforce": "baseline"}}})).await;
+    create_flow(
+        &client,
+        &ns,
+        "restart",
+        json!({"serviceAccountName": "flow", "steps": [
+            make_cm(&ns, "api-steps-still-run"),
+            {"type": "execNode", "nodeSelector": "", "cmd": "systemctl restart kubelet"},
+        ]}),
+    )
+    .await;
+    let status = wait_done(&client, &ns, "restart").await;
+    assert_eq!(status["phase"], "Failed", "{status:#}");
+    let message = status["message"].as_str().unwrap();
+    assert!(
+        message.contains("spec.steps[1]")
+            && message.contains("Pod Security level \"baseline\"")
+            && message.contains("pod-security.kubernetes.io/enforce=privileged"),
+        "{message}"
+    );
+    assert!(
+        config_map(&client, &ns, "api-steps-still-run")
+            .await
+            .is_some(),
+        "API steps (restricted pods) still run under baseline"
+    );
+    let node_jobs = Api::<Job>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|j| {
+            j.spec
+                .as_ref()
+                .and_then(|s| s.template.spec.as_ref())
+                .is_some_and(|p| p.node_name.is_some())
+        })
+        .count();
+    assert_eq!(node_jobs, 0, "no node-pinned Job is created");
+}
