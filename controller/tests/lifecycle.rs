@@ -16,7 +16,7 @@ mod common;
 use common::harness::{apply, config_map, create_flow, setup, setup_with, wait_done};
 
 fn make_cm(ns: &str, name: &str) -> serde_json::Value {
-    json!({"type": "apply", "manifests": format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: {ns}}}\n")})
+    json!({"type": "apply", "manifests": format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: \"{name}\", namespace: {ns}}}\n")})
 }
 
 #[tokio::test]
@@ -178,4 +178,58 @@ async fn node_steps_in_a_baseline_namespace_fail_naming_pod_security() {
         })
         .count();
     assert_eq!(node_jobs, 0, "no node-pinned Job is created");
+}
+
+#[tokio::test]
+async fn forbid_finishes_the_running_run_with_its_spec_before_the_edited_one() {
+    let (client, ns) = setup("forbid-edit").await;
+    let spec = |v: &str| {
+        json!({"serviceAccountName": "flow", "options": {"concurrencyPolicy": "Forbid"}, "vars": {"v": v}, "steps": [
+            {"type": "sleep", "seconds": 4},
+            make_cm(&ns, "made-${v}"),
+        ]})
+    };
+    create_flow(&client, &ns, "edited", spec("one")).await;
+    let flows: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &flow_resource());
+    let running =
+        |o: Option<&DynamicObject>| o.is_some_and(|f| f.data["status"]["phase"] == "Running");
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        await_condition(flows.clone(), "edited", running),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    // Edit the spec mid-run: a new generation, queued behind the running run.
+    create_flow(&client, &ns, "edited", spec("two")).await;
+    let queued = |o: Option<&DynamicObject>| {
+        o.is_some_and(|f| f.data["status"]["queuedRun"]["generation"] == json!(2))
+    };
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        await_condition(flows.clone(), "edited", queued),
+    )
+    .await
+    .expect("status says the edited spec is queued")
+    .unwrap();
+    let second_done = |o: Option<&DynamicObject>| {
+        o.is_some_and(|f| {
+            f.data["status"]["observedGeneration"] == json!(2)
+                && f.data["status"]["phase"] == "Succeeded"
+        })
+    };
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        await_condition(flows, "edited", second_done),
+    )
+    .await
+    .expect("the edited spec runs after the first run")
+    .unwrap();
+    let one = config_map(&client, &ns, "made-one")
+        .await
+        .expect("the running run finished with the spec it started with");
+    let two = config_map(&client, &ns, "made-two")
+        .await
+        .expect("then the edited spec ran");
+    assert!(common::harness::created(&one) <= common::harness::created(&two));
 }

@@ -201,7 +201,10 @@ async fn reconcile_flow(
         Some((old, rv)) if deleting && old.state.phase == RunPhase::Running => {
             // Deletion stops the running run before the onDelete steps start.
             abort_run(ctx, flow, ns, name, &old.run_id).await?;
-            (new_run(&wanted, generation, trigger.clone()), Some(rv))
+            (
+                new_run(&wanted, generation, trigger.clone(), &raw_spec),
+                Some(rv),
+            )
         }
         Some((old, rv)) if old.state.phase == RunPhase::Running => match policy {
             ConcurrencyPolicy::Forbid => {
@@ -213,18 +216,37 @@ async fn reconcile_flow(
                 if policy == ConcurrencyPolicy::Replace {
                     abort_run(ctx, flow, ns, name, &old.run_id).await?;
                 }
-                (new_run(&wanted, generation, trigger.clone()), Some(rv))
+                (
+                    new_run(&wanted, generation, trigger.clone(), &raw_spec),
+                    Some(rv),
+                )
             }
         },
-        Some((_, rv)) => (new_run(&wanted, generation, trigger.clone()), Some(rv)),
-        None => (new_run(&wanted, generation, trigger.clone()), None),
+        Some((_, rv)) => (
+            new_run(&wanted, generation, trigger.clone(), &raw_spec),
+            Some(rv),
+        ),
+        None => (
+            new_run(&wanted, generation, trigger.clone(), &raw_spec),
+            None,
+        ),
     };
     if run.run_id != wanted && queued.is_none() {
         unreachable!("a new run is always the wanted one");
     }
-    // A Forbid-queued run: drive the old run's Jobs to their end with the plan they were made from
-    // only if it is still the same spec; otherwise let running Jobs finish and then start anew.
-    let plan_matches = run.generation == generation;
+    // A run is driven with the spec it started with (kept in the run state), so a Forbid-queued
+    // spec change waits for the running run to finish as it was. Runs stored before the spec was
+    // kept: driven only while the spec is unchanged; otherwise their Jobs finish, then anew.
+    let plan_matches = run.spec.is_some() || run.generation == generation;
+    let run_spec = run.spec.clone().unwrap_or_else(|| raw_spec.clone());
+    let flow_id = FlowId {
+        name,
+        namespace: Some(ns),
+    };
+    let mut compiled = compiled;
+    if plan_matches && (run_spec != raw_spec || !run.includes.is_empty()) {
+        compiled = includes::expand(&flow_id, &run_spec, &run.includes).map_err(Error::Other)?;
+    }
     let flow_ref = FlowRef {
         name: name.to_string(),
         namespace: ns.to_string(),
@@ -235,15 +257,7 @@ async fn reconcile_flow(
             .clone()
             .unwrap_or_else(|| "default".into()),
     };
-    let flow_id = FlowId {
-        name,
-        namespace: Some(ns),
-    };
     let t = now();
-    let mut compiled = compiled;
-    if plan_matches && !run.includes.is_empty() {
-        compiled = includes::expand(&flow_id, &raw_spec, &run.includes).map_err(Error::Other)?;
-    }
     if plan_matches {
         let fetched = run.includes.len();
         {
@@ -254,7 +268,7 @@ async fn reconcile_flow(
         if run.includes.len() != fetched {
             // New steps arrived: they are the fetching step's body from now on.
             compiled =
-                includes::expand(&flow_id, &raw_spec, &run.includes).map_err(Error::Other)?;
+                includes::expand(&flow_id, &run_spec, &run.includes).map_err(Error::Other)?;
         }
         let plan = plan_of(&compiled, deleting);
         let walker = Walker::new(plan);
@@ -295,7 +309,7 @@ async fn reconcile_flow(
             plan,
             &run,
             run.generation,
-            queued.as_deref(),
+            queued.as_deref().map(|id| (id, generation)),
             &status::rfc3339(t),
         );
         patch_status(&flows, name, status).await?;
@@ -332,7 +346,7 @@ async fn reconcile_flow(
         patch_status(&flows, name, s).await?;
         return Ok(Action::requeue(Duration::from_secs(5)));
     }
-    let fresh = new_run(&wanted, generation, trigger);
+    let fresh = new_run(&wanted, generation, trigger, &raw_spec);
     save(&cms, flow, &fresh, rv.as_deref()).await?;
     Ok(Action::requeue(Duration::from_millis(10)))
 }
@@ -345,11 +359,12 @@ fn plan_of(compiled: &pseudoflow_compiler::Compiled, deleting: bool) -> &Plan {
     }
 }
 
-fn new_run(id: &str, generation: i64, trigger: Option<String>) -> StoredRun {
+fn new_run(id: &str, generation: i64, trigger: Option<String>, spec: &Value) -> StoredRun {
     StoredRun {
         run_id: id.to_string(),
         generation,
         trigger,
+        spec: Some(spec.clone()),
         started_at: now(),
         ..Default::default()
     }

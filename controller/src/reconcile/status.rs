@@ -60,7 +60,7 @@ pub fn of_run(
     plan: &Plan,
     run: &StoredRun,
     generation: i64,
-    queued: Option<&str>,
+    queued: Option<(&str, i64)>,
     now: &str,
 ) -> Value {
     let timed_out = run
@@ -206,7 +206,7 @@ pub fn of_run(
         "currentStep": current_step,
         "steps": steps,
         "stepsOmitted": if omitted > 0 { json!(omitted) } else { Value::Null },
-        "queuedRun": queued.map(|id| json!({"id": id, "generation": generation})),
+        "queuedRun": queued.map(|(id, generation)| json!({"id": id, "generation": generation})),
     });
     if let Some(o) = status.as_object_mut() {
         o.retain(|_, v| !v.is_null());

@@ -22,6 +22,10 @@ pub struct StoredRun {
     pub generation: i64,
     #[serde(default)]
     pub trigger: Option<String>,
+    /// The raw spec the run started with: a run is driven with it to its end, whatever edits
+    /// come meanwhile (absent in runs stored by older controllers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<Value>,
     pub started_at: i64,
     #[serde(default)]
     pub finished_at: Option<i64>,
