@@ -3,126 +3,18 @@
 //! permission fails naming the step, and a restarted controller creates no Job twice.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
-use kube::runtime::wait::{await_condition, conditions};
+use kube::api::{Api, DynamicObject, ListParams};
+use kube::runtime::wait::await_condition;
 use kube::Client;
-use pseudoflow_controller::metrics::Metrics;
-use pseudoflow_controller::reconcile::flow_resource;
-use pseudoflow_controller::{run_controller, Context};
-use serde_json::{json, Value};
+use serde_json::json;
 
 mod common;
 
-use common::{env, IMAGE};
-
-async fn apply(client: &Client, v: Value) {
-    pseudoflow_testenv::apply::apply_value(client, v, None)
-        .await
-        .unwrap();
-}
-
-async fn install_crd(client: &Client) {
-    let crd: CustomResourceDefinition =
-        serde_yaml::from_str(&pseudoflow_crd::schema::crd_yaml()).unwrap();
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    crds.patch(
-        "pseudoflows.ops.example.com",
-        &PatchParams::apply("e2e").force(),
-        &Patch::Apply(&crd),
-    )
-    .await
-    .unwrap();
-    tokio::time::timeout(
-        Duration::from_secs(30),
-        await_condition(
-            crds,
-            "pseudoflows.ops.example.com",
-            conditions::is_crd_established(),
-        ),
-    )
-    .await
-    .unwrap()
-    .unwrap();
-}
-
-/// A namespace with ServiceAccount `flow` allowed `rules` there and `cluster_rules` cluster-wide,
-/// and a controller for that namespace running on this test's runtime.
-async fn setup(
-    prefix: &str,
-    rules: Value,
-    cluster_rules: Value,
-) -> (Client, String, tokio::task::JoinHandle<()>) {
-    let env = env();
-    let client = env.client().await.unwrap();
-    install_crd(&client).await;
-    let ns = env.namespace(prefix).await.unwrap();
-    apply(&client, json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "flow", "namespace": ns}})).await;
-    apply(&client, json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "flow", "namespace": ns}, "rules": rules})).await;
-    apply(&client, json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "flow", "namespace": ns},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "flow"}, "subjects": [{"kind": "ServiceAccount", "name": "flow", "namespace": ns}]})).await;
-    apply(&client, json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": format!("flow-{ns}")}, "rules": cluster_rules})).await;
-    apply(&client, json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": format!("flow-{ns}")},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": format!("flow-{ns}")}, "subjects": [{"kind": "ServiceAccount", "name": "flow", "namespace": ns}]})).await;
-    let handle = start_controller(&client, &ns);
-    (client, ns, handle)
-}
-
-fn start_controller(client: &Client, ns: &str) -> tokio::task::JoinHandle<()> {
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        IMAGE.into(),
-        Arc::new(Metrics::default()),
-    ));
-    tokio::spawn(run_controller(ctx, Some(ns.to_string())))
-}
-
-fn flows(client: &Client, ns: &str) -> Api<DynamicObject> {
-    Api::namespaced_with(client.clone(), ns, &flow_resource())
-}
-
-async fn create_flow(client: &Client, ns: &str, name: &str, spec: Value) {
-    apply(client, json!({"apiVersion": "ops.example.com/v1alpha1", "kind": "PseudoFlow", "metadata": {"name": name, "namespace": ns}, "spec": spec})).await;
-}
-
-/// Waits (by watching) until the flow's phase is final; returns its status.
-async fn wait_done(client: &Client, ns: &str, name: &str, secs: u64) -> Value {
-    let done = |o: Option<&DynamicObject>| {
-        o.and_then(|f| f.data["status"]["phase"].as_str().map(str::to_string))
-            .is_some_and(|p| p == "Succeeded" || p == "Failed")
-    };
-    match tokio::time::timeout(
-        Duration::from_secs(secs),
-        await_condition(flows(client, ns), name, done),
-    )
-    .await
-    {
-        Ok(f) => f.unwrap().unwrap().data["status"].clone(),
-        Err(_) => {
-            let last = flows(client, ns)
-                .get(name)
-                .await
-                .map(|f| f.data["status"].clone())
-                .unwrap_or_default();
-            panic!("flow {name} did not finish in {secs}s; last status: {last:#}")
-        }
-    }
-}
-
-fn cond(status: &Value, ty: &str) -> String {
-    status["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == ty)
-        .map(|c| c["status"].as_str().unwrap().to_string())
-        .unwrap_or_default()
-}
+use common::{apply, cond, create_flow, flows, setup, start_controller, wait_done};
 
 async fn jobs_per_node(client: &Client, ns: &str) -> BTreeMap<String, usize> {
     let mut out = BTreeMap::new();

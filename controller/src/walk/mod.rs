@@ -171,9 +171,14 @@ impl<'p> Walker<'p> {
                         }
                         Phase::Running if node.step_type == "sleep" => match inst.not_before {
                             Some(t) if t <= now => {
-                                let e = state.entry(id, &key);
-                                e.phase = Phase::Succeeded;
-                                e.finished_at = Some(now);
+                                if let Some(secs) = sleep_timeout(node) {
+                                    let msg = format!("timed out after {secs}s");
+                                    self.fail(state, id, &key, msg, now, &mut out);
+                                } else {
+                                    let e = state.entry(id, &key);
+                                    e.phase = Phase::Succeeded;
+                                    e.finished_at = Some(now);
+                                }
                                 progressed = true;
                             }
                             Some(t) => out.wake_at = Some(out.wake_at.map_or(t, |w| w.min(t))),
@@ -203,6 +208,15 @@ impl<'p> Walker<'p> {
         inst.started_at = Some(now);
         inst.attempt = attempt;
         match &node.kind {
+            NodeKind::CompoundEnd {
+                wait_for_all: false,
+                ..
+            } => {
+                // The first success ends the join: what still runs in the other branches stops.
+                inst.phase = Phase::Succeeded;
+                inst.finished_at = Some(now);
+                self.abort_inside(state, &node.id, key, out);
+            }
             NodeKind::Start | NodeKind::Fork { .. } | NodeKind::CompoundEnd { .. } => {
                 inst.phase = Phase::Succeeded;
                 inst.finished_at = Some(now);
@@ -221,10 +235,11 @@ impl<'p> Walker<'p> {
                 inst.phase = Phase::Running;
                 if let Some(StepKind::Sleep(s)) = node.step.as_ref().map(|s| &s.kind) {
                     if node.kind == NodeKind::Action {
-                        inst.not_before = Some(now + i64::from(s.seconds));
-                        out.wake_at = Some(out.wake_at.map_or(now + i64::from(s.seconds), |w| {
-                            w.min(now + i64::from(s.seconds))
-                        }));
+                        // A timeout shorter than the sleep ends it early, as a failure.
+                        let secs = sleep_timeout(node).unwrap_or(s.seconds);
+                        let at = now + i64::from(secs);
+                        inst.not_before = Some(at);
+                        out.wake_at = Some(out.wake_at.map_or(at, |w| w.min(at)));
                         return;
                     }
                 }
@@ -640,6 +655,14 @@ struct LoopProgress {
     started: usize,
     /// Of those, how many have not finished.
     active: usize,
+}
+
+/// A `sleep` step's `timeoutSeconds` when it is shorter than the sleep (the sleep then fails).
+fn sleep_timeout(node: &PlanNode) -> Option<u32> {
+    match node.step.as_ref().map(|s| &s.kind) {
+        Some(StepKind::Sleep(s)) => node.timeout_seconds.filter(|t| *t < s.seconds),
+        _ => None,
+    }
 }
 
 fn edge(kind: EdgeKind, inst: &Instance) -> Edge {

@@ -219,6 +219,26 @@ fn parallel_first_success_wins_and_aborts_the_rest() {
 }
 
 #[test]
+fn parallel_first_success_aborts_the_branches_still_running() {
+    let c = plan(
+        json!([{"type": "parallel", "waitForAll": false, "steps": [[apply_step("a")], [apply_step("b"), apply_step("c")]]}, apply_step("after")]),
+    );
+    let w = Walker::new(&c.plan);
+    let mut s = RunState::default();
+    w.advance(&mut s, 0);
+    let o = finish(&w, &mut s, "s0-b0-s0", ok());
+    assert_eq!(aborted(&o), ["s0-b1-s0"]);
+    assert_eq!(started(&o), ["s1"]);
+    assert_eq!(phase(&s, "s0-b1-s0"), Phase::Aborted);
+    // The aborted branch's later step never starts, and a late result is ignored.
+    assert!(started(&finish(&w, &mut s, "s0-b1-s0", ok())).is_empty());
+    assert_eq!(phase(&s, "s0-b1-s0"), Phase::Aborted);
+    finish(&w, &mut s, "s1", ok());
+    assert_eq!(phase(&s, "s0-b1-s1"), Phase::Skipped);
+    assert_eq!(s.phase, RunPhase::Succeeded);
+}
+
+#[test]
 fn parallel_any_fails_when_no_branch_succeeds() {
     let c = plan(
         json!([{"type": "parallel", "waitForAll": false, "steps": [[apply_step("a")], [apply_step("b")]]}]),
@@ -385,6 +405,29 @@ fn sleep_is_a_timer_not_an_action() {
     assert_eq!(o.wake_at, Some(1030));
     assert!(started(&w.advance(&mut s, 1029)).is_empty());
     assert_eq!(started(&w.advance(&mut s, 1030)), ["s1"]);
+}
+
+#[test]
+fn a_sleep_past_its_timeout_fails_when_the_timeout_is_reached() {
+    let c =
+        plan(json!([{"type": "sleep", "seconds": 30, "timeoutSeconds": 5}, apply_step("after")]));
+    let w = Walker::new(&c.plan);
+    let mut s = RunState::default();
+    assert_eq!(w.advance(&mut s, 1000).wake_at, Some(1005));
+    w.advance(&mut s, 1005);
+    assert_eq!(phase(&s, "s0"), Phase::Failed);
+    assert_eq!(s.phase, RunPhase::Failed);
+    assert_eq!(
+        s.failure,
+        Some(("s0".to_string(), "timed out after 5s".to_string()))
+    );
+    // A timeout longer than the sleep changes nothing.
+    let c = plan(json!([{"type": "sleep", "seconds": 3, "timeoutSeconds": 5}]));
+    let w = Walker::new(&c.plan);
+    let mut s = RunState::default();
+    assert_eq!(w.advance(&mut s, 1000).wake_at, Some(1003));
+    w.advance(&mut s, 1003);
+    assert_eq!(s.phase, RunPhase::Succeeded);
 }
 
 #[test]

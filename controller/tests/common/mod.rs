@@ -1,5 +1,11 @@
 //! The cluster the controller's e2e tests share: testenv with the runtime image mapped to the
-//! freshly built `pseudoflow-step`.
+//! freshly built `pseudoflow-step`; flow helpers in [`flow`].
+
+pub mod flow;
+
+// Not every test binary uses the flow helpers.
+#[allow(unused_imports)]
+pub use flow::*;
 
 use pseudoflow_testenv::{shared_with, Options, TestEnv};
 
