@@ -528,9 +528,6 @@ async fn eval_and_log_publish_the_rendered_message_without_a_pod() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: kube's Recorder folds Events with the same type/reason/action about one object \
-            into a series of the first and keeps its note (reconcile/mod.rs publish), so a second \
-            log message, StepSucceeded or RunSucceeded is lost"]
 async fn every_log_step_and_every_run_end_is_an_event_of_its_own() {
     let (client, ns, ctl) = setup("events", json!([]), json!([])).await;
     let notes = |reason: &'static str| {
@@ -711,8 +708,6 @@ async fn forbid_queues_a_new_run_until_the_running_one_ends() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: status is written as a merge patch with null fields dropped (reconcile/status.rs \
-            of_run + patch_status), so queuedRun and currentStep are never cleared"]
 async fn a_queued_run_is_no_longer_reported_as_queued_once_it_started() {
     let (client, ns, ctl) = setup("forbid-status", cm_rules(), json!([])).await;
     create_flow(&client, &ns, "serial", gated(&ns, "Forbid")).await;

@@ -401,7 +401,13 @@ async fn publish(ctx: &Context, flow: &DynamicObject, ty: EventType, reason: &st
         type_: ty,
         reason: reason.into(),
         note: Some(note.chars().take(1000).collect()),
-        action: reason.into(),
+        // The recorder folds Events with the same reason and action into one series that keeps
+        // the first note; an action per distinct note keeps every message (identical ones still
+        // fold into a counted series).
+        action: format!(
+            "{reason}-{:016x}",
+            pseudoflow_compiler::names::stable_hash(&[note])
+        ),
         secondary: None,
     };
     if let Err(e) = ctx

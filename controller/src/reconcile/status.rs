@@ -208,8 +208,7 @@ pub fn of_run(
         "stepsOmitted": if omitted > 0 { json!(omitted) } else { Value::Null },
         "queuedRun": queued.map(|(id, generation)| json!({"id": id, "generation": generation})),
     });
-    if let Some(o) = status.as_object_mut() {
-        o.retain(|_, v| !v.is_null());
-    }
+    // Absent fields stay in as nulls: status is written as a merge patch, where null deletes a
+    // field an earlier status had (a queued run that started, a current step that finished).
     status
 }
