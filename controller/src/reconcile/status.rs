@@ -190,7 +190,7 @@ pub fn of_run(
     let conds = &previous["conditions"];
     let succeeded = run.state.phase == RunPhase::Succeeded;
     let failed = run.state.phase == RunPhase::Failed;
-    let mut status = json!({
+    let status = json!({
         "observedGeneration": generation,
         "lastRunTime": rfc3339(run.started_at),
         "phase": phase,
