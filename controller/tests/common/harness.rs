@@ -6,6 +6,7 @@ use kube::api::Api;
 use kube::Client;
 use serde_json::{json, Value};
 
+#[allow(unused_imports)]
 pub use super::flow::{apply, create_flow, step};
 
 /// A namespace whose ServiceAccount `flow` may manage ConfigMaps and read PseudoFlows there,
