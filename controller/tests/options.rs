@@ -738,8 +738,6 @@ async fn a_queued_run_is_no_longer_reported_as_queued_once_it_started() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: Allow overwrites the stored run state with the new run (reconcile/mod.rs), so the \
-            older run is orphaned: its later steps never start and its end is never reported"]
 async fn allow_runs_a_new_run_beside_the_running_one() {
     let (client, ns, ctl) = setup("allow", cm_rules(), json!([])).await;
     create_flow(&client, &ns, "side", gated(&ns, "Allow")).await;

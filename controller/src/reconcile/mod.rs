@@ -196,40 +196,43 @@ async fn reconcile_flow(
     let stored = store::load(&cms, name).await?;
     let policy = compiled.spec.options.concurrency_policy;
     let mut queued = None;
+    let fresh = || new_run(&wanted, generation, trigger.clone(), &raw_spec);
     let (mut run, mut rv) = match stored {
         Some((r, rv)) if r.run_id == wanted => (r, Some(rv)),
-        Some((old, rv)) if deleting && old.state.phase == RunPhase::Running => {
-            // Deletion stops the running run before the onDelete steps start.
-            abort_run(ctx, flow, ns, name, &old.run_id).await?;
-            (
-                new_run(&wanted, generation, trigger.clone(), &raw_spec),
-                Some(rv),
-            )
+        Some((old, rv)) if deleting => {
+            // Deletion stops every running run before the onDelete steps start.
+            for r in running_runs(&old) {
+                abort_run(ctx, flow, ns, name, &r).await?;
+            }
+            (fresh(), Some(rv))
         }
-        Some((old, rv)) if old.state.phase == RunPhase::Running => match policy {
+        Some((mut old, rv)) if old.state.phase == RunPhase::Running => match policy {
             ConcurrencyPolicy::Forbid => {
                 // Keep the running run; the new one waits (status.queuedRun) until it ends.
                 queued = Some(wanted.clone());
                 (old, Some(rv))
             }
-            ConcurrencyPolicy::Replace | ConcurrencyPolicy::Allow => {
-                if policy == ConcurrencyPolicy::Replace {
-                    abort_run(ctx, flow, ns, name, &old.run_id).await?;
+            ConcurrencyPolicy::Replace => {
+                for r in running_runs(&old) {
+                    abort_run(ctx, flow, ns, name, &r).await?;
                 }
-                (
-                    new_run(&wanted, generation, trigger.clone(), &raw_spec),
-                    Some(rv),
-                )
+                (fresh(), Some(rv))
+            }
+            ConcurrencyPolicy::Allow => {
+                // The running run goes on beside the new one.
+                let mut new = fresh();
+                new.beside = std::mem::take(&mut old.beside);
+                new.beside.push(old);
+                (new, Some(rv))
             }
         },
-        Some((_, rv)) => (
-            new_run(&wanted, generation, trigger.clone(), &raw_spec),
-            Some(rv),
-        ),
-        None => (
-            new_run(&wanted, generation, trigger.clone(), &raw_spec),
-            None,
-        ),
+        Some((mut old, rv)) => {
+            // The last run ended; Allow runs still going beside it keep going.
+            let mut new = fresh();
+            new.beside = std::mem::take(&mut old.beside);
+            (new, Some(rv))
+        }
+        None => (fresh(), None),
     };
     if run.run_id != wanted && queued.is_none() {
         unreachable!("a new run is always the wanted one");
@@ -243,70 +246,25 @@ async fn reconcile_flow(
         name,
         namespace: Some(ns),
     };
-    let mut compiled = compiled;
-    if plan_matches && (run_spec != raw_spec || !run.includes.is_empty()) {
-        compiled = includes::expand(&flow_id, &run_spec, &run.includes).map_err(Error::Other)?;
-    }
-    let flow_ref = FlowRef {
-        name: name.to_string(),
-        namespace: ns.to_string(),
-        uid: flow.metadata.uid.clone().unwrap_or_default(),
-        service_account: compiled
-            .spec
-            .service_account_name
-            .clone()
-            .unwrap_or_else(|| "default".into()),
-    };
     let t = now();
     if plan_matches {
-        let fetched = run.includes.len();
-        {
-            let plan = plan_of(&compiled, deleting);
-            let walker = Walker::new(plan);
-            observe_jobs(ctx, flow, plan, &walker, &mut run, &flow_ref, t).await?;
+        let (compiled, wake) =
+            advance_run(ctx, flow, &flow_id, &run_spec, &mut run, deleting, t).await?;
+        // Allow: earlier runs still running go on beside this one, each with its own spec.
+        let mut wake = wake;
+        let mut beside = std::mem::take(&mut run.beside);
+        for other in &mut beside {
+            let spec = other.spec.clone().unwrap_or_else(|| raw_spec.clone());
+            let (_, w) = advance_run(ctx, flow, &flow_id, &spec, other, false, t).await?;
+            wake = earliest(wake, w);
         }
-        if run.includes.len() != fetched {
-            // New steps arrived: they are the fetching step's body from now on.
-            compiled =
-                includes::expand(&flow_id, &run_spec, &run.includes).map_err(Error::Other)?;
-        }
-        let plan = plan_of(&compiled, deleting);
-        let walker = Walker::new(plan);
-        // options.timeoutSeconds: the whole run; Failed with reason Timeout, running Jobs deleted.
-        let deadline = compiled
-            .spec
-            .options
-            .timeout_seconds
-            .map(|s| run.started_at + i64::from(s));
-        if deadline.is_some_and(|d| t >= d) {
-            let secs = compiled.spec.options.timeout_seconds.unwrap_or_default();
-            let msg = format!("the run took longer than options.timeoutSeconds ({secs}s); running steps were stopped");
-            let out = walker.time_out(&mut run.state, &msg);
-            abort(ctx, &flow_ref, &run, &out.actions).await;
-        }
-        let wake = drive(
-            ctx,
-            flow,
-            &compiled.spec,
-            plan,
-            &walker,
-            &mut run,
-            &flow_ref,
-            t,
-        )
-        .await?;
-        let wake = match (
-            wake,
-            deadline.filter(|_| run.state.phase == RunPhase::Running),
-        ) {
-            (Some(w), Some(d)) => Some(w.min(d)),
-            (w, d) => w.or(d),
-        };
-        finish_if_done(ctx, flow, &mut run, ns, name, t).await;
+        beside.retain(|r| r.state.phase == RunPhase::Running);
+        let any_beside = !beside.is_empty();
+        run.beside = beside;
         rv = Some(save(&cms, flow, &run, rv.as_deref()).await?);
         let status = status::of_run(
             &previous,
-            plan,
+            plan_of(&compiled, deleting),
             &run,
             run.generation,
             queued.as_deref().map(|id| (id, generation)),
@@ -315,7 +273,7 @@ async fn reconcile_flow(
         patch_status(&flows, name, status).await?;
         ctx.metrics.set_active(
             &format!("{ns}/{name}"),
-            run.state.phase == RunPhase::Running,
+            run.state.phase == RunPhase::Running || any_beside,
         );
         let _ = rv;
         if deleting && run.state.phase == RunPhase::Succeeded {
@@ -349,6 +307,80 @@ async fn reconcile_flow(
     let fresh = new_run(&wanted, generation, trigger, &raw_spec);
     save(&cms, flow, &fresh, rv.as_deref()).await?;
     Ok(Action::requeue(Duration::from_millis(10)))
+}
+
+/// Observes, times out and drives one run with the spec it started with; returns that spec
+/// compiled (with the run's includes) and when a timer needs the next look.
+async fn advance_run(
+    ctx: &Context,
+    flow: &DynamicObject,
+    flow_id: &FlowId<'_>,
+    run_spec: &Value,
+    run: &mut StoredRun,
+    deleting: bool,
+    t: i64,
+) -> Result<(pseudoflow_compiler::Compiled, Option<i64>), Error> {
+    let (ns, name) = (flow_id.namespace.unwrap_or_default(), flow_id.name);
+    let mut compiled = includes::expand(flow_id, run_spec, &run.includes).map_err(Error::Other)?;
+    let flow_ref = FlowRef {
+        name: name.to_string(),
+        namespace: ns.to_string(),
+        uid: flow.metadata.uid.clone().unwrap_or_default(),
+        service_account: compiled
+            .spec
+            .service_account_name
+            .clone()
+            .unwrap_or_else(|| "default".into()),
+    };
+    let fetched = run.includes.len();
+    {
+        let plan = plan_of(&compiled, deleting);
+        let walker = Walker::new(plan);
+        observe_jobs(ctx, flow, plan, &walker, run, &flow_ref, t).await?;
+    }
+    if run.includes.len() != fetched {
+        // New steps arrived: they are the fetching step's body from now on.
+        compiled = includes::expand(flow_id, run_spec, &run.includes).map_err(Error::Other)?;
+    }
+    let plan = plan_of(&compiled, deleting);
+    let walker = Walker::new(plan);
+    // options.timeoutSeconds: the whole run; Failed with reason Timeout, running Jobs deleted.
+    let deadline = compiled
+        .spec
+        .options
+        .timeout_seconds
+        .map(|s| run.started_at + i64::from(s));
+    if deadline.is_some_and(|d| t >= d) {
+        let secs = compiled.spec.options.timeout_seconds.unwrap_or_default();
+        let msg = format!(
+            "the run took longer than options.timeoutSeconds ({secs}s); running steps were stopped"
+        );
+        let out = walker.time_out(&mut run.state, &msg);
+        abort(ctx, &flow_ref, run, &out.actions).await;
+    }
+    let wake = drive(ctx, flow, &compiled.spec, plan, &walker, run, &flow_ref, t).await?;
+    let wake = earliest(
+        wake,
+        deadline.filter(|_| run.state.phase == RunPhase::Running),
+    );
+    finish_if_done(ctx, flow, run, ns, name, t).await;
+    Ok((compiled, wake))
+}
+
+fn earliest(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Ids of the runs of `stored` still running: itself and those beside it.
+fn running_runs(stored: &StoredRun) -> Vec<String> {
+    std::iter::once(stored)
+        .chain(&stored.beside)
+        .filter(|r| r.state.phase == RunPhase::Running)
+        .map(|r| r.run_id.clone())
+        .collect()
 }
 
 /// The plan a reconcile walks: the flow's steps, or its `onDelete` steps while it is deleted.

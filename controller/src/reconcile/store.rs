@@ -36,6 +36,9 @@ pub struct StoredRun {
     /// Steps `include`/`includeFlow` fetched this run, by the fetching node's id.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub includes: BTreeMap<String, super::includes::Included>,
+    /// `concurrencyPolicy: Allow`: earlier runs still running beside this one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub beside: Vec<StoredRun>,
     /// Set once the end of the run was counted in metrics and Events.
     #[serde(default)]
     pub reported: bool,
