@@ -1,9 +1,26 @@
 //! The PseudoFlow controller. [`walk`] is the pure heart — given a plan, what has happened so far
 //! and the time, it says what to start, abort or wait for — and [`reconcile`] is the thin loop
 //! around it: observe Jobs, feed results to the walker, launch what it says, write status.
+//! [`leader`] lets several replicas run with one active.
 
+pub mod leader;
 pub mod metrics;
 pub mod reconcile;
 pub mod walk;
 
+use std::sync::Arc;
+
 pub use reconcile::{run_controller, Context};
+
+/// Runs the controller over `namespaces` (one watch each), or over all namespaces when empty.
+pub async fn run_controllers(ctx: Arc<Context>, namespaces: Vec<String>) {
+    if namespaces.is_empty() {
+        return run_controller(ctx, None).await;
+    }
+    futures::future::join_all(
+        namespaces
+            .into_iter()
+            .map(|ns| run_controller(ctx.clone(), Some(ns))),
+    )
+    .await;
+}
