@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Event;
+use k8s_openapi::api::core::v1::{Event, Node};
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::runtime::wait::await_condition;
 use kube::Client;
@@ -247,6 +247,23 @@ async fn chart_rbac_runs_the_seed_flows_and_every_rule_is_needed() {
             phase.as_deref(),
             Some("Succeeded"),
             "seed flow {ns}/{name} under the chart's RBAC"
+        );
+    }
+
+    // The seed's §10 example did its work: every node had no `zone` label, and now has the one
+    // the exec-output loop set (through kubectl in the step pod, under the flow's identity).
+    let nodes = Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    assert_eq!(nodes.items.len(), 3);
+    for n in &nodes.items {
+        let labels = n.metadata.labels.clone().unwrap_or_default();
+        assert_eq!(
+            labels.get("zone").map(String::as_str),
+            Some("auto"),
+            "node {:?}",
+            n.metadata.name
         );
     }
 
