@@ -1,0 +1,73 @@
+//! What a person sees with kubectl, on testenv: `kubectl get pf` columns, `kubectl wait
+//! --for=condition=Ready`, and a step's output of more than 256 KiB reaching later steps whole.
+
+use std::process::Command;
+
+use serde_json::json;
+
+mod common;
+
+use common::harness::{config_map, create_flow, setup, wait_done};
+
+fn kubectl(args: &[&str]) -> (bool, String) {
+    let env = common::env();
+    let out = Command::new(pseudoflow_testenv::binaries::bin_dir().join("kubectl"))
+        .arg("--kubeconfig")
+        .arg(env.kubeconfig_path())
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_300_kib_output_reaches_the_next_step_and_kubectl_shows_and_waits() {
+    let (client, ns) = setup("kubectl").await;
+    // 300 KiB of output: far over the termination message, so it travels through a result
+    // ConfigMap the executor writes under the flow's identity.
+    create_flow(&client, &ns, "big", json!({"serviceAccountName": "flow", "steps": [
+        {"type": "exec", "cmd": "head -c 307200 /dev/zero | tr '\\0' x", "var": "big"},
+        {"type": "apply", "manifests": format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: sizes, namespace: {ns}}}\ndata:\n  length: \"n=${{big | length}}\"\n  tail: \"${{big[-3:]}}\"\n")},
+    ]}))
+    .await;
+    // kubectl wait returns once the flow is Ready (Succeeded), like for any built-in kind.
+    // (kubectl blocks: off the runtime, so the in-process controller keeps working.)
+    let wait_ns = ns.clone();
+    let (ok, out) = tokio::task::spawn_blocking(move || {
+        kubectl(&[
+            "wait",
+            "--for=condition=Ready",
+            "-n",
+            &wait_ns,
+            "pseudoflow/big",
+            "--timeout=90s",
+        ])
+    })
+    .await
+    .unwrap();
+    assert!(ok, "kubectl wait: {out}");
+    assert!(out.contains("condition met"), "{out}");
+    let status = wait_done(&client, &ns, "big").await;
+    assert_eq!(status["phase"], "Succeeded", "{status:#}");
+    let sizes = config_map(&client, &ns, "sizes").await.expect("sizes");
+    let data = sizes.data.unwrap();
+    assert_eq!(data["length"], "n=307200", "the whole output arrived");
+    assert_eq!(data["tail"], "xxx");
+
+    let (ok, out) = kubectl(&["get", "pf", "-n", &ns]);
+    assert!(ok, "{out}");
+    let header = out.lines().next().unwrap();
+    for col in ["NAME", "PHASE", "STEP", "PROGRESS", "AGE"] {
+        assert!(header.contains(col), "column {col} missing: {out}");
+    }
+    let row = out.lines().find(|l| l.starts_with("big ")).unwrap();
+    assert!(row.contains("Succeeded") && row.contains("2/2"), "{out}");
+}
