@@ -1,5 +1,5 @@
 //! What a person sees with kubectl, on testenv: `kubectl get pf` columns, `kubectl wait
-//! --for=condition=Ready`, and a step's output of more than 256 KiB reaching later steps whole.
+//! --for=condition=Ready`, an Event per step start and end, and a step's output of more than 256 KiB reaching later steps whole.
 
 use std::process::Command;
 
@@ -61,6 +61,29 @@ async fn a_300_kib_output_reaches_the_next_step_and_kubectl_shows_and_waits() {
     let data = sizes.data.unwrap();
     assert_eq!(data["length"], "n=307200", "the whole output arrived");
     assert_eq!(data["tail"], "xxx");
+
+    // An Event per step start and end, each naming the step.
+    let (ok, out) = kubectl(&[
+        "get",
+        "events",
+        "-n",
+        &ns,
+        "--field-selector",
+        "involvedObject.name=big",
+    ]);
+    assert!(ok, "{out}");
+    for (reason, path) in [
+        ("StepStarted", "spec.steps[0]"),
+        ("StepSucceeded", "spec.steps[0]"),
+        ("StepStarted", "spec.steps[1]"),
+        ("StepSucceeded", "spec.steps[1]"),
+        ("RunSucceeded", ""),
+    ] {
+        assert!(
+            out.lines().any(|l| l.contains(reason) && l.contains(path)),
+            "no {reason} Event for {path:?}:\n{out}"
+        );
+    }
 
     let (ok, out) = kubectl(&["get", "pf", "-n", &ns]);
     assert!(ok, "{out}");

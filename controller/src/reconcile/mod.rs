@@ -194,6 +194,8 @@ async fn reconcile_flow(
     };
     let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
     let stored = store::load(&cms, name).await?;
+    // What is stored now, to skip writes that would change nothing.
+    let stored_json = stored.as_ref().map(|(r, _)| serde_json::to_value(r).ok());
     let policy = compiled.spec.options.concurrency_policy;
     let mut queued = None;
     let fresh = || new_run(&wanted, generation, trigger.clone(), &raw_spec);
@@ -261,7 +263,10 @@ async fn reconcile_flow(
         beside.retain(|r| r.state.phase == RunPhase::Running);
         let any_beside = !beside.is_empty();
         run.beside = beside;
-        rv = Some(save(&cms, flow, &run, rv.as_deref()).await?);
+        // Most wake-ups (a Job's pod started, a status echo) change nothing: no write then.
+        if stored_json != Some(serde_json::to_value(&run).ok()) {
+            rv = Some(save(&cms, flow, &run, rv.as_deref()).await?);
+        }
         let status = status::of_run(
             &previous,
             plan_of(&compiled, deleting),
@@ -270,7 +275,9 @@ async fn reconcile_flow(
             queued.as_deref().map(|id| (id, generation)),
             &status::rfc3339(t),
         );
-        patch_status(&flows, name, status).await?;
+        if status::without_nulls(&status) != previous {
+            patch_status(&flows, name, status).await?;
+        }
         ctx.metrics.set_active(
             &format!("{ns}/{name}"),
             run.state.phase == RunPhase::Running || any_beside,
@@ -719,6 +726,7 @@ async fn drive(
                 artifacts: &spec.artifact_sources(),
             };
             let lowered = lower(&inst, &opts).map_err(|e| Error::Other(e.to_string()))?;
+            let mut created = false;
             for r in [
                 cms.create(&PostParams::default(), &lowered.config_map)
                     .await
@@ -728,11 +736,20 @@ async fn drive(
                     .map(|_| ()),
             ] {
                 match r {
-                    Ok(()) => {}
+                    Ok(()) => created = true,
                     // Deterministic names: it was created by an earlier reconcile.
-                    Err(kube::Error::Api(e)) if e.code == 409 => {}
+                    Err(kube::Error::Api(e)) if e.code == 409 => created = false,
                     Err(e) => return Err(e.into()),
                 }
+            }
+            if created {
+                let job = lowered.job.metadata.name.as_deref().unwrap_or_default();
+                let on = target
+                    .as_deref()
+                    .map(|n| format!(" on {n}"))
+                    .unwrap_or_default();
+                let note = format!("{}{}: started{on} (Job {job})", node.path, key_suffix(key));
+                publish(ctx, flow, EventType::Normal, "StepStarted", &note).await;
             }
             info!(node = %node_id, key = ?key, "launched {}", lowered.job.metadata.name.as_deref().unwrap_or_default());
         }

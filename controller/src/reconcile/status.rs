@@ -54,6 +54,21 @@ pub fn invalid(previous: &Value, generation: i64, message: &str, now: &str) -> V
     })
 }
 
+/// `status` as the API server stores it after a merge patch (null fields removed, at any depth),
+/// to tell whether a patch would change anything.
+pub fn without_nulls(status: &Value) -> Value {
+    match status {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k.clone(), without_nulls(v)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(without_nulls).collect()),
+        other => other.clone(),
+    }
+}
+
 /// Status for a run.
 pub fn of_run(
     previous: &Value,
