@@ -6,15 +6,20 @@ use serde::{Deserialize, Serialize};
 use super::{Placement, StepParams};
 use crate::validate::{is_dns_label, Ctx};
 
-/// Runs another flow's steps here; `inheritVars` passes this flow's variables.
+/// Runs another flow's steps here, read under this flow's ServiceAccount; a cycle across flows
+/// fails the step that would close it.
 ///
 /// As in the original DSL, the step's common `name` field names the flow to include (so it is
 /// required for this type); see [`crate::Step::included_flow`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct IncludeFlowStep {
+    /// Namespace of the included flow (default: this flow's); this flow's ServiceAccount needs
+    /// `get` on pseudoflows there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
+    /// Pass this flow's vars to the included steps, overriding the included flow's own; without
+    /// it they see only their flow's vars.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub inherit_vars: bool,
 }
