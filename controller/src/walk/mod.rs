@@ -346,7 +346,14 @@ impl<'p> Walker<'p> {
         }
         state.entry(node, key).failure_handled = true;
         self.abort_inside(state, &end_id, &end_key, out);
-        let msg = format!("{node}: {message}");
+        // Name the failed step by its path and loop item (for loopNodes: the node), as a
+        // person reads them in the spec; the node id means nothing outside the plan.
+        let at = if key.is_empty() {
+            String::new()
+        } else {
+            format!(" [{}]", key.join("/"))
+        };
+        let msg = format!("{}{at}: {message}", self.node(node).path);
         self.fail(state, &end_id, &end_key, msg, now, out);
     }
 

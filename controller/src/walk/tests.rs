@@ -373,6 +373,29 @@ fn loop_nodes_rolls_with_max_parallel_and_a_failed_node_stops_the_rollout() {
 }
 
 #[test]
+fn a_failed_node_in_a_loop_is_named_by_step_path_and_node_in_the_run_failure() {
+    let body = json!([{"type": "log", "message": "x"}, {"type": "execNode", "cmd": "false"}]);
+    let c = plan(json!([{"type": "loopNodes", "selector": "", "steps": body}]));
+    let w = Walker::new(&c.plan);
+    let mut s = RunState::default();
+    w.advance(&mut s, 0);
+    finish(
+        &w,
+        &mut s,
+        "s0",
+        Completion {
+            items: nodes(&["a", "b"]),
+            ..ok()
+        },
+    );
+    finish(&w, &mut s, "s0-s0@a", ok());
+    finish(&w, &mut s, "s0-s1@a", failed("exit code 1"));
+    assert_eq!(s.phase, RunPhase::Failed);
+    let (_, message) = s.failure.clone().unwrap();
+    assert_eq!(message, "spec.steps[0].steps[1] [a]: exit code 1");
+}
+
+#[test]
 fn node_fan_out_runs_everywhere_at_once_and_run_on_any_needs_one_success() {
     let c = plan(json!([{"type": "execNode", "cmd": "true", "runOn": "any"}]));
     let w = Walker::new(&c.plan);
