@@ -55,3 +55,4 @@ bench: k8s
 	cargo bench --locked -p pseudoflow-compiler
 	cargo build --release --locked -q -p pseudoflow-runtime --bin pseudoflow-step
 	cargo bench --locked -p pseudoflow-controller --bench orchestration
+	cargo bench --locked -p pseudoflow-controller --bench fanout
