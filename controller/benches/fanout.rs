@@ -76,7 +76,7 @@ fn check_nodes(env: &TestEnv, nodes: &[String], path: &str, before: &[usize]) {
 fn restarts(env: &TestEnv, node: &str) -> usize {
     env.node_calls(node)
         .iter()
-        .filter(|c| c.contains("systemctl restart kubelet"))
+        .filter(|c| c.ends_with(" systemctl restart kubelet"))
         .count()
 }
 
