@@ -69,14 +69,22 @@ fn check_nodes(env: &TestEnv, nodes: &[String], path: &str, before: &[usize]) {
             file.display()
         );
         let restarts = restarts(env, node);
-        assert_eq!(restarts, had + 1, "{node}: kubelet restarts");
+        assert_eq!(
+            restarts,
+            had + 1,
+            "{node}: kubelet restarts; calls: {:#?}",
+            env.node_calls(node)
+        );
     }
 }
 
 fn restarts(env: &TestEnv, node: &str) -> usize {
     env.node_calls(node)
         .iter()
-        .filter(|c| c.ends_with(" systemctl restart kubelet"))
+        .filter(|c| {
+            c.split_once(' ')
+                .is_some_and(|(_, cmd)| cmd == "systemctl restart kubelet")
+        })
         .count()
 }
 
