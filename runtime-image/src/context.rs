@@ -26,6 +26,7 @@ pub struct Ctx {
     client: OnceCell<Client>,
     pub(crate) kinds: Mutex<HashMap<String, Resolved>>,
     progress: Arc<Mutex<String>>,
+    goal: Mutex<String>,
 }
 
 impl Ctx {
@@ -38,6 +39,7 @@ impl Ctx {
             client: OnceCell::new(),
             kinds: Mutex::new(HashMap::new()),
             progress: Arc::new(Mutex::new(String::new())),
+            goal: Mutex::new(String::new()),
         }
     }
 
@@ -78,6 +80,18 @@ impl Ctx {
         if let Ok(mut p) = self.progress.lock() {
             *p = seen.into();
         }
+    }
+
+    /// Records what the step is waiting for (`ConfigMap/ns/x to be Exist`); a timeout names it.
+    pub fn waiting_for(&self, goal: impl Into<String>) {
+        if let Ok(mut g) = self.goal.lock() {
+            *g = goal.into();
+        }
+    }
+
+    /// What the step is waiting for (empty when it waits for nothing in particular).
+    pub fn goal(&self) -> String {
+        self.goal.lock().map(|g| g.clone()).unwrap_or_default()
     }
 
     /// What the step last saw (empty when nothing was noted).

@@ -60,12 +60,14 @@ pub async fn execute(ctx: &Ctx, step: &Step) -> Result<StepResult, StepError> {
         Some(secs) => match tokio::time::timeout(Duration::from_secs(secs.into()), work).await {
             Ok(r) => r,
             Err(_) => {
-                let seen = ctx.last_seen();
-                let msg = if seen.is_empty() {
-                    format!("timed out after {secs}s")
-                } else {
-                    format!("timed out after {secs}s; last seen: {seen}")
-                };
+                let (goal, seen) = (ctx.goal(), ctx.last_seen());
+                let mut msg = format!("timed out after {secs}s");
+                if !goal.is_empty() {
+                    msg.push_str(&format!(" waiting for {goal}"));
+                }
+                if !seen.is_empty() {
+                    msg.push_str(&format!("; last seen: {seen}"));
+                }
                 return Ok(StepResult::failed(msg));
             }
         },

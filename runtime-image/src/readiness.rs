@@ -56,6 +56,13 @@ fn generation_lag(obj: &Value) -> Option<String> {
     }
 }
 
+/// kstatus' generation check: a stale status.observedGeneration means in progress; an absent
+/// one is not checked (many custom resources never report it).
+fn observed_lag(obj: &Value) -> Option<String> {
+    obj.pointer("/status/observedGeneration")?;
+    generation_lag(obj)
+}
+
 /// Workloads rolled out and available, observed generation current; other kinds: condition
 /// Available=True.
 pub fn available(kind: &str, obj: &Value) -> Seen {
@@ -110,7 +117,7 @@ pub fn healthy(kind: &str, obj: &Value) -> Seen {
     if obj.pointer("/metadata/deletionTimestamp").is_some() {
         return Seen::new(false, "terminating");
     }
-    if let Some(lag) = generation_lag(obj) {
+    if let Some(lag) = observed_lag(obj) {
         return Seen::new(false, lag);
     }
     match kind {
@@ -219,5 +226,11 @@ mod tests {
         assert!(healthy("Pod", &pod).done);
         let lagging = json!({"metadata": {"generation": 3}, "status": {"observedGeneration": 2}});
         assert!(!healthy("Widget", &lagging).done);
+        // No observedGeneration at all: kstatus skips the generation check.
+        let unobserved = json!({"metadata": {"generation": 3}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}});
+        assert!(healthy("Widget", &unobserved).done);
+        // Workloads still need their controller to have observed the spec.
+        let fresh = json!({"metadata": {"generation": 1}, "spec": {"replicas": 0}, "status": {}});
+        assert!(!healthy("Deployment", &fresh).done);
     }
 }

@@ -443,7 +443,7 @@ async fn wait_for_timeouts_say_what_was_last_seen() {
     assert!(!r.ok);
     assert_eq!(
         r.message,
-        "timed out after 1s; last seen: Deployment/ops/dns: 1/2 available, 1/2 ready, 2/2 updated"
+        "timed out after 1s waiting for Deployment/ops/dns to be Available; last seen: Deployment/ops/dns: 1/2 available, 1/2 ready, 2/2 updated"
     );
 }
 

@@ -1,6 +1,7 @@
 //! The cluster the controller's e2e tests share: testenv with the runtime image mapped to the
 //! freshly built `pseudoflow-step`; flow helpers in [`flow`].
 
+pub mod api;
 pub mod flow;
 
 // Not every test binary uses the flow helpers.

@@ -19,7 +19,7 @@ pub async fn run(ctx: &Ctx, step: &WaitForStep) -> Result<StepResult, StepError>
     let ns = api::namespace_for(ctx, &r, res.namespace.as_deref());
     let api = api::api_for(ctx, &r, ns.as_deref()).await?;
     let label = api::display(&res.kind, ns.as_deref(), &res.name);
-    ctx.note(format!("waiting for {label} to be {:?}", step.condition));
+    ctx.waiting_for(format!("{label} to be {:?}", step.condition));
     let call = api::call("get", &r, &res.name, ns.as_deref());
     crate::watch::watch_until_with(ctx, api, call, step.interval_seconds, |o| {
         let json = o.map(api::to_json);
