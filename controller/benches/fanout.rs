@@ -179,7 +179,7 @@ async fn run_kubectl(
             std::fs::write(&file, to_yaml(&lowered)).unwrap();
             writeln!(
                 script,
-                "{k} --kubeconfig {kc} apply -f {f} >/dev/null\n{k} --kubeconfig {kc} wait -n {ns} --for=condition=complete --timeout=300s job/{name} >/dev/null",
+                "{k} --kubeconfig {kc} apply -f {f} >/dev/null\n{k} --kubeconfig {kc} wait -n {ns} --for=condition=complete --timeout=300s job/{name} >/dev/null || {{ {k} --kubeconfig {kc} get job,pod,event -n {ns} -o wide | grep -i {name} >&2; exit 1; }}",
                 k = kubectl.display(),
                 f = file.display()
             )
@@ -254,6 +254,9 @@ async fn main() {
 
     let mut rows = Vec::new();
     for max_parallel in [100, 10] {
+        if std::env::var("FANOUT_DEBUG").is_ok() {
+            run_kubectl(&env, &client, &nodes, max_parallel).await;
+        }
         let (pf, pf_jobs) = run_pseudoflow(&env, &client, &nodes, max_parallel).await;
         let (kc, kc_jobs) = run_kubectl(&env, &client, &nodes, max_parallel).await;
         rows.push((max_parallel, pf, pf_jobs, kc, kc_jobs));

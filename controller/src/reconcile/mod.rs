@@ -513,10 +513,21 @@ async fn observe_jobs(
         })
         .filter(|(n, ..)| plan.node(n).and_then(task_of).is_some())
         .collect();
+    if running.is_empty() {
+        return Ok(());
+    }
+    let jobs = observe::run_jobs(
+        &ctx.client,
+        &flow_ref.namespace,
+        &flow_ref.name,
+        &run.run_id,
+    )
+    .await?;
     for (node_id, key, attempt, started) in running {
-        let job = job_of(flow_ref, run, &node_id, &key, attempt);
-        let Some(result) = observe::job_result(&ctx.client, &flow_ref.namespace, &job).await?
-        else {
+        let Some(job) = jobs.get(&job_of(flow_ref, run, &node_id, &key, attempt)) else {
+            continue;
+        };
+        let Some(result) = observe::job_result(&ctx.client, &flow_ref.namespace, job).await? else {
             continue;
         };
         let node = plan.node(&node_id).expect("from the plan");

@@ -1,21 +1,41 @@
 //! Reading what a finished Job reported: the executor's [`StepResult`] from its pod's termination
 //! message, or from the result ConfigMap the message names when the result was too large.
 
+use std::collections::HashMap;
+
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, ListParams};
+use pseudoflow_compiler::lower::{LABEL_FLOW, LABEL_RUN};
+use pseudoflow_compiler::names::label_value;
 use pseudoflow_compiler::result::StepResult;
 
-/// The outcome of a Job, or None while it runs.
+/// The Jobs of one run of a flow, by name: one LIST per look instead of a GET per running step
+/// (a fan-out over 100 nodes has 100 steps running at once).
+pub async fn run_jobs(
+    client: &kube::Client,
+    ns: &str,
+    flow: &str,
+    run_id: &str,
+) -> kube::Result<HashMap<String, Job>> {
+    let jobs: Api<Job> = Api::namespaced(client.clone(), ns);
+    let selector = format!("{LABEL_FLOW}={},{LABEL_RUN}={run_id}", label_value(flow));
+    Ok(jobs
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|j| Some((j.metadata.name.clone()?, j)))
+        .collect())
+}
+
+/// The outcome of `job`, or None while it runs.
 pub async fn job_result(
     client: &kube::Client,
     ns: &str,
-    job_name: &str,
+    job: &Job,
 ) -> kube::Result<Option<StepResult>> {
-    let jobs: Api<Job> = Api::namespaced(client.clone(), ns);
-    let Some(job) = jobs.get_opt(job_name).await? else {
-        return Ok(None);
-    };
+    let job_name = job.metadata.name.as_deref().unwrap_or_default();
     let conditions = job
         .status
         .as_ref()
