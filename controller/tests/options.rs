@@ -229,7 +229,7 @@ async fn parallel_waiting_for_all_fails_when_a_branch_fails() {
     let msg = message(&status);
     assert!(
         msg.starts_with("spec.steps[0]")
-            && msg.contains("s0-b0-s0: command failed with exit code 4"),
+            && msg.contains("spec.steps[0].steps[0][0]: command failed with exit code 4"),
         "{msg}"
     );
     let slow = step(&status, "spec.steps[0].steps[1][0]");
