@@ -4,8 +4,7 @@
 //! their idempotent re-run, `apply` of a CRD and then an object of the new kind, and `include`
 //! from a Secret and from an http URL.
 //!
-//! Not covered here: `exec` in a named pod (pods/exec), because testenv's process kubelet has no
-//! exec endpoint.
+//! `exec` in a named pod (pods/exec) has its own file, `exec_in_pod.rs`.
 
 use std::collections::BTreeMap;
 

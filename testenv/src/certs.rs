@@ -1,6 +1,7 @@
 //! Certificates and keys for a throwaway cluster, made with the `openssl` command: a CA, the
 //! API server's serving cert (SANs for loopback and the in-cluster service name), an admin client
-//! cert in `system:masters`, and the service-account signing key pair.
+//! cert in `system:masters`, the simulated kubelets' serving cert and the API server's client cert
+//! for them (so `pods/exec` is authenticated both ways), and the service-account signing key pair.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -17,6 +18,12 @@ pub struct Certs {
     pub server_key: PathBuf,
     pub admin_crt: PathBuf,
     pub admin_key: PathBuf,
+    /// What the simulated kubelets' streaming server presents (SAN 127.0.0.1).
+    pub kubelet_crt: PathBuf,
+    pub kubelet_key: PathBuf,
+    /// What the API server presents to the kubelets.
+    pub kubelet_client_crt: PathBuf,
+    pub kubelet_client_key: PathBuf,
     pub sa_key: PathBuf,
     pub sa_pub: PathBuf,
 }
@@ -69,6 +76,12 @@ pub fn generate(dir: &Path) -> Result<Certs> {
     for (name, subj, ext) in [
         ("server", "/CN=kube-apiserver", "server.ext"),
         ("admin", "/O=system:masters/CN=admin", "client.ext"),
+        ("kubelet", "/CN=testenv-kubelet", "server.ext"),
+        (
+            "kubelet-client",
+            "/O=system:masters/CN=kube-apiserver-kubelet-client",
+            "client.ext",
+        ),
     ] {
         openssl(
             dir,
@@ -119,6 +132,10 @@ pub fn generate(dir: &Path) -> Result<Certs> {
         server_key: p("server.key"),
         admin_crt: p("admin.crt"),
         admin_key: p("admin.key"),
+        kubelet_crt: p("kubelet.crt"),
+        kubelet_key: p("kubelet.key"),
+        kubelet_client_crt: p("kubelet-client.crt"),
+        kubelet_client_key: p("kubelet-client.key"),
         sa_key: p("sa.key"),
         sa_pub: p("sa.pub"),
     })

@@ -99,6 +99,19 @@ pub async fn start(dir: &Path, certs: &Certs) -> Result<ControlPlane> {
             "--allow-privileged=true".into(),
             "--profiling=false".into(),
             format!("--cert-dir={}", s(&dir.join("apiserver-certs"))),
+            // pods/exec reaches the simulated kubelets' streaming server (see kubelet/exec.rs)
+            // at the node's InternalIP, over TLS verified both ways.
+            "--kubelet-preferred-address-types=InternalIP".into(),
+            format!("--kubelet-certificate-authority={}", s(&certs.ca_crt)),
+            format!(
+                "--kubelet-client-certificate={}",
+                s(&certs.kubelet_client_crt)
+            ),
+            format!("--kubelet-client-key={}", s(&certs.kubelet_client_key)),
+            // The simulated kubelet speaks the WebSocket remote-command protocol, not SPDY, so
+            // the API server proxies a client's WebSocket as is instead of translating it to
+            // SPDY (the default since 1.30; a real kubelet speaks both).
+            "--feature-gates=TranslateStreamCloseWebsocketRequests=false".into(),
         ],
         &logs.join("kube-apiserver.log"),
     )?);

@@ -105,6 +105,8 @@ impl TestEnv {
         let kubelets = KubeletConfig {
             api_port: cp.api_port,
             ca_crt: certs.ca_crt.clone(),
+            serving_crt: certs.kubelet_crt.clone(),
+            serving_key: certs.kubelet_key.clone(),
             nodes_dir: dir.join("nodes"),
             images: Arc::new(opts.images),
         };

@@ -145,7 +145,17 @@ pub fn of_run(
             } else {
                 format!(" [{}]", key.join("/"))
             };
-            format!("{path}{at}: {msg}")
+            let prefix = format!("{path}{at}");
+            // A step's own message may already lead with its path (or a nested step's, for a
+            // failed group); naming it twice helps nobody.
+            let named = msg
+                .strip_prefix(&prefix)
+                .is_some_and(|rest| rest.starts_with([':', '.', '[']));
+            if named {
+                msg.clone()
+            } else {
+                format!("{prefix}: {msg}")
+            }
         }
         (None, RunPhase::Succeeded) => format!("{done}/{total} steps done"),
         (None, _) => format!(

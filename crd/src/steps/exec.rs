@@ -15,7 +15,8 @@ pub struct ExecStep {
     pub cmd: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub var: Option<String>,
-    /// Run inside this existing pod (pods/exec) instead of the step's own pod.
+    /// Run inside this existing pod (pods/exec; the flow's ServiceAccount needs `get` and
+    /// `create` on `pods/exec`) instead of the step's own pod.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -61,8 +61,9 @@ async fn exec_in_pod(ctx: &Ctx, pod: &str, step: &ExecStep) -> Result<String, St
     if let Some(c) = &step.container {
         params = params.container(c.clone());
     }
+    // A WebSocket exec is authorized twice: `get` (its HTTP verb) and `create`.
     let call = Call {
-        verb: "create",
+        verb: "get and create",
         resource: "pods/exec",
         name: pod,
         namespace: Some(&ns),

@@ -1,6 +1,8 @@
 //! The "process kubelet": registers Nodes, keeps them Ready (Lease renewal + status heartbeat),
-//! and runs the pods bound to them (see [`pod`] and [`runner`]).
+//! runs the pods bound to them (see [`pod`] and [`runner`]), and serves `pods/exec` into them
+//! (see [`exec`]).
 
+mod exec;
 mod node;
 mod pod;
 mod runner;
@@ -41,6 +43,9 @@ impl ImageMap {
 pub struct KubeletConfig {
     pub api_port: u16,
     pub ca_crt: PathBuf,
+    /// The streaming server's certificate and key (the API server verifies them with `ca_crt`).
+    pub serving_crt: PathBuf,
+    pub serving_key: PathBuf,
     /// Root of the node directories: `<root>/<node>/root` is a node's filesystem.
     pub nodes_dir: PathBuf,
     pub images: Arc<ImageMap>,
@@ -60,14 +65,21 @@ impl KubeletConfig {
     fn node_dir(&self, node: &str) -> PathBuf {
         self.nodes_dir.join(node)
     }
+
+    /// Where a pod's process state lives on its node (launcher, env, log, volumes).
+    fn pod_dir(&self, node: &str, ns: &str, pod: &str) -> PathBuf {
+        self.node_dir(node).join("pods").join(format!("{ns}_{pod}"))
+    }
 }
 
 /// Registers the nodes and starts their kubelets on the current runtime.
 pub async fn start(client: Client, cfg: KubeletConfig, nodes: &[NodeSpec]) -> Result<()> {
+    // One streaming server for all nodes: the exec path names the pod, which names its node.
+    let port = exec::start(client.clone(), cfg.clone()).await?;
     for spec in nodes {
         node::prepare_dirs(&cfg, &spec.name)?;
-        node::register(&client, spec).await?;
-        tokio::spawn(node::heartbeat(client.clone(), spec.name.clone()));
+        node::register(&client, spec, port).await?;
+        tokio::spawn(node::heartbeat(client.clone(), spec.name.clone(), port));
         tokio::spawn(pod::watch_pods(
             client.clone(),
             cfg.clone(),

@@ -74,7 +74,7 @@ fn now() -> String {
     k8s_openapi::jiff::Timestamp::now().to_string()
 }
 
-pub(super) async fn register(client: &Client, spec: &NodeSpec) -> Result<()> {
+pub(super) async fn register(client: &Client, spec: &NodeSpec, kubelet_port: u16) -> Result<()> {
     let nodes: Api<Node> = Api::all(client.clone());
     let mut labels = spec.labels.clone();
     labels.insert("kubernetes.io/hostname".into(), spec.name.clone());
@@ -99,14 +99,14 @@ pub(super) async fn register(client: &Client, spec: &NodeSpec) -> Result<()> {
         .patch_status(
             &spec.name,
             &PatchParams::default(),
-            &Patch::Merge(status(&spec.name)),
+            &Patch::Merge(status(&spec.name, kubelet_port)),
         )
         .await
         .context("setting node status")?;
     Ok(())
 }
 
-fn status(name: &str) -> serde_json::Value {
+fn status(name: &str, kubelet_port: u16) -> serde_json::Value {
     let t = now();
     let cond = |ty: &str, st: &str, reason: &str| json!({"type": ty, "status": st, "reason": reason, "message": "testenv process kubelet", "lastHeartbeatTime": t, "lastTransitionTime": t});
     json!({"status": {
@@ -119,7 +119,7 @@ fn status(name: &str) -> serde_json::Value {
             cond("PIDPressure", "False", "KubeletHasSufficientPID"),
         ],
         "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": name}],
-        "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet_port}},
         "nodeInfo": {
             "architecture": "amd64", "bootID": name, "containerRuntimeVersion": "testenv://process",
             "kernelVersion": "testenv", "kubeProxyVersion": "", "kubeletVersion": crate::binaries::K8S_VERSION,
@@ -129,7 +129,7 @@ fn status(name: &str) -> serde_json::Value {
 }
 
 /// Renews the node's Lease and Ready condition every 10 s, forever.
-pub(super) async fn heartbeat(client: Client, name: String) {
+pub(super) async fn heartbeat(client: Client, name: String, kubelet_port: u16) {
     let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
     let nodes: Api<Node> = Api::all(client);
     loop {
@@ -146,7 +146,7 @@ pub(super) async fn heartbeat(client: Client, name: String) {
             .patch_status(
                 &name,
                 &PatchParams::default(),
-                &Patch::Strategic(status(&name)),
+                &Patch::Strategic(status(&name, kubelet_port)),
             )
             .await
         {

@@ -30,11 +30,7 @@ pub(super) async fn run(
     let ns = pod.metadata.namespace.clone().unwrap_or_default();
     let name = pod.metadata.name.clone().unwrap_or_default();
     let uid = pod.metadata.uid.clone().unwrap_or_default();
-    let dir = cfg
-        .nodes_dir
-        .join(node)
-        .join("pods")
-        .join(format!("{ns}_{name}"));
+    let dir = cfg.pod_dir(node, &ns, &name);
     std::fs::create_dir_all(dir.join("volumes"))?;
 
     // The ServiceAccount token, bound to this pod, exactly as the kubelet would project it.
@@ -111,6 +107,8 @@ pub(super) async fn run(
     let workdir = container.working_dir.clone().unwrap_or_else(|| "/".into());
     script.push_str(&format!("cd {}\nexec \"$@\"\n", sh_quote(&workdir)));
     std::fs::write(&launcher, script)?;
+    // What `pods/exec` needs to run a command in this pod's view (see `super::exec`).
+    std::fs::write(dir.join("env.json"), serde_json::to_vec(&env)?)?;
 
     let argv = argv(&container, program, &env);
     let log = std::fs::OpenOptions::new()
