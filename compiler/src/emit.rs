@@ -38,7 +38,8 @@ pub fn emit_node(
         })
         .collect();
     let step = crate::exprs::substitute_flow_vars(node, &compiled.spec);
-    let run_id = names::run_id(1, None);
+    // Offline there is no flow object: no uid.
+    let run_id = names::run_id("", 1, None);
     let inst = NodeInstance {
         flow,
         run_id: &run_id,

@@ -15,10 +15,16 @@ pub fn stable_hash(parts: &[&str]) -> u64 {
     h
 }
 
-/// Id of a run, from what started it: the spec generation and the run annotation's value.
-pub fn run_id(generation: i64, trigger: Option<&str>) -> String {
+/// Id of a run, from what started it: the flow object (its uid: a flow deleted and created
+/// again under the same name is a new object, whose runs must never take the old one's Jobs,
+/// still waiting for garbage collection, for their own), the spec generation and the run
+/// annotation's value.
+pub fn run_id(flow_uid: &str, generation: i64, trigger: Option<&str>) -> String {
     let g = generation.to_string();
-    format!("r{:08x}", stable_hash(&[&g, trigger.unwrap_or("")]) as u32)
+    format!(
+        "r{:08x}",
+        stable_hash(&[flow_uid, &g, trigger.unwrap_or("")]) as u32
+    )
 }
 
 /// Lowercases and replaces anything outside `[a-z0-9-]` so the text can be part of a name.
@@ -116,9 +122,10 @@ mod tests {
     }
 
     #[test]
-    fn run_ids_depend_on_generation_and_trigger() {
-        assert_eq!(run_id(1, None), run_id(1, None));
-        assert_ne!(run_id(1, None), run_id(2, None));
-        assert_ne!(run_id(1, None), run_id(1, Some("again")));
+    fn run_ids_depend_on_flow_object_generation_and_trigger() {
+        assert_eq!(run_id("u1", 1, None), run_id("u1", 1, None));
+        assert_ne!(run_id("u1", 1, None), run_id("u2", 1, None));
+        assert_ne!(run_id("u1", 1, None), run_id("u1", 2, None));
+        assert_ne!(run_id("u1", 1, None), run_id("u1", 1, Some("again")));
     }
 }

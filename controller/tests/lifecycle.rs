@@ -233,3 +233,57 @@ async fn forbid_finishes_the_running_run_with_its_spec_before_the_edited_one() {
         .expect("then the edited spec ran");
     assert!(common::harness::created(&one) <= common::harness::created(&two));
 }
+
+#[tokio::test]
+async fn a_flow_created_again_under_the_same_name_runs_anew() {
+    let (client, ns) = setup("reborn").await;
+    let spec = json!({"serviceAccountName": "flow", "steps": [
+        {"type": "exec", "cmd": "date +%s%N", "var": "stamp"},
+        {"type": "apply", "manifests": format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: stamp, namespace: {ns}}}\ndata: {{at: \"${{stamp}}\"}}\n")}
+    ]});
+    create_flow(&client, &ns, "reborn", spec.clone()).await;
+    assert_eq!(
+        wait_done(&client, &ns, "reborn").await["phase"],
+        "Succeeded"
+    );
+    let stamp = |cm: Option<k8s_openapi::api::core::v1::ConfigMap>| {
+        cm.and_then(|c| c.data).and_then(|d| d.get("at").cloned())
+    };
+    let first = stamp(config_map(&client, &ns, "stamp").await).unwrap();
+
+    // Deleted with its Jobs and run state orphaned: they stay, as they may for a while when
+    // garbage collection lags. The new flow object must not take them for its own.
+    let flows: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &flow_resource());
+    let uid = flows.get("reborn").await.unwrap().metadata.uid.unwrap();
+    flows
+        .delete("reborn", &DeleteParams::orphan())
+        .await
+        .unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        await_condition(flows.clone(), "reborn", conditions::is_deleted(&uid)),
+    )
+    .await
+    .expect("the flow is gone")
+    .unwrap();
+    let leftovers = Api::<Job>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .len();
+    assert_eq!(leftovers, 2, "the old flow's Jobs are still there");
+
+    create_flow(&client, &ns, "reborn", spec).await;
+    let status = wait_done(&client, &ns, "reborn").await;
+    assert_eq!(status["phase"], "Succeeded", "{status:#}");
+    let second = stamp(config_map(&client, &ns, "stamp").await).unwrap();
+    assert_ne!(first, second, "the steps ran again for the new flow");
+    let jobs = Api::<Job>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .len();
+    assert_eq!(jobs, 4, "two Jobs of its own beside the two left over");
+}

@@ -553,7 +553,7 @@ async fn every_log_step_and_every_run_end_is_an_event_of_its_own() {
     assert_eq!(first["phase"], "Succeeded", "{first:#}");
     assert_eq!(notes("Log").await, ["first", "second"]);
     request_run(&client, &ns, "chatty", "again").await;
-    let second_id = run_id(generation(&client, &ns, "chatty").await, Some("again"));
+    let second_id = run_id_now(&client, &ns, "chatty", "again").await;
     wait_status(&client, &ns, "chatty", 60, "the second run done", |st| {
         st["run"]["id"] == json!(second_id) && st["phase"] == "Succeeded"
     })
@@ -649,14 +649,14 @@ fn gated(ns: &str, policy: &str) -> Value {
     ]})
 }
 
-async fn generation(client: &Client, ns: &str, name: &str) -> i64 {
-    flows(client, ns)
-        .get(name)
-        .await
-        .unwrap()
-        .metadata
-        .generation
-        .unwrap()
+/// The id the controller gives the run of flow `name`'s current generation with `trigger`.
+async fn run_id_now(client: &Client, ns: &str, name: &str, trigger: &str) -> String {
+    let flow = flows(client, ns).get(name).await.unwrap();
+    run_id(
+        flow.metadata.uid.as_deref().unwrap(),
+        flow.metadata.generation.unwrap(),
+        Some(trigger),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -669,7 +669,7 @@ async fn forbid_queues_a_new_run_until_the_running_one_ends() {
     .await;
     let first_id = first["run"]["id"].as_str().unwrap().to_string();
     request_run(&client, &ns, "serial", "2").await;
-    let second_id = run_id(generation(&client, &ns, "serial").await, Some("2"));
+    let second_id = run_id_now(&client, &ns, "serial", "2").await;
     let queued = wait_status(&client, &ns, "serial", 30, "a queued run", |st| {
         st["queuedRun"]["id"] == json!(second_id)
     })
@@ -716,7 +716,7 @@ async fn a_queued_run_is_no_longer_reported_as_queued_once_it_started() {
     })
     .await;
     request_run(&client, &ns, "serial", "2").await;
-    let second_id = run_id(generation(&client, &ns, "serial").await, Some("2"));
+    let second_id = run_id_now(&client, &ns, "serial", "2").await;
     wait_status(&client, &ns, "serial", 30, "a queued run", |st| {
         st["queuedRun"]["id"] == json!(second_id)
     })
@@ -747,7 +747,7 @@ async fn allow_runs_a_new_run_beside_the_running_one() {
     .await;
     let first_id = first["run"]["id"].as_str().unwrap().to_string();
     request_run(&client, &ns, "side", "2").await;
-    let second_id = run_id(generation(&client, &ns, "side").await, Some("2"));
+    let second_id = run_id_now(&client, &ns, "side", "2").await;
     eventually(30, "the second run's first Job", || async {
         flow_jobs(&client, &ns, "side").await.len() == 2
     })

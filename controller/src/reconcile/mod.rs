@@ -188,14 +188,15 @@ async fn reconcile_flow(
         return Ok(Action::await_change());
     }
     let trigger = flow.annotations().get(RUN_ANNOTATION).cloned();
+    let uid = flow.metadata.uid.as_deref().unwrap_or_default();
     let wanted = if deleting {
         // The onDelete run: its own id, so its Jobs never collide with the last run's.
-        format!("d{}", run_id(generation, trigger.as_deref()))
+        format!("d{}", run_id(uid, generation, trigger.as_deref()))
     } else {
-        run_id(generation, trigger.as_deref())
+        run_id(uid, generation, trigger.as_deref())
     };
     let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
-    let stored = store::load(&cms, name).await?;
+    let (stored, leftover_rv) = store::load(&cms, name, uid).await?;
     // What is stored now, to skip writes that would change nothing.
     let stored_json = stored.as_ref().map(|(r, _)| serde_json::to_value(r).ok());
     let policy = compiled.spec.options.concurrency_policy;
@@ -236,7 +237,8 @@ async fn reconcile_flow(
             new.beside = std::mem::take(&mut old.beside);
             (new, Some(rv))
         }
-        None => (fresh(), None),
+        // A leftover ConfigMap (an earlier flow of this name) is replaced, not reused.
+        None => (fresh(), leftover_rv),
     };
     if run.run_id != wanted && queued.is_none() {
         unreachable!("a new run is always the wanted one");

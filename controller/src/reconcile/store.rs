@@ -53,18 +53,35 @@ pub fn name(flow: &str) -> String {
     )
 }
 
-/// Loads the stored run with the ConfigMap's resourceVersion (for optimistic concurrency).
-pub async fn load(api: &Api<ConfigMap>, flow: &str) -> kube::Result<Option<(StoredRun, String)>> {
+/// Loads this flow object's stored run with the ConfigMap's resourceVersion (for optimistic
+/// concurrency). A ConfigMap this flow object does not own (left by an earlier flow of the same
+/// name, not yet garbage-collected) or cannot read holds no run of it: then only its
+/// resourceVersion comes back, so the next save replaces it.
+pub async fn load(
+    api: &Api<ConfigMap>,
+    flow: &str,
+    flow_uid: &str,
+) -> kube::Result<(Option<(StoredRun, String)>, Option<String>)> {
     let Some(cm) = api.get_opt(&name(flow)).await? else {
-        return Ok(None);
+        return Ok((None, None));
     };
     let rv = cm.metadata.resource_version.clone().unwrap_or_default();
+    let owned = cm
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.uid == flow_uid);
     let run = cm
         .data
         .as_ref()
         .and_then(|d| d.get(KEY))
-        .and_then(|t| serde_json::from_str(t).ok());
-    Ok(run.map(|r| (r, rv)))
+        .and_then(|t| serde_json::from_str(t).ok())
+        .filter(|_| owned);
+    Ok(match run {
+        Some(r) => (Some((r, rv)), None),
+        None => (None, Some(rv)),
+    })
 }
 
 /// Saves the run; `resource_version` guards against two writers (a conflict makes the reconcile
