@@ -58,7 +58,7 @@ async fn the_crd_is_served_and_its_rules_reject_bad_steps_at_apply_time() {
         .parent()
         .unwrap();
     let mut admitted = 0;
-    for dir in ["examples", "examples/steps"] {
+    for dir in ["examples", "examples/steps", "examples/kopf"] {
         for entry in std::fs::read_dir(root.join(dir)).unwrap() {
             let path = entry.unwrap().path();
             if path.extension().is_none_or(|e| e != "yaml") {
@@ -73,7 +73,7 @@ async fn the_crd_is_served_and_its_rules_reject_bad_steps_at_apply_time() {
             admitted += 1;
         }
     }
-    assert_eq!(admitted, 30);
+    assert_eq!(admitted, 32);
 
     // A sleep without seconds: the CEL rule for `sleep` rejects it, naming the field.
     let err = api

@@ -13,6 +13,9 @@ use pseudoflow_testenv::{shared_with, Options, TestEnv};
 /// Image name the tests' Jobs use; the process kubelet runs `pseudoflow-step` for it.
 pub const IMAGE: &str = "pseudoflow/runtime:e2e";
 
+/// The image `examples/kopf/mysql.yaml` runs.
+pub const MYSQL_IMAGE: &str = "mysql:8.0";
+
 fn step_binary() -> String {
     let exe = std::env::current_exe().unwrap();
     let bin = exe
@@ -49,6 +52,11 @@ pub fn env() -> &'static TestEnv {
     shared_with(move || {
         let mut o = Options::default();
         o.images.insert(IMAGE, bin);
+        // examples/kopf/mysql.yaml's image: a stand-in server and client tools (see its README).
+        let mysql =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake-mysql");
+        o.images
+            .insert_with_tools(MYSQL_IMAGE, mysql.join("mysqld"), mysql);
         o
     })
     .unwrap_or_else(|e| panic!("testenv: {e}"))

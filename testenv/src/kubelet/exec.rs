@@ -24,6 +24,8 @@ use tokio::sync::mpsc;
 use tokio_rustls::TlsAcceptor;
 use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
 use tokio_tungstenite::tungstenite::http::{HeaderValue, StatusCode};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::Message;
 
 use super::KubeletConfig;
@@ -184,7 +186,12 @@ async fn serve(tcp: TcpStream, tls: TlsAcceptor, client: Client, cfg: KubeletCon
     let mut frame = vec![STATUS];
     frame.extend(serde_json::to_vec(&status)?);
     sink.send(Message::binary(frame)).await?;
-    sink.send(Message::Close(None)).await.ok();
+    // A normal closure (1000): client-go treats a close without a code as an error.
+    let close = CloseFrame {
+        code: CloseCode::Normal,
+        reason: "".into(),
+    };
+    sink.send(Message::Close(Some(close))).await.ok();
     Ok(())
 }
 

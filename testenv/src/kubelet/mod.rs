@@ -18,24 +18,49 @@ pub use node::NodeSpec;
 
 /// Which images run as local processes, and with which program.
 #[derive(Debug, Clone, Default)]
-pub struct ImageMap(pub BTreeMap<String, PathBuf>);
+pub struct ImageMap {
+    programs: BTreeMap<String, PathBuf>,
+    tools: BTreeMap<String, PathBuf>,
+}
 
 impl ImageMap {
     /// Maps `image` (exact, or without its tag) to `program`.
     pub fn insert(&mut self, image: &str, program: impl Into<PathBuf>) {
-        self.0.insert(image.to_string(), program.into());
+        self.programs.insert(image.to_string(), program.into());
+    }
+
+    /// Maps `image` to `program`, with the commands in `tools` on the PATH of its container and
+    /// of commands exec'd into it: what the image itself would ship (a database image's
+    /// client tools, say).
+    pub fn insert_with_tools(
+        &mut self,
+        image: &str,
+        program: impl Into<PathBuf>,
+        tools: impl Into<PathBuf>,
+    ) {
+        self.insert(image, program);
+        self.tools.insert(image.to_string(), tools.into());
     }
 
     /// The program for an image reference, matching with or without the tag.
     pub fn program(&self, image: &str) -> Option<&PathBuf> {
-        self.0.get(image).or_else(|| {
-            let untagged = image
-                .rsplit_once(':')
-                .filter(|(_, tag)| !tag.contains('/'))
-                .map(|(i, _)| i)?;
-            self.0.get(untagged)
-        })
+        lookup(&self.programs, image)
     }
+
+    /// The image's tools directory, if it has one.
+    pub fn tools(&self, image: &str) -> Option<&PathBuf> {
+        lookup(&self.tools, image)
+    }
+}
+
+fn lookup<'a>(map: &'a BTreeMap<String, PathBuf>, image: &str) -> Option<&'a PathBuf> {
+    map.get(image).or_else(|| {
+        let untagged = image
+            .rsplit_once(':')
+            .filter(|(_, tag)| !tag.contains('/'))
+            .map(|(i, _)| i)?;
+        map.get(untagged)
+    })
 }
 
 /// What the kubelets need to know about the cluster.

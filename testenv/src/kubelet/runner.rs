@@ -8,7 +8,9 @@ use std::process::Stdio;
 
 use anyhow::{Context, Result};
 use k8s_openapi::api::authentication::v1::TokenRequest;
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, PersistentVolume, PersistentVolumeClaim, Pod, Secret, ServiceAccount,
+};
 use kube::api::{Api, PostParams};
 use kube::Client;
 use serde_json::json;
@@ -64,6 +66,10 @@ pub(super) async fn run(
         })
     });
     let mut env = base_env(cfg, node, &name);
+    if let Some(tools) = container.image.as_deref().and_then(|i| cfg.images.tools(i)) {
+        let path = env["PATH"].replacen(':', &format!(":{}:", path_str(tools)), 1);
+        env.insert("PATH".into(), path);
+    }
     if automount {
         env.insert("KUBECONFIG".into(), path_str(&kubeconfig));
     }
@@ -345,6 +351,9 @@ async fn volume_source(
         }
         return Ok(p);
     }
+    if let Some(claim) = &vol.persistent_volume_claim {
+        return claimed_path(client, cfg, node, ns, &claim.claim_name).await;
+    }
     std::fs::create_dir_all(&target)?;
     if let Some(cm) = &vol.config_map {
         let data = match Api::<ConfigMap>::namespaced(client.clone(), ns)
@@ -376,6 +385,41 @@ async fn volume_source(
         return Ok(sa_dir.to_path_buf());
     }
     Ok(target)
+}
+
+/// A bound claim's storage: its PersistentVolume's `hostPath` or `local` path on the node.
+async fn claimed_path(
+    client: &Client,
+    cfg: &KubeletConfig,
+    node: &str,
+    ns: &str,
+    claim: &str,
+) -> Result<PathBuf> {
+    let pvc = Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns)
+        .get(claim)
+        .await
+        .with_context(|| format!("persistentVolumeClaim {claim}"))?;
+    let volume = pvc
+        .spec
+        .and_then(|s| s.volume_name)
+        .filter(|v| !v.is_empty())
+        .with_context(|| format!("persistentVolumeClaim {claim} is not bound"))?;
+    let pv = Api::<PersistentVolume>::all(client.clone())
+        .get(&volume)
+        .await
+        .with_context(|| format!("persistentVolume {volume}"))?
+        .spec
+        .unwrap_or_default();
+    let path = pv
+        .host_path
+        .map(|h| h.path)
+        .or(pv.local.map(|l| l.path))
+        .with_context(|| {
+            format!("persistentVolume {volume}: testenv mounts only hostPath and local volumes")
+        })?;
+    let p = cfg.node_root(node).join(path.trim_start_matches('/'));
+    std::fs::create_dir_all(&p)?;
+    Ok(p)
 }
 
 fn write_keys(

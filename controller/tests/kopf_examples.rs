@@ -1,0 +1,319 @@
+//! The seed operators users wrote by hand with kopf, as the flows in `examples/kopf/`, run as
+//! written (only their namespace changes) with the least-privilege RBAC beside them. Seed 004's
+//! MySQL runs on a stand-in image (`tests/fixtures/fake-mysql`), the rest is real: StatefulSet,
+//! claims bound to local volumes, pods/exec through the API server, `kubectl exec` as in the seed.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use kube::api::{Api, DeleteParams};
+use kube::runtime::wait::{await_condition, conditions};
+use pseudoflow_compiler::{compile, FlowId};
+use pseudoflow_testenv::apply::apply_value;
+use serde_json::{json, Value};
+
+mod common;
+
+use common::api::eventually;
+use common::{apply, flow_events, flows, prepare, start_controller, wait_done};
+
+fn example(path: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .join("examples/kopf")
+        .join(path)
+}
+
+/// Every document of `path`, moved into `ns`.
+fn documents_in(path: &str, ns: &str) -> Vec<Value> {
+    let text = std::fs::read_to_string(example(path)).unwrap();
+    let mut docs = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let mut v: Value = serde::Deserialize::deserialize(doc).unwrap();
+        v["metadata"]["namespace"] = json!(ns);
+        let subjects = v.get_mut("subjects").and_then(Value::as_array_mut);
+        for subject in subjects.into_iter().flatten() {
+            subject["namespace"] = json!(ns);
+        }
+        docs.push(v);
+    }
+    docs
+}
+
+#[test]
+fn every_kopf_example_compiles() {
+    for file in ["database.yaml", "mysql.yaml"] {
+        let flow = &documents_in(file, "default")[0];
+        let id = FlowId {
+            name: flow["metadata"]["name"].as_str().unwrap(),
+            namespace: Some("default"),
+        };
+        if let Err(diags) = compile(&id, &flow["spec"]) {
+            panic!("{file}: {diags:?}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_database_operator_of_seed_001_creates_its_pod_and_removes_it_on_delete() {
+    let (client, ns) = prepare("kopf-db", json!([]), json!([])).await;
+    for doc in documents_in("rbac/database.yaml", &ns) {
+        apply_value(&client, doc, None).await.unwrap();
+    }
+    let ctl = start_controller(&client, &ns);
+    let flow = documents_in("database.yaml", &ns).remove(0);
+    apply(&client, flow).await;
+
+    // The flow waits for its credentials; the database owner creates them.
+    let st = common::wait_status(&client, &ns, "postgres-test", 60, "waiting", |st| {
+        st["currentStep"]
+            .as_str()
+            .is_some_and(|s| s.contains("credentials exist"))
+    })
+    .await;
+    assert_eq!(st["phase"], "Running", "{st:#}");
+    apply(
+        &client,
+        json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "postgres-test-credentials", "namespace": ns},
+        "stringData": {"password": "s3cret-value"}}),
+    )
+    .await;
+
+    let status = wait_done(&client, &ns, "postgres-test", 120).await;
+    assert_eq!(status["phase"], "Succeeded", "{status:#}");
+    assert!(
+        !status.to_string().contains("s3cret-value"),
+        "the password is nowhere in status"
+    );
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let pod = pods.get("postgres-test-pod").await.unwrap();
+    let labels = pod.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(labels["app"], "database");
+    assert_eq!(labels["database-name"], "postgres-test");
+    let container = &pod.spec.as_ref().unwrap().containers[0];
+    assert_eq!(container.image.as_deref(), Some("postgres:15.3"));
+    let env = &container.env.as_ref().unwrap()[0];
+    assert_eq!(env.name, "POSTGRES_PASSWORD", "chosen by the engine var");
+    let secret_ref = env
+        .value_from
+        .as_ref()
+        .and_then(|v| v.secret_key_ref.as_ref())
+        .unwrap();
+    assert_eq!(secret_ref.name, "postgres-test-credentials");
+
+    // Deleting the database deletes its pod, as kopf's @on.delete handler did.
+    let api = flows(&client, &ns);
+    let uid = api
+        .get("postgres-test")
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    api.delete("postgres-test", &DeleteParams::default())
+        .await
+        .unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(90),
+        await_condition(api.clone(), "postgres-test", conditions::is_deleted(&uid)),
+    )
+    .await
+    .expect("the flow is gone once its onDelete steps ran")
+    .unwrap();
+    eventually(30, "the database pod is gone", || async {
+        pods.get_opt("postgres-test-pod").await.unwrap().is_none()
+    })
+    .await;
+    ctl.abort();
+}
+
+/// Runs kubectl against testenv off the async runtime; returns success and stdout+stderr.
+async fn kubectl(args: &[&str]) -> (bool, String) {
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        let out = Command::new(pseudoflow_testenv::binaries::bin_dir().join("kubectl"))
+            .arg("--kubeconfig")
+            .arg(common::env().kubeconfig_path())
+            .args(&args)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    })
+    .await
+    .unwrap()
+}
+
+/// Deletes flow `name` and waits until its onDelete steps ran and it is gone.
+async fn delete_flow(client: &kube::Client, ns: &str, name: &str) {
+    let api = flows(client, ns);
+    let uid = api.get(name).await.unwrap().metadata.uid.unwrap();
+    api.delete(name, &DeleteParams::default()).await.unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(120),
+        await_condition(api.clone(), name, conditions::is_deleted(&uid)),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("flow {name} still there after 120 s"))
+    .unwrap();
+}
+
+async fn volume_of(claims: &Api<PersistentVolumeClaim>, name: &str) -> String {
+    let claim = claims.get(name).await.unwrap();
+    claim.spec.and_then(|s| s.volume_name).unwrap_or_default()
+}
+
+async fn event_messages(client: &kube::Client, ns: &str, name: &str) -> Vec<String> {
+    flow_events(client, ns, name)
+        .await
+        .into_iter()
+        .filter_map(|e| e.message)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mysql_operator_of_seed_004_backs_up_on_delete_and_restores_on_create() {
+    let (client, ns) = prepare("kopf-mysql", json!([]), json!([])).await;
+    for doc in documents_in("rbac/mysql.yaml", &ns) {
+        apply_value(&client, doc, None).await.unwrap();
+    }
+    // testenv has no provisioner: local volumes on one node, reserved for the claims the flow
+    // makes (the data claim twice: before and after the flow is re-created).
+    let node = common::env().nodes()[1].clone();
+    let volumes = [
+        ("backup", "mysql-instance-backup"),
+        ("data-1", "data-mysql-instance-0"),
+        ("data-2", "data-mysql-instance-0"),
+    ];
+    for (volume, claim) in volumes {
+        apply(
+            &client,
+            json!({"apiVersion": "v1", "kind": "PersistentVolume",
+            "metadata": {"name": format!("{ns}-{volume}")},
+            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
+                "hostPath": {"path": format!("/srv/{ns}/{volume}")},
+                "claimRef": {"namespace": ns, "name": claim},
+                "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}}}}),
+        )
+        .await;
+    }
+    apply(
+        &client,
+        json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "mysql-instance-credentials", "namespace": ns},
+        "stringData": {"password": "otuspassword"}}),
+    )
+    .await;
+    let ctl = start_controller(&client, &ns);
+    let flow = documents_in("mysql.yaml", &ns).remove(0);
+
+    apply(&client, flow.clone()).await;
+    let status = wait_done(&client, &ns, "mysql-instance", 180).await;
+    assert_eq!(status["phase"], "Succeeded", "{status:#}");
+    let events = event_messages(&client, &ns, "mysql-instance").await;
+    assert!(
+        events
+            .iter()
+            .any(|m| m == "mysql-instance: no backup to restore"),
+        "{events:#?}"
+    );
+
+    // The seed's session: rows written with kubectl exec.
+    for row in ["some data", "some data-2"] {
+        let sql = format!("INSERT INTO test ( id, name ) VALUES ( null, '{row}' );");
+        let (ok, out) = kubectl(&[
+            "exec",
+            "-n",
+            &ns,
+            "mysql-instance-0",
+            "-c",
+            "mysql",
+            "--",
+            "mysql",
+            "-potuspassword",
+            "-e",
+            &sql,
+            "otus-database",
+        ])
+        .await;
+        assert!(ok, "kubectl exec: {out}");
+    }
+
+    // Deleting the instance takes a backup, then removes the server and its data volume.
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    let first_volume = volume_of(&claims, "data-mysql-instance-0").await;
+    delete_flow(&client, &ns, "mysql-instance").await;
+    let dump = std::fs::read_to_string(
+        common::env()
+            .node_root(&node)
+            .join(format!("srv/{ns}/backup/dump.sql")),
+    )
+    .expect("the backup volume holds a dump");
+    assert!(
+        dump.contains("'some data'") && dump.contains("'some data-2'"),
+        "{dump}"
+    );
+    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+    assert!(sets.get_opt("mysql-instance").await.unwrap().is_none());
+    eventually(30, "the data claim is gone", || async {
+        claims
+            .get_opt("data-mysql-instance-0")
+            .await
+            .unwrap()
+            .is_none()
+    })
+    .await;
+    assert!(claims
+        .get_opt("mysql-instance-backup")
+        .await
+        .unwrap()
+        .is_some());
+
+    // Creating it again restores the rows onto a fresh data volume.
+    apply(&client, flow).await;
+    let status = wait_done(&client, &ns, "mysql-instance", 180).await;
+    assert_eq!(status["phase"], "Succeeded", "{status:#}");
+    let events = event_messages(&client, &ns, "mysql-instance").await;
+    assert!(
+        events
+            .iter()
+            .any(|m| m.starts_with("mysql-instance: restored from backup taken")),
+        "{events:#?}"
+    );
+    let (ok, out) = kubectl(&[
+        "exec",
+        "-n",
+        &ns,
+        "mysql-instance-0",
+        "-c",
+        "mysql",
+        "--",
+        "mysql",
+        "-potuspassword",
+        "-e",
+        "select * from test;",
+        "otus-database",
+    ])
+    .await;
+    assert!(ok, "kubectl exec: {out}");
+    assert_eq!(out, "null, 'some data'\nnull, 'some data-2'\n");
+    let second_volume = volume_of(&claims, "data-mysql-instance-0").await;
+    assert_ne!(
+        second_volume, first_volume,
+        "the rows came back from the backup, not from the old data volume"
+    );
+    ctl.abort();
+}
