@@ -4,13 +4,10 @@
 //! claims bound to local volumes, pods/exec through the API server, `kubectl exec` as in the seed.
 
 use std::path::PathBuf;
-use std::process::Command;
-use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams};
-use kube::runtime::wait::{await_condition, conditions};
 use pseudoflow_compiler::{compile, FlowId};
 use pseudoflow_testenv::apply::apply_value;
 use serde_json::{json, Value};
@@ -18,7 +15,7 @@ use serde_json::{json, Value};
 mod common;
 
 use common::api::eventually;
-use common::{apply, flow_events, flows, prepare, start_controller, wait_done};
+use common::{apply, delete_flow, flow_events, prepare, start_controller, wait_done};
 
 fn example(path: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -42,6 +39,14 @@ fn documents_in(path: &str, ns: &str) -> Vec<Value> {
         docs.push(v);
     }
     docs
+}
+
+/// The Secret `<instance>-credentials` the database owner creates before (or after) the flow.
+async fn credentials(client: &kube::Client, ns: &str, instance: &str, password: &str) {
+    let secret = json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": format!("{instance}-credentials"), "namespace": ns},
+        "stringData": {"password": password}});
+    apply(client, secret).await;
 }
 
 #[test]
@@ -76,13 +81,7 @@ async fn the_database_operator_of_seed_001_creates_its_pod_and_removes_it_on_del
     })
     .await;
     assert_eq!(st["phase"], "Running", "{st:#}");
-    apply(
-        &client,
-        json!({"apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": "postgres-test-credentials", "namespace": ns},
-        "stringData": {"password": "s3cret-value"}}),
-    )
-    .await;
+    credentials(&client, &ns, "postgres-test", "s3cret-value").await;
 
     let status = wait_done(&client, &ns, "postgres-test", 120).await;
     assert_eq!(status["phase"], "Succeeded", "{status:#}");
@@ -107,24 +106,7 @@ async fn the_database_operator_of_seed_001_creates_its_pod_and_removes_it_on_del
     assert_eq!(secret_ref.name, "postgres-test-credentials");
 
     // Deleting the database deletes its pod, as kopf's @on.delete handler did.
-    let api = flows(&client, &ns);
-    let uid = api
-        .get("postgres-test")
-        .await
-        .unwrap()
-        .metadata
-        .uid
-        .unwrap();
-    api.delete("postgres-test", &DeleteParams::default())
-        .await
-        .unwrap();
-    tokio::time::timeout(
-        Duration::from_secs(90),
-        await_condition(api.clone(), "postgres-test", conditions::is_deleted(&uid)),
-    )
-    .await
-    .expect("the flow is gone once its onDelete steps ran")
-    .unwrap();
+    delete_flow(&client, &ns, "postgres-test", &DeleteParams::default(), 90).await;
     eventually(30, "the database pod is gone", || async {
         pods.get_opt("postgres-test-pod").await.unwrap().is_none()
     })
@@ -132,41 +114,28 @@ async fn the_database_operator_of_seed_001_creates_its_pod_and_removes_it_on_del
     ctl.abort();
 }
 
-/// Runs kubectl against testenv off the async runtime; returns success and stdout+stderr.
-async fn kubectl(args: &[&str]) -> (bool, String) {
-    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+/// Runs `sql` with the mysql client inside the database pod, as the seed does with kubectl exec.
+async fn mysql_in_pod(ns: &str, sql: &str) -> (bool, String) {
+    let args = [
+        "exec",
+        "-n",
+        ns,
+        "mysql-instance-0",
+        "-c",
+        "mysql",
+        "--",
+        "mysql",
+    ]
+    .into_iter()
+    .chain(["-potuspassword", "-e", sql, "otus-database"])
+    .map(String::from)
+    .collect::<Vec<_>>();
     tokio::task::spawn_blocking(move || {
-        let out = Command::new(pseudoflow_testenv::binaries::bin_dir().join("kubectl"))
-            .arg("--kubeconfig")
-            .arg(common::env().kubeconfig_path())
-            .args(&args)
-            .output()
-            .unwrap();
-        (
-            out.status.success(),
-            format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ),
-        )
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        common::kubectl(&args)
     })
     .await
     .unwrap()
-}
-
-/// Deletes flow `name` and waits until its onDelete steps ran and it is gone.
-async fn delete_flow(client: &kube::Client, ns: &str, name: &str) {
-    let api = flows(client, ns);
-    let uid = api.get(name).await.unwrap().metadata.uid.unwrap();
-    api.delete(name, &DeleteParams::default()).await.unwrap();
-    tokio::time::timeout(
-        Duration::from_secs(120),
-        await_condition(api.clone(), name, conditions::is_deleted(&uid)),
-    )
-    .await
-    .unwrap_or_else(|_| panic!("flow {name} still there after 120 s"))
-    .unwrap();
 }
 
 async fn volume_of(claims: &Api<PersistentVolumeClaim>, name: &str) -> String {
@@ -210,13 +179,7 @@ async fn the_mysql_operator_of_seed_004_backs_up_on_delete_and_restores_on_creat
         )
         .await;
     }
-    apply(
-        &client,
-        json!({"apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": "mysql-instance-credentials", "namespace": ns},
-        "stringData": {"password": "otuspassword"}}),
-    )
-    .await;
+    credentials(&client, &ns, "mysql-instance", "otuspassword").await;
     let ctl = start_controller(&client, &ns);
     let flow = documents_in("mysql.yaml", &ns).remove(0);
 
@@ -234,28 +197,21 @@ async fn the_mysql_operator_of_seed_004_backs_up_on_delete_and_restores_on_creat
     // The seed's session: rows written with kubectl exec.
     for row in ["some data", "some data-2"] {
         let sql = format!("INSERT INTO test ( id, name ) VALUES ( null, '{row}' );");
-        let (ok, out) = kubectl(&[
-            "exec",
-            "-n",
-            &ns,
-            "mysql-instance-0",
-            "-c",
-            "mysql",
-            "--",
-            "mysql",
-            "-potuspassword",
-            "-e",
-            &sql,
-            "otus-database",
-        ])
-        .await;
+        let (ok, out) = mysql_in_pod(&ns, &sql).await;
         assert!(ok, "kubectl exec: {out}");
     }
 
     // Deleting the instance takes a backup, then removes the server and its data volume.
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
     let first_volume = volume_of(&claims, "data-mysql-instance-0").await;
-    delete_flow(&client, &ns, "mysql-instance").await;
+    delete_flow(
+        &client,
+        &ns,
+        "mysql-instance",
+        &DeleteParams::default(),
+        120,
+    )
+    .await;
     let dump = std::fs::read_to_string(
         common::env()
             .node_root(&node)
@@ -293,21 +249,7 @@ async fn the_mysql_operator_of_seed_004_backs_up_on_delete_and_restores_on_creat
             .any(|m| m.starts_with("mysql-instance: restored from backup taken")),
         "{events:#?}"
     );
-    let (ok, out) = kubectl(&[
-        "exec",
-        "-n",
-        &ns,
-        "mysql-instance-0",
-        "-c",
-        "mysql",
-        "--",
-        "mysql",
-        "-potuspassword",
-        "-e",
-        "select * from test;",
-        "otus-database",
-    ])
-    .await;
+    let (ok, out) = mysql_in_pod(&ns, "select * from test;").await;
     assert!(ok, "kubectl exec: {out}");
     assert_eq!(out, "null, 'some data'\nnull, 'some data-2'\n");
     let second_volume = volume_of(&claims, "data-mysql-instance-0").await;

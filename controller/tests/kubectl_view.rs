@@ -1,31 +1,12 @@
 //! What a person sees with kubectl, on testenv: `kubectl get pf` columns, `kubectl wait
 //! --for=condition=Ready`, an Event per step start and end, and a step's output of more than 256 KiB reaching later steps whole.
 
-use std::process::Command;
-
 use serde_json::json;
 
 mod common;
 
 use common::harness::{config_map, create_flow, setup, wait_done};
-
-fn kubectl(args: &[&str]) -> (bool, String) {
-    let env = common::env();
-    let out = Command::new(pseudoflow_testenv::binaries::bin_dir().join("kubectl"))
-        .arg("--kubeconfig")
-        .arg(env.kubeconfig_path())
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
-}
+use common::kubectl;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_300_kib_output_reaches_the_next_step_and_kubectl_shows_and_waits() {

@@ -7,13 +7,14 @@ use std::time::Duration;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
-use kube::runtime::wait::{await_condition, conditions};
+use kube::runtime::wait::await_condition;
 use pseudoflow_controller::reconcile::flow_resource;
 use serde_json::json;
 
 mod common;
 
 use common::harness::{apply, config_map, create_flow, setup, setup_with, wait_done};
+use common::{delete_flow, wait_gone};
 
 fn make_cm(ns: &str, name: &str) -> serde_json::Value {
     json!({"type": "apply", "manifests": format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: \"{name}\", namespace: {ns}}}\n")})
@@ -41,15 +42,8 @@ async fn on_delete_steps_run_before_the_flow_goes() {
         "a flow with onDelete steps carries the finalizer"
     );
     assert!(config_map(&client, &ns, "backup-taken").await.is_none());
-    flows.delete("db", &DeleteParams::default()).await.unwrap();
-    let uid = flow.metadata.uid.clone().unwrap();
-    tokio::time::timeout(
-        Duration::from_secs(60),
-        await_condition(flows.clone(), "db", conditions::is_deleted(&uid)),
-    )
-    .await
-    .expect("the flow is gone once its onDelete steps ran")
-    .unwrap();
+    // Gone only once its onDelete steps ran.
+    delete_flow(&client, &ns, "db", &DeleteParams::default(), 60).await;
     assert!(
         config_map(&client, &ns, "backup-taken").await.is_some(),
         "the onDelete step ran before the flow was released"
@@ -115,14 +109,7 @@ async fn a_failing_on_delete_keeps_the_flow_and_says_what_to_do() {
         )
         .await
         .unwrap();
-    let uid = still.metadata.uid.unwrap();
-    tokio::time::timeout(
-        Duration::from_secs(30),
-        await_condition(flows, "keep", conditions::is_deleted(&uid)),
-    )
-    .await
-    .unwrap()
-    .unwrap();
+    wait_gone(&client, &ns, "keep", &still.metadata.uid.unwrap(), 30).await;
 }
 
 #[tokio::test]
@@ -253,19 +240,7 @@ async fn a_flow_created_again_under_the_same_name_runs_anew() {
 
     // Deleted with its Jobs and run state orphaned: they stay, as they may for a while when
     // garbage collection lags. The new flow object must not take them for its own.
-    let flows: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &flow_resource());
-    let uid = flows.get("reborn").await.unwrap().metadata.uid.unwrap();
-    flows
-        .delete("reborn", &DeleteParams::orphan())
-        .await
-        .unwrap();
-    tokio::time::timeout(
-        Duration::from_secs(30),
-        await_condition(flows.clone(), "reborn", conditions::is_deleted(&uid)),
-    )
-    .await
-    .expect("the flow is gone")
-    .unwrap();
+    delete_flow(&client, &ns, "reborn", &DeleteParams::orphan(), 30).await;
     let leftovers = Api::<Job>::namespaced(client.clone(), &ns)
         .list(&ListParams::default())
         .await

@@ -10,7 +10,7 @@ use std::time::Duration;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::wait::{await_condition, conditions};
 use kube::Client;
 use pseudoflow_controller::metrics::Metrics;
@@ -242,4 +242,24 @@ pub async fn request_run(client: &Client, ns: &str, name: &str, value: &str) {
         )
         .await
         .unwrap();
+}
+
+/// Waits up to `secs` until flow `name` with `uid` is gone (its finalizer, if any, released).
+pub async fn wait_gone(client: &Client, ns: &str, name: &str, uid: &str, secs: u64) {
+    tokio::time::timeout(
+        Duration::from_secs(secs),
+        await_condition(flows(client, ns), name, conditions::is_deleted(uid)),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("flow {name} still there after {secs} s"))
+    .unwrap();
+}
+
+/// Deletes flow `name` with `params` and waits up to `secs` until it is gone (its onDelete
+/// steps, if any, ran).
+pub async fn delete_flow(client: &Client, ns: &str, name: &str, params: &DeleteParams, secs: u64) {
+    let api = flows(client, ns);
+    let uid = api.get(name).await.unwrap().metadata.uid.unwrap();
+    api.delete(name, params).await.unwrap();
+    wait_gone(client, ns, name, &uid, secs).await;
 }

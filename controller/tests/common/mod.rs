@@ -64,3 +64,23 @@ pub fn env() -> &'static TestEnv {
 
 #[allow(dead_code)]
 pub mod harness;
+
+/// Runs testenv's kubectl (blocking: call it off the runtime the controller uses); returns
+/// success and stdout followed by stderr.
+#[allow(dead_code)]
+pub fn kubectl(args: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new(pseudoflow_testenv::binaries::bin_dir().join("kubectl"))
+        .arg("--kubeconfig")
+        .arg(env().kubeconfig_path())
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
