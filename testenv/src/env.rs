@@ -87,9 +87,14 @@ fn probe_binary() -> PathBuf {
 impl TestEnv {
     /// Starts a cluster in a fresh temporary directory and waits until every node is Ready.
     pub async fn start(opts: Options) -> Result<TestEnv> {
+        let swept = crate::leftovers::sweep(&std::env::temp_dir());
+        if swept > 0 {
+            tracing::info!("removed {swept} cluster directories of test runs that are gone");
+        }
         let tmp = tempfile::Builder::new()
-            .prefix("pseudoflow-testenv-")
+            .prefix(crate::leftovers::PREFIX)
             .tempdir()?;
+        crate::leftovers::claim(tmp.path())?;
         let mut env = Self::start_in(tmp.path(), opts).await?;
         env._tmp = Some(tmp);
         Ok(env)

@@ -10,6 +10,7 @@ pub mod certs;
 pub mod controlplane;
 pub mod env;
 pub mod kubelet;
+mod leftovers;
 pub mod procs;
 pub mod seed;
 

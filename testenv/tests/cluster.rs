@@ -334,3 +334,88 @@ async fn nodes_stay_ready_for_more_than_90_seconds() {
         );
     }
 }
+
+fn shell_pod(name: &str, script: &str) -> serde_json::Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {"restartPolicy": "Never", "automountServiceAccountToken": false,
+            "containers": [{"name": "main", "image": SHELL_IMAGE, "command": ["/bin/sh", "-c", script]}]}})
+}
+
+fn is_running(pod: Option<&Pod>) -> bool {
+    pod.and_then(|p| p.status.as_ref())
+        .and_then(|s| s.phase.as_deref())
+        == Some("Running")
+}
+
+#[tokio::test]
+async fn logs_and_exec_with_stdin_reach_the_pods_process_through_the_api_server() {
+    use futures::{AsyncBufReadExt, TryStreamExt};
+    use kube::api::{AttachParams, LogParams};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let env = env();
+    let client = env.client().await.unwrap();
+    let ns = env.namespace("streams").await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let _: Pod = create(
+        &client,
+        &ns,
+        shell_pod("talker", "echo one; echo two >&2; exec sleep 600"),
+    )
+    .await;
+    wait(pods.clone(), "talker", is_running, 60).await;
+
+    // pods/log: stdout and stderr as written; tailLines as kubectl --tail sends it.
+    let all = pods.logs("talker", &LogParams::default()).await.unwrap();
+    assert_eq!(all, "one\ntwo\n");
+    let tail = LogParams {
+        tail_lines: Some(1),
+        ..Default::default()
+    };
+    assert_eq!(pods.logs("talker", &tail).await.unwrap(), "two\n");
+
+    // pods/exec with stdin: what is written reaches the command; closing stdin ends it.
+    let params = AttachParams::default()
+        .stdin(true)
+        .stdout(true)
+        .stderr(false);
+    let mut cat = pods.exec("talker", ["cat"], &params).await.unwrap();
+    let mut stdin = cat.stdin().unwrap();
+    stdin.write_all(b"through stdin\n").await.unwrap();
+    // Shut down, not just dropped: kube's stdin is one half of an in-memory pipe.
+    stdin.shutdown().await.unwrap();
+    let mut out = String::new();
+    cat.stdout()
+        .unwrap()
+        .read_to_string(&mut out)
+        .await
+        .unwrap();
+    let status = cat.take_status().unwrap().await.unwrap();
+    assert_eq!(status.status.as_deref(), Some("Success"), "{status:?}");
+    assert_eq!(out, "through stdin\n");
+
+    // follow: lines arrive as the process writes them, and the stream ends with the process.
+    let _: Pod = create(
+        &client,
+        &ns,
+        shell_pod("ticker", "echo a; sleep 2; echo b; sleep 2; echo c"),
+    )
+    .await;
+    wait(pods.clone(), "ticker", is_running, 60).await;
+    let follow = LogParams {
+        follow: true,
+        ..Default::default()
+    };
+    let lines: Vec<String> = tokio::time::timeout(
+        Duration::from_secs(30),
+        pods.log_stream("ticker", &follow)
+            .await
+            .unwrap()
+            .lines()
+            .try_collect(),
+    )
+    .await
+    .expect("the followed log ends when the process does")
+    .unwrap();
+    assert_eq!(lines, ["a", "b", "c"]);
+}

@@ -1,11 +1,11 @@
 //! The "process kubelet": registers Nodes, keeps them Ready (Lease renewal + status heartbeat),
-//! runs the pods bound to them (see [`pod`] and [`runner`]), and serves `pods/exec` into them
-//! (see [`exec`]).
+//! runs the pods bound to them (see [`pod`] and [`runner`]), and serves `pods/exec` and
+//! `pods/log` for them (see [`streaming`]).
 
-mod exec;
 mod node;
 mod pod;
 mod runner;
+mod streaming;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -100,7 +100,7 @@ impl KubeletConfig {
 /// Registers the nodes and starts their kubelets on the current runtime.
 pub async fn start(client: Client, cfg: KubeletConfig, nodes: &[NodeSpec]) -> Result<()> {
     // One streaming server for all nodes: the exec path names the pod, which names its node.
-    let port = exec::start(client.clone(), cfg.clone()).await?;
+    let port = streaming::start(client.clone(), cfg.clone()).await?;
     for spec in nodes {
         node::prepare_dirs(&cfg, &spec.name)?;
         node::register(&client, spec, port).await?;

@@ -1,34 +1,29 @@
-//! The kubelet's streaming endpoint for `pods/exec`: the API server proxies a client's WebSocket
-//! (`v5.channel.k8s.io` or `v4.channel.k8s.io`) to `/exec/{namespace}/{pod}/{container}` here,
-//! over TLS that both sides verify against the testenv CA. The command runs like the pod's own
-//! process: the pod's environment, in a private mount namespace with the pod's volumes bound at
-//! their mount paths (the launcher [`super::runner`] wrote). Frames carry a channel byte (0 stdin,
-//! 1 stdout, 2 stderr, 3 the final `Status`, 255 close a stream in v5), as a real kubelet's do.
+//! `pods/exec`: the API server proxies a client's WebSocket (`v5.channel.k8s.io` or
+//! `v4.channel.k8s.io`) to `/exec/{namespace}/{pod}/{container}`. The command runs like the pod's
+//! own process: the pod's environment, in a private mount namespace with the pod's volumes bound at
+//! their mount paths (the launcher [`super::super::runner`] wrote). Frames carry a channel byte (0
+//! stdin, 1 stdout, 2 stderr, 3 the final `Status`, 255 close a stream in v5), as a real kubelet's
+//! do.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::sync::Arc;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{bail, Context, Result};
 use futures::{SinkExt, StreamExt};
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::Api;
+use hyper::upgrade::Upgraded;
+use hyper::HeaderMap;
+use hyper_util::rt::TokioIo;
 use kube::Client;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use serde_json::json;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
-use tokio_rustls::TlsAcceptor;
-use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
-use tokio_tungstenite::tungstenite::http::{HeaderValue, StatusCode};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::Message;
 
-use super::KubeletConfig;
+use super::super::KubeletConfig;
+use super::PodContainer;
 
 const STDIN: u8 = 0;
 const STDOUT: u8 = 1;
@@ -38,50 +33,6 @@ const CLOSE: u8 = 255;
 
 /// The sub-protocols served, most preferred first (v5 adds closing stdin).
 const PROTOCOLS: [&str; 2] = ["v5.channel.k8s.io", "v4.channel.k8s.io"];
-
-/// Binds the streaming server on a free loopback port and serves it in the background.
-pub(super) async fn start(client: Client, cfg: KubeletConfig) -> Result<u16> {
-    let tls = TlsAcceptor::from(Arc::new(server_config(&cfg)?));
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
-    let port = listener.local_addr()?.port();
-    tokio::spawn(async move {
-        loop {
-            let Ok((tcp, _)) = listener.accept().await else {
-                continue;
-            };
-            let (tls, client, cfg) = (tls.clone(), client.clone(), cfg.clone());
-            tokio::spawn(async move {
-                if let Err(e) = serve(tcp, tls, client, cfg).await {
-                    tracing::warn!("kubelet exec: {e:#}");
-                }
-            });
-        }
-    });
-    Ok(port)
-}
-
-/// TLS with the kubelet's serving cert, accepting only clients whose cert the testenv CA signed
-/// (the API server's `--kubelet-client-certificate`).
-fn server_config(cfg: &KubeletConfig) -> Result<rustls::ServerConfig> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = rustls::RootCertStore::empty();
-    for ca in CertificateDer::pem_file_iter(&cfg.ca_crt).context("reading the CA")? {
-        roots.add(ca?)?;
-    }
-    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-        Arc::new(roots),
-        provider.clone(),
-    )
-    .build()?;
-    let chain = CertificateDer::pem_file_iter(&cfg.serving_crt)
-        .context("reading the kubelet serving cert")?
-        .collect::<Result<Vec<_>, _>>()?;
-    let key = PrivateKeyDer::from_pem_file(&cfg.serving_key).context("reading its key")?;
-    Ok(rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_client_cert_verifier(verifier)
-        .with_single_cert(chain, key)?)
-}
 
 /// What an exec request asks for, from its path and query.
 #[derive(Debug, PartialEq)]
@@ -134,40 +85,26 @@ fn pick_protocol(offered: &str) -> Option<&'static str> {
     PROTOCOLS.into_iter().find(|p| offered.contains(p))
 }
 
-// The handshake callback's error type is tungstenite's, not ours.
-#[allow(clippy::result_large_err)]
-async fn serve(tcp: TcpStream, tls: TlsAcceptor, client: Client, cfg: KubeletConfig) -> Result<()> {
-    let stream = tls.accept(tcp).await.context("TLS handshake")?;
-    let mut target = None;
-    let callback = |req: &Request, mut resp: Response| -> Result<Response, ErrorResponse> {
-        let offered: Vec<&str> = req
-            .headers()
-            .get_all("Sec-WebSocket-Protocol")
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .collect();
-        let Some(protocol) = pick_protocol(&offered.join(",")) else {
-            let mut err = ErrorResponse::new(Some(format!(
-                "none of the offered sub-protocols {offered:?} is served; want one of {PROTOCOLS:?}"
-            )));
-            *err.status_mut() = StatusCode::BAD_REQUEST;
-            return Err(err);
-        };
-        resp.headers_mut()
-            .insert("Sec-WebSocket-Protocol", HeaderValue::from_static(protocol));
-        target = Some((
-            req.uri().path().to_string(),
-            req.uri().query().unwrap_or_default().to_string(),
-        ));
-        Ok(resp)
-    };
-    let ws = tokio_tungstenite::accept_hdr_async(stream, callback)
-        .await
-        .context("WebSocket handshake")?;
-    let (path, query) = target.ok_or_else(|| anyhow!("handshake without a request"))?;
-    let (mut sink, mut incoming) = ws.split();
+/// The first of our protocols a request offers in `Sec-WebSocket-Protocol`.
+pub(super) fn protocol_of(headers: &HeaderMap) -> Option<&'static str> {
+    let offered: Vec<&str> = headers
+        .get_all("Sec-WebSocket-Protocol")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    pick_protocol(&offered.join(","))
+}
 
-    let result = match ExecRequest::parse(&path, &query) {
+/// Serves one exec over an upgraded connection, ending with the `Status` frame and a normal close.
+pub(super) async fn serve(
+    ws: Socket,
+    client: Client,
+    cfg: KubeletConfig,
+    path: &str,
+    query: &str,
+) -> Result<()> {
+    let (mut sink, mut incoming) = ws.split();
+    let result = match ExecRequest::parse(path, query) {
         Ok(req) => run(&client, &cfg, &req, &mut sink, &mut incoming).await,
         Err(e) => Err(e),
     };
@@ -195,13 +132,10 @@ async fn serve(tcp: TcpStream, tls: TlsAcceptor, client: Client, cfg: KubeletCon
     Ok(())
 }
 
-type Sink = futures::stream::SplitSink<
-    tokio_tungstenite::WebSocketStream<tokio_rustls::server::TlsStream<TcpStream>>,
-    Message,
->;
-type Incoming = futures::stream::SplitStream<
-    tokio_tungstenite::WebSocketStream<tokio_rustls::server::TlsStream<TcpStream>>,
->;
+/// The WebSocket an exec runs over.
+pub(super) type Socket = tokio_tungstenite::WebSocketStream<TokioIo<Upgraded>>;
+type Sink = futures::stream::SplitSink<Socket, Message>;
+type Incoming = futures::stream::SplitStream<Socket>;
 
 /// Runs the command in the pod's view, relaying its streams; returns its exit code.
 async fn run(
@@ -294,33 +228,12 @@ async fn pod_view(
     cfg: &KubeletConfig,
     req: &ExecRequest,
 ) -> Result<(PathBuf, BTreeMap<String, String>)> {
-    let (ns, name) = (&req.namespace, &req.pod);
-    let pod = Api::<Pod>::namespaced(client.clone(), ns)
-        .get(name)
-        .await
-        .with_context(|| format!("pod {ns}/{name}"))?;
-    let spec = pod.spec.unwrap_or_default();
-    let first = spec.containers.first().map(|c| c.name.as_str());
-    if first != Some(req.container.as_str()) {
-        bail!(
-            "container {} is not the first container of pod {ns}/{name}; the testenv kubelet runs only that one",
-            req.container
-        );
+    let target = PodContainer::find(client, cfg, &req.namespace, &req.pod, &req.container).await?;
+    let launcher = target.dir.join("launcher.sh");
+    if !target.running || !launcher.is_file() {
+        bail!("{target} is not running a process");
     }
-    let running = pod
-        .status
-        .and_then(|s| s.phase)
-        .is_some_and(|p| p == "Running");
-    let node = spec.node_name.unwrap_or_default();
-    let dir = cfg.pod_dir(&node, ns, name);
-    let launcher = dir.join("launcher.sh");
-    if !running || !launcher.is_file() {
-        bail!(
-            "container {} in pod {ns}/{name} is not running a process",
-            req.container
-        );
-    }
-    let env = serde_json::from_slice(&std::fs::read(dir.join("env.json"))?)
+    let env = serde_json::from_slice(&std::fs::read(target.dir.join("env.json"))?)
         .context("reading the pod's environment")?;
     Ok((launcher, env))
 }
