@@ -202,8 +202,9 @@ async fn reconcile_flow(
     let policy = compiled.spec.options.concurrency_policy;
     let mut queued = None;
     let fresh = || new_run(&wanted, generation, trigger.clone(), &raw_spec);
+    let is_wanted = |r: &StoredRun| is_wanted_run(r, &wanted, generation, &trigger, deleting);
     let (mut run, mut rv) = match stored {
-        Some((r, rv)) if r.run_id == wanted => (r, Some(rv)),
+        Some((r, rv)) if is_wanted(&r) => (r, Some(rv)),
         Some((old, rv)) if deleting => {
             // Deletion stops every running run before the onDelete steps start.
             for r in running_runs(&old) {
@@ -240,7 +241,7 @@ async fn reconcile_flow(
         // A leftover ConfigMap (an earlier flow of this name) is replaced, not reused.
         None => (fresh(), leftover_rv),
     };
-    if run.run_id != wanted && queued.is_none() {
+    if !is_wanted(&run) && queued.is_none() {
         unreachable!("a new run is always the wanted one");
     }
     // A run is driven with the spec it started with (kept in the run state), so a Forbid-queued
@@ -337,6 +338,23 @@ fn plan_of(compiled: &pseudoflow_compiler::Compiled, deleting: bool) -> &Plan {
     }
 }
 
+/// Whether the stored run (already known to be this flow object's) is the one wanted now: its
+/// id says so, or it was started by the same generation and trigger under the id scheme of an
+/// older controller (before run ids covered the uid), so that upgrading the controller does not
+/// re-run every flow.
+fn is_wanted_run(
+    stored: &StoredRun,
+    wanted: &str,
+    generation: i64,
+    trigger: &Option<String>,
+    deleting: bool,
+) -> bool {
+    stored.run_id == wanted
+        || (stored.generation == generation
+            && &stored.trigger == trigger
+            && stored.run_id.starts_with('d') == deleting)
+}
+
 fn new_run(id: &str, generation: i64, trigger: Option<String>, spec: &Value) -> StoredRun {
     StoredRun {
         run_id: id.to_string(),
@@ -425,4 +443,34 @@ async fn abort_run(
     )
     .await;
     Ok(())
+}
+
+#[cfg(test)]
+mod wanted_run_tests {
+    use super::*;
+
+    fn stored(id: &str, generation: i64, trigger: Option<&str>) -> StoredRun {
+        new_run(id, generation, trigger.map(String::from), &Value::Null)
+    }
+
+    #[test]
+    fn a_run_stored_under_an_older_id_scheme_is_adopted_not_restarted() {
+        let legacy = stored("r15d9afd2", 3, Some("again"));
+        let trigger = Some("again".to_string());
+        assert!(is_wanted_run(&legacy, "rabcdef01", 3, &trigger, false));
+        assert!(
+            !is_wanted_run(&legacy, "rabcdef01", 4, &trigger, false),
+            "new generation"
+        );
+        assert!(
+            !is_wanted_run(&legacy, "rabcdef01", 3, &None, false),
+            "new trigger"
+        );
+        assert!(
+            !is_wanted_run(&legacy, "drabcdef01", 3, &trigger, true),
+            "deletion"
+        );
+        let on_delete = stored("dr15d9afd2", 3, None);
+        assert!(is_wanted_run(&on_delete, "drabcdef01", 3, &None, true));
+    }
 }
