@@ -1,5 +1,6 @@
 //! What a person sees with kubectl, on testenv: `kubectl get pf` columns, `kubectl wait
-//! --for=condition=Ready`, an Event per step start and end, and a step's output of more than 256 KiB reaching later steps whole.
+//! --for=condition=Ready`, an Event per step start and end, `kubectl logs` of a step's Job, and a
+//! step's output of more than 256 KiB reaching later steps whole.
 
 use serde_json::json;
 
@@ -65,6 +66,33 @@ async fn a_300_kib_output_reaches_the_next_step_and_kubectl_shows_and_waits() {
             "no {reason} Event for {path:?}:\n{out}"
         );
     }
+
+    // The executor's JSON log of a step, as docs/operations.md tells people to read it.
+    let (ok, jobs) = kubectl(&[
+        "get",
+        "jobs",
+        "-n",
+        &ns,
+        "-l",
+        "ops.example.com/flow=big",
+        "-o",
+        "name",
+    ]);
+    assert!(ok, "{jobs}");
+    let logs: Vec<String> = jobs
+        .lines()
+        .map(|job| {
+            let (ok, out) = kubectl(&["logs", "-n", &ns, job]);
+            assert!(ok, "kubectl logs {job}: {out}");
+            out
+        })
+        .collect();
+    assert!(
+        logs.iter()
+            .any(|l| l.contains(r#""path":"spec.steps[0]""#)
+                && l.contains(r#""message":"finished""#)),
+        "{logs:#?}"
+    );
 
     let (ok, out) = kubectl(&["get", "pf", "-n", &ns]);
     assert!(ok, "{out}");
