@@ -161,16 +161,21 @@ pub fn step<'a>(status: &'a Value, path: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no status.steps entry for {path}: {status:#}"))
 }
 
-/// The Jobs in `ns`, oldest first (ties by name).
+/// The Jobs in `ns`, oldest first.
 pub async fn jobs(client: &Client, ns: &str) -> Vec<Job> {
     let mut items = Api::<Job>::namespaced(client.clone(), ns)
         .list(&ListParams::default())
         .await
         .unwrap()
         .items;
+    // Creation times have one-second resolution: within a second, a later attempt or loop item
+    // comes later, and otherwise the name decides (it starts with the DAG node id).
     items.sort_by_key(|j| {
+        let number = |key: &str| annotation(j, key).parse::<u64>().unwrap_or(u64::MAX);
         (
             j.metadata.creation_timestamp.clone().map(|t| t.0),
+            number("ops.example.com/attempt"),
+            number("ops.example.com/instance"),
             j.metadata.name.clone(),
         )
     });
