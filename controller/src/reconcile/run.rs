@@ -1,6 +1,7 @@
 //! Driving one run: fold finished Jobs into it, let the walker decide, launch what it says, and
 //! report its end. [`advance_run`] is all a reconcile calls per run; the rest is its machinery.
 
+use super::status::{said_at, step_at};
 use super::*;
 
 /// Observes, times out and drives one run with the spec it started with; returns that spec
@@ -153,21 +154,13 @@ async fn observe_jobs(
             flow,
             ty,
             reason,
-            &format!("{}{}: {}", node.path, key_suffix(&key), c.message),
+            &said_at(&step_at(&node.path, &key), &c.message),
         )
         .await;
         let out = walker.complete(&mut run.state, &node_id, &key, c, t);
         abort(ctx, flow_ref, run, &out.actions).await;
     }
     Ok(())
-}
-
-fn key_suffix(key: &[String]) -> String {
-    if key.is_empty() {
-        String::new()
-    } else {
-        format!(" [{}]", key.join("/"))
-    }
 }
 
 /// `varPerNode` maps from several nodes merge; anything else is replaced.
@@ -339,7 +332,7 @@ async fn drive(
                     .as_deref()
                     .map(|n| format!(" on {n}"))
                     .unwrap_or_default();
-                let note = format!("{}{}: started{on} (Job {job})", node.path, key_suffix(key));
+                let note = format!("{}: started{on} (Job {job})", step_at(&node.path, key));
                 publish(ctx, flow, EventType::Normal, "StepStarted", &note).await;
             }
             info!(node = %node_id, key = ?key, "launched {}", lowered.job.metadata.name.as_deref().unwrap_or_default());

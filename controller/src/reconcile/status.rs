@@ -130,32 +130,13 @@ pub fn of_run(
         .or_else(|| run.state.failure.as_ref().map(|(id, _)| id.clone()));
     let current_step = current.as_deref().map(|id| {
         let (node, key) = split_instance_id(id);
-        if key.is_empty() {
-            label(&node)
-        } else {
-            format!("{} [{}]", label(&node), key.join("/"))
-        }
+        step_at(&label(&node), &key)
     });
     let message = match (&run.state.failure, run.state.phase) {
         (Some((id, msg)), _) => {
             let (node, key) = split_instance_id(id);
             let path = plan.node(&node).map(|n| n.path.clone()).unwrap_or(node);
-            let at = if key.is_empty() {
-                String::new()
-            } else {
-                format!(" [{}]", key.join("/"))
-            };
-            let prefix = format!("{path}{at}");
-            // A step's own message may already lead with its path (or a nested step's, for a
-            // failed group); naming it twice helps nobody.
-            let named = msg
-                .strip_prefix(&prefix)
-                .is_some_and(|rest| rest.starts_with([':', '.', '[']));
-            if named {
-                msg.clone()
-            } else {
-                format!("{prefix}: {msg}")
-            }
+            said_at(&step_at(&path, &key), msg)
         }
         (None, RunPhase::Succeeded) => format!("{done}/{total} steps done"),
         (None, _) => format!(
@@ -236,4 +217,56 @@ pub fn of_run(
     // Absent fields stay in as nulls: status is written as a merge patch, where null deletes a
     // field an earlier status had (a queued run that started, a current step that finished).
     status
+}
+
+/// Where a step instance is, for people: its path, and the loop item of a loop's instance.
+pub(super) fn step_at(path: &str, key: &[String]) -> String {
+    if key.is_empty() {
+        path.to_string()
+    } else {
+        format!("{path} [{}]", key.join("/"))
+    }
+}
+
+/// `msg` said of the step at `at`: prefixed with it, unless the message already leads with it
+/// (API errors do) or with a nested step's path (a failed group); naming it twice helps nobody.
+pub(super) fn said_at(at: &str, msg: &str) -> String {
+    let named = msg
+        .strip_prefix(at)
+        .is_some_and(|rest| rest.starts_with([':', '.', '[']));
+    if named {
+        msg.to_string()
+    } else {
+        format!("{at}: {msg}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_step_is_named_once_in_what_is_said_of_it() {
+        let at = step_at("spec.steps[0]", &[]);
+        assert_eq!(said_at(&at, "timed out"), "spec.steps[0]: timed out");
+        assert_eq!(
+            said_at(&at, "spec.steps[0]: forbidden: x"),
+            "spec.steps[0]: forbidden: x"
+        );
+        assert_eq!(
+            said_at(&at, "spec.steps[0].steps[1][0]: exit 4"),
+            "spec.steps[0].steps[1][0]: exit 4"
+        );
+        // Another step whose path merely starts alike is still prefixed.
+        assert_eq!(
+            said_at(&at, "spec.steps[0]1 oddity"),
+            "spec.steps[0]: spec.steps[0]1 oddity"
+        );
+        let item = step_at("spec.steps[2].steps[0]", &["worker-0".into()]);
+        assert_eq!(item, "spec.steps[2].steps[0] [worker-0]");
+        assert_eq!(
+            said_at(&item, "failed"),
+            "spec.steps[2].steps[0] [worker-0]: failed"
+        );
+    }
 }
