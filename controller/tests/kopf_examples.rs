@@ -143,6 +143,15 @@ async fn volume_of(claims: &Api<PersistentVolumeClaim>, name: &str) -> String {
     claim.spec.and_then(|s| s.volume_name).unwrap_or_default()
 }
 
+/// Applies `flow`, waits until it Succeeded and returns the messages of its Events so far.
+async fn apply_until_succeeded(client: &kube::Client, ns: &str, flow: Value) -> Vec<String> {
+    let name = flow["metadata"]["name"].as_str().unwrap().to_string();
+    apply(client, flow).await;
+    let status = wait_done(client, ns, &name, 180).await;
+    assert_eq!(status["phase"], "Succeeded", "{status:#}");
+    event_messages(client, ns, &name).await
+}
+
 async fn event_messages(client: &kube::Client, ns: &str, name: &str) -> Vec<String> {
     flow_events(client, ns, name)
         .await
@@ -183,10 +192,7 @@ async fn the_mysql_operator_of_seed_004_backs_up_on_delete_and_restores_on_creat
     let ctl = start_controller(&client, &ns);
     let flow = documents_in("mysql.yaml", &ns).remove(0);
 
-    apply(&client, flow.clone()).await;
-    let status = wait_done(&client, &ns, "mysql-instance", 180).await;
-    assert_eq!(status["phase"], "Succeeded", "{status:#}");
-    let events = event_messages(&client, &ns, "mysql-instance").await;
+    let events = apply_until_succeeded(&client, &ns, flow.clone()).await;
     assert!(
         events
             .iter()
@@ -239,10 +245,7 @@ async fn the_mysql_operator_of_seed_004_backs_up_on_delete_and_restores_on_creat
         .is_some());
 
     // Creating it again restores the rows onto a fresh data volume.
-    apply(&client, flow).await;
-    let status = wait_done(&client, &ns, "mysql-instance", 180).await;
-    assert_eq!(status["phase"], "Succeeded", "{status:#}");
-    let events = event_messages(&client, &ns, "mysql-instance").await;
+    let events = apply_until_succeeded(&client, &ns, flow).await;
     assert!(
         events
             .iter()

@@ -14,7 +14,7 @@ use serde_json::json;
 mod common;
 
 use common::harness::{apply, config_map, create_flow, setup, setup_with, wait_done};
-use common::{delete_flow, wait_gone};
+use common::{delete_flow, jobs, wait_gone};
 
 fn make_cm(ns: &str, name: &str) -> serde_json::Value {
     json!({"type": "apply", "manifests": format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: \"{name}\", namespace: {ns}}}\n")})
@@ -241,12 +241,7 @@ async fn a_flow_created_again_under_the_same_name_runs_anew() {
     // Deleted with its Jobs and run state orphaned: they stay, as they may for a while when
     // garbage collection lags. The new flow object must not take them for its own.
     delete_flow(&client, &ns, "reborn", &DeleteParams::orphan(), 30).await;
-    let leftovers = Api::<Job>::namespaced(client.clone(), &ns)
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .len();
+    let leftovers = jobs(&client, &ns).await.len();
     assert_eq!(leftovers, 2, "the old flow's Jobs are still there");
 
     create_flow(&client, &ns, "reborn", spec).await;
@@ -254,11 +249,9 @@ async fn a_flow_created_again_under_the_same_name_runs_anew() {
     assert_eq!(status["phase"], "Succeeded", "{status:#}");
     let second = stamp(config_map(&client, &ns, "stamp").await).unwrap();
     assert_ne!(first, second, "the steps ran again for the new flow");
-    let jobs = Api::<Job>::namespaced(client.clone(), &ns)
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .len();
-    assert_eq!(jobs, 4, "two Jobs of its own beside the two left over");
+    assert_eq!(
+        jobs(&client, &ns).await.len(),
+        4,
+        "two Jobs of its own beside the two left over"
+    );
 }

@@ -17,6 +17,7 @@ use serde_json::{json, Value};
 
 mod common;
 
+use common::api::unix;
 use common::{
     apply, create_flow, created, finished, flow_events, flows, job_node, jobs, prepare,
     request_run, setup, start_controller_with, step, wait_done, wait_status,
@@ -70,15 +71,6 @@ fn run_label(j: &Job) -> String {
 
 fn nodes_of(jobs: &[Job]) -> Vec<String> {
     jobs.iter().map(job_node).collect()
-}
-
-fn unix(rfc3339: &Value) -> i64 {
-    rfc3339
-        .as_str()
-        .unwrap_or_else(|| panic!("not a timestamp: {rfc3339}"))
-        .parse::<k8s_openapi::jiff::Timestamp>()
-        .unwrap()
-        .as_second()
 }
 
 fn message(status: &Value) -> &str {
