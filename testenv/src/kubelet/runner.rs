@@ -65,11 +65,8 @@ pub(super) async fn run(
                 .any(|s| s.service_account_token.is_some())
         })
     });
-    let mut env = base_env(cfg, node, &name);
-    if let Some(tools) = container.image.as_deref().and_then(|i| cfg.images.tools(i)) {
-        let path = env["PATH"].replacen(':', &format!(":{}:", path_str(tools)), 1);
-        env.insert("PATH".into(), path);
-    }
+    let tools = container.image.as_deref().and_then(|i| cfg.images.tools(i));
+    let mut env = base_env(cfg, node, &name, tools);
     if automount {
         env.insert("KUBECONFIG".into(), path_str(&kubeconfig));
     }
@@ -172,16 +169,19 @@ async fn request_token(
     Ok(resp.status.map(|s| s.token).unwrap_or_default())
 }
 
-fn base_env(cfg: &KubeletConfig, node: &str, pod: &str) -> BTreeMap<String, String> {
-    let shims = cfg.nodes_dir.join(node).join("shims");
+/// The environment every container starts with: `PATH` leads with the node's recording shims,
+/// then the image's own tools (if it was mapped with some).
+fn base_env(
+    cfg: &KubeletConfig,
+    node: &str,
+    pod: &str,
+    tools: Option<&PathBuf>,
+) -> BTreeMap<String, String> {
+    let mut path = vec![path_str(&cfg.nodes_dir.join(node).join("shims"))];
+    path.extend(tools.map(|t| path_str(t)));
+    path.push("/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into());
     [
-        (
-            "PATH".to_string(),
-            format!(
-                "{}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                path_str(&shims)
-            ),
-        ),
+        ("PATH".to_string(), path.join(":")),
         ("HOSTNAME".into(), pod.to_string()),
         ("HOME".into(), "/root".into()),
         ("KUBERNETES_SERVICE_HOST".into(), "127.0.0.1".into()),
