@@ -1,0 +1,1 @@
+//! Attacks on decoding (see main.rs).

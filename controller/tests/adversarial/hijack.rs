@@ -1,0 +1,1 @@
+//! Attacks on hijack (see main.rs).

@@ -1,0 +1,1 @@
+//! Attacks on limits (see main.rs).

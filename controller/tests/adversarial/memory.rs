@@ -1,0 +1,1 @@
+//! Attacks on memory (see main.rs).

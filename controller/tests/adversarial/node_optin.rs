@@ -1,0 +1,1 @@
+//! Attacks on node optin (see main.rs).

@@ -1,0 +1,1 @@
+//! Attacks on secrets (see main.rs).
