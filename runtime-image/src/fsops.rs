@@ -1,47 +1,25 @@
-//! Node file primitives: paths under the host root, modes and owners (names resolved in the
-//! node's own `/etc/passwd` and `/etc/group`), and writes that are atomic (temp file in the same
-//! directory, fsync, rename) and skipped when nothing would change.
+//! Node file primitives on a [`NodeFile`] (a name in a directory resolved inside the host root,
+//! see [`crate::hostroot`]): reads that never follow a link out of that directory, writes that
+//! are atomic (an exclusively created temp file in the same directory, fsync, rename, fsync of
+//! the directory) and skipped when nothing would change, and modes.
 
-use std::fs;
-use std::io::{ErrorKind, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
-use std::path::{Component, Path, PathBuf};
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::AsFd;
+
+use rustix::fs::{
+    fchmod, fchown, fstat, openat, renameat, statat, unlinkat, AtFlags, FileType, Gid, Mode,
+    OFlags, Stat, Uid,
+};
+use rustix::io::Errno;
 
 use crate::error::StepError;
+use crate::hostroot::{temp, HostFsError, NodeFile};
+
+pub use crate::node_users::{current_owner, resolve_owner, Owner};
 
 /// Default mode of files the executor creates.
 pub const DEFAULT_MODE: u32 = 0o644;
-
-/// Numeric owner of a file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Owner {
-    /// User id.
-    pub uid: u32,
-    /// Group id.
-    pub gid: u32,
-}
-
-/// Maps an absolute node path to the same path under `root`; refuses relative paths and `..`.
-pub fn host_path(root: &Path, path: &str) -> Result<PathBuf, StepError> {
-    let p = Path::new(path);
-    if !p.is_absolute() {
-        return Err(StepError::failed(format!(
-            "{path:?} is not an absolute path"
-        )));
-    }
-    let mut out = root.to_path_buf();
-    for c in p.components() {
-        match c {
-            Component::Normal(part) => out.push(part),
-            Component::RootDir | Component::CurDir => {}
-            _ => return Err(StepError::failed(format!("{path:?} must not contain '..'"))),
-        }
-    }
-    if out == root {
-        return Err(StepError::failed("path must name a file, not /"));
-    }
-    Ok(out)
-}
 
 /// Parses an octal mode (`"0644"`, `"644"`, `"0o640"`); `None` gives the default.
 pub fn parse_mode(mode: Option<&str>) -> Result<u32, StepError> {
@@ -53,63 +31,6 @@ pub fn parse_mode(mode: Option<&str>) -> Result<u32, StepError> {
         .ok()
         .filter(|v| *v <= 0o7777 && !digits.is_empty())
         .ok_or_else(|| StepError::failed(format!("{m:?} is not an octal mode like \"0644\"")))
-}
-
-/// Resolves `user[:group]` (names or numbers; default `root:root`) against the node's
-/// `<root>/etc/passwd` and `<root>/etc/group`. A user alone means its primary group.
-pub fn resolve_owner(root: &Path, owner: Option<&str>) -> Result<Owner, StepError> {
-    let owner = owner.unwrap_or("root:root");
-    let (user, group) = match owner.split_once(':') {
-        Some((u, g)) => (u, Some(g)),
-        None => (owner, None),
-    };
-    let passwd = fs::read_to_string(root.join("etc/passwd")).unwrap_or_default();
-    let (uid, primary) = match user.parse::<u32>() {
-        Ok(n) => (n, Some(n)),
-        Err(_) => match lookup(&passwd, user) {
-            Some(fields) => (
-                num(fields.first()),
-                fields.get(1).and_then(|g| g.parse().ok()),
-            ),
-            None if user == "root" => (0, Some(0)),
-            None => {
-                return Err(StepError::failed(format!(
-                    "unknown user {user:?} on the node"
-                )))
-            }
-        },
-    };
-    let gid = match group {
-        None => primary.unwrap_or(uid),
-        Some(g) => match g.parse::<u32>() {
-            Ok(n) => n,
-            Err(_) => {
-                let groups = fs::read_to_string(root.join("etc/group")).unwrap_or_default();
-                match lookup(&groups, g) {
-                    Some(fields) => num(fields.first()),
-                    None if g == "root" => 0,
-                    None => {
-                        return Err(StepError::failed(format!(
-                            "unknown group {g:?} on the node"
-                        )))
-                    }
-                }
-            }
-        },
-    };
-    Ok(Owner { uid, gid })
-}
-
-/// The fields after `name:x:` of the line for `name` in a passwd/group file.
-fn lookup<'a>(file: &'a str, name: &str) -> Option<Vec<&'a str>> {
-    file.lines()
-        .map(|l| l.split(':').collect::<Vec<_>>())
-        .find(|f| f.first() == Some(&name) && f.len() >= 3)
-        .map(|f| f[2..].to_vec())
-}
-
-fn num(s: Option<&&str>) -> u32 {
-    s.and_then(|s| s.parse().ok()).unwrap_or(0)
 }
 
 /// What a file on disk is now, when it exists.
@@ -124,240 +45,145 @@ pub struct Current {
 }
 
 /// Reads a regular file; Ok(None) when it does not exist.
-pub fn read_current(path: &Path) -> Result<Option<Current>, StepError> {
-    let meta = match fs::metadata(path) {
-        Ok(m) => m,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(io_err("stat", path, e)),
-    };
-    if !meta.is_file() {
-        return Err(StepError::failed(format!(
-            "{} is not a regular file",
-            path.display()
-        )));
-    }
-    let content = fs::read(path).map_err(|e| io_err("read", path, e))?;
-    Ok(Some(Current {
-        content,
-        mode: meta.permissions().mode() & 0o7777,
-        owner: Owner {
-            uid: meta.uid(),
-            gid: meta.gid(),
-        },
-    }))
+pub fn read_current(f: &NodeFile) -> Result<Option<Current>, StepError> {
+    Ok(open_existing(f)?.map(|(_, cur)| cur))
 }
 
-/// Makes `path` hold exactly `content` with `mode` and `owner`. Returns false without touching
-/// the file (its mtime stays) when all three already match; fixes only mode/owner in place
-/// when the content matches; otherwise replaces the file atomically.
+/// Opens and reads the file without following a final symlink (the resolver already followed
+/// the node's links; one appearing since is refused) and without blocking on a FIFO.
+fn open_existing(f: &NodeFile) -> Result<Option<(File, Current)>, StepError> {
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY;
+    let fd = match openat(f.dir(), f.name(), flags | OFlags::CLOEXEC, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT) => return Ok(None),
+        Err(Errno::LOOP) => {
+            return Err(StepError::failed(format!(
+                "{} is a symbolic link",
+                f.path().display()
+            )))
+        }
+        Err(e) => return Err(fail("open", f, e)),
+    };
+    let st = fstat(&fd).map_err(|e| fail("stat", f, e))?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+        return Err(StepError::failed(format!(
+            "{} is not a regular file",
+            f.path().display()
+        )));
+    }
+    let mut file = File::from(fd);
+    let mut content = Vec::new();
+    file.read_to_end(&mut content)
+        .map_err(|e| HostFsError::io("read", f.path(), e))?;
+    let cur = Current {
+        content,
+        mode: mode_of(&st),
+        owner: Owner {
+            uid: st.st_uid,
+            gid: st.st_gid,
+        },
+    };
+    Ok(Some((file, cur)))
+}
+
+/// Makes the file hold exactly `content` with `mode` and `owner`. Returns false without
+/// touching it (its mtime stays) when all three already match; fixes only mode/owner in place
+/// (on the fd it read) when the content matches; otherwise replaces the file atomically.
 pub fn ensure_file(
-    path: &Path,
+    f: &NodeFile,
     content: &[u8],
     mode: u32,
     owner: Owner,
 ) -> Result<bool, StepError> {
-    match read_current(path)? {
-        Some(cur) if cur.content == content => {
+    match open_existing(f)? {
+        Some((file, cur)) if cur.content == content => {
             if cur.mode == mode && cur.owner == owner {
                 return Ok(false);
             }
-            if cur.owner != owner {
-                chown(path, owner)?;
-            }
-            fs::set_permissions(path, fs::Permissions::from_mode(mode))
-                .map_err(|e| io_err("chmod", path, e))?;
+            set_owner_and_mode(f, &file, cur.owner, owner, mode)?;
             Ok(true)
         }
         _ => {
-            write_atomic(path, content, mode, owner)?;
+            write_atomic(f, content, mode, owner)?;
             Ok(true)
         }
     }
 }
 
-/// Writes `content` to a temp file beside `path`, sets mode and owner, fsyncs, renames it over
-/// `path` and fsyncs the directory; the temp file is removed on any error.
-pub fn write_atomic(path: &Path, content: &[u8], mode: u32, owner: Owner) -> Result<(), StepError> {
-    let dir = path
-        .parent()
-        .ok_or_else(|| StepError::failed(format!("{} has no directory", path.display())))?;
-    fs::create_dir_all(dir).map_err(|e| io_err("create directory", dir, e))?;
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.pseudoflow-tmp-{}", std::process::id()));
+/// Writes `content` to a new temp file beside the file, sets mode and owner, fsyncs, renames
+/// it over the file and fsyncs the directory; the temp file is removed on any error.
+pub fn write_atomic(
+    f: &NodeFile,
+    content: &[u8],
+    mode: u32,
+    owner: Owner,
+) -> Result<(), StepError> {
+    let (fd, tmp) = temp::create(f.dir(), f.name())
+        .map_err(|e| HostFsError::io("create a temp file for", f.path(), e))?;
     let result = (|| {
-        let mut f = fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(|e| io_err("create", &tmp, e))?;
-        f.write_all(content).map_err(|e| io_err("write", &tmp, e))?;
-        let meta = f.metadata().map_err(|e| io_err("stat", &tmp, e))?;
-        if meta.uid() != owner.uid || meta.gid() != owner.gid {
-            chown(&tmp, owner)?;
-        }
-        f.set_permissions(fs::Permissions::from_mode(mode))
-            .map_err(|e| io_err("chmod", &tmp, e))?;
-        f.sync_all().map_err(|e| io_err("fsync", &tmp, e))?;
-        fs::rename(&tmp, path).map_err(|e| io_err("rename", path, e))
+        let mut file = File::from(fd);
+        file.write_all(content)
+            .map_err(|e| HostFsError::io("write", f.path(), e))?;
+        let st = fstat(&file).map_err(|e| fail("stat", f, e))?;
+        let created = Owner {
+            uid: st.st_uid,
+            gid: st.st_gid,
+        };
+        set_owner_and_mode(f, &file, created, owner, mode)?;
+        file.sync_all()
+            .map_err(|e| HostFsError::io("fsync", f.path(), e))?;
+        renameat(f.dir(), &tmp, f.dir(), f.name()).map_err(|e| fail("rename", f, e))
     })();
     if result.is_err() {
-        let _ = fs::remove_file(&tmp);
+        let _ = unlinkat(f.dir(), &tmp, AtFlags::empty());
     }
     result?;
-    if let Ok(d) = fs::File::open(dir) {
-        let _ = d.sync_all();
-    }
+    let _ = rustix::fs::fsync(f.dir());
     Ok(())
 }
 
-/// Removes a file; false when it was already gone.
-pub fn remove_file(path: &Path) -> Result<bool, StepError> {
-    match fs::symlink_metadata(path) {
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(false),
-        Err(e) => return Err(io_err("stat", path, e)),
-        Ok(m) if m.is_dir() => {
+/// Removes the file (a symlink itself, not its target); false when it was already gone.
+pub fn remove_file(f: &NodeFile) -> Result<bool, StepError> {
+    match statat(f.dir(), f.name(), AtFlags::SYMLINK_NOFOLLOW) {
+        Err(Errno::NOENT) => return Ok(false),
+        Err(e) => return Err(fail("stat", f, e)),
+        Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => {
             return Err(StepError::failed(format!(
                 "{} is a directory",
-                path.display()
+                f.path().display()
             )))
         }
         Ok(_) => {}
     }
-    match fs::remove_file(path) {
+    match unlinkat(f.dir(), f.name(), AtFlags::empty()) {
         Ok(()) => Ok(true),
-        Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(io_err("remove", path, e)),
+        Err(Errno::NOENT) => Ok(false),
+        Err(e) => Err(fail("remove", f, e)),
     }
 }
 
-fn chown(path: &Path, owner: Owner) -> Result<(), StepError> {
-    std::os::unix::fs::chown(path, Some(owner.uid), Some(owner.gid))
-        .map_err(|e| io_err("chown", path, e))
-}
-
-/// The executor's own uid/gid: what a file it creates is owned by.
-pub fn current_owner() -> Owner {
-    // SAFETY: geteuid/getegid cannot fail and touch no memory.
-    unsafe {
-        Owner {
-            uid: libc::geteuid(),
-            gid: libc::getegid(),
-        }
+/// chown (when it differs; it clears set-id bits, so first) then chmod, on the open file.
+fn set_owner_and_mode(
+    f: &NodeFile,
+    file: &File,
+    now: Owner,
+    owner: Owner,
+    mode: u32,
+) -> Result<(), StepError> {
+    if now != owner {
+        let (uid, gid) = (Uid::from_raw(owner.uid), Gid::from_raw(owner.gid));
+        fchown(file.as_fd(), Some(uid), Some(gid)).map_err(|e| fail("chown", f, e))?;
     }
+    fchmod(file.as_fd(), Mode::from_raw_mode(mode)).map_err(|e| fail("chmod", f, e))
 }
 
-/// A file-system failure naming the operation and the path.
-pub fn io_err(op: &str, path: &Path, e: std::io::Error) -> StepError {
-    StepError::failed(format!("{op} {}: {e}", path.display()))
+fn mode_of(st: &Stat) -> u32 {
+    st.st_mode & 0o7777
+}
+
+fn fail(op: &'static str, f: &NodeFile, e: Errno) -> StepError {
+    HostFsError::io(op, f.path(), e.into()).into()
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::{Duration, SystemTime};
-
-    fn me() -> Owner {
-        current_owner()
-    }
-
-    #[test]
-    fn host_paths_stay_under_the_root() {
-        let root = Path::new("/host");
-        assert_eq!(
-            host_path(root, "/etc/x.conf").unwrap(),
-            Path::new("/host/etc/x.conf")
-        );
-        assert!(host_path(root, "etc/x").is_err());
-        assert!(host_path(root, "/etc/../x").is_err());
-        assert!(host_path(root, "/").is_err());
-    }
-
-    #[test]
-    fn modes_and_owners_parse() {
-        assert_eq!(parse_mode(None).unwrap(), 0o644);
-        assert_eq!(parse_mode(Some("0600")).unwrap(), 0o600);
-        assert_eq!(parse_mode(Some("755")).unwrap(), 0o755);
-        assert!(parse_mode(Some("0999")).is_err());
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path();
-        assert_eq!(resolve_owner(root, None).unwrap(), Owner { uid: 0, gid: 0 });
-        assert_eq!(
-            resolve_owner(root, Some("10:20")).unwrap(),
-            Owner { uid: 10, gid: 20 }
-        );
-        assert!(resolve_owner(root, Some("coredns:coredns")).is_err());
-        fs::create_dir_all(root.join("etc")).unwrap();
-        fs::write(
-            root.join("etc/passwd"),
-            "root:x:0:0::/root:/bin/sh\ncoredns:x:101:102::/:/bin/false\n",
-        )
-        .unwrap();
-        fs::write(root.join("etc/group"), "root:x:0:\ndns:x:300:\n").unwrap();
-        assert_eq!(
-            resolve_owner(root, Some("coredns")).unwrap(),
-            Owner { uid: 101, gid: 102 }
-        );
-        assert_eq!(
-            resolve_owner(root, Some("coredns:dns")).unwrap(),
-            Owner { uid: 101, gid: 300 }
-        );
-    }
-
-    #[test]
-    fn unchanged_files_are_not_rewritten_and_keep_their_mtime() {
-        let dir = tempfile::tempdir().unwrap();
-        let f = dir.path().join("etc/app.conf");
-        assert!(ensure_file(&f, b"a=1\n", 0o640, me()).unwrap());
-        assert_eq!(
-            fs::metadata(&f).unwrap().permissions().mode() & 0o7777,
-            0o640
-        );
-        let old = SystemTime::now() - Duration::from_secs(3600);
-        fs::File::options()
-            .write(true)
-            .open(&f)
-            .unwrap()
-            .set_modified(old)
-            .unwrap();
-        assert!(!ensure_file(&f, b"a=1\n", 0o640, me()).unwrap());
-        assert_eq!(fs::metadata(&f).unwrap().modified().unwrap(), old);
-        assert!(
-            ensure_file(&f, b"a=1\n", 0o600, me()).unwrap(),
-            "mode change is a change"
-        );
-        assert!(ensure_file(&f, b"a=2\n", 0o600, me()).unwrap());
-        assert_eq!(fs::read(&f).unwrap(), b"a=2\n");
-    }
-
-    #[test]
-    fn atomic_writes_leave_no_temp_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let f = dir.path().join("x");
-        write_atomic(&f, b"1", 0o644, me()).unwrap();
-        write_atomic(&f, b"2", 0o644, me()).unwrap();
-        let names: Vec<_> = fs::read_dir(dir.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
-        assert_eq!(names, vec![std::ffi::OsString::from("x")]);
-        // A failing write (the target is a directory) cleans up its temp file too.
-        fs::create_dir(dir.path().join("d")).unwrap();
-        assert!(write_atomic(&dir.path().join("d"), b"3", 0o644, me()).is_err());
-        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 2);
-    }
-
-    #[test]
-    fn removing_a_missing_file_is_not_a_change() {
-        let dir = tempfile::tempdir().unwrap();
-        let f = dir.path().join("x");
-        assert!(!remove_file(&f).unwrap());
-        fs::write(&f, "1").unwrap();
-        assert!(remove_file(&f).unwrap());
-        assert!(!f.exists());
-    }
-}
+mod tests;

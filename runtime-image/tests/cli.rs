@@ -40,6 +40,8 @@ fn run_raw(dir: &Path, input_text: &str) -> Run {
     let input_file = dir.join("input.json");
     let log = dir.join("termination-log");
     std::fs::write(&input_file, input_text).unwrap();
+    // The node's `/`, as mounted in a node step's pod (the executor does not create it).
+    std::fs::create_dir_all(dir.join("host")).unwrap();
     let _ = std::fs::remove_file(&log);
     let out = Command::new(env!("CARGO_BIN_EXE_pseudoflow-step"))
         .args(["run", "--input"])

@@ -1,13 +1,16 @@
 //! Node file steps that set a whole file or remove it: `configFile`, `template` with a file
-//! output (the controller sends the rendered text) and node `deleteFile`. Files live under the
-//! host root; writes are atomic and skipped when content, mode and owner already match.
+//! output (the controller sends the rendered text) and node `deleteFile`. Files are resolved
+//! inside the host root as the host resolves them (a symlinked file is written through the
+//! link, a removed symlink is removed itself); writes are atomic and skipped when content, mode
+//! and owner already match.
 
 use std::path::Path;
 
 use pseudoflow_compiler::result::StepResult;
 
 use crate::error::StepError;
-use crate::fsops::{ensure_file, host_path, parse_mode, remove_file, resolve_owner};
+use crate::fsops::{ensure_file, parse_mode, remove_file, resolve_owner};
+use crate::hostroot::{check_node_path, HostRoot};
 
 /// Ensures `path` on the node holds `content` with `mode` (default 0644) and `owner`
 /// (default root:root).
@@ -18,9 +21,11 @@ pub fn write(
     mode: Option<&str>,
     owner: Option<&str>,
 ) -> Result<StepResult, StepError> {
-    let file = host_path(root, path)?;
+    check_node_path(path)?;
     let mode = parse_mode(mode)?;
-    let owner = resolve_owner(root, owner)?;
+    let root = HostRoot::open(root)?;
+    let owner = resolve_owner(&root, owner)?;
+    let file = root.create_path(path)?;
     let changed = ensure_file(&file, content.as_bytes(), mode, owner)?;
     let msg = if changed {
         format!("wrote {path}")
@@ -32,7 +37,10 @@ pub fn write(
 
 /// Removes `path` on the node; a missing file is a success with `changed: false`.
 pub fn delete(root: &Path, path: &str) -> Result<StepResult, StepError> {
-    let removed = remove_file(&host_path(root, path)?)?;
+    let removed = match HostRoot::open(root)?.lookup(path, false)? {
+        Some(file) => remove_file(&file)?,
+        None => false,
+    };
     let msg = if removed {
         format!("removed {path}")
     } else {
