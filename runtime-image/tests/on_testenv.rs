@@ -388,3 +388,48 @@ async fn apply_file_reads_the_default_artifacts_configmap_and_wait_for_sees_the_
         .unwrap();
     assert_eq!(svc.spec.unwrap().cluster_ip.as_deref(), Some("100.64.0.10"));
 }
+
+#[tokio::test]
+async fn node_files_follow_the_nodes_own_symlinks_and_keep_its_bytes() {
+    let env = env();
+    let (client, ns) = namespace_with_sa(env, "nodelinks", json!([]), json!([])).await;
+    let root = env.node_root("worker-1");
+    // An absolute link, as the node sees it: its target exists in the node's filesystem only,
+    // not in the executor's (the pod's own `/run/...`).
+    let dir = format!("run/pf-e2e-{ns}");
+    std::fs::create_dir_all(root.join(&dir)).unwrap();
+    std::fs::create_dir_all(root.join("etc")).unwrap();
+    let link = root.join(format!("etc/resolv-{ns}.conf"));
+    std::os::unix::fs::symlink(format!("/{dir}/resolv.conf"), &link).unwrap();
+    // A file with bytes that are not UTF-8 around the line to patch.
+    let env_file = root.join(format!("etc/kubelet-{ns}.env"));
+    std::fs::write(&env_file, b"# caf\xe9\nARGS=--v=2\n\xff\xfe\n").unwrap();
+    let body = json!([
+        {"type": "configFile", "path": format!("/etc/resolv-{ns}.conf"), "content": "nameserver 100.64.0.10\n"},
+        {"type": "patchFile", "path": format!("/etc/kubelet-{ns}.env"), "pattern": "--v=\\d", "replace": "--v=4"}
+    ]);
+    let steps = json!([{"type": "loopNodes", "selector": "", "steps": body}]);
+
+    let r = run_node(&client, &ns, steps.clone(), "s0-s0", Some("worker-1"), "r1").await;
+    assert!(r.ok && r.changed, "{r:?}");
+    assert_eq!(
+        std::fs::read_to_string(root.join(&dir).join("resolv.conf")).unwrap(),
+        "nameserver 100.64.0.10\n",
+        "the node's file behind the link is written"
+    );
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink(),
+        "the node's link stays"
+    );
+
+    let r = run_node(&client, &ns, steps, "s0-s1", Some("worker-1"), "r1").await;
+    assert!(r.ok && r.changed, "{r:?}");
+    assert_eq!(
+        std::fs::read(&env_file).unwrap(),
+        b"# caf\xe9\nARGS=--v=4\n\xff\xfe\n",
+        "bytes outside the match are kept exactly"
+    );
+}
