@@ -53,9 +53,9 @@ pub fn emit_node(
     lower(&inst, opts).map_err(|e| e.to_string())
 }
 
-/// The ConfigMap and Job as one YAML stream.
+/// The input Secret and Job as one YAML stream (the Secret's input as readable `stringData`).
 pub fn to_yaml(lowered: &Lowered) -> String {
-    let cm = serde_yaml::to_string(&lowered.config_map).expect("ConfigMap renders");
+    let cm = serde_yaml::to_string(&lowered.input).expect("Secret renders");
     let job = serde_yaml::to_string(&lowered.job).expect("Job renders");
     format!("{cm}---\n{job}")
 }

@@ -8,6 +8,7 @@ pub mod compile;
 pub mod emit;
 pub mod expr;
 pub mod exprs;
+pub mod included;
 pub mod lower;
 pub mod names;
 pub mod plan;

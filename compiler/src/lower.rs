@@ -1,13 +1,19 @@
-//! Lowering of one node instance into what the cluster runs: an input ConfigMap and an executor
+//! Lowering of one node instance into what the cluster runs: an input Secret and an executor
 //! Job. Pure: the controller decides *when*; this decides *what*, identically every time.
+//!
+//! The input is a Secret, not a ConfigMap: it holds the substituted step, which may carry
+//! variables or steps that came from a Secret (`include` from a `secretRef`), and `view` may read
+//! ConfigMaps. The Job carries the input's SHA-256 ([`INPUT_DIGEST_ANNOTATION`] and the
+//! executor's [`INPUT_DIGEST_ENV`]), so an input planted or changed under the Job's predictable
+//! name is refused by the controller (on adoption) and by the executor (before it acts).
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::Secret;
 use pseudoflow_crd::steps::Placement;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::names::{job_name, label_value};
+use crate::names::{content_digest, job_name, label_value};
 use crate::plan::{NodeKind, PlanNode};
 
 /// Label every object the operator creates carries (`app.kubernetes.io/managed-by`).
@@ -20,8 +26,14 @@ pub const LABEL_RUN: &str = "ops.example.com/run";
 pub const LABEL_NODE: &str = "ops.example.com/node";
 /// Where the executor finds its input inside the pod.
 pub const INPUT_DIR: &str = "/etc/pseudoflow/input";
-/// Key of the input document in the ConfigMap.
+/// Key of the input document in the input Secret.
 pub const INPUT_KEY: &str = "input.json";
+/// Annotation on an executor Job (and its input Secret): SHA-256 of the input document.
+pub const INPUT_DIGEST_ANNOTATION: &str = "ops.example.com/input-sha256";
+/// Environment variable of the executor: SHA-256 the input file must have.
+pub const INPUT_DIGEST_ENV: &str = "PSEUDOFLOW_INPUT_SHA256";
+/// Type of input Secrets, so they are recognisable among a namespace's Secrets.
+pub const INPUT_SECRET_TYPE: &str = "ops.example.com/step-input";
 /// Grace added to a step's timeout for the Job's activeDeadlineSeconds: the executor enforces
 /// the step timeout itself and reports it; the deadline only stops a stuck pod.
 pub const DEADLINE_GRACE_SECONDS: u32 = 30;
@@ -69,7 +81,7 @@ pub enum Task {
     FetchInclude,
 }
 
-/// Everything the executor needs, written to the ConfigMap as `input.json`.
+/// Everything the executor needs, written to the input Secret as `input.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ExecutorInput {
@@ -112,8 +124,13 @@ pub struct NodeInstance<'a> {
 /// The objects one node instance needs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Lowered {
-    pub config_map: ConfigMap,
+    /// The input document (`stringData[INPUT_KEY]`), named like the Job.
+    pub input: Secret,
     pub job: Job,
+    /// The input document as stored, to compare with an input that already exists.
+    pub input_document: String,
+    /// SHA-256 of [`Lowered::input_document`].
+    pub input_digest: String,
 }
 
 /// Why a node cannot be lowered to a Job.
@@ -150,7 +167,7 @@ pub fn payload(node: &PlanNode) -> serde_json::Value {
     pseudoflow_crd::validate::without_nested_steps(&full)
 }
 
-/// Lowers one node instance into its input ConfigMap and executor Job.
+/// Lowers one node instance into its input Secret and executor Job.
 pub fn lower(inst: &NodeInstance, opts: &LowerOptions) -> Result<Lowered, LowerError> {
     let node = inst.node;
     let task = task_of(node).ok_or_else(|| LowerError::NotAJob(node.id.clone()))?;
@@ -189,7 +206,10 @@ pub fn lower(inst: &NodeInstance, opts: &LowerOptions) -> Result<Lowered, LowerE
         LABEL_RUN: inst.run_id,
         LABEL_NODE: label_value(&node.id),
     });
+    let input_json = serde_json::to_string_pretty(&input).expect("input serialises");
+    let digest = content_digest(input_json.as_bytes());
     let annotations = json!({
+        INPUT_DIGEST_ANNOTATION: digest,
         "ops.example.com/node-id": node.id,
         "ops.example.com/step-path": node.path,
         "ops.example.com/instance": inst.instance.join("/"),
@@ -210,12 +230,12 @@ pub fn lower(inst: &NodeInstance, opts: &LowerOptions) -> Result<Lowered, LowerE
         "annotations": annotations,
         "ownerReferences": owner,
     });
-    let input_json = serde_json::to_string_pretty(&input).expect("input serialises");
-    let config_map = json!({
+    let secret = json!({
         "apiVersion": "v1",
-        "kind": "ConfigMap",
+        "kind": "Secret",
         "metadata": metadata,
-        "data": { INPUT_KEY: input_json },
+        "type": INPUT_SECRET_TYPE,
+        "stringData": { INPUT_KEY: input_json },
     });
     let job = json!({
         "apiVersion": "batch/v1",
@@ -224,12 +244,14 @@ pub fn lower(inst: &NodeInstance, opts: &LowerOptions) -> Result<Lowered, LowerE
         "spec": {
             "backoffLimit": 0,
             "activeDeadlineSeconds": timeout.map(|t| t + DEADLINE_GRACE_SECONDS),
-            "template": pod_template(inst, &name, &opts.image, on_node, &labels),
+            "template": pod_template(inst, &name, &opts.image, on_node, &labels, &digest),
         },
     });
     Ok(Lowered {
-        config_map: serde_json::from_value(config_map).expect("valid ConfigMap"),
+        input: serde_json::from_value(secret).expect("valid Secret"),
         job: serde_json::from_value(strip_nulls(job)).expect("valid Job"),
+        input_document: input_json,
+        input_digest: digest,
     })
 }
 
@@ -239,8 +261,9 @@ fn pod_template(
     image: &str,
     on_node: bool,
     labels: &Value,
+    digest: &str,
 ) -> Value {
-    let mut volumes = vec![json!({"name": "input", "configMap": {"name": name}})];
+    let mut volumes = vec![json!({"name": "input", "secret": {"secretName": name}})];
     let mut mounts = vec![json!({"name": "input", "mountPath": INPUT_DIR, "readOnly": true})];
     let security = if on_node {
         volumes.push(json!({"name": "host-root", "hostPath": {"path": "/", "type": "Directory"}}));
@@ -266,6 +289,8 @@ fn pod_template(
             "args": ["run", "--input", format!("{INPUT_DIR}/{INPUT_KEY}")],
             "env": [
                 {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                // The executor refuses an input whose digest differs (planted or changed).
+                {"name": INPUT_DIGEST_ENV, "value": digest},
                 // Names the result ConfigMap of a large result, so it can be owned and cleaned up.
                 {"name": "PSEUDOFLOW_JOB_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['job-name']"}}},
             ],

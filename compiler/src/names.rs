@@ -18,13 +18,33 @@ pub fn stable_hash(parts: &[&str]) -> u64 {
 /// Id of a run, from what started it: the flow object (its uid: a flow deleted and created
 /// again under the same name is a new object, whose runs must never take the old one's Jobs,
 /// still waiting for garbage collection, for their own), the spec generation and the run
-/// annotation's value.
+/// annotation's value. 128 bits of SHA-256: whoever may set the run annotation cannot search for
+/// a value whose id (and so whose Job names and labels) equals another run's.
 pub fn run_id(flow_uid: &str, generation: i64, trigger: Option<&str>) -> String {
     let g = generation.to_string();
-    format!(
-        "r{:08x}",
-        stable_hash(&[flow_uid, &g, trigger.unwrap_or("")]) as u32
-    )
+    let digest = sha256_hex(&[flow_uid, &g, trigger.unwrap_or("")]);
+    format!("r{}", &digest[..32])
+}
+
+/// Hex SHA-256 over the parts, each followed by a 0xff separator (no part boundary can be
+/// shifted to give the same bytes: 0xff never occurs in UTF-8).
+pub fn sha256_hex(parts: &[&str]) -> String {
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    for part in parts {
+        ctx.update(part.as_bytes());
+        ctx.update(&[0xff]);
+    }
+    hex(ctx.finish().as_ref())
+}
+
+/// Hex SHA-256 of `bytes` as they are: the digest of an executor's input document that its Job
+/// carries, so the executor can refuse an input that is not the one its Job was made for.
+pub fn content_digest(bytes: &[u8]) -> String {
+    hex(ring::digest::digest(&ring::digest::SHA256, bytes).as_ref())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Lowercases and replaces anything outside `[a-z0-9-]` so the text can be part of a name.
@@ -127,5 +147,22 @@ mod tests {
         assert_ne!(run_id("u1", 1, None), run_id("u2", 1, None));
         assert_ne!(run_id("u1", 1, None), run_id("u1", 2, None));
         assert_ne!(run_id("u1", 1, None), run_id("u1", 1, Some("again")));
+    }
+
+    #[test]
+    fn run_ids_carry_128_bits_and_fit_a_label_value() {
+        let id = run_id("u1", 1, Some("again"));
+        assert_eq!(id.len(), 33, "{id}");
+        assert!(id[1..].chars().all(|c| c.is_ascii_hexdigit()), "{id}");
+        // Shifting text between the parts gives another id.
+        assert_ne!(run_id("u1", 12, None), run_id("u11", 2, None));
+    }
+
+    #[test]
+    fn content_digests_are_sha256() {
+        assert_eq!(
+            content_digest(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
     }
 }

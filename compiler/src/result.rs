@@ -38,6 +38,11 @@ pub struct StepResult {
     /// the ConfigMap (key `result.json`, in the flow's namespace) holding the full result.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result_config_map: Option<String>,
+    /// With `result_config_map`: SHA-256 of the full result it holds. The termination message
+    /// is written by the executor alone; the ConfigMap may be changed by anyone who can update
+    /// ConfigMaps in the namespace, so the controller accepts its content only with this digest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result_sha256: Option<String>,
 }
 
 /// An `include` source's content, classified.
@@ -52,6 +57,15 @@ pub enum IncludedDocument {
         /// For `includeFlow`: the included flow's `spec.vars`, its steps' defaults.
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
         vars: BTreeMap<String, String>,
+    },
+    /// Steps held by key `key` of Secret `name` (in the flow's namespace), reported by
+    /// reference: a result is readable by whoever may read pods, Secret content must not be.
+    /// The controller reads the Secret and runs the steps only if their SHA-256 is `sha256`,
+    /// the digest of what the flow's identity read.
+    SecretSteps {
+        name: String,
+        key: String,
+        sha256: String,
     },
 }
 

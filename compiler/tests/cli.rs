@@ -63,7 +63,7 @@ fn dot_and_mermaid_formats_render_every_edge() {
 }
 
 #[test]
-fn emit_prints_the_configmap_and_job_of_one_node() {
+fn emit_prints_the_input_secret_and_job_of_one_node() {
     let (code, out, err) = run(&[
         "examples/nodelocaldns.yaml",
         "--emit",
@@ -75,8 +75,23 @@ fn emit_prints_the_configmap_and_job_of_one_node() {
     let docs: Vec<serde_json::Value> = serde_yaml::Deserializer::from_str(&out)
         .map(|d| serde::Deserialize::deserialize(d).unwrap())
         .collect();
-    assert_eq!(docs[0]["kind"], "ConfigMap");
+    assert_eq!(docs[0]["kind"], "Secret");
     assert_eq!(docs[1]["kind"], "Job");
+    // The Job names the digest of exactly this input, for the executor to check.
+    let input = docs[0]["stringData"]["input.json"].as_str().unwrap();
+    let digest = pseudoflow_compiler::names::content_digest(input.as_bytes());
+    let env = &docs[1]["spec"]["template"]["spec"]["containers"][0]["env"];
+    let carried = env
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "PSEUDOFLOW_INPUT_SHA256")
+        .unwrap();
+    assert_eq!(carried["value"], digest.as_str());
+    assert_eq!(
+        docs[1]["metadata"]["annotations"]["ops.example.com/input-sha256"],
+        digest.as_str()
+    );
     assert_eq!(docs[1]["spec"]["template"]["spec"]["nodeName"], "worker-1");
     assert_eq!(docs[1]["spec"]["backoffLimit"], 0);
 }

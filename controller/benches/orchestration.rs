@@ -204,7 +204,7 @@ async fn main() {
             },
         )
         .unwrap();
-        lowered.config_map.metadata.owner_references = None;
+        lowered.input.metadata.owner_references = None;
         lowered.job.metadata.owner_references = None;
         let name = lowered.job.metadata.name.clone().unwrap();
         let file = dir.join(format!("{name}.yaml"));

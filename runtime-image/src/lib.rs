@@ -26,7 +26,29 @@ use pseudoflow_crd::steps::wait_for::DEFAULT_WAIT_SECONDS;
 use pseudoflow_crd::{Step, StepKind};
 
 pub use context::Ctx;
+
 pub use error::StepError;
+
+/// Refuses an input document that is not the one the Job was made for: its SHA-256 must be the
+/// one the Job's spec carries (`expected`, from [`INPUT_DIGEST_ENV`]). Input Secrets have
+/// predictable names; whoever could plant or change one must not choose what a (possibly
+/// privileged) step pod does. Without an expected digest (a local run) nothing is checked.
+///
+/// [`INPUT_DIGEST_ENV`]: pseudoflow_compiler::lower::INPUT_DIGEST_ENV
+pub fn check_input_digest(text: &str, expected: Option<&str>) -> Result<(), String> {
+    let Some(expected) = expected.filter(|e| !e.is_empty()) else {
+        return Ok(());
+    };
+    let actual = pseudoflow_compiler::names::content_digest(text.as_bytes());
+    if actual == expected {
+        Ok(())
+    } else {
+        Err(format!(
+            "the input document is not the one this Job was made for (SHA-256 {actual}, the Job \
+             expects {expected}): refusing to run it"
+        ))
+    }
+}
 
 /// Parses the input document and its step; any problem is bad input (exit code 2).
 pub fn parse_input(text: &str) -> Result<(ExecutorInput, Step), StepError> {
@@ -78,5 +100,24 @@ pub async fn execute(ctx: &Ctx, step: &Step) -> Result<StepResult, StepError> {
         Ok(r) => Ok(r),
         Err(StepError::Failed(m)) => Ok(StepResult::failed(m)),
         Err(e @ StepError::Input(_)) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod input_digest_tests {
+    use super::check_input_digest;
+    use pseudoflow_compiler::names::content_digest;
+
+    #[test]
+    fn an_input_is_accepted_only_with_the_digest_its_job_carries() {
+        let doc = r#"{"step": {"type": "log"}}"#;
+        assert!(check_input_digest(doc, Some(&content_digest(doc.as_bytes()))).is_ok());
+        let planted = r#"{"step": {"type": "configFile"}}"#;
+        let err = check_input_digest(planted, Some(&content_digest(doc.as_bytes()))).unwrap_err();
+        assert!(err.contains("not the one this Job was made for"), "{err}");
+        assert!(
+            check_input_digest(planted, None).is_ok(),
+            "local runs check nothing"
+        );
     }
 }

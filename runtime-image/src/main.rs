@@ -4,8 +4,9 @@
 
 use std::process::ExitCode;
 
+use pseudoflow_compiler::lower::INPUT_DIGEST_ENV;
 use pseudoflow_compiler::result::StepResult;
-use pseudoflow_runtime::{execute, output, parse_input, Ctx, StepError};
+use pseudoflow_runtime::{check_input_digest, execute, output, parse_input, Ctx, StepError};
 
 const USAGE: &str = "usage: pseudoflow-step run --input FILE";
 
@@ -57,6 +58,9 @@ async fn main() -> ExitCode {
         Ok(t) => t,
         Err(e) => return report_bad_input(format!("cannot read {path}: {e}")),
     };
+    if let Err(why) = check_input_digest(&text, std::env::var(INPUT_DIGEST_ENV).ok().as_deref()) {
+        return report_bad_input(why);
+    }
     let (input, step) = match parse_input(&text) {
         Ok(v) => v,
         Err(e) => return report_bad_input(e.to_string()),

@@ -1,6 +1,8 @@
 //! Reporting a result: small results go to the termination message as JSON; larger ones are
 //! stored in a ConfigMap `<job>-result` (key `result.json`) and the termination message only
-//! points at it, because Kubernetes keeps at most 4 KiB of a termination message.
+//! points at it (with the full result's SHA-256, which the controller checks: the ConfigMap may
+//! be changed by others, the termination message only by this pod), because Kubernetes keeps at
+//! most 4 KiB of a termination message.
 
 use std::collections::BTreeMap;
 
@@ -44,6 +46,7 @@ pub fn plan(result: &StepResult, config_map: &str) -> Delivery {
         changed: result.changed,
         message: crate::process::tail(&result.message, POINTER_MESSAGE_MAX).to_string(),
         result_config_map: Some(config_map.to_string()),
+        result_sha256: Some(pseudoflow_compiler::names::content_digest(full.as_bytes())),
         ..Default::default()
     };
     Delivery::Spill {
@@ -108,7 +111,13 @@ async fn store(ctx: &Ctx, name: &str, full: String) -> Result<(), String> {
     labels.insert("app.kubernetes.io/managed-by", MANAGED_BY.to_string());
     labels.insert(LABEL_FLOW, label_value(&ctx.input.flow.name));
     labels.insert(LABEL_RUN, ctx.input.run_id.clone());
-    let owner = input_config_map_owner(&api).await;
+    // Owned by the flow (as the input is): it goes away with the flow, and `view` users see
+    // which flow wrote it. Without blockOwnerDeletion, which would need rights on the flow.
+    let flow = &ctx.input.flow;
+    let owner = json!([{
+        "apiVersion": "ops.example.com/v1alpha1", "kind": "PseudoFlow",
+        "name": flow.name, "uid": flow.uid,
+    }]);
     let cm = json!({
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -134,20 +143,6 @@ async fn store(ctx: &Ctx, name: &str, full: String) -> Result<(), String> {
         )
         .to_string()
     })
-}
-
-/// The input ConfigMap (named like the Job) as owner, so the result goes away with it; empty
-/// when it cannot be read.
-async fn input_config_map_owner(api: &Api<ConfigMap>) -> serde_json::Value {
-    let Ok(Some(input)) = api.get_opt(&job_name()).await else {
-        return json!([]);
-    };
-    match (input.metadata.name, input.metadata.uid) {
-        (Some(name), Some(uid)) => json!([{
-            "apiVersion": "v1", "kind": "ConfigMap", "name": name, "uid": uid,
-        }]),
-        _ => json!([]),
-    }
 }
 
 #[cfg(test)]
@@ -182,6 +177,10 @@ mod tests {
         assert!(pointer.len() <= TERMINATION_MESSAGE_LIMIT);
         let p: StepResult = serde_json::from_str(&pointer).unwrap();
         assert_eq!(p.result_config_map.as_deref(), Some("j-result"));
+        assert_eq!(
+            p.result_sha256,
+            Some(pseudoflow_compiler::names::content_digest(full.as_bytes()))
+        );
         assert!(p.ok && p.vars.is_empty() && p.message == "done");
     }
 

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
 use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::wait::await_condition;
 use kube::Client;
@@ -109,13 +109,13 @@ async fn run_node(
     )
     .unwrap();
     // The flow object does not exist here, so drop the owner reference (the controller sets it).
-    let mut cm = lowered.config_map;
-    cm.metadata.owner_references = None;
+    let mut input = lowered.input;
+    input.metadata.owner_references = None;
     let mut job = lowered.job;
     job.metadata.owner_references = None;
     let name = job.metadata.name.clone().unwrap();
-    Api::<ConfigMap>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &cm)
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &input)
         .await
         .unwrap();
     let jobs: Api<Job> = Api::namespaced(client.clone(), ns);

@@ -1,6 +1,6 @@
 //! `pseudoflow-compile FILE [--format tree|dot|mermaid|json] [--emit NODE_ID [--node NAME]]`
 //!
-//! Shows the DAG a flow compiles to, or the ConfigMap and Job one node would run as.
+//! Shows the DAG a flow compiles to, or the input Secret and Job one node would run as.
 //! Exit codes: 0 valid, 1 invalid flow (every diagnostic on stderr), 2 usage error.
 
 use std::process::ExitCode;
@@ -119,7 +119,7 @@ fn main() -> ExitCode {
     }
 }
 
-/// The ConfigMap and Job of one node, for run 1 of the flow, with `spec.vars` substituted.
+/// The input Secret and Job of one node, for run 1 of the flow, with `spec.vars` substituted.
 fn emit(
     doc: &source::FlowDocument,
     compiled: &pseudoflow_compiler::Compiled,

@@ -4,6 +4,7 @@
 
 mod finalizer;
 mod includes;
+mod launch;
 mod local;
 mod observe;
 pub mod pod_security;
@@ -17,10 +18,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{
-    Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, PropagationPolicy,
-};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::discovery::ApiResource;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -28,7 +26,9 @@ use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use pseudoflow_compiler::expr::{Engine, Scope};
 use pseudoflow_compiler::exprs::prepare_payload;
-use pseudoflow_compiler::lower::{lower, task_of, FlowRef, LowerOptions, NodeInstance, Task};
+use pseudoflow_compiler::lower::{
+    lower, task_of, FlowRef, LowerOptions, NodeInstance, Task, LABEL_RUN,
+};
 use pseudoflow_compiler::names::{job_name, run_id};
 use pseudoflow_compiler::plan::{Plan, PlanNode};
 use pseudoflow_compiler::result::IncludedDocument;
@@ -195,8 +195,36 @@ async fn reconcile_flow(
     } else {
         run_id(uid, generation, trigger.as_deref())
     };
-    let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
-    let (stored, leftover_rv) = store::load(&cms, name, uid).await?;
+    let (stored, leftover_rv) = match store::load(&ctx.client, ns, name, uid).await? {
+        store::Loaded::Nothing => (None, None),
+        store::Loaded::Run(run, rv) => (Some((*run, rv)), None),
+        // Nothing in it is trusted: the next save replaces it.
+        store::Loaded::NotOurs(rv) => (None, Some(rv)),
+        store::Loaded::Unreadable(_, why) => {
+            // Starting afresh would re-run every step on every reconcile.
+            let message = format!(
+                "the stored state of this flow's run (Secret {}) cannot be read: {why}; delete \
+                 that Secret to start a new run",
+                store::name(name)
+            );
+            if previous["reason"] != "RunStateUnreadable" {
+                publish(
+                    ctx,
+                    flow,
+                    EventType::Warning,
+                    "RunStateUnreadable",
+                    &message,
+                )
+                .await;
+            }
+            let mut s = previous.clone();
+            s["phase"] = json!("Failed");
+            s["reason"] = json!("RunStateUnreadable");
+            s["message"] = json!(message);
+            patch_status(&flows, name, s).await?;
+            return Ok(Action::await_change());
+        }
+    };
     // What is stored now, to skip writes that would change nothing.
     let stored_json = stored.as_ref().map(|(r, _)| serde_json::to_value(r).ok());
     let policy = compiled.spec.options.concurrency_policy;
@@ -204,41 +232,41 @@ async fn reconcile_flow(
     let fresh = || new_run(&wanted, generation, trigger.clone(), &raw_spec);
     let is_wanted = |r: &StoredRun| is_wanted_run(r, &wanted, generation, &trigger, deleting);
     let (mut run, mut rv) = match stored {
-        Some((r, rv)) if is_wanted(&r) => (r, Some(rv)),
+        Some((r, rv)) if is_wanted(&r) => (r, rv),
         Some((old, rv)) if deleting => {
             // Deletion stops every running run before the onDelete steps start.
             for r in running_runs(&old) {
                 abort_run(ctx, flow, ns, name, &r).await?;
             }
-            (fresh(), Some(rv))
+            (fresh(), rv)
         }
         Some((mut old, rv)) if old.state.phase == RunPhase::Running => match policy {
             ConcurrencyPolicy::Forbid => {
                 // Keep the running run; the new one waits (status.queuedRun) until it ends.
                 queued = Some(wanted.clone());
-                (old, Some(rv))
+                (old, rv)
             }
             ConcurrencyPolicy::Replace => {
                 for r in running_runs(&old) {
                     abort_run(ctx, flow, ns, name, &r).await?;
                 }
-                (fresh(), Some(rv))
+                (fresh(), rv)
             }
             ConcurrencyPolicy::Allow => {
                 // The running run goes on beside the new one.
                 let mut new = fresh();
                 new.beside = std::mem::take(&mut old.beside);
                 new.beside.push(old);
-                (new, Some(rv))
+                (new, rv)
             }
         },
         Some((mut old, rv)) => {
             // The last run ended; Allow runs still going beside it keep going.
             let mut new = fresh();
             new.beside = std::mem::take(&mut old.beside);
-            (new, Some(rv))
+            (new, rv)
         }
-        // A leftover ConfigMap (an earlier flow of this name) is replaced, not reused.
+        // A leftover Secret (an earlier flow of this name) is replaced, not reused.
         None => (fresh(), leftover_rv),
     };
     if !is_wanted(&run) && queued.is_none() {
@@ -270,7 +298,7 @@ async fn reconcile_flow(
         run.beside = beside;
         // Most wake-ups (a Job's pod started, a status echo) change nothing: no write then.
         if stored_json != Some(serde_json::to_value(&run).ok()) {
-            rv = Some(save(&cms, flow, &run, rv.as_deref()).await?);
+            rv = Some(save(ctx, flow, &run, rv.as_deref()).await?);
         }
         let status = status::of_run(
             &previous,
@@ -301,7 +329,7 @@ async fn reconcile_flow(
     }
     // Queued behind a run of an older spec: wait for its Jobs, then start the new run.
     let running = Api::<Job>::namespaced(ctx.client.clone(), ns)
-        .list(&ListParams::default().labels(&format!("ops.example.com/run={}", run.run_id)))
+        .list(&ListParams::default().labels(&format!("{LABEL_RUN}={}", run.run_id)))
         .await?
         .items
         .iter()
@@ -317,7 +345,7 @@ async fn reconcile_flow(
         return Ok(Action::requeue(Duration::from_secs(5)));
     }
     let fresh = new_run(&wanted, generation, trigger, &raw_spec);
-    save(&cms, flow, &fresh, rv.as_deref()).await?;
+    save(ctx, flow, &fresh, rv.as_deref()).await?;
     Ok(Action::requeue(Duration::from_millis(10)))
 }
 
@@ -367,7 +395,7 @@ fn new_run(id: &str, generation: i64, trigger: Option<String>, spec: &Value) -> 
 }
 
 async fn save(
-    cms: &Api<ConfigMap>,
+    ctx: &Context,
     flow: &DynamicObject,
     run: &StoredRun,
     rv: Option<&str>,
@@ -378,7 +406,7 @@ async fn save(
         "spec": {"steps": []},
     }))
     .map_err(|e| Error::Other(e.to_string()))?;
-    Ok(store::save(cms, &typed, run, rv).await?)
+    Ok(store::save(&ctx.client, &typed, run, rv).await?)
 }
 
 async fn patch_status(flows: &Api<DynamicObject>, name: &str, status: Value) -> Result<(), Error> {
@@ -415,7 +443,7 @@ async fn publish(ctx: &Context, flow: &DynamicObject, ty: EventType, reason: &st
     }
 }
 
-/// Deletes every Job of an older run (concurrencyPolicy Replace).
+/// Deletes every Job of an older run (concurrencyPolicy Replace, deletion).
 async fn abort_run(
     ctx: &Context,
     flow: &DynamicObject,
@@ -423,16 +451,8 @@ async fn abort_run(
     name: &str,
     old: &str,
 ) -> Result<(), Error> {
-    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
-    let dp = DeleteParams {
-        propagation_policy: Some(PropagationPolicy::Background),
-        ..Default::default()
-    };
-    jobs.delete_collection(
-        &dp,
-        &ListParams::default().labels(&format!("ops.example.com/run={old}")),
-    )
-    .await?;
+    let uid = flow.metadata.uid.as_deref().unwrap_or_default();
+    observe::delete_owned_jobs(&ctx.client, ns, uid, &format!("{LABEL_RUN}={old}")).await?;
     ctx.metrics.run_finished(&format!("{ns}/{name}"), "Aborted");
     publish(
         ctx,

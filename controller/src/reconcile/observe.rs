@@ -1,14 +1,29 @@
 //! Reading what a finished Job reported: the executor's [`StepResult`] from its pod's termination
 //! message, or from the result ConfigMap the message names when the result was too large.
+//!
+//! Names and labels are predictable, so nothing is trusted for its name alone: a Job counts only
+//! if this flow object owns it, a pod only if that Job controls it, a result ConfigMap only if
+//! its content has the digest the pod's termination message gives.
 
 use std::collections::HashMap;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, ContainerStateTerminated, Pod};
-use kube::api::{Api, ListParams};
+use k8s_openapi::api::core::v1::{ConfigMap, ContainerStateTerminated, Pod, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{Api, DeleteParams, ListParams, Preconditions, PropagationPolicy};
+use pseudoflow_compiler::included::{classify, Classified};
 use pseudoflow_compiler::lower::{LABEL_FLOW, LABEL_RUN};
-use pseudoflow_compiler::names::label_value;
+use pseudoflow_compiler::names::{content_digest, label_value};
 use pseudoflow_compiler::result::StepResult;
+
+/// Whether `refs` name `uid` as their controller.
+pub fn controlled_by(refs: &Option<Vec<OwnerReference>>, uid: &str) -> bool {
+    !uid.is_empty()
+        && refs
+            .iter()
+            .flatten()
+            .any(|o| o.uid == uid && o.controller == Some(true))
+}
 
 /// The Jobs of one run of a flow, by name: one LIST per look instead of a GET per running step
 /// (a fan-out over 100 nodes has 100 steps running at once). Served from the API server's watch
@@ -16,10 +31,13 @@ use pseudoflow_compiler::result::StepResult;
 /// (about 100 ms since Kubernetes 1.31), on every step. A stale answer can only show a Job as
 /// still running (the watch event it lags behind wakes the reconcile again); it never launches
 /// anything, as launching does not read this list.
+/// Jobs carrying this flow's labels but not owned by this flow object (planted, or left by an
+/// earlier flow of the same name) are not in the answer.
 pub async fn run_jobs(
     client: &kube::Client,
     ns: &str,
     flow: &str,
+    flow_uid: &str,
     run_id: &str,
 ) -> kube::Result<HashMap<String, Job>> {
     let jobs: Api<Job> = Api::namespaced(client.clone(), ns);
@@ -29,8 +47,114 @@ pub async fn run_jobs(
         .await?
         .items
         .into_iter()
+        .filter(|j| controlled_by(&j.metadata.owner_references, flow_uid))
         .filter_map(|j| Some((j.metadata.name.clone()?, j)))
         .collect())
+}
+
+/// Whether Job `name` is gone for good (a consistent read, not the watch cache): deleted by
+/// hand, by a TTL, or never there. A step whose Job is gone can never report.
+pub async fn job_is_gone(client: &kube::Client, ns: &str, name: &str) -> kube::Result<bool> {
+    Ok(Api::<Job>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await?
+        .is_none())
+}
+
+/// Deletes the Jobs matching `selector` that this flow object owns, each on the condition that
+/// it is still the object that was listed (its uid): a run label alone never makes another
+/// flow's Job deletable.
+pub async fn delete_owned_jobs(
+    client: &kube::Client,
+    ns: &str,
+    flow_uid: &str,
+    selector: &str,
+) -> kube::Result<()> {
+    let jobs: Api<Job> = Api::namespaced(client.clone(), ns);
+    for job in jobs
+        .list(&ListParams::default().labels(selector))
+        .await?
+        .items
+    {
+        if controlled_by(&job.metadata.owner_references, flow_uid) {
+            delete_job(&jobs, &job).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Deletes Job `name` if this flow object owns it (see [`delete_owned_jobs`]).
+pub async fn delete_owned_job(
+    client: &kube::Client,
+    ns: &str,
+    flow_uid: &str,
+    name: &str,
+) -> kube::Result<()> {
+    let jobs: Api<Job> = Api::namespaced(client.clone(), ns);
+    match jobs.get_opt(name).await? {
+        Some(job) if controlled_by(&job.metadata.owner_references, flow_uid) => {
+            delete_job(&jobs, &job).await
+        }
+        _ => Ok(()),
+    }
+}
+
+async fn delete_job(jobs: &Api<Job>, job: &Job) -> kube::Result<()> {
+    let dp = DeleteParams {
+        propagation_policy: Some(PropagationPolicy::Background),
+        preconditions: Some(Preconditions {
+            uid: job.metadata.uid.clone(),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    match jobs
+        .delete(job.metadata.name.as_deref().unwrap_or_default(), &dp)
+        .await
+    {
+        Ok(_) => Ok(()),
+        // Already gone, or replaced by another object of that name: nothing of ours to delete.
+        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// The steps an `include` with a `secretRef` fetched, which its executor reported only by
+/// reference: read from the Secret again, and accepted only if their SHA-256 is the digest of
+/// what the flow's own identity read (so this reads nothing the flow could not). Errors never
+/// quote the content.
+pub async fn secret_steps(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    key: &str,
+    sha256: &str,
+) -> Result<serde_json::Value, String> {
+    let secret = Api::<Secret>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .map_err(|e| format!("reading Secret {ns}/{name} again: {e}"))?
+        .ok_or_else(|| format!("Secret {ns}/{name} was deleted after it was fetched"))?;
+    let bytes = secret
+        .data
+        .and_then(|mut d| d.remove(key))
+        .map(|b| b.0)
+        .ok_or_else(|| format!("Secret {ns}/{name} no longer has key {key:?}"))?;
+    if content_digest(&bytes) != sha256 {
+        return Err(format!(
+            "Secret {ns}/{name} key {key:?} changed after the step fetched it; run again"
+        ));
+    }
+    let text = String::from_utf8(bytes)
+        .map_err(|_| format!("Secret {ns}/{name} key {key:?} is not UTF-8 text"))?;
+    match classify(
+        &text,
+        Some(pseudoflow_crd::steps::include::IncludeAs::Steps),
+    ) {
+        Ok(Classified::Steps(steps)) => Ok(steps),
+        Ok(Classified::Manifests(_)) => Err("the included Secret key holds no steps".into()),
+        Err(e) => Err(format!("the included Secret key: {e}")),
+    }
 }
 
 /// The outcome of `job`, or None while it runs.
@@ -39,7 +163,6 @@ pub async fn job_result(
     ns: &str,
     job: &Job,
 ) -> kube::Result<Option<StepResult>> {
-    let job_name = job.metadata.name.as_deref().unwrap_or_default();
     let conditions = job
         .status
         .as_ref()
@@ -50,12 +173,17 @@ pub async fn job_result(
         .find(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True");
     let Some(done) = done else { return Ok(None) };
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let of_job = ListParams::default().labels(&format!("job-name={job_name}"));
+    let job_uid = job.metadata.uid.clone().unwrap_or_default();
+    let of_job =
+        ListParams::default().labels(&format!("batch.kubernetes.io/controller-uid={job_uid}"));
     // From the watch cache first (see `run_jobs`); only if that does not show the pod's end yet,
     // a consistent read decides, so a lagging cache never turns into a failed step.
-    let mut terminated = terminated_of(pods.list(&of_job.clone().match_any()).await?.items);
+    let mut terminated = terminated_of(
+        pods.list(&of_job.clone().match_any()).await?.items,
+        &job_uid,
+    );
     if terminated.is_none() {
-        terminated = terminated_of(pods.list(&of_job).await?.items);
+        terminated = terminated_of(pods.list(&of_job).await?.items, &job_uid);
     }
     let Some(t) = terminated else {
         let why = done.reason.clone().unwrap_or_else(|| done.type_.clone());
@@ -89,20 +217,26 @@ pub async fn job_result(
             .await?
             .and_then(|c| c.data)
             .and_then(|d| d.get("result.json").cloned());
-        result = match full.and_then(|t| serde_json::from_str(&t).ok()) {
-            Some(r) => r,
-            None => StepResult::failed(format!(
-                "the result ConfigMap {cm_name} is missing or unreadable"
+        let expected = result.result_sha256.clone().unwrap_or_default();
+        result = match full {
+            Some(t) if content_digest(t.as_bytes()) != expected => StepResult::failed(format!(
+                "the result ConfigMap {cm_name} does not hold what the step reported (its \
+                 SHA-256 differs from the one in the pod's termination message): it was changed \
+                 after the step wrote it"
             )),
+            Some(t) => serde_json::from_str(&t).unwrap_or_else(|_| {
+                StepResult::failed(format!("the result ConfigMap {cm_name} is unreadable"))
+            }),
+            None => StepResult::failed(format!("the result ConfigMap {cm_name} is missing")),
         };
     }
     Ok(Some(result))
 }
 
-/// How the (first) container of the Job's pod ended, if it did.
-fn terminated_of(pods: Vec<Pod>) -> Option<ContainerStateTerminated> {
+/// How the (first) container of the Job's pod ended, if it did: of a pod the Job controls.
+fn terminated_of(pods: Vec<Pod>, job_uid: &str) -> Option<ContainerStateTerminated> {
     pods.into_iter()
-        .next()
+        .find(|p| controlled_by(&p.metadata.owner_references, job_uid))
         .and_then(|p| p.status)
         .and_then(|s| s.container_statuses)
         .and_then(|c| c.into_iter().next())

@@ -101,16 +101,42 @@ async fn observe_jobs(
         &ctx.client,
         &flow_ref.namespace,
         &flow_ref.name,
+        &flow_ref.uid,
         &run.run_id,
     )
     .await?;
     for (node_id, key, attempt, started) in running {
-        let Some(job) = jobs.get(&job_of(flow_ref, run, &node_id, &key, attempt)) else {
+        let job_name = job_of(flow_ref, run, &node_id, &key, attempt);
+        let result = match jobs.get(&job_name) {
+            Some(job) => observe::job_result(&ctx.client, &flow_ref.namespace, job).await?,
+            // Not in the (cached) list: a step whose Job was deleted (by hand, by a TTL) would
+            // wait forever; a consistent read tells a lagging cache from a Job that is gone.
+            None if observe::job_is_gone(&ctx.client, &flow_ref.namespace, &job_name).await? => {
+                Some(pseudoflow_compiler::result::StepResult::failed(format!(
+                    "its Job {job_name} was deleted before it reported a result"
+                )))
+            }
+            None => None,
+        };
+        let Some(mut result) = result else {
             continue;
         };
-        let Some(result) = observe::job_result(&ctx.client, &flow_ref.namespace, job).await? else {
-            continue;
-        };
+        if let Some(IncludedDocument::SecretSteps { name, key, sha256 }) = &result.include {
+            result =
+                match observe::secret_steps(&ctx.client, &flow_ref.namespace, name, key, sha256)
+                    .await
+                {
+                    Ok(steps) => {
+                        let mut r = result.clone();
+                        r.include = Some(IncludedDocument::Steps {
+                            steps,
+                            vars: Default::default(),
+                        });
+                        r
+                    }
+                    Err(why) => pseudoflow_compiler::result::StepResult::failed(why),
+                };
+        }
         let node = plan.node(&node_id).expect("from the plan");
         for (k, v) in &result.vars {
             merge_var(&mut run.vars, k, v.clone());
@@ -174,17 +200,16 @@ fn merge_var(vars: &mut BTreeMap<String, Value>, k: &str, v: Value) {
 }
 
 async fn abort(ctx: &Context, flow_ref: &FlowRef, run: &StoredRun, actions: &[WalkAction]) {
-    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &flow_ref.namespace);
-    let dp = DeleteParams {
-        propagation_policy: Some(PropagationPolicy::Background),
-        ..Default::default()
-    };
     for a in actions {
         if let WalkAction::Abort { node, key } = a {
             let attempt = run.state.get(node, key).attempt;
-            let _ = jobs
-                .delete(&job_of(flow_ref, run, node, key, attempt), &dp)
-                .await;
+            let name = job_of(flow_ref, run, node, key, attempt);
+            if let Err(e) =
+                observe::delete_owned_job(&ctx.client, &flow_ref.namespace, &flow_ref.uid, &name)
+                    .await
+            {
+                warn!(job = %name, "stopping a step's Job: {e}");
+            }
         }
     }
 }
@@ -229,8 +254,6 @@ async fn drive(
     flow_ref: &FlowRef,
     t: i64,
 ) -> Result<Option<i64>, Error> {
-    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &flow_ref.namespace);
-    let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &flow_ref.namespace);
     let opts = LowerOptions {
         image: ctx.image.clone(),
     };
@@ -310,22 +333,16 @@ async fn drive(
                 artifacts: &spec.artifact_sources(),
             };
             let lowered = lower(&inst, &opts).map_err(|e| Error::Other(e.to_string()))?;
-            let mut created = false;
-            for r in [
-                cms.create(&PostParams::default(), &lowered.config_map)
-                    .await
-                    .map(|_| ()),
-                jobs.create(&PostParams::default(), &lowered.job)
-                    .await
-                    .map(|_| ()),
-            ] {
-                match r {
-                    Ok(()) => created = true,
-                    // Deterministic names: it was created by an earlier reconcile.
-                    Err(kube::Error::Api(e)) if e.code == 409 => created = false,
-                    Err(e) => return Err(e.into()),
+            let created = match launch::launch(&ctx.client, &flow_ref.uid, &lowered).await? {
+                launch::Launched::Created => true,
+                launch::Launched::Adopted => false,
+                launch::Launched::Refused(why) => {
+                    let out = walker.complete(&mut run.state, node_id, key, failed(&why), t);
+                    abort(ctx, flow_ref, run, &out.actions).await;
+                    progressed = true;
+                    continue;
                 }
-            }
+            };
             if created {
                 let job = lowered.job.metadata.name.as_deref().unwrap_or_default();
                 let on = target

@@ -1,1 +1,178 @@
-//! Attacks on hijack (see main.rs).
+//! A tenant who may create ConfigMaps, Secrets or Jobs in a flow's namespace, and knows how names
+//! are derived (the code is public), plants objects under the names a flow's next step will use,
+//! or makes a run id collide with another flow's. Nothing planted may run, be adopted or be
+//! deleted for its name or labels alone.
+
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Api, DeleteParams, PostParams, PropagationPolicy};
+use pseudoflow_compiler::names::{job_name, run_id};
+use serde_json::{json, Value};
+
+use crate::common::api::{eventually, wait_next_run, wait_step_running};
+use crate::common::harness::{config_map, create_flow, setup_with, wait_done};
+use crate::common::{flows, jobs, request_run};
+
+fn manifest(ns: &str, name: &str) -> String {
+    format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: {ns}}}\n")
+}
+
+async fn flow_uid_and_generation(client: &kube::Client, ns: &str, name: &str) -> (String, i64) {
+    let f = flows(client, ns).get(name).await.unwrap();
+    (
+        f.metadata.uid.unwrap(),
+        f.metadata.generation.unwrap_or_default(),
+    )
+}
+
+/// The reproduction, with an API step: the victim's next run's first input is planted
+/// (as a ConfigMap and as a Secret, whichever the controller reads) holding another step.
+#[tokio::test]
+async fn an_input_planted_under_a_future_steps_name_is_refused_not_run() {
+    let (client, ns) = setup_with(
+        "hijack-input",
+        json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "create", "patch"]}]),
+    )
+    .await;
+    create_flow(
+        &client,
+        &ns,
+        "victim",
+        json!({"serviceAccountName": "flow", "steps": [{"type": "apply", "manifests": manifest(&ns, "legit")}]}),
+    )
+    .await;
+    assert_eq!(wait_done(&client, &ns, "victim").await["phase"], "Succeeded");
+
+    let (uid, generation) = flow_uid_and_generation(&client, &ns, "victim").await;
+    let next_run = run_id(&uid, generation, Some("again"));
+    let name = job_name("victim", &next_run, "s0", &[], 1);
+    let planted: Value = json!({
+        "flow": {"name": "victim", "namespace": ns, "uid": uid, "serviceAccount": "flow"},
+        "runId": next_run, "nodeId": "s0", "path": "spec.steps[0]", "attempt": 1, "task": "run",
+        "step": {"type": "apply", "manifests": manifest(&ns, "pwned")},
+    });
+    let doc = serde_json::to_string(&planted).unwrap();
+    let meta = json!({"name": name, "namespace": ns});
+    let cm: ConfigMap =
+        serde_json::from_value(json!({"metadata": meta, "data": {"input.json": doc}})).unwrap();
+    let secret: Secret =
+        serde_json::from_value(json!({"metadata": meta, "stringData": {"input.json": doc}}))
+            .unwrap();
+    Api::<ConfigMap>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &cm)
+        .await
+        .unwrap();
+    Api::<Secret>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+
+    let before = flows(&client, &ns).get("victim").await.unwrap().data["status"]["run"]["id"]
+        .clone();
+    request_run(&client, &ns, "victim", "again").await;
+    let status = wait_next_run(&client, &ns, "victim", &before).await;
+    assert_eq!(status["phase"], "Failed", "{status:#}");
+    let message = status["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("spec.steps[0]") && message.contains("already exists"),
+        "the failure names the step and the planted object: {message}"
+    );
+    assert!(
+        config_map(&client, &ns, "pwned").await.is_none(),
+        "the planted step ran"
+    );
+}
+
+/// A run id made to collide with another's (here: a bystander Job simply carrying the run's
+/// label) must not make the bystander deletable when the flow replaces its run.
+#[tokio::test]
+async fn replacing_a_run_deletes_only_the_jobs_the_flow_owns() {
+    let (client, ns) = setup_with(
+        "hijack-abort",
+        json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]}]),
+    )
+    .await;
+    create_flow(
+        &client,
+        &ns,
+        "replacer",
+        json!({
+            "serviceAccountName": "flow",
+            "options": {"concurrencyPolicy": "Replace"},
+            "steps": [{"type": "waitFor", "resource": {"kind": "ConfigMap", "name": "never"}, "condition": "Exist", "timeoutSeconds": 600}],
+        }),
+    )
+    .await;
+    let status = wait_step_running(&client, &ns, "replacer", "spec.steps[0]").await;
+    let run = status["run"]["id"].as_str().unwrap().to_string();
+    let own: Vec<String> = jobs(&client, &ns)
+        .await
+        .into_iter()
+        .filter_map(|j| j.metadata.name)
+        .collect();
+    assert_eq!(own.len(), 1, "{own:?}");
+    let bystander: Job = serde_json::from_value(json!({
+        "metadata": {"name": "bystander", "namespace": ns, "labels": {"ops.example.com/run": run, "ops.example.com/flow": "replacer"}},
+        "spec": {"suspend": true, "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "none"}]}}},
+    }))
+    .unwrap();
+    let job_api: Api<Job> = Api::namespaced(client.clone(), &ns);
+    job_api
+        .create(&PostParams::default(), &bystander)
+        .await
+        .unwrap();
+
+    request_run(&client, &ns, "replacer", "2").await;
+    eventually(30, "the replaced run's own Job deleted", || async {
+        job_api.get_opt(&own[0]).await.unwrap().is_none_or(|j| j.metadata.deletion_timestamp.is_some())
+    })
+    .await;
+    let left = job_api.get_opt("bystander").await.unwrap();
+    assert!(
+        left.is_some_and(|j| j.metadata.deletion_timestamp.is_none()),
+        "a Job the flow does not own was deleted for its run label"
+    );
+}
+
+/// A step's Job deleted by hand (or by a TTL) before it reported: the step fails, naming it,
+/// instead of the run waiting forever.
+#[tokio::test]
+async fn a_step_whose_job_vanished_fails_instead_of_hanging() {
+    let (client, ns) = setup_with(
+        "hijack-vanish",
+        json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]}]),
+    )
+    .await;
+    create_flow(
+        &client,
+        &ns,
+        "orphaned",
+        json!({"serviceAccountName": "flow", "steps": [{"type": "waitFor", "resource": {"kind": "ConfigMap", "name": "never"}, "condition": "Exist", "timeoutSeconds": 600}]}),
+    )
+    .await;
+    wait_step_running(&client, &ns, "orphaned", "spec.steps[0]").await;
+    let job = jobs(&client, &ns).await.remove(0);
+    let name = job.metadata.name.unwrap();
+    let dp = DeleteParams {
+        propagation_policy: Some(PropagationPolicy::Background),
+        ..Default::default()
+    };
+    Api::<Job>::namespaced(client.clone(), &ns)
+        .delete(&name, &dp)
+        .await
+        .unwrap();
+    let status = tokio::time::timeout(
+        Duration::from_secs(40),
+        crate::common::wait_done(&client, &ns, "orphaned", 40),
+    )
+    .await
+    .expect("the run ends");
+    assert_eq!(status["phase"], "Failed", "{status:#}");
+    let message = status["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&name) && message.contains("deleted"),
+        "{message}"
+    );
+}

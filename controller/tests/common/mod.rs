@@ -16,7 +16,12 @@ pub const IMAGE: &str = "pseudoflow/runtime:e2e";
 /// The image `examples/kopf/mysql.yaml` runs.
 pub const MYSQL_IMAGE: &str = "mysql:8.0";
 
+/// The executor binary: `PSEUDOFLOW_STEP_BIN` if set (to test a given build), else the one built
+/// beside this test binary.
 fn step_binary() -> String {
+    if let Ok(bin) = std::env::var("PSEUDOFLOW_STEP_BIN") {
+        return bin;
+    }
     let exe = std::env::current_exe().unwrap();
     let bin = exe
         .parent()
