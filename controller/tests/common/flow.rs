@@ -103,12 +103,9 @@ pub fn start_controller_allowing(
     ns: &str,
     node_step_namespaces: &[&str],
 ) -> tokio::task::JoinHandle<()> {
-    let _ = node_step_namespaces;
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        IMAGE.into(),
-        Arc::new(Metrics::default()),
-    ));
+    let ctx = Context::new(client.clone(), IMAGE.into(), Arc::new(Metrics::default()))
+        .with_node_step_namespaces(node_step_namespaces.iter().copied().collect());
+    let ctx = Arc::new(ctx);
     tokio::spawn(run_controller(ctx, Some(ns.to_string())))
 }
 
