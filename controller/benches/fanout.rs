@@ -95,11 +95,12 @@ async fn run_pseudoflow(
     max_parallel: u32,
 ) -> (Duration, usize) {
     let ns = namespace(env, client, &format!("pf-{max_parallel}")).await;
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        IMAGE.into(),
-        Arc::new(Metrics::default()),
-    ));
+    // Node steps need the namespace opted in: labelled privileged and allow-listed.
+    let label = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {"pod-security.kubernetes.io/enforce": "privileged"}}});
+    apply::apply_value(client, label, None).await.unwrap();
+    let ctx = Context::new(client.clone(), IMAGE.into(), Arc::new(Metrics::default()))
+        .with_node_step_namespaces([ns.clone()].into_iter().collect());
+    let ctx = Arc::new(ctx);
     let ctl = tokio::spawn(run_controller(ctx, Some(ns.clone())));
     tokio::time::sleep(Duration::from_millis(500)).await;
     let path = format!("/etc/pfbench/pseudoflow-{max_parallel}.conf");

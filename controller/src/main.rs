@@ -1,5 +1,7 @@
 //! `pseudoflow-controller`: watches PseudoFlows (all namespaces, or each `--namespace`), runs
-//! them, and serves Prometheus metrics on `--metrics-addr`. With `--leader-election` only the
+//! them, and serves Prometheus metrics on `--metrics-addr`. Node steps (root on nodes) run only
+//! in namespaces listed in `--node-step-namespaces` (repeatable or comma-separated) that are also
+//! labelled `pod-security.kubernetes.io/enforce=privileged`; without the flag, nowhere. With `--leader-election` only the
 //! replica holding the Lease works; losing it exits (the Deployment restarts the pod), and
 //! SIGTERM releases it so a successor takes over at once.
 
@@ -7,11 +9,13 @@ use std::sync::Arc;
 
 use pseudoflow_controller::leader::{self, LeaseConfig};
 use pseudoflow_controller::metrics::{serve, Metrics};
+use pseudoflow_controller::reconcile::pod_security::NodeStepNamespaces;
 use pseudoflow_controller::{run_controllers, Context};
 use tokio::signal::unix::{signal, SignalKind};
 
 const USAGE: &str = "usage: pseudoflow-controller [--image IMAGE] [--namespace NS]... \
-[--metrics-addr ADDR] [--leader-election] [--leader-election-namespace NS]";
+[--node-step-namespaces NS[,NS]]... [--metrics-addr ADDR] [--leader-election] \
+[--leader-election-namespace NS]";
 
 /// A name unique to this process: the pod name (or host name) plus the pid and start time.
 fn identity() -> String {
@@ -32,6 +36,7 @@ async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt().with_env_filter(filter).init();
     let mut image = pseudoflow_compiler::lower::LowerOptions::default().image;
     let mut namespaces = Vec::new();
+    let mut node_step_namespaces = NodeStepNamespaces::default();
     let mut metrics_addr: std::net::SocketAddr = "127.0.0.1:8080".parse()?;
     let mut leader_election = false;
     let mut lease_namespace = std::env::var("POD_NAMESPACE").ok();
@@ -50,6 +55,7 @@ async fn main() -> anyhow::Result<()> {
         match flag.as_str() {
             "--image" => image = value()?,
             "--namespace" => namespaces.push(value()?),
+            "--node-step-namespaces" => node_step_namespaces.add_flag_value(&value()?),
             "--metrics-addr" => metrics_addr = value()?.parse()?,
             "--leader-election" => leader_election = true,
             "--leader-election-namespace" => lease_namespace = Some(value()?),
@@ -59,7 +65,11 @@ async fn main() -> anyhow::Result<()> {
     let client = kube::Client::try_default().await?;
     let metrics = Arc::new(Metrics::default());
     tokio::spawn(serve(metrics_addr, metrics.clone()));
-    let ctx = Arc::new(Context::new(client.clone(), image, metrics));
+    let allowed: Vec<&str> = node_step_namespaces.names().collect();
+    tracing::info!("node steps allowed in namespaces {allowed:?} labelled enforce=privileged");
+    let ctx = Context::new(client.clone(), image, metrics)
+        .with_node_step_namespaces(node_step_namespaces);
+    let ctx = Arc::new(ctx);
     let mut term = signal(SignalKind::terminate())?;
     if !leader_election {
         tokio::select! {

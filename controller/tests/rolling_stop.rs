@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 mod common;
 
-use common::{create_flow, env, prepare, start_controller, wait_done};
+use common::{create_flow, env, prepare, start_node_controller, wait_done};
 
 /// The node each node-pinned Job of the namespace was pinned to (`spec.template.spec.nodeName`).
 async fn pinned_nodes(client: &Client, ns: &str) -> Vec<String> {
@@ -30,7 +30,7 @@ async fn a_rolling_loop_nodes_stops_at_the_failing_node_and_names_it() {
     let node_reader =
         json!([{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}]);
     let (client, ns) = prepare("rolling", json!([]), node_reader).await;
-    let ctl = start_controller(&client, &ns);
+    let ctl = start_node_controller(&client, &ns).await;
     // Nodes are visited sorted by name: cp-0, worker-0, worker-1; the second one fails.
     let file = format!("etc/pseudoflow-test/{ns}.conf");
     create_rolling_flow(&client, &ns, &file).await;

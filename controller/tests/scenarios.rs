@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 
 mod common;
 
-use common::{env, IMAGE};
+use common::{env, label_privileged, IMAGE};
 
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap()
@@ -162,11 +162,11 @@ async fn the_seed_scenarios_run_end_to_end_and_rerun_changes_nothing() {
     let env = env();
     let client = env.client().await.unwrap();
     prepare(env, &client).await;
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        IMAGE.into(),
-        Arc::new(Metrics::default()),
-    ));
+    // The seed flows run node steps in kube-system: opt it in, label and allow-list.
+    label_privileged(&client, "kube-system").await;
+    let ctx = Context::new(client.clone(), IMAGE.into(), Arc::new(Metrics::default()))
+        .with_node_step_namespaces(["kube-system"].into_iter().collect());
+    let ctx = Arc::new(ctx);
     let ctl = tokio::spawn(run_controller(ctx, Some("kube-system".into())));
     let nodes = ["cp-0", "worker-0", "worker-1"];
 

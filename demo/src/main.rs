@@ -3,7 +3,10 @@
 //! until they finish; then leaves the cluster running (KUBECONFIG printed) until Ctrl-C.
 //!
 //! Demo-only shortcuts, said out loud: the flows' `default` ServiceAccounts get cluster-admin
-//! (the seed flows name no ServiceAccount), and third-party CRDs are open stand-ins.
+//! (the seed flows name no ServiceAccount), and third-party CRDs are open stand-ins. The node
+//! steps of the seed flows run in kube-system, which the demo opts in as an operator would: the
+//! namespace labelled `pod-security.kubernetes.io/enforce=privileged` and allow-listed in the
+//! controller (`--node-step-namespaces kube-system`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -14,9 +17,12 @@ use kube::api::{Api, DynamicObject};
 use pseudoflow_controller::metrics::Metrics;
 use pseudoflow_controller::reconcile::flow_resource;
 use pseudoflow_controller::{run_controller, Context};
-use pseudoflow_testenv::{seed, Options, TestEnv};
+use pseudoflow_testenv::{apply::apply_text, seed, Options, TestEnv};
 
 const IMAGE: &str = "pseudoflow/runtime:demo";
+
+/// The namespace half of the node-step opt-in for kube-system, where the seed's node steps run.
+const NODE_STEPS_NAMESPACE_LABEL: &str = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: kube-system\n  labels: {pod-security.kubernetes.io/enforce: privileged}\n";
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -54,8 +60,10 @@ async fn main() -> Result<()> {
         "127.0.0.1:8080".parse()?,
         metrics.clone(),
     ));
-    let ctx = Arc::new(Context::new(client.clone(), IMAGE.into(), metrics));
-    tokio::spawn(run_controller(ctx, None));
+    apply_text(&client, NODE_STEPS_NAMESPACE_LABEL, None).await?;
+    let ctx = Context::new(client.clone(), IMAGE.into(), metrics)
+        .with_node_step_namespaces(["kube-system"].into_iter().collect());
+    tokio::spawn(run_controller(Arc::new(ctx), None));
     println!("controller running (metrics on http://127.0.0.1:8080/metrics)\n");
 
     let names = seed::apply_flows(&client, &root).await?;

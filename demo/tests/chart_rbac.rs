@@ -25,6 +25,8 @@ use serde_json::Value;
 
 const CONTROLLER_IMAGE: &str = "pseudoflow/controller:rbac";
 const RUNTIME_IMAGE: &str = "pseudoflow/runtime:rbac";
+/// The label that opts a namespace in to node steps (with the chart's `nodeSteps.namespaces`).
+const PRIVILEGED: &str = "pod-security.kubernetes.io/enforce: privileged";
 
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap()
@@ -65,8 +67,9 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// The chart rendered for `release` in namespace `release`, watching `watch`, as YAML documents.
-fn render(release: &str, watch: &[&str]) -> Vec<Value> {
+/// The chart rendered for `release` in namespace `release`, watching `watch` and allowing node
+/// steps in `node_steps`, as YAML documents.
+fn render(release: &str, watch: &[&str], node_steps: &[&str]) -> Vec<Value> {
     let cache = std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache"));
@@ -88,6 +91,7 @@ fn render(release: &str, watch: &[&str]) -> Vec<Value> {
         "logLevel=info".into(),
     ];
     sets.push(format!("watchNamespaces={{{}}}", watch.join(",")));
+    sets.push(format!("nodeSteps.namespaces={{{}}}", node_steps.join(",")));
     let mut cmd = Command::new(helm);
     cmd.args(["template", release])
         .arg(repo().join("charts/pseudoflow-operator"))
@@ -181,7 +185,8 @@ impl Outcome {
 /// Installs `docs` as `release`, watching namespace `release`-flows, and runs the probe flow there.
 async fn trial(client: &Client, release: &str, docs: &[Value]) -> Outcome {
     let ns = format!("{release}-flows");
-    apply_text(client, &format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}}}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {{name: {ns}-flows}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}}\nsubjects: [{{kind: ServiceAccount, name: default, namespace: {ns}}}]\n"), None).await.unwrap();
+    // The probe's execNode needs the namespace opted in: labelled here, allow-listed by render().
+    apply_text(client, &format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}, labels: {{{PRIVILEGED}}}}}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {{name: {ns}-flows}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}}\nsubjects: [{{kind: ServiceAccount, name: default, namespace: {ns}}}]\n"), None).await.unwrap();
     install(client, release, docs).await;
     let flow = format!(
         r#"apiVersion: ops.example.com/v1alpha1
@@ -230,11 +235,14 @@ async fn chart_rbac_runs_the_seed_flows_and_every_rule_is_needed() {
     let env = env();
     let client = env.client().await.unwrap();
     seed::prepare(env, &client, repo()).await.unwrap();
+    // The seed's node steps run in kube-system: its half of the opt-in (the chart allow-lists it).
+    let kube_system = format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: kube-system, labels: {{{PRIVILEGED}}}}}\n");
+    apply_text(&client, &kube_system, None).await.unwrap();
 
     // The full chart: the seed flows as written, and the probe flow, succeed.
     let mut watch: Vec<&str> = seed::SEED_NAMESPACES.to_vec();
     watch.push("pf-full-flows");
-    let full = render("pf-full", &watch);
+    let full = render("pf-full", &watch, &["kube-system", "pf-full-flows"]);
     let names = seed::apply_flows(&client, repo()).await.unwrap();
     let probe = trial(&client, "pf-full", &full).await;
     assert!(
@@ -273,7 +281,8 @@ async fn chart_rbac_runs_the_seed_flows_and_every_rule_is_needed() {
     let trials = rules.iter().enumerate().map(|(i, (d, r, what))| {
         let client = client.clone();
         let release = format!("pf-cut{i}");
-        let mut docs = render(&release, &[&format!("{release}-flows")]);
+        let flows = format!("{release}-flows");
+        let mut docs = render(&release, &[&flows], &[&flows]);
         docs[*d]["rules"].as_array_mut().unwrap().remove(*r);
         async move { (what.clone(), trial(&client, &release, &docs).await) }
     });

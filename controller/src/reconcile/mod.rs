@@ -51,10 +51,14 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     pub recorder: Recorder,
     pub engine: Engine,
+    /// Namespaces whose flows may run node steps (root on nodes), if also labelled
+    /// `enforce=privileged`; empty unless set, so node steps fail closed.
+    pub node_step_namespaces: pod_security::NodeStepNamespaces,
 }
 
 impl Context {
-    /// A context reporting Events as `pseudoflow-controller`.
+    /// A context reporting Events as `pseudoflow-controller`, allowing node steps nowhere (see
+    /// [`Context::with_node_step_namespaces`]).
     pub fn new(client: Client, image: String, metrics: Arc<Metrics>) -> Self {
         let reporter = Reporter {
             controller: "pseudoflow-controller".into(),
@@ -66,7 +70,18 @@ impl Context {
             image,
             metrics,
             engine: Engine::new(),
+            node_step_namespaces: Default::default(),
         }
+    }
+
+    /// The same context allowing node steps in `namespaces` (the controller's half of the
+    /// opt-in; the namespace must also be labelled `enforce=privileged`).
+    pub fn with_node_step_namespaces(
+        mut self,
+        namespaces: pod_security::NodeStepNamespaces,
+    ) -> Self {
+        self.node_step_namespaces = namespaces;
+        self
     }
 }
 

@@ -301,8 +301,8 @@ async fn drive(
             }
             if node.placement == Placement::Node && task_of(node) == Some(Task::Run) {
                 if node_pods_refused.is_none() {
-                    node_pods_refused =
-                        Some(pod_security::check(&ctx.client, &flow_ref.namespace).await?);
+                    let refused = pod_security::check(ctx, &flow_ref.namespace).await?;
+                    node_pods_refused = Some(refused.map(|r| r.to_string()));
                 }
                 if let Some(Some(why)) = &node_pods_refused {
                     let out = walker.complete(&mut run.state, node_id, key, failed(why), t);

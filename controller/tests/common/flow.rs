@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Event;
+use k8s_openapi::api::core::v1::{Event, Namespace};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::wait::{await_condition, conditions};
@@ -85,7 +85,8 @@ pub fn start_controller(client: &Client, ns: &str) -> tokio::task::JoinHandle<()
     start_controller_with(client, ns, Arc::new(Metrics::default()))
 }
 
-/// A controller for `ns` recording into `metrics`.
+/// A controller for `ns` recording into `metrics`; it allows node steps nowhere, as the binary
+/// started without `--node-step-namespaces`.
 pub fn start_controller_with(
     client: &Client,
     ns: &str,
@@ -93,6 +94,39 @@ pub fn start_controller_with(
 ) -> tokio::task::JoinHandle<()> {
     let ctx = Arc::new(Context::new(client.clone(), IMAGE.into(), metrics));
     tokio::spawn(run_controller(ctx, Some(ns.to_string())))
+}
+
+/// A controller for `ns` whose `--node-step-namespaces` are `node_step_namespaces`: the
+/// controller's half of the node-step opt-in (docs/security.md).
+pub fn start_controller_allowing(
+    client: &Client,
+    ns: &str,
+    node_step_namespaces: &[&str],
+) -> tokio::task::JoinHandle<()> {
+    let ctx = Context::new(client.clone(), IMAGE.into(), Arc::new(Metrics::default()))
+        .with_node_step_namespaces(node_step_namespaces.iter().copied().collect());
+    let ctx = Arc::new(ctx);
+    tokio::spawn(run_controller(ctx, Some(ns.to_string())))
+}
+
+/// Labels `ns` `pod-security.kubernetes.io/enforce=privileged`: the namespace's half of the
+/// node-step opt-in, which Pod Security admission also needs to admit node pods.
+pub async fn label_privileged(client: &Client, ns: &str) {
+    Api::<Namespace>::all(client.clone())
+        .patch(
+            ns,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "privileged"}}})),
+        )
+        .await
+        .unwrap();
+}
+
+/// Both halves of the node-step opt-in for `ns` (the label and the controller's allow-list),
+/// then a controller for it: how a test that runs node steps starts its controller.
+pub async fn start_node_controller(client: &Client, ns: &str) -> tokio::task::JoinHandle<()> {
+    label_privileged(client, ns).await;
+    start_controller_allowing(client, ns, &[ns])
 }
 
 /// The flows of `ns`, untyped (as the controller reads them).
