@@ -176,7 +176,7 @@ pub(super) async fn report_terminated(
     patch_status(client, pod, status).await
 }
 
-async fn report_failed(client: &Client, pod: &Pod, message: &str) -> kube::Result<Pod> {
+pub(super) async fn report_failed(client: &Client, pod: &Pod, message: &str) -> kube::Result<Pod> {
     report_terminated(client, pod, 128, message, &now()).await
 }
 

@@ -1,6 +1,8 @@
 //! Running one pod as a local process the way a container would see it: in a private mount
 //! namespace where the pod's volumes, its ServiceAccount token and its termination-message file
 //! are bind-mounted at the paths the pod spec names; host commands through recording shims.
+//! Init containers run first, one after another, each to completion, in the same volumes (an
+//! emptyDir one writes is what the next one reads), as a kubelet runs them.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -18,7 +20,8 @@ use serde_json::json;
 use super::pod::{report_running, report_terminated};
 use super::{path_str, sh_quote, KubeletConfig};
 
-/// Runs the pod's first container as a process until it ends, reporting status as a kubelet.
+/// Runs the pod's init containers, then its first container as a process until it ends,
+/// reporting status as a kubelet.
 pub(super) async fn run(
     client: &Client,
     cfg: &KubeletConfig,
@@ -65,70 +68,43 @@ pub(super) async fn run(
                 .any(|s| s.service_account_token.is_some())
         })
     });
-    let tools = container.image.as_deref().and_then(|i| cfg.images.tools(i));
-    let mut env = base_env(cfg, node, &name, tools);
-    if automount {
-        env.insert("KUBECONFIG".into(), path_str(&kubeconfig));
-    }
-    for (k, v) in resolve_env(client, pod, &container, &env).await? {
-        env.insert(k, v);
-    }
-
-    let termination = dir.join("termination-log");
-    std::fs::write(&termination, "")?;
-    let mut mounts: Vec<(PathBuf, String)> = vec![(
-        termination.clone(),
-        container
-            .termination_message_path
-            .clone()
-            .unwrap_or_else(|| "/dev/termination-log".into()),
-    )];
-    for vm in container.volume_mounts.iter().flatten() {
-        let Some(vol) = spec.volumes.iter().flatten().find(|v| v.name == vm.name) else {
-            continue;
+    let pod_view = PodView {
+        client,
+        cfg,
+        node,
+        pod,
+        dir: &dir,
+        sa_dir: &sa_dir,
+        kubeconfig: automount.then_some(kubeconfig.as_path()),
+    };
+    for init in spec.init_containers.iter().flatten() {
+        let image = init.image.clone().unwrap_or_default();
+        let Some(init_program) = cfg.images.program(&image).cloned() else {
+            anyhow::bail!(
+                "init container {}: image {image} is not mapped to a program",
+                init.name
+            );
         };
-        let mut src = volume_source(client, cfg, node, &ns, &dir, vol, &sa_dir).await?;
-        if let Some(sub) = vm.sub_path.as_deref().filter(|s| !s.is_empty()) {
-            src = src.join(sub);
+        let (mut cmd, _) = pod_view
+            .command(init, &init_program, &format!("init-{}", init.name))
+            .await?;
+        let status = cmd
+            .spawn()
+            .context("starting an init container")?
+            .wait()
+            .await?;
+        if !status.success() {
+            let log = tail(&dir.join(format!("init-{}.log", init.name)), 1024, 20);
+            let message = format!(
+                "init container {} exited with {}: {log}",
+                init.name,
+                status.code().unwrap_or(137)
+            );
+            super::pod::report_failed(client, pod, &message).await?;
+            return Ok(());
         }
-        mounts.push((src, vm.mount_path.clone()));
     }
-
-    let launcher = dir.join("launcher.sh");
-    let mut script = String::from("#!/bin/sh\n# testenv: the pod's view of the filesystem, then exec the container's command.\nset -e\nmount --make-rprivate / 2>/dev/null || true\n");
-    for (src, target) in &mounts {
-        let (s, t) = (sh_quote(&path_str(src)), sh_quote(target));
-        if src.is_dir() {
-            script.push_str(&format!("mkdir -p {t}\n"));
-        } else {
-            script.push_str(&format!(
-                "mkdir -p \"$(dirname {t})\"; [ -e {t} ] || : > {t}\n"
-            ));
-        }
-        script.push_str(&format!("mount --bind {s} {t}\n"));
-    }
-    let workdir = container.working_dir.clone().unwrap_or_else(|| "/".into());
-    script.push_str(&format!("cd {}\nexec \"$@\"\n", sh_quote(&workdir)));
-    std::fs::write(&launcher, script)?;
-    // What `pods/exec` needs to run a command in this pod's view (see `super::exec`).
-    std::fs::write(dir.join("env.json"), serde_json::to_vec(&env)?)?;
-
-    let argv = argv(&container, program, &env);
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join("log"))?;
-    let mut cmd = tokio::process::Command::new("unshare");
-    cmd.args(["--mount", "--propagation", "private", "--", "/bin/sh"])
-        .arg(&launcher)
-        .args(&argv);
-    cmd.env_clear()
-        .envs(&env)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .kill_on_drop(true);
-    crate::procs::own_group_and_die_with_parent(&mut cmd);
+    let (mut cmd, termination) = pod_view.command(&container, program, "log").await?;
     let started_at = k8s_openapi::jiff::Timestamp::now().to_string();
     let mut child = cmd.spawn().context("starting the pod's process")?;
     super::pod::set_pid(started, &uid, child.id());
@@ -167,6 +143,113 @@ async fn request_token(
         .await
         .with_context(|| format!("TokenRequest for serviceaccount {ns}/{sa}"))?;
     Ok(resp.status.map(|s| s.token).unwrap_or_default())
+}
+
+/// What every container of one pod shares: the pod, its directory, its ServiceAccount token.
+struct PodView<'a> {
+    client: &'a Client,
+    cfg: &'a KubeletConfig,
+    node: &'a str,
+    pod: &'a Pod,
+    dir: &'a Path,
+    sa_dir: &'a Path,
+    /// The kubeconfig to point `KUBECONFIG` at, when the token is mounted.
+    kubeconfig: Option<&'a Path>,
+}
+
+impl PodView<'_> {
+    /// The process of one container, ready to spawn, writing its output to `log` in the pod's
+    /// directory; and the file its termination message is written to.
+    async fn command(
+        &self,
+        container: &Container,
+        program: &Path,
+        log: &str,
+    ) -> Result<(tokio::process::Command, PathBuf)> {
+        let (client, cfg, node, pod, dir, sa_dir) = (
+            self.client,
+            self.cfg,
+            self.node,
+            self.pod,
+            self.dir,
+            self.sa_dir,
+        );
+        let spec = pod.spec.clone().unwrap_or_default();
+        let ns = pod.metadata.namespace.clone().unwrap_or_default();
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let tools = container.image.as_deref().and_then(|i| cfg.images.tools(i));
+        let mut env = base_env(cfg, node, &name, tools);
+        if let Some(kubeconfig) = self.kubeconfig {
+            env.insert("KUBECONFIG".into(), path_str(kubeconfig));
+        }
+        for (k, v) in resolve_env(client, pod, container, &env).await? {
+            env.insert(k, v);
+        }
+
+        let termination = dir.join(format!("{log}.termination-log"));
+        std::fs::write(&termination, "")?;
+        let mut mounts: Vec<(PathBuf, String)> = vec![(
+            termination.clone(),
+            container
+                .termination_message_path
+                .clone()
+                .unwrap_or_else(|| "/dev/termination-log".into()),
+        )];
+        for vm in container.volume_mounts.iter().flatten() {
+            let Some(vol) = spec.volumes.iter().flatten().find(|v| v.name == vm.name) else {
+                continue;
+            };
+            let mut src = volume_source(client, cfg, node, &ns, dir, vol, sa_dir).await?;
+            if let Some(sub) = vm.sub_path.as_deref().filter(|s| !s.is_empty()) {
+                src = src.join(sub);
+            }
+            mounts.push((src, vm.mount_path.clone()));
+        }
+
+        let launcher = dir.join(format!("{log}.launcher.sh"));
+        let mut script = String::from("#!/bin/sh\n# testenv: the pod's view of the filesystem, then exec the container's command.\nset -e\nmount --make-rprivate / 2>/dev/null || true\n");
+        for (src, target) in &mounts {
+            let (s, t) = (sh_quote(&path_str(src)), sh_quote(target));
+            if src.is_dir() {
+                script.push_str(&format!("mkdir -p {t}\n"));
+            } else {
+                script.push_str(&format!(
+                    "mkdir -p \"$(dirname {t})\"; [ -e {t} ] || : > {t}\n"
+                ));
+            }
+            script.push_str(&format!("mount --bind {s} {t}\n"));
+        }
+        let workdir = container.working_dir.clone().unwrap_or_else(|| "/".into());
+        script.push_str(&format!("cd {}\nexec \"$@\"\n", sh_quote(&workdir)));
+        std::fs::write(&launcher, script)?;
+        if log == "log" {
+            // What `pods/exec` needs to run a command in this pod's view (see `super::exec`).
+            std::fs::write(dir.join("env.json"), serde_json::to_vec(&env)?)?;
+        }
+
+        let mount_targets: Vec<&str> = mounts.iter().map(|(_, t)| t.as_str()).collect();
+        let argv = argv(container, program, &env, &mount_targets);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join(if log == "log" {
+                "log".to_string()
+            } else {
+                format!("{log}.log")
+            }))?;
+        let mut cmd = tokio::process::Command::new("unshare");
+        cmd.args(["--mount", "--propagation", "private", "--", "/bin/sh"])
+            .arg(&launcher)
+            .args(&argv);
+        cmd.env_clear()
+            .envs(&env)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .kill_on_drop(true);
+        crate::procs::own_group_and_die_with_parent(&mut cmd);
+        Ok((cmd, termination))
+    }
 }
 
 /// The environment every container starts with: `PATH` leads with the node's recording shims,
@@ -307,12 +390,27 @@ fn expand(s: &str, env: &BTreeMap<String, String>) -> String {
     out
 }
 
-fn argv(c: &Container, program: &Path, env: &BTreeMap<String, String>) -> Vec<String> {
+/// The container's command line: its `command` where that names a file the container sees (on
+/// this machine, or under one of its volume mounts, e.g. a binary an init container copied into
+/// an emptyDir), else the image's program, then `args`.
+fn argv(
+    c: &Container,
+    program: &Path,
+    env: &BTreeMap<String, String>,
+    mount_targets: &[&str],
+) -> Vec<String> {
     let command: Vec<String> = c.command.iter().flatten().map(|s| expand(s, env)).collect();
     let args: Vec<String> = c.args.iter().flatten().map(|s| expand(s, env)).collect();
+    let mounted = |p: &str| {
+        mount_targets
+            .iter()
+            .any(|t| Path::new(p).starts_with(t) && Path::new(p) != Path::new(t))
+    };
     let mut argv = match command.split_first() {
         Some((first, rest)) => {
-            let first = if Path::new(first).is_absolute() && Path::new(first).exists() {
+            let first = if Path::new(first).is_absolute()
+                && (Path::new(first).exists() || mounted(first))
+            {
                 first.clone()
             } else {
                 path_str(program)
