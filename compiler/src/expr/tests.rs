@@ -133,7 +133,7 @@ fn work_is_bounded_by_fuel_and_result_size() {
     let err = e
         .substitute_str("${'x' * 100000000}", &Scope::new(), "p")
         .unwrap_err();
-    assert!(err.reason.contains("larger than"), "{err}");
+    assert!(err.reason.contains("would exceed"), "{err}");
     let long = format!("${{{}}}", "1+".repeat(MAX_EXPRESSION_BYTES));
     assert!(e
         .substitute_str(&long, &Scope::new(), "p")
