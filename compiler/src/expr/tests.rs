@@ -202,3 +202,20 @@ proptest! {
         let _ = scan(&s);
     }
 }
+
+#[test]
+fn values_nested_deeper_than_the_bound_are_refused_naming_the_field() {
+    let nested = |n: usize| format!("{}1{}", "[".repeat(n), "]".repeat(n));
+    let e = Engine::new();
+    let sc = scope(&[("deep", json!(nested(127))), ("ok", json!(nested(32)))]);
+    let err = e
+        .eval_expression("json(${deep})", &sc, "spec.steps[1].expression")
+        .unwrap_err();
+    assert!(
+        err.to_string().starts_with("spec.steps[1].expression: ")
+            && err.reason.contains("deeper than 32 levels"),
+        "{err}"
+    );
+    assert!(e.substitute_str("${json(deep)}", &sc, "p").is_err());
+    assert!(e.eval_expression("json(${ok})", &sc, "p").is_ok());
+}
