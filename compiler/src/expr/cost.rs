@@ -26,9 +26,9 @@ fn walk(v: &Value, cap: usize, acc: &mut usize) {
         ValueKind::Seq | ValueKind::Map | ValueKind::Iterable => {
             // A one-shot iterator has no length and must not be consumed here; what it yields
             // is charged when something collects it.
-            let known = v.as_object().is_none_or(|o| {
-                o.repr() != ObjectRepr::Iterable || o.enumerator_len().is_some()
-            });
+            let known = v
+                .as_object()
+                .is_none_or(|o| o.repr() != ObjectRepr::Iterable || o.enumerator_len().is_some());
             if !known {
                 return;
             }
