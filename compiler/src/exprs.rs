@@ -4,6 +4,7 @@
 
 use std::collections::BTreeSet;
 
+use pseudoflow_crd::steps::apply::manifest_objects;
 use pseudoflow_crd::validate::{join, without_nested_steps};
 use pseudoflow_crd::{Diagnostics, PseudoFlowSpec, Step, StepKind};
 use serde_json::Value;
@@ -19,9 +20,15 @@ pub fn check_expressions(spec: &PseudoFlowSpec, diags: &mut Diagnostics) {
     if let Some(d) = &spec.on_delete {
         collect_outputs(d, &mut known);
     }
+    let mut outputs = BTreeSet::new();
+    collect_outputs(&spec.steps, &mut outputs);
+    if let Some(d) = &spec.on_delete {
+        collect_outputs(d, &mut outputs);
+    }
     let mut checker = Checker {
         engine: &engine,
         known: &known,
+        outputs: &outputs,
         diags,
     };
     checker.steps(&spec.steps, "spec.steps", &[]);
@@ -51,6 +58,8 @@ fn collect_outputs(steps: &[Step], known: &mut BTreeSet<String>) {
 struct Checker<'a> {
     engine: &'a Engine,
     known: &'a BTreeSet<String>,
+    /// Variables that steps set at run time (command output, not reviewed text).
+    outputs: &'a BTreeSet<String>,
     diags: &'a mut Diagnostics,
 }
 
@@ -127,6 +136,9 @@ impl Checker<'_> {
                         ),
                         Ok(refs) => {
                             for ExprRef { expr, plain, names } in refs {
+                                if is_shell_field(kind, path) {
+                                    self.unquoted_output(path, &expr, &names);
+                                }
                                 self.unknown(path, &names, plain, &vars, &expr);
                             }
                         }
@@ -147,6 +159,26 @@ impl Checker<'_> {
             }
             _ => {}
         }
+    }
+
+    /// Warns when a step's output is spliced into a shell command without `| shq`: the output
+    /// is data a command printed, and unquoted it is parsed as shell syntax.
+    fn unquoted_output(&mut self, path: &str, expr: &str, names: &[String]) {
+        if crate::expr::is_quoted(expr) {
+            return;
+        }
+        let Some(out) = names.iter().find(|n| self.outputs.contains(*n)) else {
+            return;
+        };
+        self.diags.warning(
+            path,
+            format!(
+                "${{{}}} splices step output {out:?} into a shell command unquoted; write \
+                 ${{ {} | shq }} to pass it as one word",
+                expr.trim(),
+                expr.trim()
+            ),
+        );
     }
 
     fn unknown(
@@ -187,6 +219,15 @@ impl Checker<'_> {
     }
 }
 
+/// `cmd` of `exec`/`execNode` and `code` of `script`: text a shell parses.
+fn is_shell_field(kind: &StepKind, path: &str) -> bool {
+    match kind {
+        StepKind::Exec(_) | StepKind::ExecNode(_) => path.ends_with(".cmd"),
+        StepKind::Script(_) => path.ends_with(".code"),
+        _ => false,
+    }
+}
+
 fn is_builtin(name: &str) -> bool {
     matches!(
         name,
@@ -210,6 +251,9 @@ pub fn prepare_payload(
     };
     if let Some(obj) = payload.as_object_mut() {
         obj.remove("template");
+        if let Some(StepKind::Apply(_)) = node.step.as_ref().map(|s| &s.kind) {
+            parse_manifests(obj, &node.path)?;
+        }
     }
     let (mut value, warnings) = engine.substitute(&payload, scope, &node.path)?;
     if let Some(obj) = value.as_object_mut() {
@@ -226,6 +270,25 @@ pub fn prepare_payload(
     Ok((value, warnings))
 }
 
+/// `apply.manifests` given as YAML text becomes the list of its objects *before* substitution,
+/// so that `${...}` is substituted inside string scalars: a value holding `---` or
+/// `kind: ...` stays a string and cannot add objects or fields validation never saw.
+fn parse_manifests(
+    step: &mut serde_json::Map<String, Value>,
+    path: &str,
+) -> Result<(), SubstError> {
+    let Some(text @ Value::String(_)) = step.get("manifests") else {
+        return Ok(());
+    };
+    let objects = manifest_objects(text).map_err(|reason| SubstError {
+        path: join(path, "manifests"),
+        expr: "manifests".into(),
+        reason,
+    })?;
+    step.insert("manifests".into(), Value::Array(objects));
+    Ok(())
+}
+
 /// The node's step as JSON with `spec.vars` substituted where possible (for `--emit`); loop
 /// variables and step outputs are unknown before a run, so what cannot be substituted is kept.
 pub fn substitute_flow_vars(node: &PlanNode, spec: &PseudoFlowSpec) -> Value {
@@ -238,5 +301,78 @@ pub fn substitute_flow_vars(node: &PlanNode, spec: &PseudoFlowSpec) -> Value {
     match prepare_payload(&engine, node, &scope) {
         Ok((v, _)) => v,
         Err(_) => crate::lower::payload(node),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::{compile, Compiled, FlowId};
+
+    fn flow(steps: Value) -> Compiled {
+        let id = FlowId {
+            name: "f",
+            namespace: Some("ns"),
+        };
+        compile(&id, &json!({"vars": {"name": "n1"}, "steps": steps})).expect("valid flow")
+    }
+
+    #[test]
+    fn a_variable_holding_a_document_separator_stays_a_string_in_apply() {
+        let c = flow(json!([{
+            "type": "apply",
+            "manifests": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\ndata:\n  k: ${v}\n  n: ${n}\n"
+        }]));
+        let node = c.plan.nodes().find(|n| n.step_type == "apply").unwrap();
+        let injected = "x\n---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: injected\n";
+        let scope: Scope = [
+            ("v".to_string(), json!(injected)),
+            ("n".to_string(), json!(3)),
+        ]
+        .into();
+        let (payload, _) = prepare_payload(&Engine::new(), node, &scope).unwrap();
+        let objects = manifest_objects(&payload["manifests"]).unwrap();
+        assert_eq!(objects.len(), 1, "{objects:?}");
+        assert_eq!(objects[0]["data"]["k"], json!(injected));
+        assert_eq!(
+            objects[0]["data"]["n"],
+            json!(3),
+            "a whole-scalar expression keeps its type"
+        );
+    }
+
+    fn warnings(c: &Compiled) -> Vec<String> {
+        c.warnings
+            .warnings()
+            .map(|d| format!("{}: {}", d.path, d.message))
+            .collect()
+    }
+
+    #[test]
+    fn a_step_output_spliced_unquoted_into_a_command_warns() {
+        let c = flow(json!([
+            {"type": "exec", "cmd": "hostname", "var": "out"},
+            {"type": "exec", "cmd": "echo ${out} ${name}"},
+            {"type": "exec", "cmd": "echo ${ out | shq } ${name}"},
+            {"type": "log", "message": "got ${out}"}
+        ]));
+        let w = warnings(&c);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].starts_with("spec.steps[1].cmd: ${out} splices step output \"out\"")
+                && w[0].contains("${ out | shq }"),
+            "{w:?}"
+        );
+    }
+
+    #[test]
+    fn shq_quotes_for_the_shell_at_run_time() {
+        let scope: Scope = [("out".to_string(), json!("a'b; rm -rf /"))].into();
+        let (v, _) = Engine::new()
+            .substitute_str("echo ${ out | shq }", &scope, "spec.steps[1].cmd")
+            .unwrap();
+        assert_eq!(v, json!("echo 'a'\\''b; rm -rf /'"));
     }
 }

@@ -1,13 +1,18 @@
 //! The expression engine behind `${...}`: minijinja expressions over the run's variables, with
 //! Python-like methods (`.split(' ')`) and `json()`, no loader (no files), no I/O functions,
-//! bounded by fuel and by a cap on result size.
+//! bounded by fuel, by a work budget checked before each operation allocates ([`super::budget`]),
+//! by a cap on result size and by a cap on nesting depth.
 
 use std::collections::BTreeMap;
 
+use minijinja::machinery;
 use minijinja::value::Value as JinjaValue;
-use minijinja::{Environment, Error, ErrorKind, UndefinedBehavior};
+use minijinja::{AutoEscape, Environment, Error, ErrorKind, UndefinedBehavior};
 use serde_json::Value;
 
+use super::budget::{Evaluation, MAX_WORK_BYTES};
+use super::depth::{check_depth, MAX_DEPTH};
+use super::guard;
 use super::scan::{scan, Segment};
 
 /// Most instructions one expression may execute.
@@ -71,62 +76,28 @@ fn configure(env: &mut Environment<'_>) {
     env.set_undefined_behavior(UndefinedBehavior::Strict);
     env.set_fuel(Some(FUEL));
     env.set_recursion_limit(64);
-    env.set_unknown_method_callback(bounded_method);
+    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
     env.add_function("json", json_fn);
+    env.add_filter("shq", super::shell::shq);
     env.remove_global("debug");
+    super::guard::install(env);
 }
 
-/// Python-like methods (`.split`, `.replace`, ...) from minijinja-contrib, refused *before* they
-/// run when their result could exceed [`MAX_RESULT_BYTES`]: fuel counts instructions, not the
-/// work inside one call, so `s.replace('1', big)` must be stopped up front.
-fn bounded_method(
-    state: &mut minijinja::State,
-    value: &JinjaValue,
-    method: &str,
-    args: &[JinjaValue],
-) -> Result<JinjaValue, Error> {
-    let too_big = || {
-        Error::new(
-            ErrorKind::InvalidOperation,
-            format!("{method}(): result would exceed {MAX_RESULT_BYTES} bytes"),
-        )
-    };
-    if let Some(s) = value.as_str() {
-        let arg_len = |i: usize| args.get(i).and_then(|a| a.as_str()).map_or(0, str::len);
-        let estimate = match method {
-            "replace" => {
-                let occurrences = match args.first().and_then(|a| a.as_str()) {
-                    Some("") => s.chars().count() + 1,
-                    Some(old) => s.matches(old).count(),
-                    None => 0,
-                };
-                s.len() + occurrences.saturating_mul(arg_len(1))
-            }
-            "center" | "ljust" | "rjust" | "zfill" => {
-                let width = args
-                    .first()
-                    .and_then(|a| i64::try_from(a.clone()).ok())
-                    .unwrap_or(0);
-                s.len().max(usize::try_from(width).unwrap_or(usize::MAX))
-            }
-            "join" => s.len(),
-            _ => s.len(),
-        };
-        if estimate > MAX_RESULT_BYTES {
-            return Err(too_big());
-        }
-    }
-    minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
-}
-
+/// `json(text)`: refused before parsing when the parsed value could pass the work budget
+/// (every `,`, `:`, `[` and `{` may start a value).
 fn json_fn(text: String) -> Result<JinjaValue, Error> {
+    let values = text.bytes().filter(|b| b",:[{".contains(b)).count() + 1;
+    let estimate = text.len() + values.saturating_mul(4 * super::cost::NODE);
+    super::budget::ensure_room("json()", estimate)?;
     let v: Value = serde_json::from_str(&text).map_err(|e| {
         Error::new(
             ErrorKind::InvalidOperation,
             format!("json(): not valid JSON: {e}"),
         )
     })?;
-    Ok(JinjaValue::from(minijinja::value::Serde(&v)))
+    let out = JinjaValue::from(minijinja::value::Serde(&v));
+    super::budget::charge("json()", estimate)?;
+    Ok(out)
 }
 
 impl Engine {
@@ -143,14 +114,27 @@ impl Engine {
                 "expression longer than {MAX_EXPRESSION_BYTES} bytes"
             ));
         }
-        let compiled = self
-            .env
-            .compile_expression_owned(expr.to_string())
-            .map_err(|e| describe(&e))?;
+        let _evaluation = Evaluation::start();
+        let instructions = guard::compile_expr(expr).map_err(|e| describe(&e))?;
         let ctx = JinjaValue::from(minijinja::value::Serde(scope));
-        let v = compiled.eval(ctx).map_err(|e| describe(&e))?;
+        let mut sink = String::new();
+        let (v, _) = machinery::eval(
+            &self.env,
+            &instructions,
+            ctx,
+            &BTreeMap::new(),
+            &mut machinery::make_string_output(&mut sink),
+            AutoEscape::None,
+        )
+        .map_err(|e| describe(&e))?;
+        let v = v.unwrap_or_default();
         if v.is_undefined() {
             return Err("undefined".into());
+        }
+        // Measured before converting: a list holding one large string many times is small
+        // in memory but not once copied out.
+        if super::cost::cost(&v, MAX_WORK_BYTES) > MAX_WORK_BYTES {
+            return Err(format!("result larger than {MAX_RESULT_BYTES} bytes"));
         }
         let json = serde_json::to_value(&v).map_err(|e| e.to_string())?;
         let size = serde_json::to_string(&json)
@@ -159,6 +143,7 @@ impl Engine {
         if size > MAX_RESULT_BYTES {
             return Err(format!("result larger than {MAX_RESULT_BYTES} bytes"));
         }
+        check_depth(&json, MAX_DEPTH).map_err(|e| e.to_string())?;
         Ok(json)
     }
 
@@ -309,10 +294,18 @@ impl Engine {
             expr: "template".into(),
             reason,
         };
-        let out = self
-            .env
-            .render_str(template, JinjaValue::from(minijinja::value::Serde(scope)))
-            .map_err(|e| err(describe(&e)))?;
+        let _evaluation = Evaluation::start();
+        let (main, blocks) = guard::compile_template(template).map_err(|e| err(describe(&e)))?;
+        let mut out = String::new();
+        machinery::eval(
+            &self.env,
+            &main,
+            JinjaValue::from(minijinja::value::Serde(scope)),
+            &blocks,
+            &mut machinery::make_string_output(&mut out),
+            AutoEscape::None,
+        )
+        .map_err(|e| err(describe(&e)))?;
         if out.len() > MAX_RESULT_BYTES {
             return Err(err(format!("result larger than {MAX_RESULT_BYTES} bytes")));
         }
@@ -349,6 +342,12 @@ impl Engine {
 
     /// Syntax and free names of a template body.
     pub fn check_template(&self, template: &str, path: &str) -> Result<Vec<String>, SubstError> {
+        let refuse = |e: Error| SubstError {
+            path: path.into(),
+            expr: "template".into(),
+            reason: describe(&e),
+        };
+        guard::check_template_constants(template).map_err(refuse)?;
         let mut env = Environment::new();
         configure(&mut env);
         let tmpl = env.template_from_str(template).map_err(|e| SubstError {
@@ -363,6 +362,11 @@ impl Engine {
 
     fn check_expr(&self, expr: &str, path: &str) -> Result<ExprRef, SubstError> {
         let trimmed = expr.trim();
+        guard::check_expr_constants(trimmed).map_err(|e| SubstError {
+            path: path.into(),
+            expr: expr.into(),
+            reason: describe(&e),
+        })?;
         let compiled = self
             .env
             .compile_expression_owned(trimmed.to_string())

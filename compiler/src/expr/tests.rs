@@ -133,7 +133,7 @@ fn work_is_bounded_by_fuel_and_result_size() {
     let err = e
         .substitute_str("${'x' * 100000000}", &Scope::new(), "p")
         .unwrap_err();
-    assert!(err.reason.contains("larger than"), "{err}");
+    assert!(err.reason.contains("would exceed"), "{err}");
     let long = format!("${{{}}}", "1+".repeat(MAX_EXPRESSION_BYTES));
     assert!(e
         .substitute_str(&long, &Scope::new(), "p")
@@ -201,4 +201,21 @@ proptest! {
     fn scan_never_panics(s in ".*") {
         let _ = scan(&s);
     }
+}
+
+#[test]
+fn values_nested_deeper_than_the_bound_are_refused_naming_the_field() {
+    let nested = |n: usize| format!("{}1{}", "[".repeat(n), "]".repeat(n));
+    let e = Engine::new();
+    let sc = scope(&[("deep", json!(nested(127))), ("ok", json!(nested(32)))]);
+    let err = e
+        .eval_expression("json(${deep})", &sc, "spec.steps[1].expression")
+        .unwrap_err();
+    assert!(
+        err.to_string().starts_with("spec.steps[1].expression: ")
+            && err.reason.contains("deeper than 32 levels"),
+        "{err}"
+    );
+    assert!(e.substitute_str("${json(deep)}", &sc, "p").is_err());
+    assert!(e.eval_expression("json(${ok})", &sc, "p").is_ok());
 }
