@@ -32,6 +32,8 @@ pub const INPUT_KEY: &str = "input.json";
 pub const INPUT_DIGEST_ANNOTATION: &str = "ops.example.com/input-sha256";
 /// Environment variable of the executor: SHA-256 the input file must have.
 pub const INPUT_DIGEST_ENV: &str = "PSEUDOFLOW_INPUT_SHA256";
+/// Where the executor binary is copied for a step that runs in another image (`exec.image`).
+pub const EXECUTOR_DIR: &str = "/pseudoflow/bin";
 /// Type of input Secrets, so they are recognisable among a namespace's Secrets.
 pub const INPUT_SECRET_TYPE: &str = "ops.example.com/step-input";
 /// Grace added to a step's timeout for the Job's activeDeadlineSeconds: the executor enforces
@@ -301,6 +303,9 @@ fn pod_template(
         }],
         "volumes": volumes,
     });
+    if let Some(other) = own_image(inst).filter(|_| !on_node) {
+        run_in_image(&mut spec, other, image, &security);
+    }
     if on_node {
         let s = spec.as_object_mut().unwrap();
         s.insert("nodeName".into(), json!(inst.target_node));
@@ -308,6 +313,43 @@ fn pod_template(
         s.insert("tolerations".into(), json!([{"operator": "Exists"}]));
     }
     json!({"metadata": {"labels": labels}, "spec": spec})
+}
+
+/// The image an `exec` step without `pod` asks its own pod to run (`exec.image`).
+fn own_image<'a>(inst: &'a NodeInstance) -> Option<&'a str> {
+    let step = &inst.step;
+    (step["type"] == "exec" && step.get("pod").is_none_or(Value::is_null))
+        .then(|| step["image"].as_str())
+        .flatten()
+        .filter(|i| !i.is_empty())
+}
+
+/// Runs the step's container in `other` (e.g. an image with kubectl) instead of the runtime
+/// image: an init container of the runtime image copies the (static) executor into an emptyDir,
+/// and the container runs that copy, with `other`'s tools on its PATH. The pod keeps the
+/// runtime image's `restricted` security context.
+fn run_in_image(spec: &mut Value, other: &str, runtime_image: &str, security: &Value) {
+    let executor = format!("{EXECUTOR_DIR}/pseudoflow-step");
+    let mount = json!({"name": "executor", "mountPath": EXECUTOR_DIR});
+    spec["volumes"]
+        .as_array_mut()
+        .expect("volumes")
+        .push(json!({"name": "executor", "emptyDir": {}}));
+    let step = &mut spec["containers"][0];
+    step["image"] = json!(other);
+    step["command"] = json!([executor]);
+    step["volumeMounts"]
+        .as_array_mut()
+        .expect("mounts")
+        .push(mount.clone());
+    spec["initContainers"] = json!([{
+        "name": "install-executor",
+        "image": runtime_image,
+        "args": ["install", executor],
+        "securityContext": security,
+        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "64Mi"}},
+        "volumeMounts": [mount],
+    }]);
 }
 
 fn strip_nulls(v: Value) -> Value {

@@ -156,3 +156,53 @@ async fn exec_into_a_pod_needs_the_flows_own_right_to_pods_exec() {
     );
     ctl.abort();
 }
+
+/// `exec.image`: the command runs in the step's own pod, but in that image (its tools on PATH),
+/// under the flow's identity; the executor comes from the runtime image through an init
+/// container. Without `image` the same command is not found: the runtime image lacks it.
+#[tokio::test]
+async fn exec_with_image_runs_the_command_in_that_image() {
+    let (client, ns, _ctl) = setup("exec-image", rules(false), json!([])).await;
+    create_flow(
+        &client,
+        &ns,
+        "greets",
+        json!({"serviceAccountName": "flow", "steps": [
+            {"type": "exec", "image": common::GREETER_IMAGE, "cmd": "greet world", "var": "out"},
+            {"type": "apply", "manifests": format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: greeting, namespace: {ns}}}\ndata: {{text: '${{out}}'}}\n")},
+        ]}),
+    )
+    .await;
+    let status = wait_done(&client, &ns, "greets", 90).await;
+    assert_eq!(status["phase"], "Succeeded", "{status:#}");
+    let cm = Api::<ConfigMap>::namespaced(client.clone(), &ns)
+        .get("greeting")
+        .await
+        .unwrap();
+    assert_eq!(cm.data.unwrap()["text"], "hello world");
+    let pods = Api::<Pod>::namespaced(client.clone(), &ns)
+        .list(&Default::default())
+        .await
+        .unwrap();
+    let pod = pods
+        .items
+        .iter()
+        .find(|p| {
+            p.spec.as_ref().unwrap().containers[0].image.as_deref() == Some(common::GREETER_IMAGE)
+        })
+        .expect("the step's pod runs the greeter image");
+    let init = pod.spec.as_ref().unwrap().init_containers.clone().unwrap();
+    assert_eq!(init[0].image.as_deref(), Some(common::IMAGE));
+
+    create_flow(
+        &client,
+        &ns,
+        "no-image",
+        json!({"serviceAccountName": "flow", "steps": [{"type": "exec", "cmd": "greet world"}]}),
+    )
+    .await;
+    let status = wait_done(&client, &ns, "no-image", 90).await;
+    assert_eq!(status["phase"], "Failed", "{status:#}");
+    let message = step(&status, "spec.steps[0]")["message"].to_string();
+    assert!(message.contains("not found"), "{message}");
+}

@@ -8,7 +8,7 @@ use pseudoflow_compiler::lower::INPUT_DIGEST_ENV;
 use pseudoflow_compiler::result::StepResult;
 use pseudoflow_runtime::{check_input_digest, execute, output, parse_input, Ctx, StepError};
 
-const USAGE: &str = "usage: pseudoflow-step run --input FILE";
+const USAGE: &str = "usage: pseudoflow-step run --input FILE | pseudoflow-step install DEST";
 
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("PSEUDOFLOW_LOG")
@@ -42,6 +42,26 @@ fn report_bad_input(message: String) -> ExitCode {
     ExitCode::from(2)
 }
 
+/// `install DEST`: copies this (static) executable to DEST, so a step can run in another image
+/// (`exec.image`): an init container of the runtime image installs it into a shared emptyDir.
+fn install(dest: &str) -> ExitCode {
+    use std::os::unix::fs::PermissionsExt;
+    let copied = std::env::current_exe().and_then(|me| {
+        if let Some(dir) = std::path::Path::new(dest).parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::copy(me, dest)?;
+        std::fs::set_permissions(dest, std::fs::Permissions::from_mode(0o755))
+    });
+    match copied {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("pseudoflow-step install {dest}: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     init_logging();
@@ -49,6 +69,11 @@ async fn main() -> ExitCode {
     if args.iter().any(|a| a == "--version") {
         println!("pseudoflow-step {}", env!("CARGO_PKG_VERSION"));
         return ExitCode::SUCCESS;
+    }
+    if let [cmd, dest] = args.as_slice() {
+        if cmd == "install" {
+            return install(dest);
+        }
     }
     let path = match input_path(&args) {
         Ok(p) => p,

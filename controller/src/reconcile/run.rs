@@ -138,6 +138,15 @@ async fn observe_jobs(
                 };
         }
         let node = plan.node(&node_id).expect("from the plan");
+        // A value nested deeper than the bound would make the stored run unreadable.
+        let too_deep = result.vars.iter().find_map(|(k, v)| {
+            pseudoflow_compiler::expr::check_depth(v, pseudoflow_compiler::expr::MAX_DEPTH)
+                .err()
+                .map(|e| format!("variable {k}: {e}"))
+        });
+        if let Some(why) = too_deep {
+            result = pseudoflow_compiler::result::StepResult::failed(why);
+        }
         for (k, v) in &result.vars {
             merge_var(&mut run.vars, k, v.clone());
         }

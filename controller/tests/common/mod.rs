@@ -13,6 +13,9 @@ use pseudoflow_testenv::{shared_with, Options, TestEnv};
 /// Image name the tests' Jobs use; the process kubelet runs `pseudoflow-step` for it.
 pub const IMAGE: &str = "pseudoflow/runtime:e2e";
 
+/// An image whose only tool is `greet` (`tests/fixtures/greeter`), for `exec.image`.
+pub const GREETER_IMAGE: &str = "example/greeter:1";
+
 /// The image `examples/kopf/mysql.yaml` runs.
 pub const MYSQL_IMAGE: &str = "mysql:8.0";
 
@@ -62,6 +65,10 @@ pub fn env() -> &'static TestEnv {
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake-mysql");
         o.images
             .insert_with_tools(MYSQL_IMAGE, mysql.join("mysqld"), mysql);
+        let greeter =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/greeter");
+        o.images
+            .insert_with_tools(GREETER_IMAGE, greeter.join("greet"), greeter);
         o
     })
     .unwrap_or_else(|e| panic!("testenv: {e}"))

@@ -186,7 +186,12 @@ impl PodView<'_> {
             env.insert(k, v);
         }
 
-        let termination = dir.join(format!("{log}.termination-log"));
+        // The first container's files keep their plain names: pods/exec and logs read them.
+        let own = |file: &str| match log {
+            "log" => dir.join(file),
+            _ => dir.join(format!("{log}.{file}")),
+        };
+        let termination = own("termination-log");
         std::fs::write(&termination, "")?;
         let mut mounts: Vec<(PathBuf, String)> = vec![(
             termination.clone(),
@@ -206,7 +211,7 @@ impl PodView<'_> {
             mounts.push((src, vm.mount_path.clone()));
         }
 
-        let launcher = dir.join(format!("{log}.launcher.sh"));
+        let launcher = own("launcher.sh");
         let mut script = String::from("#!/bin/sh\n# testenv: the pod's view of the filesystem, then exec the container's command.\nset -e\nmount --make-rprivate / 2>/dev/null || true\n");
         for (src, target) in &mounts {
             let (s, t) = (sh_quote(&path_str(src)), sh_quote(target));
@@ -232,11 +237,7 @@ impl PodView<'_> {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(dir.join(if log == "log" {
-                "log".to_string()
-            } else {
-                format!("{log}.log")
-            }))?;
+            .open(own("log"))?;
         let mut cmd = tokio::process::Command::new("unshare");
         cmd.args(["--mount", "--propagation", "private", "--", "/bin/sh"])
             .arg(&launcher)
