@@ -351,7 +351,7 @@ fn failed(message: &str) -> Completion {
     }
 }
 
-async fn finish_if_done(
+pub(super) async fn finish_if_done(
     ctx: &Context,
     flow: &DynamicObject,
     run: &mut StoredRun,

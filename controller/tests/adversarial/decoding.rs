@@ -11,8 +11,8 @@ use pseudoflow_controller::metrics::Metrics;
 use serde_json::{json, Value};
 
 use crate::common::flow::{
-    apply, create_flow, flow_events, flows, jobs, prepare, start_controller,
-    start_controller_with, wait_done, wait_status,
+    apply, create_flow, flow_events, flows, jobs, prepare, start_controller, start_controller_with,
+    wait_done, wait_status,
 };
 
 const URL: &str = "/apis/ops.example.com/v1alpha1/namespaces";
@@ -92,7 +92,10 @@ async fn a_flow_nested_too_deep_fails_alone_and_a_relist_still_serves_the_others
     assert_eq!(b["phase"], "Failed", "{b:#}");
     assert_eq!(b["reason"], "InvalidSpec", "{b:#}");
     let msg = b["message"].as_str().unwrap();
-    assert!(msg.contains("spec.steps[0].forEach"), "names the path: {msg}");
+    assert!(
+        msg.contains("spec.steps[0].forEach"),
+        "names the path: {msg}"
+    );
     assert!(msg.contains("64"), "names the limit: {msg}");
 
     // A new controller lists every flow of the namespace at once, the deep one among them.
@@ -119,15 +122,20 @@ async fn a_run_state_growing_past_the_limit_ends_the_run_failed_once() {
             {"type": "eval", "expression": format!("${{{var}}} ~ (\"x\" * {chunk})"), "var": var}
         ]})
     };
-    create_flow(&client, &ns, "big", json!({
-        "vars": {"acc": "", "other": ""},
-        "steps": [
-            {"type": "log", "message": "growing"},
-            grow("acc", json!([1, 2, 3]), 200_000),
-            grow("other", json!([1, 2]), 250_000),
-            {"type": "sleep", "seconds": 600}
-        ]
-    }))
+    create_flow(
+        &client,
+        &ns,
+        "big",
+        json!({
+            "vars": {"acc": "", "other": ""},
+            "steps": [
+                {"type": "log", "message": "growing"},
+                grow("acc", json!([1, 2, 3]), 200_000),
+                grow("other", json!([1, 2]), 250_000),
+                {"type": "sleep", "seconds": 600}
+            ]
+        }),
+    )
     .await;
     let st = wait_done(&client, &ns, "big", 30).await;
     assert_eq!(st["phase"], "Failed", "{st:#}");
@@ -138,7 +146,10 @@ async fn a_run_state_growing_past_the_limit_ends_the_run_failed_once() {
     // Nothing retries behind the scenes: every Event stays single.
     tokio::time::sleep(Duration::from_secs(5)).await;
     let events = flow_events(&client, &ns, "big").await;
-    let reasons: Vec<_> = events.iter().map(|e| e.reason.clone().unwrap_or_default()).collect();
+    let reasons: Vec<_> = events
+        .iter()
+        .map(|e| e.reason.clone().unwrap_or_default())
+        .collect();
     assert_eq!(
         reasons.iter().filter(|r| *r == "Log").count(),
         1,
@@ -150,7 +161,11 @@ async fn a_run_state_growing_past_the_limit_ends_the_run_failed_once() {
         "{reasons:?}"
     );
     for e in &events {
-        let repeats = e.series.as_ref().map_or(1, |s| s.count.unwrap_or(1)).max(e.count.unwrap_or(1));
+        let repeats = e
+            .series
+            .as_ref()
+            .map_or(1, |s| s.count.unwrap_or(1))
+            .max(e.count.unwrap_or(1));
         assert_eq!(repeats, 1, "event {:?} repeated: {e:?}", e.reason);
     }
     ctl.abort();
@@ -160,16 +175,25 @@ async fn a_run_state_growing_past_the_limit_ends_the_run_failed_once() {
 async fn a_config_map_including_itself_fails_as_a_cycle_with_few_jobs() {
     let (client, ns) = setup("selfinc").await;
     let ctl = start_controller(&client, &ns);
-    let inc = json!({"type": "include", "source": {"configMapRef": {"name": "self", "key": "steps"}}});
+    let inc =
+        json!({"type": "include", "source": {"configMapRef": {"name": "self", "key": "steps"}}});
     let body = json!([{"type": "parallel", "steps": [[inc.clone()], [inc.clone()]]}]);
-    apply(&client, json!({"apiVersion": "v1", "kind": "ConfigMap",
+    apply(
+        &client,
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "self", "namespace": ns},
-        "data": {"steps": serde_json::to_string(&body).unwrap()}}))
+        "data": {"steps": serde_json::to_string(&body).unwrap()}}),
+    )
     .await;
-    create_flow(&client, &ns, "selfinc", json!({
-        "serviceAccountName": "flow",
-        "steps": [inc]
-    }))
+    create_flow(
+        &client,
+        &ns,
+        "selfinc",
+        json!({
+            "serviceAccountName": "flow",
+            "steps": [inc]
+        }),
+    )
     .await;
     let st = wait_done(&client, &ns, "selfinc", 60).await;
     assert_eq!(st["phase"], "Failed", "{st:#}");
@@ -187,8 +211,12 @@ async fn a_config_map_including_itself_fails_as_a_cycle_with_few_jobs() {
 async fn a_flow_that_panics_a_reconcile_fails_alone() {
     let (client, ns) = setup("panic").await;
     let ctl = start_controller(&client, &ns);
-    apply(&client, json!({"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "there", "namespace": ns}})).await;
+    apply(
+        &client,
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "there", "namespace": ns}}),
+    )
+    .await;
     // timeoutSeconds + the Job's grace overflowed a u32 in lowering (a panic in debug builds).
     let huge = json!({"serviceAccountName": "flow", "steps": [{"type": "waitFor",
         "resource": {"kind": "ConfigMap", "name": "there", "namespace": ns},
@@ -213,8 +241,13 @@ async fn a_flow_that_panics_a_reconcile_fails_alone() {
             assert!(msg.contains("internal error"), "{msg}");
         }
     }
-    create_flow(&client, &ns, "after", json!({"steps": [{"type": "log", "message": "still served"}]}))
-        .await;
+    create_flow(
+        &client,
+        &ns,
+        "after",
+        json!({"steps": [{"type": "log", "message": "still served"}]}),
+    )
+    .await;
     let st = wait_done(&client, &ns, "after", 60).await;
     assert_eq!(st["phase"], "Succeeded", "{st:#}");
     drop(api);
@@ -227,8 +260,17 @@ async fn a_deleted_flow_leaves_no_metrics_series() {
     let metrics = Arc::new(Metrics::default());
     let ctl = start_controller_with(&client, &ns, metrics.clone());
     let flow = format!("{ns}/sleepy");
-    create_flow(&client, &ns, "sleepy", json!({"steps": [{"type": "sleep", "seconds": 600}]})).await;
-    wait_status(&client, &ns, "sleepy", 60, "Running", |st| st["phase"] == "Running").await;
+    create_flow(
+        &client,
+        &ns,
+        "sleepy",
+        json!({"steps": [{"type": "sleep", "seconds": 600}]}),
+    )
+    .await;
+    wait_status(&client, &ns, "sleepy", 60, "Running", |st| {
+        st["phase"] == "Running"
+    })
+    .await;
     let text = metrics.render();
     assert!(text.contains("pseudoflow_active_flows 1"), "{text}");
     crate::common::flow::delete_flow(&client, &ns, "sleepy", &DeleteParams::default(), 30).await;
