@@ -50,6 +50,12 @@ pub fn invalid(previous: &Value, generation: i64, message: &str, now: &str) -> V
 pub fn not_run(previous: &Value, generation: i64, reason: &str, message: &str, now: &str) -> Value {
     let message = bounded(message, MAX_STATUS_MESSAGE_CHARS);
     let message = message.as_str();
+    // An invalid spec never ran; an internal error may have struck mid-run.
+    let progressing = if reason == "InvalidSpec" {
+        "no step ran"
+    } else {
+        message
+    };
     let conds = &previous["conditions"];
     json!({
         "observedGeneration": generation,
@@ -58,7 +64,7 @@ pub fn not_run(previous: &Value, generation: i64, reason: &str, message: &str, n
         "message": message,
         "conditions": [
             condition(conds, "Ready", false, reason, message, generation, now),
-            condition(conds, "Progressing", false, reason, "no step ran", generation, now),
+            condition(conds, "Progressing", false, reason, progressing, generation, now),
             condition(conds, "Degraded", true, reason, message, generation, now),
         ],
     })

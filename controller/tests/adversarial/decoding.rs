@@ -11,8 +11,8 @@ use pseudoflow_controller::metrics::Metrics;
 use serde_json::{json, Value};
 
 use crate::common::flow::{
-    apply, create_flow, flow_events, flows, jobs, prepare, start_controller, start_controller_with,
-    wait_done, wait_status,
+    apply, create_flow, delete_flow, flow_events, flows, jobs, prepare, start_controller,
+    start_controller_with, wait_done,
 };
 
 const URL: &str = "/apis/ops.example.com/v1alpha1/namespaces";
@@ -234,11 +234,14 @@ async fn a_flow_that_panics_a_reconcile_fails_alone() {
         // The API server refuses it already (CRD maxima): nothing reaches the reconcile.
         assert!(format!("{e:#}").contains("timeoutSeconds"), "{e:#}");
     } else {
+        // It panics (Failed, InternalError) until lowering saturates; then it simply succeeds.
         let st = wait_done(&client, &ns, "huge", 60).await;
+        eprintln!("the flow that made lowering overflow: {st:#}");
         if st["phase"] == "Failed" {
             let msg = st["message"].as_str().unwrap();
             assert_eq!(st["reason"], "InternalError", "{st:#}");
             assert!(msg.contains("internal error"), "{msg}");
+            assert!(msg.contains("overflow"), "says what panicked: {msg}");
         }
     }
     create_flow(
@@ -254,12 +257,35 @@ async fn a_flow_that_panics_a_reconcile_fails_alone() {
     ctl.abort();
 }
 
+/// Waits up to 10 s until the rendered metrics satisfy `pred`.
+async fn wait_metrics(metrics: &Metrics, what: &str, pred: impl Fn(&str) -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = metrics.render();
+        if pred(&text) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "waited 10s for {what}:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_flow_leaves_no_metrics_series() {
     let (client, ns) = setup("metrics").await;
     let metrics = Arc::new(Metrics::default());
     let ctl = start_controller_with(&client, &ns, metrics.clone());
-    let flow = format!("{ns}/sleepy");
+    // A run that ends (a series of runs_total) and a run in progress (the active gauge).
+    create_flow(
+        &client,
+        &ns,
+        "done",
+        json!({"steps": [{"type": "log", "message": "x"}]}),
+    )
+    .await;
     create_flow(
         &client,
         &ns,
@@ -267,24 +293,17 @@ async fn a_deleted_flow_leaves_no_metrics_series() {
         json!({"steps": [{"type": "sleep", "seconds": 600}]}),
     )
     .await;
-    wait_status(&client, &ns, "sleepy", 60, "Running", |st| {
-        st["phase"] == "Running"
+    wait_done(&client, &ns, "done", 60).await;
+    wait_metrics(&metrics, "both flows counted", |t| {
+        t.contains("pseudoflow_active_flows 1") && t.contains(&format!("{ns}/done"))
     })
     .await;
-    let text = metrics.render();
-    assert!(text.contains("pseudoflow_active_flows 1"), "{text}");
-    crate::common::flow::delete_flow(&client, &ns, "sleepy", &DeleteParams::default(), 30).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let text = metrics.render();
-        if text.contains("pseudoflow_active_flows 0") && !text.contains(&flow) {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "series of the deleted flow {flow} remain:\n{text}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
+    for name in ["sleepy", "done"] {
+        delete_flow(&client, &ns, name, &DeleteParams::default(), 30).await;
     }
+    wait_metrics(&metrics, "no series of the deleted flows", |t| {
+        t.contains("pseudoflow_active_flows 0") && !t.contains(&ns)
+    })
+    .await;
     ctl.abort();
 }
