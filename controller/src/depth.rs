@@ -3,7 +3,7 @@
 
 /// The text nests deeper than allowed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{path}: nested deeper than {limit} levels; a spec this deep is not read")]
+#[error("{path}: nested deeper than {limit} levels; the controller does not read JSON this deep")]
 pub struct TooDeep {
     /// Where the limit was passed, from `root` (its first segments when that is long).
     pub path: String,

@@ -5,6 +5,10 @@
 /// nested deeper than 128 while decoding, so a deeper spec is refused before it is parsed.
 pub const MAX_SPEC_DEPTH: usize = 64;
 
+/// Deepest JSON nesting of a stored run state (variables and fetched steps included), so that
+/// it always reads back (serde_json's limit is 128).
+pub const MAX_RUN_STATE_DEPTH: usize = 100;
+
 /// Largest serialized run state (walker state, variables, fetched includes) stored for a flow.
 /// The API server stores at most 1 MiB per object; this leaves room for the object around it.
 pub const MAX_RUN_STATE_BYTES: usize = 900 * 1024;

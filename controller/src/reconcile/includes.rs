@@ -12,7 +12,8 @@ use pseudoflow_crd::StepKind;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::limits::{MAX_INCLUDE_DEPTH, MAX_PLAN_NODES};
+use crate::depth::{self, TooDeep};
+use crate::limits::{MAX_INCLUDE_DEPTH, MAX_PLAN_NODES, MAX_SPEC_DEPTH};
 
 /// What one include step fetched.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -33,7 +34,9 @@ pub enum IncludeError {
     #[error("include cycle: {0}")]
     SourceCycle(String),
     #[error("includes nested more than {MAX_INCLUDE_DEPTH} deep")]
-    TooDeep,
+    Nested,
+    #[error(transparent)]
+    Deep(#[from] TooDeep),
     #[error("the included steps would grow the flow to {0} DAG nodes, more than the limit of {MAX_PLAN_NODES}")]
     TooLarge(usize),
     #[error("the included steps are invalid: {0}")]
@@ -66,7 +69,7 @@ pub fn accept(
 ) -> Result<usize, IncludeError> {
     let enclosing = enclosing_includes(plan, node);
     if enclosing.len() >= MAX_INCLUDE_DEPTH {
-        return Err(IncludeError::TooDeep);
+        return Err(IncludeError::Nested);
     }
     if let Some(source) = source_of(node) {
         // The same source inside itself fetches itself again, forever (twice per level under
@@ -95,14 +98,17 @@ pub fn accept(
             return Err(IncludeError::Cycle(chain.join(" → ")));
         }
     }
-    let steps =
-        validate_included(&fetched.steps, &format!("{}.included", node.path)).map_err(|d| {
-            let errors: Vec<String> = d
-                .errors()
-                .map(|e| format!("{}: {}", e.path, e.message))
-                .collect();
-            IncludeError::Invalid(errors.join("; "))
-        })?;
+    let at = format!("{}.included", node.path);
+    // Kept in the run state, which must read back: no deeper than a flow's own spec.
+    let text = serde_json::to_string(&fetched.steps).unwrap_or_default();
+    depth::check(&text, &at, MAX_SPEC_DEPTH)?;
+    let steps = validate_included(&fetched.steps, &at).map_err(|d| {
+        let errors: Vec<String> = d
+            .errors()
+            .map(|e| format!("{}: {}", e.path, e.message))
+            .collect();
+        IncludeError::Invalid(errors.join("; "))
+    })?;
     let grown = plan.len().saturating_add(plan_size(&fetched.steps));
     if grown > MAX_PLAN_NODES {
         return Err(IncludeError::TooLarge(grown));
@@ -389,7 +395,7 @@ mod tests {
         let c = compile(spec, &includes);
         let node = innermost_include(&c);
         let err = accept(&c.plan, "ops/a", &node, steps(json!([])), &mut includes).unwrap_err();
-        assert_eq!(err, IncludeError::TooDeep, "{err}");
+        assert_eq!(err, IncludeError::Nested, "{err}");
     }
 
     #[test]
@@ -410,6 +416,25 @@ mod tests {
             accept(&c.plan, "ops/a", &node, steps(few), &mut includes),
             Ok(100)
         );
+    }
+
+    #[test]
+    fn fetched_steps_nested_deeper_than_a_spec_may_be_are_refused_with_their_path() {
+        let c = compile(json!({"steps": [include("deep")]}), &BTreeMap::new());
+        let node = c.plan.node("s0").unwrap().clone();
+        let mut list = json!([1]);
+        for _ in 0..MAX_SPEC_DEPTH {
+            list = json!([list]);
+        }
+        let fetched = steps(json!([{"type": "loop", "forEach": list, "steps": []}]));
+        let mut includes = BTreeMap::new();
+        let err = accept(&c.plan, "ops/a", &node, fetched, &mut includes).unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.starts_with("spec.steps[0].included[0].forEach[0]"),
+            "{msg}"
+        );
+        assert!(includes.is_empty());
     }
 
     #[test]

@@ -232,7 +232,6 @@ async fn reconcile_flow(
             wake = earliest(wake, w);
         }
         beside.retain(|r| r.state.phase == RunPhase::Running);
-        let any_beside = !beside.is_empty();
         run.beside = beside;
         // A run too large to store ends here, Failed, rather than failing every save after.
         if let Some(over) = size::shrink_to_fit(&mut run, MAX_RUN_STATE_BYTES) {
@@ -245,6 +244,7 @@ async fn reconcile_flow(
             }
             run.beside.retain(|r| r.state.phase == RunPhase::Running);
         }
+        let any_beside = !run.beside.is_empty();
         // Most wake-ups (a Job's pod started, a status echo) change nothing: no write then.
         if stored_json != Some(serde_json::to_value(&run).ok()) {
             rv = Some(save(&cms, flow, &run, rv.as_deref()).await?);

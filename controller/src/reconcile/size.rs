@@ -9,6 +9,8 @@ use kube::api::{Api, DeleteParams, ListParams, PropagationPolicy};
 use serde_json::Value;
 
 use super::store::StoredRun;
+use crate::depth;
+use crate::limits::MAX_RUN_STATE_DEPTH;
 use crate::walk::RunPhase;
 
 /// The pseudo node id under which a run ended for its state size is recorded.
@@ -36,22 +38,30 @@ fn biggest_var(run: &StoredRun) -> Option<(String, usize)> {
         .max_by_key(|(_, n)| *n)
 }
 
-/// Leaves `run` alone when it serializes to at most `limit` bytes. Otherwise ends every running
-/// run in it as Failed and drops what only a running run needs (variables, then fetched
-/// includes and kept specs, then runs beside it, then settled step instances) until it fits, and
-/// says why.
-pub fn shrink_to_fit(run: &mut StoredRun, limit: usize) -> Option<Oversized> {
-    let size = len(run);
-    if size <= limit {
-        return None;
+/// Why `run` cannot be stored (and read back): over `limit` bytes, or nested too deep.
+fn unstorable(run: &StoredRun, limit: usize) -> Option<String> {
+    let text = serde_json::to_string(run).unwrap_or_default();
+    if text.len() > limit {
+        let biggest = biggest_var(run)
+            .map(|(name, n)| format!("; the biggest variable is {name} ({n} bytes)"))
+            .unwrap_or_default();
+        return Some(format!(
+            "the run state is {} bytes, more than the limit of {limit} bytes{biggest}",
+            text.len()
+        ));
     }
-    let biggest = biggest_var(run)
-        .map(|(name, n)| format!("; the biggest variable is {name} ({n} bytes)"))
-        .unwrap_or_default();
-    let message = format!(
-        "the run state is {size} bytes, more than the limit of {limit} bytes{biggest}; \
-         the run was stopped and its variables dropped"
-    );
+    depth::check(&text, "runState", MAX_RUN_STATE_DEPTH)
+        .err()
+        .map(|e| format!("the run state cannot be stored: {e}"))
+}
+
+/// Leaves `run` alone when it can be stored: at most `limit` bytes and at most
+/// [`MAX_RUN_STATE_DEPTH`] deep. Otherwise ends every running run in it as Failed and drops what
+/// only a running run needs (variables, then fetched includes and kept specs, then runs beside
+/// it, then settled step instances) until it can, and says why.
+pub fn shrink_to_fit(run: &mut StoredRun, limit: usize) -> Option<Oversized> {
+    let why = unstorable(run, limit)?;
+    let message = format!("{why}; the run was stopped and its variables dropped");
     let mut stopped = Vec::new();
     let mut stop = |r: &mut StoredRun| {
         if r.state.phase == RunPhase::Running {
@@ -85,7 +95,7 @@ pub fn shrink_to_fit(run: &mut StoredRun, limit: usize) -> Option<Oversized> {
         |r| r.state.instances.clear(),
     ];
     for step in steps {
-        if len(run) <= limit {
+        if unstorable(run, limit).is_none() {
             break;
         }
         step(run);
@@ -193,6 +203,27 @@ mod tests {
             over.message
         );
         assert!(len(&r) <= 10_000);
+    }
+
+    #[test]
+    fn a_variable_nested_too_deep_to_read_back_ends_the_run_naming_it() {
+        let mut r = run_with(&[("fine", 10)]);
+        let mut deep = json!(1);
+        for _ in 0..MAX_RUN_STATE_DEPTH {
+            deep = json!([deep]);
+        }
+        r.vars.insert("deep".into(), deep);
+        let over = shrink_to_fit(&mut r, 1_000_000).unwrap();
+        assert!(
+            over.message.contains("runState.vars.deep[0]"),
+            "{}",
+            over.message
+        );
+        assert!(over.message.contains("100 levels"), "{}", over.message);
+        assert_eq!(r.state.phase, RunPhase::Failed);
+        assert!(r.vars.is_empty());
+        let text = serde_json::to_string(&r).unwrap();
+        assert!(serde_json::from_str::<StoredRun>(&text).is_ok());
     }
 
     #[test]
