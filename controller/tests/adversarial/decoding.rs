@@ -92,6 +92,7 @@ async fn a_flow_nested_too_deep_fails_alone_and_a_relist_still_serves_the_others
     assert_eq!(b["phase"], "Failed", "{b:#}");
     assert_eq!(b["reason"], "InvalidSpec", "{b:#}");
     let msg = b["message"].as_str().unwrap();
+    eprintln!("{msg}");
     assert!(
         msg.contains("spec.steps[0].forEach"),
         "names the path: {msg}"
@@ -141,6 +142,7 @@ async fn a_run_state_growing_past_the_limit_ends_the_run_failed_once() {
     assert_eq!(st["phase"], "Failed", "{st:#}");
     assert_eq!(st["reason"], "RunStateTooLarge", "{st:#}");
     let msg = st["message"].as_str().unwrap();
+    eprintln!("{msg}");
     assert!(msg.contains("acc"), "names the biggest variable: {msg}");
     assert!(msg.contains("921600"), "names the limit: {msg}");
     // Nothing retries behind the scenes: every Event stays single.
@@ -198,6 +200,7 @@ async fn a_config_map_including_itself_fails_as_a_cycle_with_few_jobs() {
     let st = wait_done(&client, &ns, "selfinc", 60).await;
     assert_eq!(st["phase"], "Failed", "{st:#}");
     let msg = st["message"].as_str().unwrap();
+    eprintln!("{msg}");
     assert!(msg.contains("cycle"), "{msg}");
     assert!(msg.contains("spec.steps[0]"), "names the step: {msg}");
     assert!(msg.contains("configMap self"), "names the source: {msg}");
