@@ -1,10 +1,17 @@
 //! The PseudoFlow controller. [`walk`] is the pure heart — given a plan, what has happened so far
 //! and the time, it says what to start, abort or wait for — and [`reconcile`] is the thin loop
 //! around it: observe Jobs, feed results to the walker, launch what it says, write status.
-//! [`leader`] lets several replicas run with one active.
+//! [`leader`] lets several replicas run with one active. One flow can never stop the controller
+//! serving the others: flows are read through [`raw`] (a spec nested too deep fails alone, see
+//! [`depth`]), a reconcile that panics or keeps failing fails or backs off alone ([`backoff`]),
+//! and what one flow may cost is bounded in [`limits`].
 
+pub mod backoff;
+pub mod depth;
 pub mod leader;
+pub mod limits;
 pub mod metrics;
+pub mod raw;
 pub mod reconcile;
 pub mod walk;
 

@@ -1,7 +1,7 @@
 //! Prometheus metrics on `/metrics`: `pseudoflow_runs_total{flow,status}`,
 //! `pseudoflow_step_duration_seconds{flow,step_type}` (histogram), `pseudoflow_active_flows`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 use std::sync::Mutex;
 
@@ -50,6 +50,22 @@ impl Metrics {
     /// Whether `flow` has a run in progress.
     pub fn set_active(&self, flow: &str, active: bool) {
         self.active.lock().unwrap().insert(flow.into(), active);
+    }
+
+    /// Drops every series of `flow` (`namespace/name`): it was deleted, and a gauge or counter
+    /// of a flow that no longer exists would be reported forever.
+    pub fn forget(&self, flow: &str) {
+        self.runs.lock().unwrap().retain(|(f, _), _| f != flow);
+        self.steps.lock().unwrap().retain(|(f, _), _| f != flow);
+        self.active.lock().unwrap().remove(flow);
+    }
+
+    /// Every flow some series is kept for.
+    pub fn flows(&self) -> BTreeSet<String> {
+        let mut out: BTreeSet<String> = self.active.lock().unwrap().keys().cloned().collect();
+        out.extend(self.runs.lock().unwrap().keys().map(|(f, _)| f.clone()));
+        out.extend(self.steps.lock().unwrap().keys().map(|(f, _)| f.clone()));
+        out
     }
 
     /// The text exposition format.
@@ -128,5 +144,25 @@ mod tests {
         assert!(text.contains("pseudoflow_step_duration_seconds_bucket{flow=\"ns/a\",step_type=\"apply\",le=\"0.5\"} 0"), "{text}");
         assert!(text.contains("pseudoflow_step_duration_seconds_bucket{flow=\"ns/a\",step_type=\"apply\",le=\"1\"} 1"), "{text}");
         assert!(text.contains("pseudoflow_active_flows 1"), "{text}");
+    }
+
+    #[test]
+    fn a_forgotten_flow_leaves_no_series_and_others_keep_theirs() {
+        let m = Metrics::default();
+        for flow in ["ns/a", "ns/b"] {
+            m.run_finished(flow, "Failed");
+            m.step_finished(flow, "apply", 3.0);
+            m.set_active(flow, true);
+        }
+        m.forget("ns/a");
+        let text = m.render();
+        assert!(!text.contains("ns/a"), "{text}");
+        assert!(text.contains("pseudoflow_active_flows 1"), "{text}");
+        assert!(
+            text.contains("pseudoflow_runs_total{flow=\"ns/b\",status=\"Failed\"} 1"),
+            "{text}"
+        );
+        assert!(text.contains("step_type=\"apply\",le=\"5\"} 1"), "{text}");
+        assert_eq!(m.flows(), ["ns/b".to_string()].into());
     }
 }

@@ -7,8 +7,13 @@ use std::collections::BTreeMap;
 
 use pseudoflow_compiler::plan::{NodeKind, Plan, PlanNode};
 use pseudoflow_compiler::{compile_expanded, validate_included, Compiled, Expansions, FlowId};
+use pseudoflow_crd::steps::include::IncludeSource;
+use pseudoflow_crd::StepKind;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+use crate::depth::{self, TooDeep};
+use crate::limits::{MAX_INCLUDE_DEPTH, MAX_PLAN_NODES, MAX_SPEC_DEPTH};
 
 /// What one include step fetched.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -26,6 +31,14 @@ pub struct Included {
 pub enum IncludeError {
     #[error("includeFlow cycle: {0}")]
     Cycle(String),
+    #[error("include cycle: {0}")]
+    SourceCycle(String),
+    #[error("includes nested more than {MAX_INCLUDE_DEPTH} deep")]
+    Nested,
+    #[error(transparent)]
+    Deep(#[from] TooDeep),
+    #[error("the included steps would grow the flow to {0} DAG nodes, more than the limit of {MAX_PLAN_NODES}")]
+    TooLarge(usize),
     #[error("the included steps are invalid: {0}")]
     Invalid(String),
     #[error("fetched different steps than for an earlier loop item; an include inside a loop must bring the same steps for every item")]
@@ -54,6 +67,24 @@ pub fn accept(
     fetched: Included,
     includes: &mut BTreeMap<String, Included>,
 ) -> Result<usize, IncludeError> {
+    let enclosing = enclosing_includes(plan, node);
+    if enclosing.len() >= MAX_INCLUDE_DEPTH {
+        return Err(IncludeError::Nested);
+    }
+    if let Some(source) = source_of(node) {
+        // The same source inside itself fetches itself again, forever (twice per level under
+        // a parallel: exponentially many Jobs).
+        let outer: Vec<String> = enclosing
+            .iter()
+            .rev()
+            .filter_map(|n| source_of(n))
+            .collect();
+        if let Some(first) = outer.iter().position(|s| *s == source) {
+            let mut chain = outer[first..].to_vec();
+            chain.push(source);
+            return Err(IncludeError::SourceCycle(chain.join(" → ")));
+        }
+    }
     if let NodeKind::IncludeFlow { .. } = &node.kind {
         let mut chain: Vec<String> = enclosing_flows(plan, node)
             .iter()
@@ -67,14 +98,21 @@ pub fn accept(
             return Err(IncludeError::Cycle(chain.join(" → ")));
         }
     }
-    let steps =
-        validate_included(&fetched.steps, &format!("{}.included", node.path)).map_err(|d| {
-            let errors: Vec<String> = d
-                .errors()
-                .map(|e| format!("{}: {}", e.path, e.message))
-                .collect();
-            IncludeError::Invalid(errors.join("; "))
-        })?;
+    let at = format!("{}.included", node.path);
+    // Kept in the run state, which must read back: no deeper than a flow's own spec.
+    let text = serde_json::to_string(&fetched.steps).unwrap_or_default();
+    depth::check(&text, &at, MAX_SPEC_DEPTH)?;
+    let steps = validate_included(&fetched.steps, &at).map_err(|d| {
+        let errors: Vec<String> = d
+            .errors()
+            .map(|e| format!("{}: {}", e.path, e.message))
+            .collect();
+        IncludeError::Invalid(errors.join("; "))
+    })?;
+    let grown = plan.len().saturating_add(plan_size(&fetched.steps));
+    if grown > MAX_PLAN_NODES {
+        return Err(IncludeError::TooLarge(grown));
+    }
     match includes.get(&node.id) {
         Some(known) if *known != fetched => Err(IncludeError::Differs),
         _ => {
@@ -101,13 +139,24 @@ fn target(node: &PlanNode, root: &str) -> String {
 
 /// The includeFlow starts whose bodies hold `node`, innermost first.
 pub fn enclosing_flows<'p>(plan: &'p Plan, node: &PlanNode) -> Vec<&'p PlanNode> {
+    enclosing_includes(plan, node)
+        .into_iter()
+        .filter(|s| matches!(s.kind, NodeKind::IncludeFlow { .. }))
+        .collect()
+}
+
+/// The include and includeFlow starts whose bodies hold `node`, innermost first.
+fn enclosing_includes<'p>(plan: &'p Plan, node: &PlanNode) -> Vec<&'p PlanNode> {
     let mut out = Vec::new();
     let mut parent = node.parent.clone();
     while let Some(end_id) = parent {
         let Some(end) = plan.node(&end_id) else { break };
         if let NodeKind::CompoundEnd { start, .. } = &end.kind {
             if let Some(s) = plan.node(start) {
-                if matches!(s.kind, NodeKind::IncludeFlow { .. }) {
+                if matches!(
+                    s.kind,
+                    NodeKind::Include { .. } | NodeKind::IncludeFlow { .. }
+                ) {
                     out.push(s);
                 }
             }
@@ -115,6 +164,53 @@ pub fn enclosing_flows<'p>(plan: &'p Plan, node: &PlanNode) -> Vec<&'p PlanNode>
         parent = end.parent.clone();
     }
     out
+}
+
+/// What an `include` step reads, as people name it (`configMap NAME key KEY`), as written in
+/// the step (a source computed by an expression is told apart by its text).
+fn source_of(node: &PlanNode) -> Option<String> {
+    let Some(StepKind::Include(step)) = node.step.as_ref().map(|s| &s.kind) else {
+        return None;
+    };
+    Some(match &step.source {
+        IncludeSource::Url(url) => format!("URL {url}"),
+        IncludeSource::Ref(refs) => match (&refs.config_map_ref, &refs.secret_ref) {
+            (Some(r), _) => format!("configMap {} key {}", r.name, r.key),
+            (None, Some(r)) => format!("secret {} key {}", r.name, r.key),
+            (None, None) => return None,
+        },
+    })
+}
+
+/// How many DAG nodes `steps` (validated) compile to on their own; their includes are counted
+/// when those fetch.
+fn plan_size(steps: &Value) -> usize {
+    let id = FlowId {
+        name: "included",
+        namespace: None,
+    };
+    match pseudoflow_compiler::compile(&id, &serde_json::json!({ "steps": steps })) {
+        Ok(c) => c.plan.len(),
+        // Not compilable alone (validated already, so unlikely): two nodes per step object.
+        Err(_) => 2 * count_steps(steps),
+    }
+}
+
+/// Objects with a string `type` in `v`: an upper bound of its steps.
+fn count_steps(v: &Value) -> usize {
+    let mut n = 0;
+    let mut todo = vec![v];
+    while let Some(v) = todo.pop() {
+        match v {
+            Value::Array(items) => todo.extend(items),
+            Value::Object(map) => {
+                n += usize::from(map.get("type").is_some_and(Value::is_string));
+                todo.extend(map.values());
+            }
+            _ => {}
+        }
+    }
+    n
 }
 
 /// The flow variables `node` sees before step outputs and loop items: the flow's `spec.vars`, or
@@ -238,6 +334,116 @@ mod tests {
             err,
             IncludeError::Cycle("ops/a → ops/b → ops/a".into()),
             "{err}"
+        );
+    }
+
+    fn include(name: &str) -> Value {
+        json!({"type": "include", "source": {"configMapRef": {"name": name, "key": "steps"}}})
+    }
+
+    /// The include node nested deepest in `c`.
+    fn innermost_include(c: &Compiled) -> PlanNode {
+        c.plan
+            .nodes()
+            .filter(|n| n.step_type == "include")
+            .max_by_key(|n| n.path.len())
+            .unwrap()
+            .clone()
+    }
+
+    #[test]
+    fn a_config_map_including_itself_is_a_cycle_named_by_its_source() {
+        let spec = json!({"steps": [include("self")]});
+        let c = compile(spec.clone(), &BTreeMap::new());
+        let mut includes = BTreeMap::new();
+        let twice = json!([{"type": "parallel", "steps": [[include("self")], [include("self")]]}]);
+        let outer = c.plan.node("s0").unwrap().clone();
+        accept(
+            &c.plan,
+            "ops/a",
+            &outer,
+            steps(twice.clone()),
+            &mut includes,
+        )
+        .unwrap();
+        let c = compile(spec, &includes);
+        let inner = innermost_include(&c);
+        assert!(
+            inner.path.starts_with("spec.steps[0].included[0]"),
+            "{}",
+            inner.path
+        );
+        let err = accept(&c.plan, "ops/a", &inner, steps(twice), &mut includes).unwrap_err();
+        assert_eq!(
+            err,
+            IncludeError::SourceCycle("configMap self key steps → configMap self key steps".into())
+        );
+        assert!(err.to_string().starts_with("include cycle: "), "{err}");
+        assert_eq!(includes.len(), 1, "nothing stored for the cycle");
+    }
+
+    #[test]
+    fn other_sources_nest_up_to_the_include_depth_limit() {
+        let spec = json!({"steps": [include("c0")]});
+        let mut includes = BTreeMap::new();
+        for depth in 0..MAX_INCLUDE_DEPTH {
+            let c = compile(spec.clone(), &includes);
+            let node = innermost_include(&c);
+            let next = steps(json!([include(&format!("c{}", depth + 1))]));
+            accept(&c.plan, "ops/a", &node, next, &mut includes).unwrap();
+        }
+        let c = compile(spec, &includes);
+        let node = innermost_include(&c);
+        let err = accept(&c.plan, "ops/a", &node, steps(json!([])), &mut includes).unwrap_err();
+        assert_eq!(err, IncludeError::Nested, "{err}");
+    }
+
+    #[test]
+    fn included_steps_that_would_grow_the_plan_past_the_limit_are_refused() {
+        let c = compile(json!({"steps": [include("big")]}), &BTreeMap::new());
+        let node = c.plan.node("s0").unwrap().clone();
+        let log = json!({"type": "log", "message": "x"});
+        let many = Value::Array(vec![log.clone(); MAX_PLAN_NODES]);
+        let mut includes = BTreeMap::new();
+        let err = accept(&c.plan, "ops/a", &node, steps(many), &mut includes).unwrap_err();
+        assert!(
+            matches!(err, IncludeError::TooLarge(n) if n > MAX_PLAN_NODES),
+            "{err}"
+        );
+        assert!(includes.is_empty());
+        let few = Value::Array(vec![log; 100]);
+        assert_eq!(
+            accept(&c.plan, "ops/a", &node, steps(few), &mut includes),
+            Ok(100)
+        );
+    }
+
+    #[test]
+    fn fetched_steps_nested_deeper_than_a_spec_may_be_are_refused_with_their_path() {
+        let c = compile(json!({"steps": [include("deep")]}), &BTreeMap::new());
+        let node = c.plan.node("s0").unwrap().clone();
+        let mut list = json!([1]);
+        for _ in 0..MAX_SPEC_DEPTH {
+            list = json!([list]);
+        }
+        let fetched = steps(json!([{"type": "loop", "forEach": list, "steps": []}]));
+        let mut includes = BTreeMap::new();
+        let err = accept(&c.plan, "ops/a", &node, fetched, &mut includes).unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.starts_with("spec.steps[0].included[0].forEach[0]"),
+            "{msg}"
+        );
+        assert!(includes.is_empty());
+    }
+
+    #[test]
+    fn steps_are_counted_without_recursion() {
+        assert_eq!(
+            count_steps(
+                &json!([{"type": "log"}, {"type": "loop", "steps": [{"type": "sleep"}]}, {"type": 3}])
+            ),
+            3
         );
     }
 

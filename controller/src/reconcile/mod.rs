@@ -3,26 +3,31 @@
 //! Level-triggered and restartable: everything it needs is in the API.
 
 mod finalizer;
+mod guard;
 mod includes;
 mod launch;
 mod local;
 mod observe;
 pub mod pod_security;
+mod refuse;
 mod run;
+mod serve;
+mod size;
 mod status;
 pub mod store;
+
+pub use serve::run_controller;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::discovery::ApiResource;
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use pseudoflow_compiler::expr::{Engine, Scope};
 use pseudoflow_compiler::exprs::prepare_payload;
@@ -36,9 +41,11 @@ use pseudoflow_compiler::{compile, FlowId};
 use pseudoflow_crd::steps::Placement;
 use pseudoflow_crd::{ConcurrencyPolicy, PseudoFlowSpec, StepKind, RUN_ANNOTATION};
 use serde_json::{json, Value};
-use tracing::{info, info_span, warn, Instrument};
+use tracing::{info, warn};
 
+use crate::limits::{bounded, MAX_EVENT_NOTE_CHARS, MAX_RUN_STATE_BYTES, MAX_STATUS_MESSAGE_CHARS};
 use crate::metrics::Metrics;
+use crate::raw::RawFlow;
 use crate::walk::{split_instance_id, Action as WalkAction, Completion, Phase, RunPhase, Walker};
 use run::{advance_run, earliest};
 use store::StoredRun;
@@ -100,49 +107,8 @@ pub fn flow_resource() -> ApiResource {
     ApiResource::erase::<pseudoflow_crd::PseudoFlow>(&())
 }
 
-/// Runs the controller until the process is told to stop; `namespace` limits it to one.
-pub async fn run_controller(ctx: Arc<Context>, namespace: Option<String>) {
-    let ar = flow_resource();
-    let (flows, jobs): (Api<DynamicObject>, Api<Job>) = match &namespace {
-        Some(ns) => (
-            Api::namespaced_with(ctx.client.clone(), ns, &ar),
-            Api::namespaced(ctx.client.clone(), ns),
-        ),
-        None => (
-            Api::all_with(ctx.client.clone(), &ar),
-            Api::all(ctx.client.clone()),
-        ),
-    };
-    Controller::new_with(flows, watcher::Config::default(), ar)
-        .owns(
-            jobs,
-            watcher::Config::default().labels("app.kubernetes.io/managed-by=pseudoflow"),
-        )
-        .run(reconcile, error_policy, ctx)
-        .for_each(|r| async move {
-            if let Err(e) = r {
-                warn!("reconcile: {e}");
-            }
-        })
-        .await;
-}
-
-fn error_policy(_flow: Arc<DynamicObject>, err: &Error, _ctx: Arc<Context>) -> Action {
-    warn!("reconcile failed, retrying: {err}");
-    Action::requeue(Duration::from_secs(2))
-}
-
 fn now() -> i64 {
     k8s_openapi::jiff::Timestamp::now().as_second()
-}
-
-async fn reconcile(flow: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let ns = flow.namespace().unwrap_or_default();
-    let name = flow.name_any();
-    let span = info_span!("flow", flow = %format!("{ns}/{name}"));
-    reconcile_flow(&flow, &ctx, &ns, &name)
-        .instrument(span)
-        .await
 }
 
 async fn reconcile_flow(
@@ -174,7 +140,7 @@ async fn reconcile_flow(
                 .map(|d| format!("{}: {}", d.path, d.message))
                 .collect();
             let message = format!("{} problem(s): {}", errors.len(), errors.join("; "));
-            let message: String = message.chars().take(2000).collect();
+            let message = bounded(&message, MAX_STATUS_MESSAGE_CHARS);
             if previous["reason"] != "InvalidSpec"
                 || previous["observedGeneration"] != json!(generation)
             {
@@ -309,8 +275,19 @@ async fn reconcile_flow(
             wake = earliest(wake, w);
         }
         beside.retain(|r| r.state.phase == RunPhase::Running);
-        let any_beside = !beside.is_empty();
         run.beside = beside;
+        // A run too large to store ends here, Failed, rather than failing every save after.
+        if let Some(over) = size::shrink_to_fit(&mut run, MAX_RUN_STATE_BYTES) {
+            warn!("{}", over.message);
+            size::stop_jobs(&Api::namespaced(ctx.client.clone(), ns), &over.stopped).await?;
+            // Counted and told once, as any run's end (the stopped ones were running).
+            run::finish_if_done(ctx, flow, &mut run, ns, name, t).await;
+            for other in &mut run.beside {
+                run::finish_if_done(ctx, flow, other, ns, name, t).await;
+            }
+            run.beside.retain(|r| r.state.phase == RunPhase::Running);
+        }
+        let any_beside = !run.beside.is_empty();
         // Most wake-ups (a Job's pod started, a status echo) change nothing: no write then.
         if stored_json != Some(serde_json::to_value(&run).ok()) {
             rv = Some(save(ctx, flow, &run, rv.as_deref()).await?);
@@ -436,10 +413,25 @@ async fn patch_status(flows: &Api<DynamicObject>, name: &str, status: Value) -> 
 }
 
 async fn publish(ctx: &Context, flow: &DynamicObject, ty: EventType, reason: &str, note: &str) {
+    publish_about(ctx, &flow.object_ref(&flow_resource()), ty, reason, note).await
+}
+
+/// [`publish`] for a flow known only by its metadata.
+async fn publish_to(ctx: &Context, flow: &RawFlow, ty: EventType, reason: &str, note: &str) {
+    publish_about(ctx, &flow.object_ref(&()), ty, reason, note).await
+}
+
+async fn publish_about(
+    ctx: &Context,
+    about: &ObjectReference,
+    ty: EventType,
+    reason: &str,
+    note: &str,
+) {
     let ev = Event {
         type_: ty,
         reason: reason.into(),
-        note: Some(note.chars().take(1000).collect()),
+        note: Some(bounded(note, MAX_EVENT_NOTE_CHARS)),
         // The recorder folds Events with the same reason and action into one series that keeps
         // the first note; an action per distinct note keeps every message (identical ones still
         // fold into a counted series).
@@ -449,11 +441,7 @@ async fn publish(ctx: &Context, flow: &DynamicObject, ty: EventType, reason: &st
         ),
         secondary: None,
     };
-    if let Err(e) = ctx
-        .recorder
-        .publish(&ev, &flow.object_ref(&flow_resource()))
-        .await
-    {
+    if let Err(e) = ctx.recorder.publish(&ev, about).await {
         warn!("event: {e}");
     }
 }

@@ -377,7 +377,7 @@ fn failed(message: &str) -> Completion {
     }
 }
 
-async fn finish_if_done(
+pub(super) async fn finish_if_done(
     ctx: &Context,
     flow: &DynamicObject,
     run: &mut StoredRun,

@@ -7,7 +7,9 @@ use pseudoflow_compiler::plan::{NodeKind, Plan};
 use pseudoflow_crd::status::MAX_STEP_ENTRIES;
 use serde_json::{json, Value};
 
+use super::size::RUN_STATE_TOO_LARGE;
 use super::store::StoredRun;
+use crate::limits::{bounded, MAX_STATUS_MESSAGE_CHARS, MAX_STEP_MESSAGE_CHARS};
 use crate::walk::{split_instance_id, Phase, RunPhase};
 
 /// Unix seconds as RFC 3339.
@@ -40,18 +42,38 @@ fn condition(
 
 /// Status for an invalid spec: nothing ran.
 pub fn invalid(previous: &Value, generation: i64, message: &str, now: &str) -> Value {
+    not_run(previous, generation, "InvalidSpec", message, now)
+}
+
+/// Status for a flow that failed before (or instead of) its run: an invalid spec, or an
+/// internal error while reconciling it.
+pub fn not_run(previous: &Value, generation: i64, reason: &str, message: &str, now: &str) -> Value {
+    let message = bounded(message, MAX_STATUS_MESSAGE_CHARS);
+    let message = message.as_str();
+    // An invalid spec never ran; an internal error may have struck mid-run.
+    let progressing = if reason == "InvalidSpec" {
+        "no step ran"
+    } else {
+        message
+    };
     let conds = &previous["conditions"];
     json!({
         "observedGeneration": generation,
         "phase": "Failed",
-        "reason": "InvalidSpec",
+        "reason": reason,
         "message": message,
         "conditions": [
-            condition(conds, "Ready", false, "InvalidSpec", message, generation, now),
-            condition(conds, "Progressing", false, "InvalidSpec", "no step ran", generation, now),
-            condition(conds, "Degraded", true, "InvalidSpec", message, generation, now),
+            condition(conds, "Ready", false, reason, message, generation, now),
+            condition(conds, "Progressing", false, reason, progressing, generation, now),
+            condition(conds, "Degraded", true, reason, message, generation, now),
         ],
     })
+}
+
+/// Whether `previous` already says Failed with `reason` for `generation` (so reporting it again
+/// would only repeat an Event).
+pub fn already_failed(previous: &Value, generation: i64, reason: &str) -> bool {
+    previous["reason"] == reason && previous["observedGeneration"] == json!(generation)
 }
 
 /// `status` as the API server stores it after a merge patch (null fields removed, at any depth),
@@ -78,15 +100,12 @@ pub fn of_run(
     queued: Option<(&str, i64)>,
     now: &str,
 ) -> Value {
-    let timed_out = run
-        .state
-        .failure
-        .as_ref()
-        .is_some_and(|(id, _)| id == crate::walk::RUN_TIMEOUT);
+    let cause = run.state.failure.as_ref().map(|(id, _)| id.as_str());
     let (phase, reason) = match run.state.phase {
         RunPhase::Running => ("Running", "Running"),
         RunPhase::Succeeded => ("Succeeded", "Succeeded"),
-        RunPhase::Failed if timed_out => ("Failed", "Timeout"),
+        RunPhase::Failed if cause == Some(crate::walk::RUN_TIMEOUT) => ("Failed", "Timeout"),
+        RunPhase::Failed if cause == Some(RUN_STATE_TOO_LARGE) => ("Failed", "RunStateTooLarge"),
         RunPhase::Failed => ("Failed", "StepFailed"),
     };
     let mut by_node: BTreeMap<String, Vec<&crate::walk::Instance>> = BTreeMap::new();
@@ -144,6 +163,7 @@ pub fn of_run(
             current_step.clone().unwrap_or_default()
         ),
     };
+    let message = bounded(&message, MAX_STATUS_MESSAGE_CHARS);
     let mut steps = Vec::new();
     for n in &work_nodes {
         let insts = by_node.get(&n.id).cloned().unwrap_or_default();
@@ -171,7 +191,7 @@ pub fn of_run(
         if insts.len() == 1 {
             let i = insts[0];
             if !i.message.is_empty() {
-                entry["message"] = json!(i.message.chars().take(300).collect::<String>());
+                entry["message"] = json!(bounded(&i.message, MAX_STEP_MESSAGE_CHARS));
             }
             if i.phase.settled() && i.phase != Phase::Skipped {
                 entry["changed"] = json!(i.changed);
@@ -244,6 +264,43 @@ pub(super) fn said_at(at: &str, msg: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn status_messages_are_bounded_with_an_ellipsis() {
+        let huge = "y".repeat(100_000);
+        let st = not_run(&Value::Null, 3, "InternalError", &huge, "now");
+        let msg = st["message"].as_str().unwrap();
+        assert_eq!(msg.chars().count(), MAX_STATUS_MESSAGE_CHARS);
+        assert!(msg.ends_with('…'));
+        for c in st["conditions"].as_array().unwrap() {
+            assert!(c["message"].as_str().unwrap().chars().count() <= MAX_STATUS_MESSAGE_CHARS);
+        }
+        assert_eq!(st["reason"], "InternalError");
+        assert!(already_failed(&st, 3, "InternalError"));
+        assert!(!already_failed(&st, 4, "InternalError"));
+        assert!(!already_failed(&st, 3, "InvalidSpec"));
+    }
+
+    #[test]
+    fn a_run_failed_for_its_state_size_says_so_in_reason_and_bounded_message() {
+        let c = pseudoflow_compiler::compile(
+            &pseudoflow_compiler::FlowId {
+                name: "f",
+                namespace: Some("ns"),
+            },
+            &json!({"steps": [{"type": "log", "message": "x"}]}),
+        )
+        .unwrap();
+        let mut run = StoredRun::default();
+        run.state
+            .end_failed(RUN_STATE_TOO_LARGE, &"z".repeat(50_000));
+        let st = of_run(&Value::Null, &c.plan, &run, 1, None, "now");
+        assert_eq!(st["phase"], "Failed");
+        assert_eq!(st["reason"], "RunStateTooLarge");
+        let msg = st["message"].as_str().unwrap();
+        assert!(msg.starts_with(RUN_STATE_TOO_LARGE), "{msg:.80}");
+        assert_eq!(msg.chars().count(), MAX_STATUS_MESSAGE_CHARS);
+    }
 
     #[test]
     fn a_step_is_named_once_in_what_is_said_of_it() {

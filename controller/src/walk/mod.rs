@@ -13,6 +13,8 @@ use serde_json::Value;
 
 pub use state::{instance_id, Instance, Key, Phase, RunPhase, RunState};
 
+use crate::limits::{bounded, MAX_INSTANCES, MAX_INSTANCE_MESSAGE_CHARS};
+
 /// The pseudo node id a run-level timeout is recorded under in [`RunState::failure`].
 pub const RUN_TIMEOUT: &str = "run-timeout";
 
@@ -262,13 +264,23 @@ impl<'p> Walker<'p> {
         now: i64,
     ) -> Outcome {
         let mut out = Outcome::default();
+        let mut c = c;
+        if state.get(node, key).phase != Phase::Running {
+            return out;
+        }
+        if let Some(items) = &c.items {
+            if let Err(why) = self.room_for(state, node, items.len()) {
+                c = Completion {
+                    ok: false,
+                    message: why,
+                    ..Default::default()
+                };
+            }
+        }
         {
             let inst = state.entry(node, key);
-            if inst.phase != Phase::Running {
-                return out;
-            }
             inst.changed = c.changed;
-            inst.message = c.message.clone();
+            inst.message = bounded(&c.message, MAX_INSTANCE_MESSAGE_CHARS);
             inst.condition = c.condition;
             inst.items = c.items;
             inst.finished_at = Some(now);
@@ -294,6 +306,7 @@ impl<'p> Walker<'p> {
         now: i64,
         out: &mut Outcome,
     ) {
+        let message = bounded(&message, MAX_INSTANCE_MESSAGE_CHARS);
         {
             let inst = state.entry(node, key);
             inst.phase = Phase::Failed;
@@ -357,6 +370,28 @@ impl<'p> Walker<'p> {
         self.fail(state, &end_id, &end_key, msg, now, out);
     }
 
+    /// Whether loop start `node` may take `items` items: every item instantiates the loop's
+    /// body, and one run holds at most [`MAX_INSTANCES`] instances (a forEach over a huge list
+    /// must not become a run state nobody can store, or thousands of Jobs).
+    fn room_for(&self, state: &RunState, node: &str, items: usize) -> Result<(), String> {
+        let body = self
+            .plan
+            .nodes()
+            .filter(|n| n.loops.iter().any(|l| l == node))
+            .count();
+        let total = state
+            .instances
+            .len()
+            .saturating_add(items.saturating_mul(body));
+        if total > MAX_INSTANCES {
+            return Err(format!(
+                "{items} items of {body} steps each would make the run hold {total} step \
+                 instances, more than the limit of {MAX_INSTANCES}"
+            ));
+        }
+        Ok(())
+    }
+
     /// Ends a running run as Failed because its `options.timeoutSeconds` passed; running
     /// instances are aborted (their Jobs must be deleted).
     pub fn time_out(&self, state: &mut RunState, message: &str) -> Outcome {
@@ -375,17 +410,7 @@ impl<'p> Walker<'p> {
         message: &str,
         out: &mut Outcome,
     ) {
-        state.phase = RunPhase::Failed;
-        state.failure = Some((instance_id(node, key), message.to_string()));
-        let running: Vec<String> = state
-            .instances
-            .iter()
-            .filter(|(_, i)| i.phase == Phase::Running)
-            .map(|(k, _)| k.clone())
-            .collect();
-        for id in running {
-            state.instances.get_mut(&id).unwrap().phase = Phase::Aborted;
-            let (node, key) = split_instance_id(&id);
+        for (node, key) in state.end_failed(&instance_id(node, key), message) {
             out.actions.push(Action::Abort { node, key });
         }
     }

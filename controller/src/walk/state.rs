@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::split_instance_id;
+
 /// An instance key: one element per enclosing loop (item index, or node name for node loops).
 pub type Key = Vec<String>;
 
@@ -88,5 +90,22 @@ impl RunState {
     /// Mutable access, creating a Pending entry.
     pub fn entry(&mut self, node: &str, key: &[String]) -> &mut Instance {
         self.instances.entry(instance_id(node, key)).or_default()
+    }
+
+    /// Ends the run as Failed because of `id` (an instance id, or a run-level cause such as
+    /// [`super::RUN_TIMEOUT`]); returns the instances that were running, now Aborted, whose
+    /// work must be stopped. Needs no plan, so a run can be ended even when it cannot be
+    /// compiled or stored any more.
+    pub fn end_failed(&mut self, id: &str, message: &str) -> Vec<(String, Key)> {
+        self.phase = RunPhase::Failed;
+        self.failure = Some((id.to_string(), message.to_string()));
+        let mut aborted = Vec::new();
+        for (id, inst) in self.instances.iter_mut() {
+            if inst.phase == Phase::Running {
+                inst.phase = Phase::Aborted;
+                aborted.push(split_instance_id(id));
+            }
+        }
+        aborted
     }
 }

@@ -497,3 +497,69 @@ fn a_run_timeout_fails_the_run_and_aborts_what_runs() {
         "nothing starts after the timeout"
     );
 }
+
+#[test]
+fn a_loop_whose_items_would_pass_the_instance_limit_fails_without_starting_any() {
+    let c = plan(
+        json!([{"type": "loop", "forEach": "${list}", "steps": [apply_step("a"), apply_step("b")]}]),
+    );
+    let w = Walker::new(&c.plan);
+    let mut s = RunState::default();
+    w.advance(&mut s, 0);
+    // Two body nodes (and the loop's end) per item.
+    let many: Vec<(String, Value)> = (0..MAX_INSTANCES / 2)
+        .map(|i| (i.to_string(), json!(i)))
+        .collect();
+    let o = finish(
+        &w,
+        &mut s,
+        "s0",
+        Completion {
+            items: Some(many),
+            ..ok()
+        },
+    );
+    assert!(started(&o).is_empty(), "{:?}", o.actions);
+    assert_eq!(phase(&s, "s0"), Phase::Failed);
+    assert_eq!(s.phase, RunPhase::Failed);
+    let msg = &s.instances["s0"].message;
+    assert!(msg.contains(&MAX_INSTANCES.to_string()), "{msg}");
+    assert!(s.instances.len() < 10, "no item was instantiated");
+}
+
+#[test]
+fn a_huge_step_message_is_kept_bounded_in_the_run_state() {
+    let c = plan(json!([apply_step("a")]));
+    let w = Walker::new(&c.plan);
+    let mut s = RunState::default();
+    w.advance(&mut s, 0);
+    finish(&w, &mut s, "s0", failed(&"x".repeat(1_000_000)));
+    let kept = &s.instances["s0"].message;
+    assert_eq!(kept.chars().count(), MAX_INSTANCE_MESSAGE_CHARS);
+    assert!(kept.ends_with('…'));
+    let (_, why) = s.failure.as_ref().unwrap();
+    assert!(
+        why.chars().count() <= MAX_INSTANCE_MESSAGE_CHARS,
+        "{}",
+        why.len()
+    );
+}
+
+#[test]
+fn ending_a_run_aborts_what_runs_and_records_the_cause() {
+    let c = plan(json!([{"type": "parallel", "steps": [[apply_step("a")], [apply_step("b")]]}]));
+    let w = Walker::new(&c.plan);
+    let mut s = RunState::default();
+    let running = started(&w.advance(&mut s, 0));
+    assert_eq!(running.len(), 2, "{running:?}");
+    let mut aborted: Vec<String> = s
+        .end_failed("run-state", "too large")
+        .iter()
+        .map(|(n, k)| instance_id(n, k))
+        .collect();
+    aborted.sort();
+    assert_eq!(aborted, running);
+    assert_eq!(s.phase, RunPhase::Failed);
+    assert_eq!(s.failure, Some(("run-state".into(), "too large".into())));
+    assert!(running.iter().all(|id| phase(&s, id) == Phase::Aborted));
+}

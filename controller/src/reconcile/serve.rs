@@ -1,0 +1,215 @@
+//! The controller's loop around [`super::reconcile_flow`], built so that one flow can never stop
+//! it serving the others: flows are watched raw ([`RawFlow`]: one too deep to decode fails alone),
+//! each reconcile runs under [`guard::catching`] (a panic marks that flow Failed), failures back
+//! off per flow ([`Backoff`]), and a deleted flow's metrics series are dropped.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::batch::v1::Job;
+use kube::api::Api;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{self, store::Writer};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::ResourceExt;
+use tracing::{error, info_span, warn, Instrument};
+
+use super::{guard, reconcile_flow, refuse, Context, Error};
+use crate::backoff::Backoff;
+use crate::depth::TooDeep;
+use crate::metrics::Metrics;
+use crate::raw::{DecodeError, RawFlow};
+
+/// What one controller's reconciles share.
+struct Shared {
+    ctx: Arc<Context>,
+    backoff: Backoff,
+}
+
+/// Runs the controller until the process is told to stop; `namespace` limits it to one.
+pub async fn run_controller(ctx: Arc<Context>, namespace: Option<String>) {
+    let (flows, jobs): (Api<RawFlow>, Api<Job>) = match &namespace {
+        Some(ns) => (
+            Api::namespaced(ctx.client.clone(), ns),
+            Api::namespaced(ctx.client.clone(), ns),
+        ),
+        None => (Api::all(ctx.client.clone()), Api::all(ctx.client.clone())),
+    };
+    let shared = Arc::new(Shared {
+        ctx: ctx.clone(),
+        backoff: Backoff::default(),
+    });
+    let writer = Writer::<RawFlow>::default();
+    let reader = writer.as_reader();
+    let mut gone = Gone::new(namespace);
+    let on_event = shared.clone();
+    let events = watcher(flows, watcher::Config::default())
+        .default_backoff()
+        .inspect_ok(move |ev| {
+            for flow in gone.observe(ev, &on_event.ctx.metrics) {
+                on_event.ctx.metrics.forget(&flow);
+                on_event.backoff.reset(&flow);
+            }
+        });
+    let flows = reflector::reflector(writer, events).applied_objects();
+    Controller::for_stream(flows, reader)
+        .owns(
+            jobs,
+            watcher::Config::default().labels("app.kubernetes.io/managed-by=pseudoflow"),
+        )
+        .run(reconcile, error_policy, shared)
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                warn!("reconcile: {e}");
+            }
+        })
+        .await;
+}
+
+/// Failed reconciles of one flow are retried ever less often; others keep their pace.
+fn error_policy(flow: Arc<RawFlow>, err: &Error, shared: Arc<Shared>) -> Action {
+    let key = key_of(&flow);
+    let delay = shared.backoff.failed(&key);
+    warn!(flow = %key, "reconcile failed, retrying in {delay:?}: {err}");
+    Action::requeue(delay)
+}
+
+fn key_of(flow: &RawFlow) -> String {
+    format!(
+        "{}/{}",
+        flow.namespace().unwrap_or_default(),
+        flow.name_any()
+    )
+}
+
+async fn reconcile(flow: Arc<RawFlow>, shared: Arc<Shared>) -> Result<Action, Error> {
+    let key = key_of(&flow);
+    let span = info_span!("flow", flow = %key);
+    let ctx = &shared.ctx;
+    let outcome = guard::catching(decode_and_reconcile(&flow, ctx))
+        .instrument(span)
+        .await;
+    let action = match outcome {
+        Ok(result) => result?,
+        Err(panicked) => {
+            error!(flow = %key, "reconcile panicked: {}", panicked.0);
+            let message = format!(
+                "{panicked} (while reconciling this flow; the controller goes on serving the \
+                 others, and retries this one when it changes)"
+            );
+            refuse::fail(ctx, &flow, "InternalError", &message).await?;
+            Action::await_change()
+        }
+    };
+    shared.backoff.reset(&key);
+    Ok(action)
+}
+
+/// Reconciles the flow once its spec is known to be readable; otherwise fails it, unparsed.
+async fn decode_and_reconcile(flow: &RawFlow, ctx: &Context) -> Result<Action, Error> {
+    let dynamic = match flow.decode() {
+        Ok(d) => d,
+        Err(e) => {
+            let message = match e {
+                DecodeError::TooDeep(TooDeep { .. }) => e.to_string(),
+                DecodeError::Json(..) => format!("the flow cannot be read: {e}"),
+            };
+            refuse::fail(ctx, flow, "InvalidSpec", &message).await?;
+            refuse::let_go(ctx, flow).await?;
+            return Ok(Action::await_change());
+        }
+    };
+    let (ns, name) = (flow.namespace().unwrap_or_default(), flow.name_any());
+    reconcile_flow(&dynamic, ctx, &ns, &name).await
+}
+
+/// Tells which flows are gone from the watch: deleted, or missing from a relist (deleted while
+/// the watch was down).
+struct Gone {
+    /// The namespace watched (all when `None`): flows outside it are not this watch's to judge.
+    namespace: Option<String>,
+    /// The flows listed so far while a relist is under way.
+    listing: Option<BTreeSet<String>>,
+}
+
+impl Gone {
+    fn new(namespace: Option<String>) -> Self {
+        Gone {
+            namespace,
+            listing: None,
+        }
+    }
+
+    /// The flows (`namespace/name`) `ev` says are gone; `metrics` holds the ones known.
+    fn observe(&mut self, ev: &watcher::Event<RawFlow>, metrics: &Metrics) -> Vec<String> {
+        match ev {
+            watcher::Event::Delete(flow) => vec![key_of(flow)],
+            watcher::Event::Init => {
+                self.listing = Some(BTreeSet::new());
+                vec![]
+            }
+            watcher::Event::InitApply(flow) => {
+                if let Some(listing) = &mut self.listing {
+                    listing.insert(key_of(flow));
+                }
+                vec![]
+            }
+            watcher::Event::InitDone => {
+                let Some(listed) = self.listing.take() else {
+                    return vec![];
+                };
+                let prefix = self.namespace.as_ref().map(|ns| format!("{ns}/"));
+                metrics
+                    .flows()
+                    .into_iter()
+                    .filter(|f| prefix.as_ref().is_none_or(|p| f.starts_with(p.as_str())))
+                    .filter(|f| !listed.contains(f))
+                    .collect()
+            }
+            watcher::Event::Apply(_) => vec![],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use watcher::Event;
+
+    fn flow(ns: &str, name: &str) -> RawFlow {
+        serde_json::from_str(&format!(
+            r#"{{"metadata":{{"name":"{name}","namespace":"{ns}"}}}}"#
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn deleted_flows_and_flows_missing_from_a_relist_of_this_namespace_are_gone() {
+        let m = Metrics::default();
+        for f in ["a/kept", "a/deleted-meanwhile", "b/other-namespace"] {
+            m.set_active(f, true);
+        }
+        let mut gone = Gone::new(Some("a".into()));
+        assert_eq!(
+            gone.observe(&Event::Delete(flow("a", "x")), &m),
+            ["a/x".to_string()]
+        );
+        assert!(gone
+            .observe(&Event::Apply(flow("a", "kept")), &m)
+            .is_empty());
+        assert!(gone.observe(&Event::Init, &m).is_empty());
+        assert!(gone
+            .observe(&Event::InitApply(flow("a", "kept")), &m)
+            .is_empty());
+        assert_eq!(
+            gone.observe(&Event::InitDone, &m),
+            ["a/deleted-meanwhile".to_string()]
+        );
+        // An InitDone without its Init (never happens) judges nothing.
+        assert!(gone.observe(&Event::InitDone, &m).is_empty());
+        let mut all = Gone::new(None);
+        all.observe(&Event::Init, &m);
+        assert_eq!(all.observe(&Event::InitDone, &m).len(), 3);
+    }
+}
