@@ -279,7 +279,7 @@ async fn reconcile_flow(
         // A run too large to store ends here, Failed, rather than failing every save after.
         if let Some(over) = size::shrink_to_fit(&mut run, MAX_RUN_STATE_BYTES) {
             warn!("{}", over.message);
-            size::stop_jobs(&Api::namespaced(ctx.client.clone(), ns), &over.stopped).await?;
+            size::stop_jobs(&ctx.client, ns, uid, &over.stopped).await?;
             // Counted and told once, as any run's end (the stopped ones were running).
             run::finish_if_done(ctx, flow, &mut run, ns, name, t).await;
             for other in &mut run.beside {

@@ -4,8 +4,7 @@
 //! (reason `RunStateTooLarge`) with a message naming its size and its biggest variable, and is
 //! shrunk (variables first) until it can be stored.
 
-use k8s_openapi::api::batch::v1::Job;
-use kube::api::{Api, DeleteParams, ListParams, PropagationPolicy};
+use pseudoflow_compiler::lower::LABEL_RUN;
 use serde_json::Value;
 
 use super::store::StoredRun;
@@ -104,17 +103,16 @@ pub fn shrink_to_fit(run: &mut StoredRun, limit: usize) -> Option<Oversized> {
 }
 
 /// Deletes the Jobs of the runs `stopped` (all of one flow, in `ns`).
-pub async fn stop_jobs(jobs: &Api<Job>, stopped: &[String]) -> kube::Result<()> {
-    let dp = DeleteParams {
-        propagation_policy: Some(PropagationPolicy::Background),
-        ..Default::default()
-    };
+pub async fn stop_jobs(
+    client: &kube::Client,
+    ns: &str,
+    flow_uid: &str,
+    stopped: &[String],
+) -> kube::Result<()> {
     for id in stopped {
-        jobs.delete_collection(
-            &dp,
-            &ListParams::default().labels(&format!("ops.example.com/run={id}")),
-        )
-        .await?;
+        // Only Jobs this flow owns: a run label alone never makes a Job deletable.
+        super::observe::delete_owned_jobs(client, ns, flow_uid, &format!("{LABEL_RUN}={id}"))
+            .await?;
     }
     Ok(())
 }
