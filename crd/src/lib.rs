@@ -8,6 +8,7 @@ pub mod common;
 pub mod diagnostics;
 pub mod docs;
 pub mod jsonpath;
+pub mod limits;
 pub mod resource;
 pub mod schema;
 pub mod selector;

@@ -54,8 +54,9 @@ pub struct PseudoFlowSpec {
 pub struct FlowOptions {
     #[serde(default)]
     pub concurrency_policy: ConcurrencyPolicy,
-    /// Fail the whole run (reason Timeout) after this long.
+    /// Fail the whole run (reason Timeout) after this long (at most 7 days).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = crate::limits::MAX_DURATION_SECONDS))]
     pub timeout_seconds: Option<u32>,
 }
 

@@ -146,13 +146,6 @@ pub fn validate_spec(raw: &Value) -> (Option<PseudoFlowSpec>, Diagnostics) {
             );
         }
     }
-    if raw
-        .pointer("/options/timeoutSeconds")
-        .and_then(Value::as_u64)
-        == Some(0)
-    {
-        ctx.error("options.timeoutSeconds", "must be at least 1");
-    }
     if diags.has_errors() {
         return (None, diags);
     }
@@ -207,9 +200,6 @@ pub fn check_steps(steps: &[Value], ctx: &mut Ctx) {
                 format!("when must be followed by the step it guards, not by {}", type_of(&steps[i + 1])),
             ),
             _ => {}
-        }
-        if raw.get("timeoutSeconds").and_then(Value::as_u64) == Some(0) {
-            sctx.error("timeoutSeconds", "must be at least 1");
         }
         if let Some(step) = shallow_step(raw) {
             if step.name.as_deref().is_some_and(|n| n.trim().is_empty()) {
