@@ -122,3 +122,146 @@ fn lowering_the_largest_timeout_does_not_overflow() {
         "the deadline must not wrap below the timeout: {deadline}"
     );
 }
+
+/// `levels` lists nested in each other around a string: the string is `levels` deeper than the
+/// outer list.
+fn nest(levels: usize) -> Value {
+    let mut v = json!("x");
+    for _ in 0..levels {
+        v = Value::Array(vec![v]);
+    }
+    v
+}
+
+/// `{key: value, ...fields}` without `json!`, which would copy `value` recursively.
+fn with(fields: Value, key: &str, value: Value) -> Value {
+    let Value::Object(mut map) = fields else {
+        unreachable!("fields are an object")
+    };
+    map.insert(key.into(), value);
+    Value::Object(map)
+}
+
+/// Takes a deep value apart without recursion (dropping it as is would recurse once a level).
+fn drop_deep(v: Value) {
+    let mut stack = vec![v];
+    while let Some(mut v) = stack.pop() {
+        match &mut v {
+            Value::Array(items) => stack.append(items),
+            Value::Object(map) => stack.extend(std::mem::take(map).into_iter().map(|(_, v)| v)),
+            _ => {}
+        }
+    }
+}
+
+fn loop_over(for_each: Value) -> Value {
+    let step = json!({"type": "loop", "steps": [{"type": "log", "message": "${item}"}]});
+    with(
+        json!({}),
+        "steps",
+        Value::Array(vec![with(step, "forEach", for_each)]),
+    )
+}
+
+#[test]
+fn a_value_nested_deeper_than_32_levels_below_its_step_is_refused_with_its_path() {
+    // forEach is level 1, so its 31 lists bring the string to level 32: allowed.
+    compile(&flow(), &loop_over(nest(31))).unwrap();
+    let d = errors(loop_over(nest(32)));
+    let path = format!("spec.steps[0].forEach{}", "[0]".repeat(32));
+    assert_error(&d, &path, "nested deeper than 32 levels");
+    assert_eq!(d.0.len(), 1, "one report for one deep value: {d}");
+}
+
+#[test]
+fn deep_values_are_refused_in_manifests_vars_and_nested_steps_too() {
+    let deep_object = (0..40).fold(json!(1), |v, _| json!({ "a": v }));
+    let spec = json!({
+        "vars": {"x": deep_object.clone()},
+        "steps": [{"type": "retry", "attempts": 1, "steps": [
+            {"type": "apply", "manifests": deep_object}
+        ]}]
+    });
+    let d = errors(spec);
+    assert_error(
+        &d,
+        // `vars` is level 1 below spec, `x` level 2.
+        &format!("spec.vars.x{}", ".a".repeat(31)),
+        "nested deeper than 32 levels",
+    );
+    assert_error(
+        &d,
+        &format!("spec.steps[0].steps[0].manifests{}", ".a".repeat(32)),
+        "nested deeper than 32 levels",
+    );
+}
+
+/// The check itself must not recurse: a value 100,000 levels deep is refused on a small stack
+/// (the old code overflowed the stack while reading the flow, killing the process).
+#[test]
+fn a_value_100_000_levels_deep_is_refused_without_recursing() {
+    let worker = std::thread::Builder::new()
+        .stack_size(256 * 1024)
+        .spawn(|| {
+            let spec = loop_over(nest(100_000));
+            let result = compile(&flow(), &spec).map(|_| ());
+            drop_deep(spec);
+            result
+        })
+        .unwrap();
+    let d = worker.join().unwrap().unwrap_err();
+    assert_error(
+        &d,
+        &format!("spec.steps[0].forEach{}", "[0]".repeat(32)),
+        "nested deeper than 32 levels",
+    );
+}
+
+/// Steps inside steps, `levels` deep in all (a top-level step is level 1).
+fn nested_retries(levels: usize) -> Value {
+    let mut step = json!({"type": "log", "message": "innermost"});
+    for _ in 1..levels {
+        let retry = json!({"type": "retry", "attempts": 1});
+        step = with(retry, "steps", Value::Array(vec![step]));
+    }
+    with(json!({}), "steps", Value::Array(vec![step]))
+}
+
+#[test]
+fn steps_nested_deeper_than_16_levels_are_refused_with_the_path_of_the_first_too_deep() {
+    compile(&flow(), &nested_retries(16)).unwrap();
+    let d = errors(nested_retries(17));
+    let path = format!("spec.steps[0]{}", ".steps[0]".repeat(16));
+    assert_error(&d, &path, "steps nested deeper than 16 levels");
+}
+
+#[test]
+fn parallel_branches_count_as_one_level_of_steps() {
+    let mut step = json!({"type": "log", "message": "innermost"});
+    for _ in 1..17 {
+        step = json!({"type": "parallel", "steps": [[step]]});
+    }
+    let d = errors(json!({ "steps": [step] }));
+    let path = format!("spec.steps[0]{}", ".steps[0][0]".repeat(16));
+    assert_error(&d, &path, "steps nested deeper than 16 levels");
+}
+
+/// 10,000 levels of steps on a small stack: refused, not a stack overflow.
+#[test]
+fn steps_10_000_levels_deep_are_refused_without_recursing() {
+    let worker = std::thread::Builder::new()
+        .stack_size(256 * 1024)
+        .spawn(|| {
+            let spec = nested_retries(10_000);
+            let result = compile(&flow(), &spec).map(|_| ());
+            drop_deep(spec);
+            result
+        })
+        .unwrap();
+    let d = worker.join().unwrap().unwrap_err();
+    assert_error(
+        &d,
+        &format!("spec.steps[0]{}", ".steps[0]".repeat(16)),
+        "steps nested deeper than 16 levels",
+    );
+}

@@ -5,6 +5,7 @@
 //! its semantic validation; [`steps::registry`] is the one list that ties them together.
 
 pub mod common;
+pub mod depth;
 pub mod diagnostics;
 pub mod docs;
 pub mod jsonpath;
