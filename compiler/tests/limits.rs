@@ -15,7 +15,10 @@ fn flow() -> FlowId<'static> {
 
 fn errors(spec: Value) -> Diagnostics {
     match compile(&flow(), &spec) {
-        Ok(_) => panic!("compiled, but should have been refused: {spec}"),
+        Ok(_) => panic!(
+            "compiled, but should have been refused: {:.300}",
+            spec.to_string()
+        ),
         Err(d) => d,
     }
 }
@@ -263,5 +266,96 @@ fn steps_10_000_levels_deep_are_refused_without_recursing() {
         &d,
         &format!("spec.steps[0]{}", ".steps[0]".repeat(16)),
         "steps nested deeper than 16 levels",
+    );
+}
+
+fn logs(n: usize) -> Vec<Value> {
+    (0..n)
+        .map(|i| json!({"type": "log", "message": format!("m{i}")}))
+        .collect()
+}
+
+#[test]
+fn a_flow_of_more_than_10_000_steps_is_refused_at_the_first_step_beyond() {
+    compile(&flow(), &json!({ "steps": logs(10_000) })).unwrap();
+    let d = errors(json!({ "steps": logs(10_001) }));
+    assert_error(&d, "spec.steps[10000]", "more than 10000 steps");
+    // Nested steps count: the retry is one, its body the other 10,000.
+    let d = errors(json!({"steps": [{"type": "retry", "attempts": 1, "steps": logs(10_000)}]}));
+    assert_error(&d, "spec.steps[0].steps[9999]", "more than 10000 steps");
+    // onDelete steps count too.
+    let d = errors(json!({ "steps": logs(9_000), "onDelete": logs(1_001) }));
+    assert_error(&d, "spec.onDelete[1000]", "more than 10000 steps");
+}
+
+#[test]
+fn included_steps_count_towards_the_step_limit() {
+    let spec = json!({"steps": [
+        {"type": "include", "source": {"configMapRef": {"name": "steps", "key": "k"}}},
+        {"type": "log", "message": "after"}
+    ]});
+    let mut expansions = pseudoflow_compiler::Expansions::new();
+    expansions.insert(
+        "s0".into(),
+        serde_json::from_value(Value::Array(logs(9_998))).unwrap(),
+    );
+    pseudoflow_compiler::compile_expanded(&flow(), &spec, &expansions).unwrap();
+    expansions.insert(
+        "s0".into(),
+        serde_json::from_value(Value::Array(logs(9_999))).unwrap(),
+    );
+    let d = pseudoflow_compiler::compile_expanded(&flow(), &spec, &expansions)
+        .err()
+        .expect("refused");
+    assert_error(&d, "spec.steps[1]", "more than 10000 steps");
+}
+
+/// Included steps are validated on their own (from depth 1), so an include 16 levels deep
+/// bringing one more level is only seen when the flow is compiled with them.
+#[test]
+fn included_steps_count_towards_the_depth_limit() {
+    let mut step =
+        json!({"type": "include", "source": {"configMapRef": {"name": "steps", "key": "k"}}});
+    for _ in 1..16 {
+        step = json!({"type": "retry", "attempts": 1, "steps": [step]});
+    }
+    let spec = json!({ "steps": [step] });
+    let include_id = format!("s0{}", "-s0".repeat(15));
+    let mut expansions = pseudoflow_compiler::Expansions::new();
+    expansions.insert(
+        include_id,
+        serde_json::from_value(Value::Array(logs(1))).unwrap(),
+    );
+    let d = pseudoflow_compiler::compile_expanded(&flow(), &spec, &expansions)
+        .err()
+        .expect("refused");
+    let path = format!("spec.steps[0]{}.included[0]", ".steps[0]".repeat(15));
+    assert_error(&d, &path, "steps nested deeper than 16 levels");
+}
+
+#[test]
+fn a_loop_of_more_than_1000_literal_items_is_refused() {
+    let items: Vec<usize> = (0..1_001).collect();
+    let d = errors(loop_over(json!(items)));
+    assert_error(&d, "spec.steps[0].forEach", "at most 1000 items");
+    let items: Vec<usize> = (0..1_000).collect();
+    compile(&flow(), &loop_over(json!(items))).unwrap();
+}
+
+#[test]
+fn nested_literal_loops_multiply_towards_the_run_iteration_limit() {
+    let items = |n: usize| json!((0..n).collect::<Vec<_>>());
+    let nested = |outer: usize, inner: usize| {
+        json!({"steps": [{"type": "loop", "forEach": items(outer), "steps": [
+            {"type": "loop", "forEach": items(inner), "steps": [{"type": "log", "message": "${item}"}]}
+        ]}]})
+    };
+    // 100 + 100 × 99 = 10,000 iterations: allowed; 100 + 100 × 100 is not.
+    compile(&flow(), &nested(100, 99)).unwrap();
+    let d = errors(nested(100, 100));
+    assert_error(
+        &d,
+        "spec.steps[0].steps[0].forEach",
+        "more than 10000 loop iterations",
     );
 }
