@@ -151,6 +151,9 @@ pub fn union_step_schema() -> Schema {
             "message": format!("{tag} steps need {}", names.join(", ")),
         }));
     }
+    // No rule can bound `forEach` (a list or an expression, so free-form): the API server
+    // refuses CEL on a field without a declared type ("undefined field 'forEach'"). Its items
+    // and depth are the compiler's to check (see crate::depth).
     let schema = json!({
         "type": "object",
         "description": "One step; `type` selects which other fields apply (see docs/steps.md).",
@@ -215,7 +218,11 @@ fn merge(a: Value, b: Value) -> Value {
                 a.get("items").cloned().unwrap_or(json!({})),
                 b.get("items").cloned().unwrap_or(json!({})),
             );
-            json!({"type": "array", "items": items})
+            let mut out = json!({"type": "array", "items": items});
+            if let Some(max) = loosest_bound(&a, &b, "maxItems") {
+                out["maxItems"] = max;
+            }
+            out
         }
         (Some(ta), Some(tb)) if ta == tb && ta != "object" => {
             let mut out = json!({"type": ta});
@@ -238,7 +245,7 @@ fn merge(a: Value, b: Value) -> Value {
 fn loosest_bound(a: &Value, b: &Value, key: &str) -> Option<Value> {
     let (x, y) = (a.get(key)?, b.get(key)?);
     let (fx, fy) = (x.as_f64()?, y.as_f64()?);
-    let x_looser = if key == "minimum" { fx <= fy } else { fx >= fy };
+    let x_looser = if key == "minimum" { fx <= fy } else { fx >= fy }; // maximum, maxItems
     Some(if x_looser { x.clone() } else { y.clone() })
 }
 

@@ -56,6 +56,19 @@ async fn the_api_server_refuses_a_timeout_of_u32_max_naming_the_field() {
         err.to_string().contains("spec.options.timeoutSeconds"),
         "{err}"
     );
+    // Step lists carry maxItems (nested steps are opaque to the API server otherwise).
+    let steps: Vec<Value> = (0..10_001)
+        .map(|i| json!({"type": "log", "message": format!("m{i}")}))
+        .collect();
+    let err = api
+        .create(
+            &PostParams::default(),
+            &flow_object("many-steps", json!({ "steps": steps })),
+        )
+        .await
+        .expect_err("the API server must refuse 10,001 steps");
+    let msg = err.to_string();
+    assert!(msg.contains("spec.steps") && msg.contains("10000"), "{msg}");
 }
 
 /// What the CRD cannot see (a step nested in a retry, a free-form forEach) is refused by the
