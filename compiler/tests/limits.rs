@@ -304,9 +304,9 @@ fn included_steps_count_towards_the_step_limit() {
         "s0".into(),
         serde_json::from_value(Value::Array(logs(9_999))).unwrap(),
     );
-    let d = pseudoflow_compiler::compile_expanded(&flow(), &spec, &expansions)
-        .err()
-        .expect("refused");
+    let Err(d) = pseudoflow_compiler::compile_expanded(&flow(), &spec, &expansions) else {
+        panic!("compiled, but should have been refused");
+    };
     assert_error(&d, "spec.steps[1]", "more than 10000 steps");
 }
 
@@ -326,9 +326,9 @@ fn included_steps_count_towards_the_depth_limit() {
         include_id,
         serde_json::from_value(Value::Array(logs(1))).unwrap(),
     );
-    let d = pseudoflow_compiler::compile_expanded(&flow(), &spec, &expansions)
-        .err()
-        .expect("refused");
+    let Err(d) = pseudoflow_compiler::compile_expanded(&flow(), &spec, &expansions) else {
+        panic!("compiled, but should have been refused");
+    };
     let path = format!("spec.steps[0]{}.included[0]", ".steps[0]".repeat(15));
     assert_error(&d, &path, "steps nested deeper than 16 levels");
 }
