@@ -1,13 +1,71 @@
 //! Lowers a validated step list into the [`Plan`] DAG. Each step becomes a fragment: an entry
 //! node, a *unit* node (whose failure is the step's failure: the node itself for a leaf, the end
 //! node for a compound) and dangling exits that the next step's entry is wired to.
+//!
+//! Building also enforces the plan's size ([`Budget`]): steps counted in document order, step
+//! depth with included steps in place, and the iterations of literal loops.
 
 use petgraph::graph::{DiGraph, NodeIndex};
 use pseudoflow_crd::steps::Placement;
-use pseudoflow_crd::{Step, StepKind};
+use pseudoflow_crd::{Diagnostics, Step, StepKind};
+use serde_json::Value;
 
 use crate::compile::Expansions;
+use crate::limits::{PlanLimits, MAX_RUN_ITERATIONS, MAX_STEP_DEPTH};
 use crate::plan::{EdgeKind, LoopOver, NodeKind, Plan, PlanNode};
+
+/// What a flow's plans (its steps and its onDelete) have used of the limits so far, and the
+/// problems found: one budget is shared by both plans.
+pub struct Budget {
+    limits: PlanLimits,
+    steps: usize,
+    iterations: usize,
+    too_deep: bool,
+    /// Where the plan outgrew a limit (empty when it did not).
+    pub diags: Diagnostics,
+}
+
+impl Budget {
+    /// A fresh budget under `limits`.
+    pub fn new(limits: PlanLimits) -> Self {
+        Budget {
+            limits,
+            steps: 0,
+            iterations: 0,
+            too_deep: false,
+            diags: Diagnostics::default(),
+        }
+    }
+
+    /// Counts the step at `path` (built only when it is the first one beyond the limit).
+    fn step(&mut self, path: impl FnOnce() -> String) {
+        self.steps += 1;
+        if self.steps == self.limits.max_steps.saturating_add(1) {
+            self.diags.error(
+                path(),
+                format!(
+                    "the flow has more than {} steps (nested, onDelete and included steps counted)",
+                    self.limits.max_steps
+                ),
+            );
+        }
+    }
+
+    /// Counts `n` iterations of the loop at `path`.
+    fn iterations(&mut self, path: &str, n: usize) {
+        let before = self.iterations;
+        self.iterations = before.saturating_add(n);
+        if before <= MAX_RUN_ITERATIONS && self.iterations > MAX_RUN_ITERATIONS {
+            self.diags.error(
+                format!("{path}.forEach"),
+                format!(
+                    "the run would start more than {MAX_RUN_ITERATIONS} loop iterations \
+                     (nested loops multiply)"
+                ),
+            );
+        }
+    }
+}
 
 /// Where a list of steps sits: its path, id prefix and the structure around it.
 #[derive(Clone)]
@@ -18,6 +76,9 @@ struct Scope {
     loops: Vec<String>,
     on_node: bool,
     depth: usize,
+    /// How often one pass through this list runs: the product of the enclosing literal loops'
+    /// item counts.
+    runs: usize,
 }
 
 struct Fragment {
@@ -30,19 +91,24 @@ struct Fragment {
 struct Builder<'e> {
     g: DiGraph<PlanNode, EdgeKind>,
     expansions: &'e Expansions,
+    budget: &'e mut Budget,
 }
 
 /// Builds the DAG of `steps` (already validated) rooted at `root_path` (`spec.steps`); an
-/// `include`/`includeFlow` whose fetched steps are in `expansions` gets them as its body.
+/// `include`/`includeFlow` whose fetched steps are in `expansions` gets them as its body. Where
+/// the plan outgrows a limit is recorded in `budget`; a step nested too deep is built as a leaf,
+/// so building never recurses deeper than the limit.
 pub fn build_plan(
     steps: &[Step],
     root_path: &str,
     id_prefix: &str,
     expansions: &Expansions,
+    budget: &mut Budget,
 ) -> Plan {
     let mut b = Builder {
         g: DiGraph::new(),
         expansions,
+        budget,
     };
     let scope = Scope {
         path: root_path.to_string(),
@@ -51,6 +117,7 @@ pub fn build_plan(
         loops: vec![],
         on_node: false,
         depth: 1,
+        runs: 1,
     };
     let start = b.structural(
         &scope,
@@ -114,11 +181,13 @@ impl Builder<'_> {
         let mut i = 0;
         while i < steps.len() {
             let here = self.step_scope(scope, i, "s");
+            self.budget.step(|| here.path.clone());
             let mut frag = if let StepKind::When(_) = steps[i].kind {
                 // when + the step it guards form one fragment.
                 let cond = self.node(&steps[i], &here, NodeKind::Condition, Placement::Api);
                 i += 1;
                 let guarded_scope = self.step_scope(scope, i, "s");
+                self.budget.step(|| guarded_scope.path.clone());
                 let (guarded, unit) = self.step(&steps[i], &guarded_scope);
                 self.g.add_edge(cond, guarded, EdgeKind::Then);
                 let mut exits = unit_exits(&steps[i], unit);
@@ -137,6 +206,7 @@ impl Builder<'_> {
                 }
             };
             if let Some(StepKind::OnError(handler)) = steps.get(i + 1).map(|s| &s.kind) {
+                self.budget.step(|| format!("{}[{}]", scope.path, i + 1));
                 let hscope = Scope {
                     path: format!("{}[{}].steps", scope.path, i + 1),
                     id_prefix: join_id(&scope.id_prefix, &format!("s{}", i + 1)),
@@ -228,6 +298,7 @@ impl Builder<'_> {
             loops,
             on_node: scope.on_node || on_node,
             depth: scope.depth + 1,
+            runs: scope.runs,
         }
     }
 
@@ -240,6 +311,19 @@ impl Builder<'_> {
             wait_for_all,
             run_on,
         };
+        if scope.depth > MAX_STEP_DEPTH {
+            // Only included steps get here: validation bounds the depth of the flow's own.
+            if !std::mem::replace(&mut self.budget.too_deep, true) {
+                self.budget.diags.error(
+                    scope.path.clone(),
+                    format!(
+                        "steps nested deeper than {MAX_STEP_DEPTH} levels (included steps counted)"
+                    ),
+                );
+            }
+            let n = self.node(step, scope, NodeKind::Action, Placement::Structure);
+            return (n, n);
+        }
         match &step.kind {
             StepKind::If(p) => {
                 let cond = self.node(step, scope, NodeKind::Condition, Placement::Api);
@@ -267,9 +351,15 @@ impl Builder<'_> {
             }
             StepKind::Loop(p) => {
                 let over = LoopOver::Items(p.for_each.clone());
+                let mut scope = scope.clone();
+                if let Value::Array(items) = &p.for_each {
+                    let n = scope.runs.saturating_mul(items.len());
+                    self.budget.iterations(&scope.path, n);
+                    scope.runs = n;
+                }
                 self.body_compound(
                     step,
-                    scope,
+                    &scope,
                     NodeKind::LoopStart {
                         over,
                         max_parallel: p.max_parallel,

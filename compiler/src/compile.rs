@@ -7,7 +7,8 @@ use pseudoflow_crd::validate::validate_spec;
 use pseudoflow_crd::{Diagnostics, PseudoFlowSpec, Step};
 use serde_json::Value;
 
-use crate::build::build_plan;
+use crate::build::{build_plan, Budget};
+use crate::limits::PlanLimits;
 use crate::plan::Plan;
 
 /// A flow that passed validation, ready to run.
@@ -39,11 +40,22 @@ pub fn compile(flow: &FlowId, raw_spec: &Value) -> Result<Compiled, Diagnostics>
     compile_expanded(flow, raw_spec, &Expansions::new())
 }
 
-/// [`compile`], with the steps includes fetched so far in place.
+/// [`compile`], with the steps includes fetched so far in place; a plan that outgrows a limit
+/// with them (more steps, deeper nesting) is refused with the path of the first step beyond.
 pub fn compile_expanded(
     flow: &FlowId,
     raw_spec: &Value,
     expansions: &Expansions,
+) -> Result<Compiled, Diagnostics> {
+    compile_with(flow, raw_spec, expansions, PlanLimits::default())
+}
+
+/// [`compile_expanded`] under explicit plan limits (the benchmark lifts them).
+pub fn compile_with(
+    flow: &FlowId,
+    raw_spec: &Value,
+    expansions: &Expansions,
+    limits: PlanLimits,
 ) -> Result<Compiled, Diagnostics> {
     let (spec, mut diags) = validate_spec(raw_spec);
     let Some(spec) = spec else {
@@ -54,11 +66,16 @@ pub fn compile_expanded(
     if diags.has_errors() {
         return Err(diags);
     }
-    let plan = build_plan(&spec.steps, "spec.steps", "", expansions);
+    let mut budget = Budget::new(limits);
+    let plan = build_plan(&spec.steps, "spec.steps", "", expansions, &mut budget);
     let on_delete = spec
         .on_delete
         .as_deref()
-        .map(|s| build_plan(s, "spec.onDelete", "d", expansions));
+        .map(|s| build_plan(s, "spec.onDelete", "d", expansions, &mut budget));
+    if budget.diags.has_errors() {
+        diags.extend(budget.diags);
+        return Err(diags);
+    }
     Ok(Compiled {
         spec,
         plan,

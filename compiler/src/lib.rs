@@ -9,6 +9,7 @@ pub mod emit;
 pub mod expr;
 pub mod exprs;
 pub mod included;
+pub mod limits;
 pub mod lower;
 pub mod names;
 pub mod plan;
@@ -16,6 +17,8 @@ pub mod render;
 pub mod result;
 pub mod source;
 
-pub use compile::{compile, compile_expanded, validate_included, Compiled, Expansions, FlowId};
+pub use compile::{
+    compile, compile_expanded, compile_with, validate_included, Compiled, Expansions, FlowId,
+};
 pub use lower::{lower, FlowRef, LowerOptions, Lowered, NodeInstance};
 pub use plan::{EdgeKind, NodeKind, Plan, PlanNode};

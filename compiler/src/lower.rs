@@ -245,7 +245,8 @@ pub fn lower(inst: &NodeInstance, opts: &LowerOptions) -> Result<Lowered, LowerE
         "metadata": metadata,
         "spec": {
             "backoffLimit": 0,
-            "activeDeadlineSeconds": timeout.map(|t| t + DEADLINE_GRACE_SECONDS),
+            // Widened: validation bounds timeouts, but a plan built without it must not wrap.
+            "activeDeadlineSeconds": timeout.map(|t| u64::from(t) + u64::from(DEADLINE_GRACE_SECONDS)),
             "template": pod_template(inst, &name, &opts.image, on_node, &labels, &digest),
         },
     });

@@ -114,10 +114,12 @@ pub enum RunOn {
 }
 
 /// Schema of a nested list of steps. OpenAPI cannot recurse, so the CRD keeps nested steps
-/// opaque and the validator checks them with the same rules as top-level steps.
+/// opaque and the validator checks them with the same rules as top-level steps; the list's
+/// length is the one bound the API server can apply to them.
 pub fn nested_steps_schema(_: &mut SchemaGenerator) -> Schema {
     schemars::json_schema!({
         "type": "array",
+        "maxItems": crate::limits::MAX_STEPS,
         "items": { "type": "object", "x-kubernetes-preserve-unknown-fields": true },
         "x-pseudoflow-steps": "list"
     })
@@ -127,8 +129,10 @@ pub fn nested_steps_schema(_: &mut SchemaGenerator) -> Schema {
 pub fn nested_branches_schema(_: &mut SchemaGenerator) -> Schema {
     schemars::json_schema!({
         "type": "array",
+        "maxItems": crate::limits::MAX_STEPS,
         "items": {
             "type": "array",
+            "maxItems": crate::limits::MAX_STEPS,
             "items": { "type": "object", "x-kubernetes-preserve-unknown-fields": true }
         },
         "x-pseudoflow-steps": "branches"

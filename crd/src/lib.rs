@@ -5,9 +5,11 @@
 //! its semantic validation; [`steps::registry`] is the one list that ties them together.
 
 pub mod common;
+pub mod depth;
 pub mod diagnostics;
 pub mod docs;
 pub mod jsonpath;
+pub mod limits;
 pub mod resource;
 pub mod schema;
 pub mod selector;

@@ -74,7 +74,12 @@ fn common_properties() -> Value {
         "type": {"type": "string", "enum": STEP_TYPES},
         "name": {"type": "string", "description": "Shown in status and Events instead of the step's path."},
         "continueOnError": {"type": "boolean", "description": "Record a failure of this step and go on."},
-        "timeoutSeconds": {"type": "integer", "minimum": 1, "description": "Fail the step after this long."}
+        "timeoutSeconds": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": crate::limits::MAX_DURATION_SECONDS,
+            "description": "Fail the step after this long (at most 7 days)."
+        }
     })
 }
 
@@ -146,6 +151,9 @@ pub fn union_step_schema() -> Schema {
             "message": format!("{tag} steps need {}", names.join(", ")),
         }));
     }
+    // No rule can bound `forEach` (a list or an expression, so free-form): the API server
+    // refuses CEL on a field without a declared type ("undefined field 'forEach'"). Its items
+    // and depth are the compiler's to check (see crate::depth).
     let schema = json!({
         "type": "object",
         "description": "One step; `type` selects which other fields apply (see docs/steps.md).",
@@ -210,13 +218,35 @@ fn merge(a: Value, b: Value) -> Value {
                 a.get("items").cloned().unwrap_or(json!({})),
                 b.get("items").cloned().unwrap_or(json!({})),
             );
-            json!({"type": "array", "items": items})
+            let mut out = json!({"type": "array", "items": items});
+            if let Some(max) = loosest_bound(&a, &b, "maxItems") {
+                out["maxItems"] = max;
+            }
+            out
         }
-        (Some(ta), Some(tb)) if ta == tb && ta != "object" => json!({"type": ta}),
+        (Some(ta), Some(tb)) if ta == tb && ta != "object" => {
+            let mut out = json!({"type": ta});
+            for key in ["minimum", "maximum"] {
+                if let Some(bound) = loosest_bound(&a, &b, key) {
+                    out[key] = bound;
+                }
+            }
+            out
+        }
         _ => {
             json!({"x-kubernetes-preserve-unknown-fields": true, "description": "Shape depends on the step type."})
         }
     }
+}
+
+/// The looser of two schemas' `minimum` (the smaller) or `maximum` (the larger), when both have
+/// one: the merged CRD field accepts what either step type does, and the validator checks each
+/// type's own bound.
+fn loosest_bound(a: &Value, b: &Value, key: &str) -> Option<Value> {
+    let (x, y) = (a.get(key)?, b.get(key)?);
+    let (fx, fy) = (x.as_f64()?, y.as_f64()?);
+    let x_looser = if key == "minimum" { fx <= fy } else { fx >= fy }; // maximum, maxItems
+    Some(if x_looser { x.clone() } else { y.clone() })
 }
 
 /// Drops descriptions and defaults from a step type's property before merging: a `default` in
@@ -362,13 +392,8 @@ fn check(value: &Value, schema: &Value, path: &Path, diags: &mut Diagnostics) {
             return;
         }
     }
-    if let (Some(min), Some(n)) = (
-        schema.get("minimum").and_then(Value::as_f64),
-        value.as_f64(),
-    ) {
-        if n < min {
-            diags.error(path.render(), format!("must be at least {min}, got {n}"));
-        }
+    if let Some(message) = out_of_range(schema, value) {
+        diags.error(path.render(), message);
     }
     match value {
         Value::Object(obj) => check_object(obj, schema, path, diags),
@@ -381,6 +406,31 @@ fn check(value: &Value, schema: &Value, path: &Path, diags: &mut Diagnostics) {
         }
         _ => {}
     }
+}
+
+/// Why a number is outside the schema's `minimum`/`maximum`, naming both bounds when there are
+/// two; `None` when it is inside (or not a number).
+fn out_of_range(schema: &Value, value: &Value) -> Option<String> {
+    let n = value.as_f64()?;
+    let bound = |key| schema.get(key).and_then(Value::as_f64);
+    let (min, max) = (bound("minimum"), bound("maximum"));
+    if !(min.is_some_and(|m| n < m) || max.is_some_and(|m| n > m)) {
+        return None;
+    }
+    // Schemas write bounds as floats (`1.0`); people write `1`.
+    let text = |b: f64| format!("{}", b as i64);
+    Some(match (min, max) {
+        (Some(min), Some(max)) => format!(
+            "must be between {} and {}, got {value}",
+            text(min),
+            text(max)
+        ),
+        (Some(min), None) => format!("must be at least {}, got {value}", text(min)),
+        (None, max) => format!(
+            "must be at most {}, got {value}",
+            text(max.unwrap_or_default())
+        ),
+    })
 }
 
 /// A value valid against any branch is fine; otherwise report the errors of the branch whose

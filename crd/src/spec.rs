@@ -34,6 +34,7 @@ pub struct PseudoFlowSpec {
     /// Variables for `${name}` substitution.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub vars: BTreeMap<String, String>,
+    #[schemars(length(max = crate::limits::MAX_STEPS))]
     pub steps: Vec<Step>,
     #[serde(default)]
     pub options: FlowOptions,
@@ -45,6 +46,7 @@ pub struct PseudoFlowSpec {
     pub artifacts: Vec<ArtifactSource>,
     /// Steps run when the flow is deleted (behind a finalizer), e.g. a backup before teardown.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = crate::limits::MAX_STEPS))]
     pub on_delete: Option<Vec<Step>>,
 }
 
@@ -54,8 +56,9 @@ pub struct PseudoFlowSpec {
 pub struct FlowOptions {
     #[serde(default)]
     pub concurrency_policy: ConcurrencyPolicy,
-    /// Fail the whole run (reason Timeout) after this long.
+    /// Fail the whole run (reason Timeout) after this long (at most 7 days).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = crate::limits::MAX_DURATION_SECONDS))]
     pub timeout_seconds: Option<u32>,
 }
 

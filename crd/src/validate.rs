@@ -126,6 +126,10 @@ pub fn join(path: &str, field: &str) -> String {
 /// another: the semantic pass works on the raw lists and checks each step that parses.
 pub fn validate_spec(raw: &Value) -> (Option<PseudoFlowSpec>, Diagnostics) {
     let mut diags = Diagnostics::default();
+    // First, without recursion: every pass below recurses once per level of the flow.
+    if !crate::depth::check_depth(raw, "spec", &mut diags) {
+        return (None, diags);
+    }
     crate::schema::check_spec_structure(raw, "spec", &mut diags);
     let mut ctx = Ctx::new("spec", &mut diags);
     if let Some(vars) = raw.get("vars").and_then(Value::as_object) {
@@ -145,13 +149,6 @@ pub fn validate_spec(raw: &Value) -> (Option<PseudoFlowSpec>, Diagnostics) {
                 format!("{sa:?} is not a valid ServiceAccount name"),
             );
         }
-    }
-    if raw
-        .pointer("/options/timeoutSeconds")
-        .and_then(Value::as_u64)
-        == Some(0)
-    {
-        ctx.error("options.timeoutSeconds", "must be at least 1");
     }
     if diags.has_errors() {
         return (None, diags);
@@ -208,9 +205,6 @@ pub fn check_steps(steps: &[Value], ctx: &mut Ctx) {
             ),
             _ => {}
         }
-        if raw.get("timeoutSeconds").and_then(Value::as_u64) == Some(0) {
-            sctx.error("timeoutSeconds", "must be at least 1");
-        }
         if let Some(step) = shallow_step(raw) {
             if step.name.as_deref().is_some_and(|n| n.trim().is_empty()) {
                 sctx.error("name", "must not be blank");
@@ -255,7 +249,7 @@ pub fn without_nested_steps(raw: &Value) -> Value {
 }
 
 /// The fields of a step type that hold nested step lists, from its schema's markers.
-fn nested_fields(ty: &str) -> Vec<(String, &'static str)> {
+pub(crate) fn nested_fields(ty: &str) -> Vec<(String, &'static str)> {
     let Some(schema) = crate::schema::step_schemas().get(ty) else {
         return vec![];
     };

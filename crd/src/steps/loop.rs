@@ -11,7 +11,7 @@ use crate::step::Step;
 use crate::validate::Ctx;
 
 /// Most items one loop may expand to, so status and the DAG stay bounded.
-pub const MAX_LOOP_ITEMS: usize = 10_000;
+pub use crate::limits::MAX_LOOP_ITEMS;
 
 /// Repeats `steps` for each item.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -22,8 +22,9 @@ pub struct LoopStep {
     pub for_each: Value,
     #[schemars(schema_with = "nested_steps_schema")]
     pub steps: Vec<Step>,
-    /// How many items run at once (default 1: one after another).
+    /// How many items run at once (default 1: one after another; at most 1000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = crate::limits::MAX_LOOP_PARALLEL))]
     pub max_parallel: Option<u32>,
 }
 
@@ -49,9 +50,6 @@ impl StepParams for LoopStep {
                 ctx.error("forEach", format!("at most {MAX_LOOP_ITEMS} items"))
             }
             _ => {}
-        }
-        if self.max_parallel == Some(0) {
-            ctx.error("maxParallel", "must be at least 1");
         }
     }
 

@@ -17,7 +17,9 @@ pub struct LoopNodesStep {
     pub selector: String,
     #[schemars(schema_with = "nested_steps_schema")]
     pub steps: Vec<Step>,
+    /// How many nodes change at once (default 1: a rolling change; at most 5000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = crate::limits::MAX_NODE_PARALLEL))]
     pub max_parallel: Option<u32>,
 }
 
@@ -33,9 +35,6 @@ impl StepParams for LoopNodesStep {
                 "type",
                 "loopNodes cannot be nested inside another loopNodes",
             );
-        }
-        if self.max_parallel == Some(0) {
-            ctx.error("maxParallel", "must be at least 1");
         }
     }
 

@@ -7,7 +7,6 @@ use serde::{Deserialize, Serialize};
 use super::{Placement, StepParams};
 use crate::common::nested_steps_schema;
 use crate::step::Step;
-use crate::validate::Ctx;
 
 /// Longest wait between attempts.
 pub const MAX_BACKOFF_SECONDS: u64 = 600;
@@ -20,9 +19,12 @@ pub const MAX_ATTEMPTS: u32 = 100;
 pub struct RetryStep {
     #[schemars(schema_with = "nested_steps_schema")]
     pub steps: Vec<Step>,
-    /// Total tries, including the first.
+    /// Total tries, including the first (1 to 100).
+    #[schemars(range(min = 1, max = MAX_ATTEMPTS))]
     pub attempts: u32,
+    /// Wait before the first retry, doubled for each further one (at most 600).
     #[serde(default)]
+    #[schemars(range(max = MAX_BACKOFF_SECONDS))]
     pub backoff_seconds: u32,
 }
 
@@ -37,12 +39,6 @@ impl RetryStep {
 impl StepParams for RetryStep {
     fn placement(&self, _: bool) -> Placement {
         Placement::Structure
-    }
-
-    fn validate(&self, ctx: &mut Ctx) {
-        if !(1..=MAX_ATTEMPTS).contains(&self.attempts) {
-            ctx.error("attempts", format!("must be between 1 and {MAX_ATTEMPTS}"));
-        }
     }
 
     fn children(&self) -> Vec<(String, &[Step])> {

@@ -4,7 +4,6 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{Placement, StepParams};
-use crate::validate::Ctx;
 
 /// Longest accepted sleep; longer waits belong in `waitFor` or a CronJob.
 pub const MAX_SLEEP_SECONDS: u32 = 24 * 3600;
@@ -13,17 +12,13 @@ pub const MAX_SLEEP_SECONDS: u32 = 24 * 3600;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SleepStep {
+    /// At most 86400 (one day).
+    #[schemars(range(max = MAX_SLEEP_SECONDS))]
     pub seconds: u32,
 }
 
 impl StepParams for SleepStep {
     fn placement(&self, _: bool) -> Placement {
         Placement::Controller
-    }
-
-    fn validate(&self, ctx: &mut Ctx) {
-        if self.seconds > MAX_SLEEP_SECONDS {
-            ctx.error("seconds", format!("at most {MAX_SLEEP_SECONDS} (one day)"));
-        }
     }
 }

@@ -38,8 +38,9 @@ pub struct WaitForStep {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
     /// Accepted for compatibility with the original DSL; waiting is watch-based, so this only
-    /// bounds how long a silent watch is trusted before it is re-established.
+    /// bounds how long a silent watch is trusted before it is re-established (1 to 3600).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = crate::limits::MAX_INTERVAL_SECONDS))]
     pub interval_seconds: Option<u32>,
 }
 
@@ -66,9 +67,6 @@ impl StepParams for WaitForStep {
                 format!("jsonPath/op/value are only used with condition Custom, not {other:?}"),
             ),
             _ => {}
-        }
-        if self.interval_seconds == Some(0) {
-            ctx.error("intervalSeconds", "must be at least 1");
         }
     }
 }
