@@ -374,6 +374,26 @@ impl<'p> Walker<'p> {
     /// body, and one run holds at most [`MAX_INSTANCES`] instances (a forEach over a huge list
     /// must not become a run state nobody can store, or thousands of Jobs).
     fn room_for(&self, state: &RunState, node: &str, items: usize) -> Result<(), String> {
+        use pseudoflow_compiler::limits::{
+            check_loop_items, check_loop_nodes, check_run_iterations,
+        };
+        let start = self.node(node);
+        let per_loop = match &start.kind {
+            NodeKind::LoopStart {
+                over: LoopOver::Nodes { .. },
+                ..
+            } => check_loop_nodes(&start.path, items),
+            _ => check_loop_items(&start.path, items),
+        };
+        per_loop.map_err(|e| e.to_string())?;
+        // Iterations this run already took (every loop start's items), plus these.
+        let taken: usize = state
+            .instances
+            .values()
+            .filter_map(|i| i.items.as_ref().map(Vec::len))
+            .sum();
+        check_run_iterations(&start.path, taken.saturating_add(items))
+            .map_err(|e| e.to_string())?;
         let body = self
             .plan
             .nodes()

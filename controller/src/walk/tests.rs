@@ -500,14 +500,13 @@ fn a_run_timeout_fails_the_run_and_aborts_what_runs() {
 
 #[test]
 fn a_loop_whose_items_would_pass_the_instance_limit_fails_without_starting_any() {
-    let c = plan(
-        json!([{"type": "loop", "forEach": "${list}", "steps": [apply_step("a"), apply_step("b")]}]),
-    );
+    // 25 body steps: the most items one loop may take (1000) would make 25,000 instances.
+    let body: Vec<Value> = (0..25).map(|i| apply_step(&format!("a{i}"))).collect();
+    let c = plan(json!([{"type": "loop", "forEach": "${list}", "steps": body}]));
     let w = Walker::new(&c.plan);
     let mut s = RunState::default();
     w.advance(&mut s, 0);
-    // Two body nodes (and the loop's end) per item.
-    let many: Vec<(String, Value)> = (0..MAX_INSTANCES / 2)
+    let many: Vec<(String, Value)> = (0..pseudoflow_compiler::limits::MAX_LOOP_ITEMS)
         .map(|i| (i.to_string(), json!(i)))
         .collect();
     let o = finish(
@@ -525,6 +524,83 @@ fn a_loop_whose_items_would_pass_the_instance_limit_fails_without_starting_any()
     let msg = &s.instances["s0"].message;
     assert!(msg.contains(&MAX_INSTANCES.to_string()), "{msg}");
     assert!(s.instances.len() < 10, "no item was instantiated");
+}
+
+#[test]
+fn a_loop_given_more_items_than_one_loop_may_run_fails_naming_the_step() {
+    let c = plan(json!([{"type": "loop", "forEach": "${list}", "steps": [apply_step("a")]}]));
+    let w = Walker::new(&c.plan);
+    let mut s = RunState::default();
+    w.advance(&mut s, 0);
+    let items: Vec<(String, Value)> = (0..=pseudoflow_compiler::limits::MAX_LOOP_ITEMS)
+        .map(|i| (i.to_string(), json!(i)))
+        .collect();
+    let o = finish(
+        &w,
+        &mut s,
+        "s0",
+        Completion {
+            items: Some(items),
+            ..ok()
+        },
+    );
+    assert!(started(&o).is_empty(), "{:?}", o.actions);
+    assert_eq!(s.phase, RunPhase::Failed);
+    let msg = &s.instances["s0"].message;
+    assert!(
+        msg.contains("spec.steps[0]") && msg.contains("1001 items"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn loops_together_may_not_take_more_iterations_than_a_run_may_run() {
+    // An outer loop of 11 items over an inner loop: each inner loop takes the most it may.
+    let c = plan(
+        json!([{"type": "loop", "forEach": "${outer}", "maxParallel": 20, "steps": [
+            {"type": "loop", "forEach": "${inner}", "steps": [apply_step("a")]}
+        ]}]),
+    );
+    let w = Walker::new(&c.plan);
+    let mut s = RunState::default();
+    w.advance(&mut s, 0);
+    let items =
+        |n: usize| -> Vec<(String, Value)> { (0..n).map(|i| (i.to_string(), json!(i))).collect() };
+    finish(
+        &w,
+        &mut s,
+        "s0",
+        Completion {
+            items: Some(items(11)),
+            ..ok()
+        },
+    );
+    let inner = pseudoflow_compiler::limits::MAX_LOOP_ITEMS;
+    let mut failed = None;
+    for outer in 0..11 {
+        let key = vec![outer.to_string()];
+        w.advance(&mut s, 0);
+        let id = crate::walk::instance_id("s0-s0", &key);
+        if !s.instances.contains_key(&id) {
+            continue;
+        }
+        w.complete(
+            &mut s,
+            "s0-s0",
+            &key,
+            Completion {
+                items: Some(items(inner)),
+                ..ok()
+            },
+            0,
+        );
+        if s.phase == RunPhase::Failed {
+            failed = Some(s.instances[&id].message.clone());
+            break;
+        }
+    }
+    let msg = failed.expect("the run failed before all iterations were taken");
+    assert!(msg.contains("loop iterations"), "{msg}");
 }
 
 #[test]
