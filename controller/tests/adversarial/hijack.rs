@@ -43,7 +43,10 @@ async fn an_input_planted_under_a_future_steps_name_is_refused_not_run() {
         json!({"serviceAccountName": "flow", "steps": [{"type": "apply", "manifests": manifest(&ns, "legit")}]}),
     )
     .await;
-    assert_eq!(wait_done(&client, &ns, "victim").await["phase"], "Succeeded");
+    assert_eq!(
+        wait_done(&client, &ns, "victim").await["phase"],
+        "Succeeded"
+    );
 
     let (uid, generation) = flow_uid_and_generation(&client, &ns, "victim").await;
     let next_run = run_id(&uid, generation, Some("again"));
@@ -69,8 +72,8 @@ async fn an_input_planted_under_a_future_steps_name_is_refused_not_run() {
         .await
         .unwrap();
 
-    let before = flows(&client, &ns).get("victim").await.unwrap().data["status"]["run"]["id"]
-        .clone();
+    let before =
+        flows(&client, &ns).get("victim").await.unwrap().data["status"]["run"]["id"].clone();
     request_run(&client, &ns, "victim", "again").await;
     let status = wait_next_run(&client, &ns, "victim", &before).await;
     assert_eq!(status["phase"], "Failed", "{status:#}");
@@ -126,7 +129,11 @@ async fn replacing_a_run_deletes_only_the_jobs_the_flow_owns() {
 
     request_run(&client, &ns, "replacer", "2").await;
     eventually(30, "the replaced run's own Job deleted", || async {
-        job_api.get_opt(&own[0]).await.unwrap().is_none_or(|j| j.metadata.deletion_timestamp.is_some())
+        job_api
+            .get_opt(&own[0])
+            .await
+            .unwrap()
+            .is_none_or(|j| j.metadata.deletion_timestamp.is_some())
     })
     .await;
     let left = job_api.get_opt("bystander").await.unwrap();

@@ -6,8 +6,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod};
 use kube::api::{Api, ListParams, LogParams};
 use serde_json::json;
 
-use crate::common::harness::{apply, create_flow, setup_with, wait_done};
 use crate::common::flows;
+use crate::common::harness::{apply, create_flow, setup_with, wait_done};
 
 const CANARY: &str = "canary-7f3a9c51e2";
 
@@ -55,7 +55,10 @@ async fn content_included_from_a_secret_never_reaches_what_view_can_read() {
     assert!(cms.items.len() >= 2, "the run's ConfigMaps are listed");
     for cm in cms.items {
         if serde_json::to_string(&cm).unwrap().contains(CANARY) {
-            leaks.push(format!("ConfigMap {}", cm.metadata.name.unwrap_or_default()));
+            leaks.push(format!(
+                "ConfigMap {}",
+                cm.metadata.name.unwrap_or_default()
+            ));
         }
     }
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
@@ -66,7 +69,10 @@ async fn content_included_from_a_secret_never_reaches_what_view_can_read() {
         if serde_json::to_string(&pod.status).unwrap().contains(CANARY) {
             leaks.push(format!("status of pod {name}"));
         }
-        let log = pods.logs(&name, &LogParams::default()).await.unwrap_or_default();
+        let log = pods
+            .logs(&name, &LogParams::default())
+            .await
+            .unwrap_or_default();
         if log.contains(CANARY) {
             leaks.push(format!("log of pod {name}"));
         }
