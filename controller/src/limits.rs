@@ -28,8 +28,10 @@ pub const MAX_EVENT_NOTE_CHARS: usize = 1000;
 /// Most nodes a plan may grow to at run time through `include`/`includeFlow`.
 pub const MAX_PLAN_NODES: usize = 10_000;
 
-/// Most `include`/`includeFlow` steps nested inside one another.
-pub const MAX_INCLUDE_DEPTH: usize = 16;
+/// Most `include`/`includeFlow` steps nested inside one another: each adds a level of step
+/// nesting, which the compiler bounds at [`pseudoflow_compiler::limits::MAX_STEP_DEPTH`] (the
+/// outermost include is itself a step at depth 1).
+pub const MAX_INCLUDE_DEPTH: usize = pseudoflow_compiler::limits::MAX_STEP_DEPTH - 1;
 
 /// Most node instances (steps times loop items) one run may hold.
 pub const MAX_INSTANCES: usize = 20_000;

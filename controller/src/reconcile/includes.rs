@@ -109,6 +109,11 @@ pub fn accept(
             .collect();
         IncludeError::Invalid(errors.join("; "))
     })?;
+    // Included steps count as nesting: past the compiler's bound the flow would no longer compile.
+    let deepest = step_depth(&node.path).saturating_add(nested_depth(&fetched.steps));
+    if deepest > pseudoflow_compiler::limits::MAX_STEP_DEPTH {
+        return Err(IncludeError::Nested);
+    }
     let grown = plan.len().saturating_add(plan_size(&fetched.steps));
     if grown > MAX_PLAN_NODES {
         return Err(IncludeError::TooLarge(grown));
@@ -193,6 +198,44 @@ fn plan_size(steps: &Value) -> usize {
         Ok(c) => c.plan.len(),
         // Not compilable alone (validated already, so unlikely): two nodes per step object.
         Err(_) => 2 * count_steps(steps),
+    }
+}
+
+/// How deep the step at `path` (`spec.steps[0].then[1]`: 2) is nested.
+fn step_depth(path: &str) -> usize {
+    path.matches('[').count()
+}
+
+/// How many levels of steps `steps` holds (a flat list: 1), as compiled alone.
+fn nested_depth(steps: &Value) -> usize {
+    let id = FlowId {
+        name: "included",
+        namespace: None,
+    };
+    match pseudoflow_compiler::compile(&id, &serde_json::json!({ "steps": steps })) {
+        Ok(c) => c
+            .plan
+            .nodes()
+            .map(|n| step_depth(&n.path))
+            .max()
+            .unwrap_or(0),
+        // Not compilable alone: counted as nested step objects (those with a string `type`).
+        Err(_) => {
+            let mut deepest = 0;
+            let mut todo = vec![(steps, 0usize)];
+            while let Some((v, depth)) = todo.pop() {
+                match v {
+                    Value::Array(items) => todo.extend(items.iter().map(|i| (i, depth))),
+                    Value::Object(map) => {
+                        let d = depth + usize::from(map.get("type").is_some_and(Value::is_string));
+                        deepest = deepest.max(d);
+                        todo.extend(map.values().map(|i| (i, d)));
+                    }
+                    _ => {}
+                }
+            }
+            deepest
+        }
     }
 }
 

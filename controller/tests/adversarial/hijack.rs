@@ -183,3 +183,70 @@ async fn a_step_whose_job_vanished_fails_instead_of_hanging() {
         "{message}"
     );
 }
+
+/// Someone who may update Secrets damages a flow's run state: the flow fails, saying so, rather
+/// than starting its run again from scratch on every reconcile (re-running every step).
+#[tokio::test]
+async fn a_damaged_run_state_fails_the_flow_instead_of_rerunning_it() {
+    let (client, ns) = setup_with(
+        "hijack-state",
+        json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "create", "patch"]}]),
+    )
+    .await;
+    create_flow(
+        &client,
+        &ns,
+        "stateful",
+        json!({"serviceAccountName": "flow", "steps": [{"type": "apply", "manifests": manifest(&ns, "once")}]}),
+    )
+    .await;
+    assert_eq!(
+        wait_done(&client, &ns, "stateful").await["phase"],
+        "Succeeded"
+    );
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let state = secrets
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find(|s| s.type_.as_deref() == Some("ops.example.com/run-state"))
+        .expect("the run state is a Secret");
+    let mut damaged = state.clone();
+    damaged.data = Some(
+        [(
+            "run.json".to_string(),
+            k8s_openapi::ByteString(b"{not json".to_vec()),
+        )]
+        .into(),
+    );
+    secrets
+        .replace(
+            state.metadata.name.as_deref().unwrap(),
+            &PostParams::default(),
+            &damaged,
+        )
+        .await
+        .unwrap();
+    let jobs_before = jobs(&client, &ns).await.len();
+    request_run(&client, &ns, "stateful", "poke").await;
+    let status =
+        crate::common::wait_status(&client, &ns, "stateful", 30, "RunStateUnreadable", |s| {
+            s["reason"] == "RunStateUnreadable"
+        })
+        .await;
+    assert_eq!(status["phase"], "Failed", "{status:#}");
+    assert!(
+        status["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("cannot be read")),
+        "{status:#}"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        jobs(&client, &ns).await.len(),
+        jobs_before,
+        "nothing ran again"
+    );
+}
