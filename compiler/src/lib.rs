@@ -3,11 +3,10 @@
 //! ([`lower::lower`]). Pure and deterministic — no I/O — so the controller can recompile on
 //! every reconcile and get the same node ids and Job names.
 
-pub mod build;
 pub mod compile;
+pub mod dag;
 pub mod emit;
 pub mod expr;
-pub mod exprs;
 pub mod included;
 pub mod limits;
 pub mod lower;

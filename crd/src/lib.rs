@@ -10,6 +10,7 @@ pub mod diagnostics;
 pub mod docs;
 pub mod jsonpath;
 pub mod limits;
+pub mod protocol;
 pub mod resource;
 pub mod schema;
 pub mod selector;
