@@ -19,5 +19,7 @@ pub mod source;
 pub use compile::{
     compile, compile_expanded, compile_with, validate_included, Compiled, Expansions, FlowId,
 };
+pub use expr::{prepare_payload, Engine, Scope};
 pub use lower::{lower, FlowRef, LowerOptions, Lowered, NodeInstance};
+pub use names::{job_name, run_id};
 pub use plan::{EdgeKind, NodeKind, Plan, PlanNode};

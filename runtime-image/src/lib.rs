@@ -3,6 +3,8 @@
 //! ServiceAccount and reports a [`StepResult`]. It knows nothing about DAGs; the controller
 //! decides what runs when.
 
+#![warn(missing_docs)]
+
 pub mod api;
 pub mod compare;
 pub mod context;
@@ -25,6 +27,7 @@ use pseudoflow_crd::protocol::{ExecutorInput, Task};
 use pseudoflow_crd::Step;
 
 pub use context::ExecCtx;
+pub use steps::has_executor;
 
 pub use error::StepError;
 

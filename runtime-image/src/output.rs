@@ -29,8 +29,11 @@ pub enum Delivery {
     Inline(String),
     /// The full JSON goes to ConfigMap `config_map`; `pointer` goes to the termination message.
     Spill {
+        /// Name of the ConfigMap that holds the full result.
         config_map: String,
+        /// The full result JSON, stored there.
         full: String,
+        /// The small result naming the ConfigMap and the full result's digest.
         pointer: String,
     },
 }

@@ -20,6 +20,7 @@ pub struct StepResult {
     /// Whether the step changed anything; false on a no-op re-run.
     #[serde(default)]
     pub changed: bool,
+    /// What happened, for status and Events (so it never contains secret values).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
     /// Variables the step sets (`var`, `varPerNode` parts, `template` outputs).
@@ -50,9 +51,13 @@ pub struct StepResult {
 #[serde(rename_all = "camelCase", tag = "as")]
 pub enum IncludedDocument {
     /// Kubernetes objects; the executor has already applied them.
-    Manifests { applied: Vec<String> },
+    Manifests {
+        /// `Kind/name` of each applied object, for the step's message.
+        applied: Vec<String>,
+    },
     /// Steps to run in place (raw JSON; the controller validates and compiles them).
     Steps {
+        /// The step list, unvalidated: the controller checks it like a spec's steps.
         steps: Value,
         /// For `includeFlow`: the included flow's `spec.vars`, its steps' defaults.
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -63,8 +68,11 @@ pub enum IncludedDocument {
     /// The controller reads the Secret and runs the steps only if their SHA-256 is `sha256`,
     /// the digest of what the flow's identity read.
     SecretSteps {
+        /// The Secret holding the steps.
         name: String,
+        /// The key within it.
         key: String,
+        /// SHA-256 of the content the executor read, which the controller's re-read must match.
         sha256: String,
     },
 }
