@@ -7,7 +7,7 @@ use pseudoflow_crd::validate::validate_spec;
 use pseudoflow_crd::{Diagnostics, PseudoFlowSpec, Step};
 use serde_json::Value;
 
-use crate::build::{build_plan, Budget};
+use crate::dag::{build_plan, Budget};
 use crate::limits::PlanLimits;
 use crate::plan::Plan;
 
@@ -61,7 +61,7 @@ pub fn compile_with(
     let Some(spec) = spec else {
         return Err(diags);
     };
-    crate::exprs::check_expressions(&spec, &mut diags);
+    crate::expr::check_expressions(&spec, &mut diags);
     check_self_include(flow, &spec.steps, "spec.steps", &mut diags);
     if diags.has_errors() {
         return Err(diags);
@@ -90,7 +90,7 @@ pub fn validate_included(raw_steps: &Value, at: &str) -> Result<Vec<Step>, Diagn
     let raw = serde_json::json!({ "steps": raw_steps });
     let (spec, mut diags) = validate_spec(&raw);
     if let Some(spec) = &spec {
-        crate::exprs::check_expressions(spec, &mut diags);
+        crate::expr::check_expressions(spec, &mut diags);
     }
     for d in &mut diags.0 {
         if let Some(rest) = d.path.strip_prefix("spec.steps") {

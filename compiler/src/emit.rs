@@ -37,7 +37,7 @@ pub fn emit_node(
             _ => "0".into(),
         })
         .collect();
-    let step = crate::exprs::substitute_flow_vars(node, &compiled.spec);
+    let step = crate::expr::substitute_flow_vars(node, &compiled.spec);
     // Offline there is no flow object: no uid.
     let run_id = names::run_id("", 1, None);
     let inst = NodeInstance {

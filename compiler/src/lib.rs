@@ -3,11 +3,10 @@
 //! ([`lower::lower`]). Pure and deterministic — no I/O — so the controller can recompile on
 //! every reconcile and get the same node ids and Job names.
 
-pub mod build;
 pub mod compile;
+pub mod dag;
 pub mod emit;
 pub mod expr;
-pub mod exprs;
 pub mod included;
 pub mod limits;
 pub mod lower;
@@ -20,5 +19,7 @@ pub mod source;
 pub use compile::{
     compile, compile_expanded, compile_with, validate_included, Compiled, Expansions, FlowId,
 };
+pub use expr::{prepare_payload, Engine, Scope};
 pub use lower::{lower, FlowRef, LowerOptions, Lowered, NodeInstance};
+pub use names::{job_name, run_id};
 pub use plan::{EdgeKind, NodeKind, Plan, PlanNode};

@@ -10,46 +10,20 @@
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Secret;
 use pseudoflow_crd::steps::Placement;
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+
+pub use pseudoflow_crd::protocol::{
+    ExecutorInput, FlowRef, Task, EXECUTOR_DIR, INPUT_DIGEST_ANNOTATION, INPUT_DIGEST_ENV,
+    INPUT_DIR, INPUT_KEY, INPUT_SECRET_TYPE, JOB_NAME_ENV, LABEL_APP_NAME, LABEL_FLOW,
+    LABEL_MANAGED_BY, LABEL_NODE, LABEL_RUN, MANAGED_BY,
+};
 
 use crate::names::{content_digest, job_name, label_value};
 use crate::plan::{NodeKind, PlanNode};
 
-/// Label every object the operator creates carries (`app.kubernetes.io/managed-by`).
-pub const MANAGED_BY: &str = "pseudoflow";
-/// Label: the flow a Job belongs to.
-pub const LABEL_FLOW: &str = "ops.example.com/flow";
-/// Label: the run a Job belongs to.
-pub const LABEL_RUN: &str = "ops.example.com/run";
-/// Label: the DAG node a Job executes.
-pub const LABEL_NODE: &str = "ops.example.com/node";
-/// Where the executor finds its input inside the pod.
-pub const INPUT_DIR: &str = "/etc/pseudoflow/input";
-/// Key of the input document in the input Secret.
-pub const INPUT_KEY: &str = "input.json";
-/// Annotation on an executor Job (and its input Secret): SHA-256 of the input document.
-pub const INPUT_DIGEST_ANNOTATION: &str = "ops.example.com/input-sha256";
-/// Environment variable of the executor: SHA-256 the input file must have.
-pub const INPUT_DIGEST_ENV: &str = "PSEUDOFLOW_INPUT_SHA256";
-/// Where the executor binary is copied for a step that runs in another image (`exec.image`).
-pub const EXECUTOR_DIR: &str = "/pseudoflow/bin";
-/// Type of input Secrets, so they are recognisable among a namespace's Secrets.
-pub const INPUT_SECRET_TYPE: &str = "ops.example.com/step-input";
 /// Grace added to a step's timeout for the Job's activeDeadlineSeconds: the executor enforces
 /// the step timeout itself and reports it; the deadline only stops a stuck pod.
 pub const DEADLINE_GRACE_SECONDS: u32 = 30;
-
-/// The flow a node belongs to, as lowering needs it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct FlowRef {
-    pub name: String,
-    pub namespace: String,
-    pub uid: String,
-    /// The identity every executor pod of this flow runs with.
-    pub service_account: String,
-}
 
 /// Cluster-wide lowering settings (from the operator's configuration).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,45 +41,6 @@ impl Default for LowerOptions {
             ),
         }
     }
-}
-
-/// What the executor is asked to do with the step it receives.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum Task {
-    /// Perform the step (apply, waitFor, configFile, ...).
-    Run,
-    /// Evaluate the `if`/`when` condition and report true/false.
-    Condition,
-    /// List the nodes a selector matches (loopNodes, node fan-out).
-    ListNodes,
-    /// Fetch an `include` source and report its content.
-    FetchInclude,
-}
-
-/// Everything the executor needs, written to the input Secret as `input.json`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ExecutorInput {
-    pub flow: FlowRef,
-    pub run_id: String,
-    pub node_id: String,
-    pub path: String,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub instance: Vec<String>,
-    pub attempt: u32,
-    pub task: Task,
-    /// The step with every `${...}` already substituted.
-    pub step: Value,
-    /// The node to act on, for node steps.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub target_node: Option<String>,
-    /// The step's timeout, enforced by the executor.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timeout_seconds: Option<u32>,
-    /// Where artifact files come from (`spec.artifacts`), for applyFile/deleteFile.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub artifacts: Vec<pseudoflow_crd::ArtifactSource>,
 }
 
 /// One execution of one node: which loop item, which attempt, with which substituted step.
@@ -184,10 +119,9 @@ pub fn lower(inst: &NodeInstance, opts: &LowerOptions) -> Result<Lowered, LowerE
         inst.instance,
         inst.attempt,
     );
-    let timeout = node.timeout_seconds.or_else(|| {
-        (node.step_type == "waitFor")
-            .then_some(pseudoflow_crd::steps::wait_for::DEFAULT_WAIT_SECONDS)
-    });
+    let timeout = node
+        .timeout_seconds
+        .or_else(|| node.step_kind()?.params().default_timeout_seconds());
     let input = ExecutorInput {
         flow: inst.flow.clone(),
         run_id: inst.run_id.to_string(),
@@ -202,8 +136,8 @@ pub fn lower(inst: &NodeInstance, opts: &LowerOptions) -> Result<Lowered, LowerE
         artifacts: inst.artifacts.to_vec(),
     };
     let labels = json!({
-        "app.kubernetes.io/managed-by": MANAGED_BY,
-        "app.kubernetes.io/name": "pseudoflow-step",
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_APP_NAME: "pseudoflow-step",
         LABEL_FLOW: label_value(&inst.flow.name),
         LABEL_RUN: inst.run_id,
         LABEL_NODE: label_value(&node.id),
@@ -295,7 +229,7 @@ fn pod_template(
                 // The executor refuses an input whose digest differs (planted or changed).
                 {"name": INPUT_DIGEST_ENV, "value": digest},
                 // Names the result ConfigMap of a large result, so it can be owned and cleaned up.
-                {"name": "PSEUDOFLOW_JOB_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['job-name']"}}},
+                {"name": JOB_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['job-name']"}}},
             ],
             "securityContext": security,
             "terminationMessagePolicy": "FallbackToLogsOnError",

@@ -9,7 +9,7 @@ use petgraph::visit::EdgeRef;
 use petgraph::Direction;
 use pseudoflow_crd::common::RunOn;
 use pseudoflow_crd::steps::Placement;
-use pseudoflow_crd::Step;
+use pseudoflow_crd::{Step, StepKind};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -126,6 +126,14 @@ pub struct PlanNode {
     /// Nesting depth, for the tree view.
     #[serde(skip)]
     pub depth: usize,
+}
+
+impl PlanNode {
+    /// The type-specific part of the node's step, for nodes that do work: what the registry's
+    /// per-type hooks are asked about.
+    pub fn step_kind(&self) -> Option<&StepKind> {
+        self.step.as_ref().map(|s| &s.kind)
+    }
 }
 
 /// A compiled flow.

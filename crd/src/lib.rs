@@ -10,6 +10,8 @@ pub mod diagnostics;
 pub mod docs;
 pub mod jsonpath;
 pub mod limits;
+#[warn(missing_docs)]
+pub mod protocol;
 pub mod resource;
 pub mod schema;
 pub mod selector;

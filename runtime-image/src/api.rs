@@ -9,7 +9,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kube::discovery::{pinned_kind, Scope};
 use pseudoflow_crd::common::default_api_version;
 
-use crate::context::Ctx;
+use crate::context::ExecCtx;
 use crate::error::{is_not_found, Call, StepError};
 
 /// A kind as the API server serves it.
@@ -43,7 +43,7 @@ pub fn gvk(api_version: &str, kind: &str) -> GroupVersionKind {
 
 /// Finds the resource serving `kind` in `api_version`, by discovery; retried with a short
 /// backoff when unknown, and cached for the rest of this execution.
-pub async fn resolve(ctx: &Ctx, api_version: &str, kind: &str) -> Result<Resolved, StepError> {
+pub async fn resolve(ctx: &ExecCtx, api_version: &str, kind: &str) -> Result<Resolved, StepError> {
     resolve_opt(ctx, api_version, kind, true)
         .await?
         .ok_or_else(|| {
@@ -56,7 +56,7 @@ pub async fn resolve(ctx: &Ctx, api_version: &str, kind: &str) -> Result<Resolve
 /// Like [`resolve`], but Ok(None) when the kind is not served (after the retries when `retry`):
 /// for deletion, an unserved kind means there is nothing to delete.
 pub async fn resolve_opt(
-    ctx: &Ctx,
+    ctx: &ExecCtx,
     api_version: &str,
     kind: &str,
     retry: bool,
@@ -98,7 +98,7 @@ pub async fn resolve_opt(
 }
 
 /// Forgets every cached kind, so the next [`resolve`] asks the server again.
-pub fn forget_kinds(ctx: &Ctx) {
+pub fn forget_kinds(ctx: &ExecCtx) {
     if let Ok(mut m) = ctx.kinds.lock() {
         m.clear();
     }
@@ -110,7 +110,7 @@ fn is_unknown_kind(e: &kube::Error) -> bool {
 
 /// The namespace an object lives in: None for cluster-scoped kinds, else the given one or the
 /// flow's namespace.
-pub fn namespace_for(ctx: &Ctx, r: &Resolved, given: Option<&str>) -> Option<String> {
+pub fn namespace_for(ctx: &ExecCtx, r: &Resolved, given: Option<&str>) -> Option<String> {
     r.namespaced.then(|| {
         given
             .filter(|n| !n.is_empty())
@@ -121,7 +121,7 @@ pub fn namespace_for(ctx: &Ctx, r: &Resolved, given: Option<&str>) -> Option<Str
 
 /// An API handle for a resolved kind in a namespace (or cluster-wide).
 pub async fn api_for(
-    ctx: &Ctx,
+    ctx: &ExecCtx,
     r: &Resolved,
     ns: Option<&str>,
 ) -> Result<Api<DynamicObject>, StepError> {
@@ -134,7 +134,7 @@ pub async fn api_for(
 
 /// Reads one object; Ok(None) when it does not exist.
 pub async fn get_opt(
-    ctx: &Ctx,
+    ctx: &ExecCtx,
     api: &Api<DynamicObject>,
     r: &Resolved,
     name: &str,

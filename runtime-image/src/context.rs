@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use kube::Client;
-use pseudoflow_compiler::lower::ExecutorInput;
+use pseudoflow_crd::protocol::ExecutorInput;
 use tokio::sync::OnceCell;
 
 use crate::api::Resolved;
@@ -16,7 +16,7 @@ use crate::error::{describe, Call, StepError};
 pub const DEFAULT_HOST_ROOT: &str = "/host";
 
 /// The state of one execution.
-pub struct Ctx {
+pub struct ExecCtx {
     /// The document the controller wrote for this node instance.
     pub input: ExecutorInput,
     /// Where the node's root filesystem is mounted (`PSEUDOFLOW_HOST_ROOT`, default `/host`).
@@ -29,10 +29,10 @@ pub struct Ctx {
     goal: Mutex<String>,
 }
 
-impl Ctx {
+impl ExecCtx {
     /// A context with explicit settings (tests, embedding).
     pub fn new(input: ExecutorInput, host_root: PathBuf, nsenter: String) -> Self {
-        Ctx {
+        ExecCtx {
             input,
             host_root,
             nsenter,
@@ -54,7 +54,7 @@ impl Ctx {
         let root =
             std::env::var("PSEUDOFLOW_HOST_ROOT").unwrap_or_else(|_| DEFAULT_HOST_ROOT.into());
         let nsenter = std::env::var("PSEUDOFLOW_NSENTER").unwrap_or_else(|_| "nsenter".into());
-        Ctx::new(input, root.into(), nsenter)
+        ExecCtx::new(input, root.into(), nsenter)
     }
 
     /// The API client with the pod's identity (KUBECONFIG first, then in-cluster), built on

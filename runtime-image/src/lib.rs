@@ -3,6 +3,8 @@
 //! ServiceAccount and reports a [`StepResult`]. It knows nothing about DAGs; the controller
 //! decides what runs when.
 
+#![warn(missing_docs)]
+
 pub mod api;
 pub mod compare;
 pub mod context;
@@ -20,12 +22,12 @@ pub mod watch;
 
 use std::time::Duration;
 
-use pseudoflow_compiler::lower::{ExecutorInput, Task};
-use pseudoflow_compiler::result::StepResult;
-use pseudoflow_crd::steps::wait_for::DEFAULT_WAIT_SECONDS;
-use pseudoflow_crd::{Step, StepKind};
+use pseudoflow_crd::protocol::StepResult;
+use pseudoflow_crd::protocol::{ExecutorInput, Task};
+use pseudoflow_crd::Step;
 
-pub use context::Ctx;
+pub use context::ExecCtx;
+pub use steps::has_executor;
 
 pub use error::StepError;
 
@@ -34,12 +36,12 @@ pub use error::StepError;
 /// predictable names; whoever could plant or change one must not choose what a (possibly
 /// privileged) step pod does. Without an expected digest (a local run) nothing is checked.
 ///
-/// [`INPUT_DIGEST_ENV`]: pseudoflow_compiler::lower::INPUT_DIGEST_ENV
+/// [`INPUT_DIGEST_ENV`]: pseudoflow_crd::protocol::INPUT_DIGEST_ENV
 pub fn check_input_digest(text: &str, expected: Option<&str>) -> Result<(), String> {
     let Some(expected) = expected.filter(|e| !e.is_empty()) else {
         return Ok(());
     };
-    let actual = pseudoflow_compiler::names::content_digest(text.as_bytes());
+    let actual = pseudoflow_crd::protocol::content_digest(text.as_bytes());
     if actual == expected {
         Ok(())
     } else {
@@ -59,18 +61,19 @@ pub fn parse_input(text: &str) -> Result<(ExecutorInput, Step), StepError> {
     Ok((input, step))
 }
 
-/// The timeout the executor enforces: the input's, else 300 s for `waitFor`, else none (the
-/// Job's deadline still applies).
+/// The timeout the executor enforces: the input's, else the step type's default for its work
+/// (`waitFor`'s), else none (the Job's deadline still applies).
 pub fn timeout_of(input: &ExecutorInput, step: &Step) -> Option<u32> {
     input.timeout_seconds.or_else(|| {
-        (input.task == Task::Run && matches!(step.kind, StepKind::WaitFor(_)))
-            .then_some(DEFAULT_WAIT_SECONDS)
+        (input.task == Task::Run)
+            .then(|| step.kind.params().default_timeout_seconds())
+            .flatten()
     })
 }
 
 /// Performs the input's task within its timeout. Bad input is an `Err`; a step failure or a
 /// timeout is an `Ok` result with `ok: false`.
-pub async fn execute(ctx: &Ctx, step: &Step) -> Result<StepResult, StepError> {
+pub async fn execute(ctx: &ExecCtx, step: &Step) -> Result<StepResult, StepError> {
     let work = async {
         match ctx.input.task {
             Task::Run => steps::run(ctx, step).await,
@@ -106,7 +109,7 @@ pub async fn execute(ctx: &Ctx, step: &Step) -> Result<StepResult, StepError> {
 #[cfg(test)]
 mod input_digest_tests {
     use super::check_input_digest;
-    use pseudoflow_compiler::names::content_digest;
+    use pseudoflow_crd::protocol::content_digest;
 
     #[test]
     fn an_input_is_accepted_only_with_the_digest_its_job_carries() {

@@ -4,9 +4,9 @@
 
 use std::process::ExitCode;
 
-use pseudoflow_compiler::lower::INPUT_DIGEST_ENV;
-use pseudoflow_compiler::result::StepResult;
-use pseudoflow_runtime::{check_input_digest, execute, output, parse_input, Ctx, StepError};
+use pseudoflow_crd::protocol::StepResult;
+use pseudoflow_crd::protocol::INPUT_DIGEST_ENV;
+use pseudoflow_runtime::{check_input_digest, execute, output, parse_input, ExecCtx, StepError};
 
 const USAGE: &str = "usage: pseudoflow-step run --input FILE | pseudoflow-step install DEST";
 
@@ -95,7 +95,7 @@ async fn main() -> ExitCode {
         step_type = step.kind.type_name(), target_node = ?input.target_node,
         attempt = input.attempt, "starting"
     );
-    let ctx = Ctx::from_env(input);
+    let ctx = ExecCtx::from_env(input);
     let result = match execute(&ctx, &step).await {
         Ok(r) => r,
         Err(StepError::Input(m)) => return report_bad_input(m),

@@ -8,12 +8,12 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams};
-use pseudoflow_compiler::lower::{LABEL_FLOW, LABEL_RUN, MANAGED_BY};
-use pseudoflow_compiler::names::label_value;
-use pseudoflow_compiler::result::{StepResult, TERMINATION_MESSAGE_LIMIT};
+use pseudoflow_crd::protocol::label_value;
+use pseudoflow_crd::protocol::{StepResult, TERMINATION_MESSAGE_LIMIT};
+use pseudoflow_crd::protocol::{JOB_NAME_ENV, LABEL_FLOW, LABEL_MANAGED_BY, LABEL_RUN, MANAGED_BY};
 use serde_json::json;
 
-use crate::context::Ctx;
+use crate::context::ExecCtx;
 
 /// Key of the full result in the result ConfigMap.
 pub const RESULT_KEY: &str = "result.json";
@@ -29,8 +29,11 @@ pub enum Delivery {
     Inline(String),
     /// The full JSON goes to ConfigMap `config_map`; `pointer` goes to the termination message.
     Spill {
+        /// Name of the ConfigMap that holds the full result.
         config_map: String,
+        /// The full result JSON, stored there.
         full: String,
+        /// The small result naming the ConfigMap and the full result's digest.
         pointer: String,
     },
 }
@@ -46,7 +49,7 @@ pub fn plan(result: &StepResult, config_map: &str) -> Delivery {
         changed: result.changed,
         message: crate::process::tail(&result.message, POINTER_MESSAGE_MAX).to_string(),
         result_config_map: Some(config_map.to_string()),
-        result_sha256: Some(pseudoflow_compiler::names::content_digest(full.as_bytes())),
+        result_sha256: Some(pseudoflow_crd::protocol::content_digest(full.as_bytes())),
         ..Default::default()
     };
     Delivery::Spill {
@@ -59,7 +62,7 @@ pub fn plan(result: &StepResult, config_map: &str) -> Delivery {
 /// The executor's Job name: `PSEUDOFLOW_JOB_NAME`, else `JOB_NAME`, else the hostname (the pod
 /// name, which is unique too).
 pub fn job_name() -> String {
-    ["PSEUDOFLOW_JOB_NAME", "JOB_NAME", "HOSTNAME"]
+    [JOB_NAME_ENV, "JOB_NAME", "HOSTNAME"]
         .iter()
         .find_map(|k| std::env::var(k).ok().filter(|v| !v.is_empty()))
         .or_else(|| {
@@ -73,7 +76,7 @@ pub fn job_name() -> String {
 /// Delivers `result`: stores a large one in its ConfigMap first, then writes the termination
 /// message (and prints it on stdout for local runs). Returns whether the delivered result is
 /// ok: false also when a large result could not be stored.
-pub async fn deliver(ctx: &Ctx, result: &StepResult) -> bool {
+pub async fn deliver(ctx: &ExecCtx, result: &StepResult) -> bool {
     let cm_name = format!("{}-result", job_name());
     let mut ok = result.ok;
     let message = match plan(result, &cm_name) {
@@ -103,12 +106,12 @@ pub async fn deliver(ctx: &Ctx, result: &StepResult) -> bool {
     ok
 }
 
-async fn store(ctx: &Ctx, name: &str, full: String) -> Result<(), String> {
+async fn store(ctx: &ExecCtx, name: &str, full: String) -> Result<(), String> {
     let client = ctx.client().await.map_err(|e| e.to_string())?;
     let ns = ctx.namespace();
     let api: Api<ConfigMap> = Api::namespaced(client, ns);
     let mut labels = BTreeMap::new();
-    labels.insert("app.kubernetes.io/managed-by", MANAGED_BY.to_string());
+    labels.insert(LABEL_MANAGED_BY, MANAGED_BY.to_string());
     labels.insert(LABEL_FLOW, label_value(&ctx.input.flow.name));
     labels.insert(LABEL_RUN, ctx.input.run_id.clone());
     // Owned by the flow (as the input is): it goes away with the flow, and `view` users see
@@ -179,7 +182,7 @@ mod tests {
         assert_eq!(p.result_config_map.as_deref(), Some("j-result"));
         assert_eq!(
             p.result_sha256,
-            Some(pseudoflow_compiler::names::content_digest(full.as_bytes()))
+            Some(pseudoflow_crd::protocol::content_digest(full.as_bytes()))
         );
         assert!(p.ok && p.vars.is_empty() && p.message == "done");
     }

@@ -6,14 +6,14 @@ use kube::api::{Api, DynamicObject};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 
-use crate::context::Ctx;
+use crate::context::ExecCtx;
 use crate::error::{api_status, Call, StepError};
 use crate::readiness::Seen;
 
 /// Watches object `name` until `check` (given the object, or None while it does not exist)
 /// says done; every verdict's note is recorded so a timeout can say what was last seen.
 pub async fn watch_until<F>(
-    ctx: &Ctx,
+    ctx: &ExecCtx,
     api: Api<DynamicObject>,
     call: Call<'_>,
     check: F,
@@ -27,7 +27,7 @@ where
 /// Like [`watch_until`]; `rewatch_seconds` bounds how long one silent watch request is trusted
 /// before the server ends it and it is re-established (`waitFor.intervalSeconds`).
 pub async fn watch_until_with<F>(
-    ctx: &Ctx,
+    ctx: &ExecCtx,
     api: Api<DynamicObject>,
     call: Call<'_>,
     rewatch_seconds: Option<u32>,

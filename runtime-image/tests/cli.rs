@@ -5,8 +5,8 @@
 use std::path::Path;
 use std::process::Command;
 
-use pseudoflow_compiler::lower::{ExecutorInput, FlowRef, Task};
-use pseudoflow_compiler::result::StepResult;
+use pseudoflow_crd::protocol::StepResult;
+use pseudoflow_crd::protocol::{ExecutorInput, FlowRef, Task};
 use serde_json::{json, Value};
 
 struct Run {

@@ -11,9 +11,9 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
-use pseudoflow_compiler::lower::{ExecutorInput, FlowRef, Task};
-use pseudoflow_compiler::result::{IncludedDocument, StepResult};
-use pseudoflow_runtime::{execute, parse_input, Ctx};
+use pseudoflow_crd::protocol::{ExecutorInput, FlowRef, Task};
+use pseudoflow_crd::protocol::{IncludedDocument, StepResult};
+use pseudoflow_runtime::{execute, parse_input, ExecCtx};
 use serde_json::{json, Value};
 
 #[derive(Default)]
@@ -235,7 +235,7 @@ async fn run_task(store: &Shared, task: Task, step: Value, timeout: Option<u32>)
         artifacts: vec![],
     };
     let (input, step) = parse_input(&serde_json::to_string(&input).unwrap()).unwrap();
-    let ctx = Ctx::new(input, PathBuf::from("/nonexistent"), String::new())
+    let ctx = ExecCtx::new(input, PathBuf::from("/nonexistent"), String::new())
         .with_client(client(store.clone()));
     execute(&ctx, &step).await.unwrap()
 }

@@ -10,11 +10,11 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
 use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::wait::await_condition;
 use kube::Client;
+use pseudoflow_compiler::expr::prepare_payload;
 use pseudoflow_compiler::expr::{Engine, Scope};
-use pseudoflow_compiler::exprs::prepare_payload;
 use pseudoflow_compiler::lower::{lower, FlowRef, LowerOptions, NodeInstance};
-use pseudoflow_compiler::result::StepResult;
 use pseudoflow_compiler::{compile, FlowId};
+use pseudoflow_crd::protocol::StepResult;
 use pseudoflow_testenv::{shared_with, Options, TestEnv};
 use serde_json::{json, Value};
 

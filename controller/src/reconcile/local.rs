@@ -112,7 +112,37 @@ pub fn run(engine: &Engine, node: &PlanNode, scope: &Scope) -> LocalOutcome {
                 Err(err) => out.completion = failed(err.to_string()),
             }
         }
-        _ => {
+        // Listed, not `_`: a new step type does not compile until it is decided here.
+        (
+            _,
+            None
+            | Some(
+                StepKind::Template(_)
+                | StepKind::Sleep(_)
+                | StepKind::Apply(_)
+                | StepKind::Delete(_)
+                | StepKind::ApplyFile(_)
+                | StepKind::DeleteFile(_)
+                | StepKind::Include(_)
+                | StepKind::If(_)
+                | StepKind::When(_)
+                | StepKind::Exec(_)
+                | StepKind::ExecNode(_)
+                | StepKind::ConfigFile(_)
+                | StepKind::PatchFile(_)
+                | StepKind::Script(_)
+                | StepKind::SetLabel(_)
+                | StepKind::RemoveLabel(_)
+                | StepKind::PatchLabel(_)
+                | StepKind::Loop(_)
+                | StepKind::LoopNodes(_)
+                | StepKind::Parallel(_)
+                | StepKind::WaitFor(_)
+                | StepKind::Retry(_)
+                | StepKind::OnError(_)
+                | StepKind::IncludeFlow(_),
+            ),
+        ) => {
             out.completion = failed(format!(
                 "{} ({}) has no controller-side implementation",
                 node.id, node.step_type

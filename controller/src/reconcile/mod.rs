@@ -29,8 +29,8 @@ use kube::discovery::ApiResource;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource, ResourceExt};
+use pseudoflow_compiler::expr::prepare_payload;
 use pseudoflow_compiler::expr::{Engine, Scope};
-use pseudoflow_compiler::exprs::prepare_payload;
 use pseudoflow_compiler::lower::{
     lower, task_of, FlowRef, LowerOptions, NodeInstance, Task, LABEL_RUN,
 };
@@ -39,7 +39,7 @@ use pseudoflow_compiler::plan::{Plan, PlanNode};
 use pseudoflow_compiler::result::IncludedDocument;
 use pseudoflow_compiler::{compile, FlowId};
 use pseudoflow_crd::steps::Placement;
-use pseudoflow_crd::{ConcurrencyPolicy, PseudoFlowSpec, StepKind, RUN_ANNOTATION};
+use pseudoflow_crd::{ConcurrencyPolicy, PseudoFlowSpec, RUN_ANNOTATION};
 use serde_json::{json, Value};
 use tracing::{info, warn};
 

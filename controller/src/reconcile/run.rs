@@ -296,8 +296,9 @@ async fn drive(
                 progressed = true;
                 continue;
             }
-            let only_if_changed = matches!(node.step.as_ref().map(|s| &s.kind), Some(StepKind::ExecNode(e)) if e.only_if_changed)
-                || matches!(node.step.as_ref().map(|s| &s.kind), Some(StepKind::Script(s)) if s.only_if_changed);
+            let only_if_changed = node
+                .step_kind()
+                .is_some_and(|k| k.params().only_if_changed());
             if only_if_changed && !changed_on_same_node(run, key) {
                 let c = Completion {
                     ok: true,

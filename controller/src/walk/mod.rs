@@ -171,21 +171,23 @@ impl<'p> Walker<'p> {
                                 }
                             }
                         }
-                        Phase::Running if node.step_type == "sleep" => match inst.not_before {
-                            Some(t) if t <= now => {
-                                if let Some(secs) = sleep_timeout(node) {
-                                    let msg = format!("timed out after {secs}s");
-                                    self.fail(state, id, &key, msg, now, &mut out);
-                                } else {
-                                    let e = state.entry(id, &key);
-                                    e.phase = Phase::Succeeded;
-                                    e.finished_at = Some(now);
+                        Phase::Running if matches!(node.step_kind(), Some(StepKind::Sleep(_))) => {
+                            match inst.not_before {
+                                Some(t) if t <= now => {
+                                    if let Some(secs) = sleep_timeout(node) {
+                                        let msg = format!("timed out after {secs}s");
+                                        self.fail(state, id, &key, msg, now, &mut out);
+                                    } else {
+                                        let e = state.entry(id, &key);
+                                        e.phase = Phase::Succeeded;
+                                        e.finished_at = Some(now);
+                                    }
+                                    progressed = true;
                                 }
-                                progressed = true;
+                                Some(t) => out.wake_at = Some(out.wake_at.map_or(t, |w| w.min(t))),
+                                None => {}
                             }
-                            Some(t) => out.wake_at = Some(out.wake_at.map_or(t, |w| w.min(t))),
-                            None => {}
-                        },
+                        }
                         _ => {}
                     }
                     if state.phase != RunPhase::Running {

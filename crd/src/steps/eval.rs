@@ -26,4 +26,12 @@ impl StepParams for EvalStep {
         }
         ctx.var_name("var", &self.var);
     }
+
+    fn outputs(&self) -> Vec<&str> {
+        vec![&self.var]
+    }
+
+    fn unsubstituted_fields(&self) -> &'static [&'static str] {
+        &["expression"]
+    }
 }

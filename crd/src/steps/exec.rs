@@ -53,4 +53,12 @@ impl StepParams for ExecStep {
             );
         }
     }
+
+    fn outputs(&self) -> Vec<&str> {
+        self.var.as_deref().into_iter().collect()
+    }
+
+    fn shell_fields(&self) -> &'static [&'static str] {
+        &["cmd"]
+    }
 }

@@ -60,6 +60,22 @@ impl StepParams for ExecNodeStep {
         }
     }
 
+    fn outputs(&self) -> Vec<&str> {
+        self.var
+            .iter()
+            .chain(self.var_per_node.iter())
+            .map(String::as_str)
+            .collect()
+    }
+
+    fn shell_fields(&self) -> &'static [&'static str] {
+        &["cmd"]
+    }
+
+    fn only_if_changed(&self) -> bool {
+        self.only_if_changed
+    }
+
     fn node_targeting(&self) -> Option<(&str, RunOn)> {
         Some((
             self.node_selector.as_deref().unwrap_or(""),

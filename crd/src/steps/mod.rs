@@ -64,6 +64,42 @@ pub trait StepParams {
     fn node_targeting(&self) -> Option<(&str, crate::common::RunOn)> {
         None
     }
+
+    /// Variables the step sets for later steps: expressions may use them, and an unquoted one
+    /// in a shell field is warned about (it is command output, not reviewed text).
+    fn outputs(&self) -> Vec<&str> {
+        Vec::new()
+    }
+
+    /// Fields holding an expression or template of their own, checked and evaluated by the
+    /// step itself: `${...}` is not substituted in them first, so a variable's value is never
+    /// evaluated as code.
+    fn unsubstituted_fields(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// Fields a shell parses, where splicing step output unquoted deserves a warning.
+    fn shell_fields(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// The timeout the step gets when it sets none; defined once here, used by lowering (the
+    /// Job's deadline) and by the executor (which enforces it).
+    fn default_timeout_seconds(&self) -> Option<u32> {
+        None
+    }
+
+    /// Whether the step asked to run only when earlier steps changed its node
+    /// (`onlyIfChanged`); the controller skips it otherwise.
+    fn only_if_changed(&self) -> bool {
+        false
+    }
+
+    /// A variable whose value the executor needs with the step (sent as `fromVarValue`):
+    /// the executor has no access to the run's variables otherwise.
+    fn input_var(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// Checks a node-file path: absolute, no `..`, not the root itself.

@@ -26,4 +26,8 @@ impl StepParams for PatchLabelStep {
         let name = self.from_var.trim_start_matches("${").trim_end_matches('}');
         ctx.var_name("fromVar", name);
     }
+
+    fn input_var(&self) -> Option<&str> {
+        Some(&self.from_var)
+    }
 }

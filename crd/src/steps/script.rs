@@ -53,6 +53,18 @@ impl StepParams for ScriptStep {
         }
     }
 
+    fn outputs(&self) -> Vec<&str> {
+        self.var.as_deref().into_iter().collect()
+    }
+
+    fn shell_fields(&self) -> &'static [&'static str] {
+        &["code"]
+    }
+
+    fn only_if_changed(&self) -> bool {
+        self.only_if_changed
+    }
+
     fn node_targeting(&self) -> Option<(&str, RunOn)> {
         self.node_selector
             .as_deref()

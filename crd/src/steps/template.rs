@@ -56,6 +56,18 @@ impl StepParams for TemplateStep {
         }
     }
 
+    fn outputs(&self) -> Vec<&str> {
+        if self.writes_file() {
+            Vec::new()
+        } else {
+            vec![&self.output]
+        }
+    }
+
+    fn unsubstituted_fields(&self) -> &'static [&'static str] {
+        &["template"]
+    }
+
     fn node_targeting(&self) -> Option<(&str, RunOn)> {
         self.node_selector.as_deref().map(|s| (s, RunOn::All))
     }

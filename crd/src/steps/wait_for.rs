@@ -49,6 +49,10 @@ impl StepParams for WaitForStep {
         Placement::Api
     }
 
+    fn default_timeout_seconds(&self) -> Option<u32> {
+        Some(DEFAULT_WAIT_SECONDS)
+    }
+
     fn validate(&self, ctx: &mut Ctx) {
         self.resource.validate(&mut ctx.at("resource"));
         let custom_fields = self.json_path.is_some() || self.op.is_some() || self.value.is_some();

@@ -5,12 +5,12 @@
 use std::time::Duration;
 
 use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
-use pseudoflow_compiler::result::StepResult;
+use pseudoflow_crd::protocol::StepResult;
 use pseudoflow_crd::steps::apply::{manifest_objects, ApplyStep};
 use serde_json::Value;
 
 use crate::api::{self, Resolved};
-use crate::context::Ctx;
+use crate::context::ExecCtx;
 use crate::error::StepError;
 use crate::readiness::{condition, Seen};
 
@@ -29,7 +29,7 @@ pub struct Applied {
 }
 
 /// Runs an `apply` step.
-pub async fn run(ctx: &Ctx, step: &ApplyStep) -> Result<StepResult, StepError> {
+pub async fn run(ctx: &ExecCtx, step: &ApplyStep) -> Result<StepResult, StepError> {
     let objects = manifest_objects(&step.manifests).map_err(StepError::failed)?;
     let applied = apply_objects(ctx, objects).await?;
     Ok(StepResult::succeeded(applied.changed, summary(&applied)))
@@ -44,7 +44,7 @@ pub fn summary(a: &Applied) -> String {
 }
 
 /// Applies objects in order; stops at the first failure.
-pub async fn apply_objects(ctx: &Ctx, objects: Vec<Value>) -> Result<Applied, StepError> {
+pub async fn apply_objects(ctx: &ExecCtx, objects: Vec<Value>) -> Result<Applied, StepError> {
     let mut out = Applied::default();
     for (i, obj) in objects.into_iter().enumerate() {
         let (label, changed) = apply_one(ctx, obj)
@@ -56,7 +56,7 @@ pub async fn apply_objects(ctx: &Ctx, objects: Vec<Value>) -> Result<Applied, St
     Ok(out)
 }
 
-async fn apply_one(ctx: &Ctx, mut obj: Value) -> Result<(String, bool), StepError> {
+async fn apply_one(ctx: &ExecCtx, mut obj: Value) -> Result<(String, bool), StepError> {
     let text = |k: &str| obj.get(k).and_then(Value::as_str).map(str::to_string);
     let (Some(api_version), Some(kind)) = (text("apiVersion"), text("kind")) else {
         return Err(StepError::failed("manifest has no apiVersion or kind"));
@@ -113,7 +113,7 @@ fn is_crd(r: &Resolved) -> bool {
 
 /// Watches a just-applied CRD until Established=True, then forgets cached kinds so its kind is
 /// discovered afresh by later objects.
-async fn wait_established(ctx: &Ctx, r: &Resolved, name: &str) -> Result<(), StepError> {
+async fn wait_established(ctx: &ExecCtx, r: &Resolved, name: &str) -> Result<(), StepError> {
     let api = api::api_for(ctx, r, None).await?;
     let wait = crate::watch::watch_until(ctx, api, api::call("get", r, name, None), |o| {
         let est = o

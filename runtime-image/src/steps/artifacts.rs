@@ -4,11 +4,11 @@
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
-use pseudoflow_compiler::result::StepResult;
+use pseudoflow_crd::protocol::StepResult;
 use pseudoflow_crd::steps::apply::manifest_objects;
 use serde_json::Value;
 
-use crate::context::Ctx;
+use crate::context::ExecCtx;
 use crate::error::{is_not_found, Call, StepError};
 use crate::steps::{apply, delete};
 
@@ -41,7 +41,7 @@ pub fn config_map_keys(path: &str) -> Vec<&str> {
 }
 
 /// Reads an artifact file; the error lists where it was looked for.
-pub async fn fetch(ctx: &Ctx, path: &str) -> Result<String, StepError> {
+pub async fn fetch(ctx: &ExecCtx, path: &str) -> Result<String, StepError> {
     check_path(path)?;
     // A flow without spec.artifacts reads the default ConfigMap (see docs/decisions.md).
     let default = [pseudoflow_crd::ArtifactSource {
@@ -96,7 +96,7 @@ fn objects(text: String, path: &str) -> Result<Vec<Value>, StepError> {
 }
 
 /// Runs `applyFile`.
-pub async fn apply_file(ctx: &Ctx, path: &str) -> Result<StepResult, StepError> {
+pub async fn apply_file(ctx: &ExecCtx, path: &str) -> Result<StepResult, StepError> {
     let objs = objects(fetch(ctx, path).await?, path)?;
     let applied = apply::apply_objects(ctx, objs).await?;
     Ok(StepResult::succeeded(
@@ -106,7 +106,7 @@ pub async fn apply_file(ctx: &Ctx, path: &str) -> Result<StepResult, StepError> 
 }
 
 /// Runs API-context `deleteFile`: deletes the file's objects in reverse order.
-pub async fn delete_file(ctx: &Ctx, path: &str) -> Result<StepResult, StepError> {
+pub async fn delete_file(ctx: &ExecCtx, path: &str) -> Result<StepResult, StepError> {
     let objs = objects(fetch(ctx, path).await?, path)?;
     let mut deleted = Vec::new();
     for obj in objs.iter().rev() {

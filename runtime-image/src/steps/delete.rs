@@ -2,16 +2,16 @@
 //! is already gone is a success with `changed: false`, so re-runs are idempotent.
 
 use kube::api::DeleteParams;
-use pseudoflow_compiler::result::StepResult;
+use pseudoflow_crd::protocol::StepResult;
 use pseudoflow_crd::steps::delete::DeleteStep;
 
 use crate::api;
-use crate::context::Ctx;
+use crate::context::ExecCtx;
 use crate::error::{is_not_found, StepError};
 use crate::readiness::Seen;
 
 /// Runs a `delete` step.
-pub async fn run(ctx: &Ctx, step: &DeleteStep) -> Result<StepResult, StepError> {
+pub async fn run(ctx: &ExecCtx, step: &DeleteStep) -> Result<StepResult, StepError> {
     let t = &step.target;
     let api_version = api::api_version_for(t.api_version.as_deref(), &t.kind)?;
     let label = delete_object(ctx, &api_version, &t.kind, &t.name, t.namespace.as_deref()).await?;
@@ -23,7 +23,7 @@ pub async fn run(ctx: &Ctx, step: &DeleteStep) -> Result<StepResult, StepError> 
 
 /// Deletes an object (foreground) and waits until it is gone; None when it was already gone.
 pub async fn delete_object(
-    ctx: &Ctx,
+    ctx: &ExecCtx,
     api_version: &str,
     kind: &str,
     name: &str,

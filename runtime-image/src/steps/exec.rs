@@ -5,16 +5,16 @@
 use futures::FutureExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, AttachParams};
-use pseudoflow_compiler::result::StepResult;
+use pseudoflow_crd::protocol::StepResult;
 use pseudoflow_crd::steps::exec::ExecStep;
 use serde_json::Value;
 
-use crate::context::Ctx;
+use crate::context::ExecCtx;
 use crate::error::{Call, StepError};
 use crate::process::{self, read_bounded, trim_newline, MAX_STDOUT};
 
 /// Runs `exec`.
-pub async fn run(ctx: &Ctx, step: &ExecStep) -> Result<StepResult, StepError> {
+pub async fn run(ctx: &ExecCtx, step: &ExecStep) -> Result<StepResult, StepError> {
     let stdout = match &step.pod {
         None => {
             let args = vec!["-c".to_string(), step.cmd.clone()];
@@ -48,7 +48,7 @@ pub fn with_var(mut r: StepResult, var: Option<&str>, stdout: String) -> StepRes
     r
 }
 
-async fn exec_in_pod(ctx: &Ctx, pod: &str, step: &ExecStep) -> Result<String, StepError> {
+async fn exec_in_pod(ctx: &ExecCtx, pod: &str, step: &ExecStep) -> Result<String, StepError> {
     let ns = step
         .namespace
         .clone()

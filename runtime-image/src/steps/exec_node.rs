@@ -2,10 +2,10 @@
 //! run through `nsenter` into PID 1's namespaces. Stdout goes to `var`, and to
 //! `varPerNode` as `{"<node>": stdout}`, which the controller merges across nodes.
 
-use pseudoflow_compiler::result::StepResult;
+use pseudoflow_crd::protocol::StepResult;
 use serde_json::{json, Value};
 
-use crate::context::Ctx;
+use crate::context::ExecCtx;
 use crate::error::StepError;
 use crate::process;
 
@@ -25,7 +25,7 @@ pub fn host_command(nsenter: &str, shell_args: &[&str]) -> (String, Vec<String>)
 
 /// Runs a host command; `script` selects bash with strict flags.
 pub async fn run(
-    ctx: &Ctx,
+    ctx: &ExecCtx,
     code: &str,
     script: bool,
     var: Option<&str>,

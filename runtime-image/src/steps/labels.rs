@@ -5,13 +5,13 @@
 use std::collections::BTreeMap;
 
 use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
-use pseudoflow_compiler::result::StepResult;
 use pseudoflow_crd::common::Target;
+use pseudoflow_crd::protocol::StepResult;
 use pseudoflow_crd::selector::Selector;
 use serde_json::{json, Map, Value};
 
 use crate::api;
-use crate::context::Ctx;
+use crate::context::ExecCtx;
 use crate::error::StepError;
 
 /// Wanted label values: Some = set, None = remove.
@@ -19,7 +19,7 @@ pub type LabelChange = BTreeMap<String, Option<String>>;
 
 /// Runs `setLabel`.
 pub async fn set(
-    ctx: &Ctx,
+    ctx: &ExecCtx,
     target: &Target,
     labels: &BTreeMap<String, String>,
 ) -> Result<StepResult, StepError> {
@@ -31,7 +31,11 @@ pub async fn set(
 }
 
 /// Runs `removeLabel`.
-pub async fn remove(ctx: &Ctx, target: &Target, keys: &[String]) -> Result<StepResult, StepError> {
+pub async fn remove(
+    ctx: &ExecCtx,
+    target: &Target,
+    keys: &[String],
+) -> Result<StepResult, StepError> {
     let change: LabelChange = keys.iter().map(|k| (k.clone(), None)).collect();
     relabel(ctx, target, |_| Some(change.clone())).await
 }
@@ -39,7 +43,7 @@ pub async fn remove(ctx: &Ctx, target: &Target, keys: &[String]) -> Result<StepR
 /// Runs `patchLabel`: `from_var_value` is the variable's value, `{"<name>": {"k": "v"}}` (an
 /// object, or JSON text holding one); a null value removes that label.
 pub async fn patch(
-    ctx: &Ctx,
+    ctx: &ExecCtx,
     target: &Target,
     from_var_value: Option<&Value>,
 ) -> Result<StepResult, StepError> {
@@ -101,7 +105,7 @@ pub fn label_patch(current: &BTreeMap<String, String>, change: &LabelChange) -> 
     (!patch.is_empty()).then(|| json!({"metadata": {"labels": patch}}))
 }
 
-async fn relabel<F>(ctx: &Ctx, target: &Target, change_for: F) -> Result<StepResult, StepError>
+async fn relabel<F>(ctx: &ExecCtx, target: &Target, change_for: F) -> Result<StepResult, StepError>
 where
     F: Fn(&str) -> Option<LabelChange>,
 {

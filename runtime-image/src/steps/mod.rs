@@ -12,15 +12,15 @@ pub mod node_file;
 pub mod patch_file;
 pub mod wait_for;
 
-use pseudoflow_compiler::result::StepResult;
+use pseudoflow_crd::protocol::StepResult;
 use pseudoflow_crd::{Step, StepKind};
 use serde_json::Value;
 
-use crate::context::Ctx;
+use crate::context::ExecCtx;
 use crate::error::StepError;
 
 /// Performs the step.
-pub async fn run(ctx: &Ctx, step: &Step) -> Result<StepResult, StepError> {
+pub async fn run(ctx: &ExecCtx, step: &Step) -> Result<StepResult, StepError> {
     let on_node = ctx.input.target_node.is_some();
     let root = ctx.host_root.as_path();
     let need_node = || {
@@ -74,9 +74,57 @@ pub async fn run(ctx: &Ctx, step: &Step) -> Result<StepResult, StepError> {
                 .insert(s.output.clone(), Value::String(s.template.clone()));
             Ok(r)
         }
-        other => Err(StepError::input(format!(
+        // Listed, not `_`: a new step type does not compile until it is decided here.
+        StepKind::Log(_)
+        | StepKind::Sleep(_)
+        | StepKind::Eval(_)
+        | StepKind::Include(_)
+        | StepKind::IncludeFlow(_)
+        | StepKind::If(_)
+        | StepKind::When(_)
+        | StepKind::Loop(_)
+        | StepKind::LoopNodes(_)
+        | StepKind::Parallel(_)
+        | StepKind::Retry(_)
+        | StepKind::OnError(_) => Err(StepError::input(format!(
             "step type {} is not run by the executor",
-            other.type_name()
+            step.kind.type_name()
         ))),
+    }
+}
+
+/// Whether the executor does some of this step type's work (its `Run`, or the condition, node
+/// list or fetch a compound needs). Exhaustive, so adding a step type forces the decision; a
+/// test checks that every node the compiler lowers to a Job has a type this accepts.
+pub fn has_executor(kind: &StepKind) -> bool {
+    match kind {
+        StepKind::Apply(_)
+        | StepKind::Delete(_)
+        | StepKind::ApplyFile(_)
+        | StepKind::DeleteFile(_)
+        | StepKind::WaitFor(_)
+        | StepKind::SetLabel(_)
+        | StepKind::RemoveLabel(_)
+        | StepKind::PatchLabel(_)
+        | StepKind::Exec(_)
+        | StepKind::Script(_)
+        | StepKind::ExecNode(_)
+        | StepKind::ConfigFile(_)
+        | StepKind::PatchFile(_)
+        | StepKind::Template(_) => true,
+        // Tasks other than Run (tasks/): a condition, a node list, a fetched include.
+        StepKind::If(_)
+        | StepKind::When(_)
+        | StepKind::LoopNodes(_)
+        | StepKind::Include(_)
+        | StepKind::IncludeFlow(_) => true,
+        // The controller does these itself, or they only shape the DAG.
+        StepKind::Log(_)
+        | StepKind::Sleep(_)
+        | StepKind::Eval(_)
+        | StepKind::Loop(_)
+        | StepKind::Parallel(_)
+        | StepKind::Retry(_)
+        | StepKind::OnError(_) => false,
     }
 }

@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use pseudoflow_compiler::result::StepResult;
+use pseudoflow_crd::protocol::StepResult;
 
 use crate::error::StepError;
 use crate::fsops::{ensure_file, parse_mode, remove_file, resolve_owner};

@@ -12,7 +12,7 @@
 //! byte ends a `.*` and is never part of a match or of what `$1` copies. The replacement is the
 //! step's UTF-8 text, with `$n` groups copied from the matched bytes.
 
-use pseudoflow_compiler::result::StepResult;
+use pseudoflow_crd::protocol::StepResult;
 use pseudoflow_crd::steps::patch_file::PatchFileStep;
 use regex::bytes::Regex;
 use std::path::Path;

@@ -1,18 +1,18 @@
 //! `waitFor`: watch one object until it exists, is gone, is Ready, Available, Healthy, or
 //! passes a custom jsonPath test. Every observation is noted, so a timeout says what it saw.
 
-use pseudoflow_compiler::result::StepResult;
 use pseudoflow_crd::common::Op;
+use pseudoflow_crd::protocol::StepResult;
 use pseudoflow_crd::steps::wait_for::{WaitCondition, WaitForStep};
 
 use crate::api;
 use crate::compare::evaluate;
-use crate::context::Ctx;
+use crate::context::ExecCtx;
 use crate::error::StepError;
 use crate::readiness::{self, Seen};
 
 /// Runs a `waitFor` step (the caller enforces the timeout, default 300 s).
-pub async fn run(ctx: &Ctx, step: &WaitForStep) -> Result<StepResult, StepError> {
+pub async fn run(ctx: &ExecCtx, step: &WaitForStep) -> Result<StepResult, StepError> {
     let res = &step.resource;
     let api_version = api::api_version_for(res.api_version.as_deref(), &res.kind)?;
     let r = api::resolve(ctx, &api_version, &res.kind).await?;

@@ -1,13 +1,13 @@
 //! `Task::Condition`: read the condition's object with the flow's identity and evaluate its
 //! jsonPath test. A missing object counts as a missing path (see [`crate::compare`]).
 
-use pseudoflow_compiler::result::StepResult;
 use pseudoflow_crd::common::Condition;
+use pseudoflow_crd::protocol::StepResult;
 use pseudoflow_crd::{Step, StepKind};
 
 use crate::api;
 use crate::compare::evaluate;
-use crate::context::Ctx;
+use crate::context::ExecCtx;
 use crate::error::StepError;
 
 /// The condition of an `if` or `when` step.
@@ -23,7 +23,7 @@ pub fn condition_of(step: &Step) -> Result<&Condition, StepError> {
 }
 
 /// Evaluates the step's condition.
-pub async fn run(ctx: &Ctx, step: &Step) -> Result<StepResult, StepError> {
+pub async fn run(ctx: &ExecCtx, step: &Step) -> Result<StepResult, StepError> {
     let c = condition_of(step)?;
     let res = &c.resource;
     let api_version = api::api_version_for(res.api_version.as_deref(), &res.kind)?;

@@ -7,18 +7,18 @@
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, ApiResource, DynamicObject};
-use pseudoflow_compiler::included::{classify, Classified};
-use pseudoflow_compiler::names::content_digest;
-use pseudoflow_compiler::result::{IncludedDocument, StepResult};
+use pseudoflow_crd::protocol::content_digest;
+use pseudoflow_crd::protocol::{classify, Classified};
+use pseudoflow_crd::protocol::{IncludedDocument, StepResult};
 use pseudoflow_crd::steps::include::{IncludeSource, KeyRef};
 use pseudoflow_crd::{PseudoFlow, Step, StepKind};
 
-use crate::context::Ctx;
+use crate::context::ExecCtx;
 use crate::error::{is_not_found, Call, StepError};
 use crate::steps::apply;
 
 /// Fetches the include source's text; `secret` is true when it came from a Secret.
-async fn fetch(ctx: &Ctx, source: &IncludeSource) -> Result<(String, bool), StepError> {
+async fn fetch(ctx: &ExecCtx, source: &IncludeSource) -> Result<(String, bool), StepError> {
     let refs = match source {
         IncludeSource::Url(url) => {
             let text = crate::http::fetch_text(url)
@@ -87,7 +87,7 @@ async fn fetch(ctx: &Ctx, source: &IncludeSource) -> Result<(String, bool), Step
 /// `includeFlow`: reads the other PseudoFlow under the flow's own ServiceAccount (so a flow can
 /// only include flows its identity may read) and returns its steps and vars.
 async fn fetch_flow(
-    ctx: &Ctx,
+    ctx: &ExecCtx,
     name: &str,
     namespace: Option<&str>,
 ) -> Result<StepResult, StepError> {
@@ -123,7 +123,7 @@ async fn fetch_flow(
     Ok(r)
 }
 
-fn get<T>(ctx: &Ctx, r: Result<T, kube::Error>, call: Call) -> Result<T, StepError> {
+fn get<T>(ctx: &ExecCtx, r: Result<T, kube::Error>, call: Call) -> Result<T, StepError> {
     r.map_err(|e| {
         if is_not_found(&e) {
             StepError::failed(format!(
@@ -139,7 +139,7 @@ fn get<T>(ctx: &Ctx, r: Result<T, kube::Error>, call: Call) -> Result<T, StepErr
 }
 
 /// Fetches, classifies and (for manifests) applies the included document.
-pub async fn run(ctx: &Ctx, step: &Step) -> Result<StepResult, StepError> {
+pub async fn run(ctx: &ExecCtx, step: &Step) -> Result<StepResult, StepError> {
     if let StepKind::IncludeFlow(p) = &step.kind {
         let name = step.name.as_deref().unwrap_or_default();
         return fetch_flow(ctx, name, p.namespace.as_deref()).await;

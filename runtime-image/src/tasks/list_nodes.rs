@@ -3,12 +3,12 @@
 
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams};
-use pseudoflow_compiler::result::StepResult;
 use pseudoflow_crd::common::RunOn;
+use pseudoflow_crd::protocol::StepResult;
 use pseudoflow_crd::selector::Selector;
 use pseudoflow_crd::{Step, StepKind};
 
-use crate::context::Ctx;
+use crate::context::ExecCtx;
 use crate::error::{Call, StepError};
 
 /// The selector string and node policy of a step that fans out over nodes.
@@ -44,7 +44,7 @@ pub fn pick(
 }
 
 /// Lists the matching nodes.
-pub async fn run(ctx: &Ctx, step: &Step) -> Result<StepResult, StepError> {
+pub async fn run(ctx: &ExecCtx, step: &Step) -> Result<StepResult, StepError> {
     let (text, on) = targeting(step)?;
     let sel = Selector::parse(&text).map_err(|e| StepError::failed(e.to_string()))?;
     let api: Api<Node> = Api::all(ctx.client().await?);

@@ -1,0 +1,128 @@
+//! Preparing a node's payload at run time: `${...}` substituted, a `template` rendered,
+//! `patchLabel`'s variable attached — what the controller lowers into the step's input.
+
+use pseudoflow_crd::steps::apply::manifest_objects;
+use pseudoflow_crd::validate::join;
+use pseudoflow_crd::{PseudoFlowSpec, StepKind};
+use serde_json::Value;
+
+use super::{Engine, Scope, SubstError, Warning};
+use crate::plan::PlanNode;
+
+/// The node's payload as it will run, given the scope: `${...}` substituted, a `template`
+/// rendered, `patchLabel`'s variable attached as `fromVarValue`.
+pub fn prepare_payload(
+    engine: &Engine,
+    node: &PlanNode,
+    scope: &Scope,
+) -> Result<(Value, Vec<Warning>), SubstError> {
+    let mut payload = crate::lower::payload(node);
+    let template = match &node.step.as_ref().map(|s| &s.kind) {
+        Some(StepKind::Template(t)) => {
+            Some(engine.render_template(&t.template, scope, &join(&node.path, "template"))?)
+        }
+        _ => None,
+    };
+    if let Some(obj) = payload.as_object_mut() {
+        obj.remove("template");
+        if let Some(StepKind::Apply(_)) = node.step.as_ref().map(|s| &s.kind) {
+            parse_manifests(obj, &node.path)?;
+        }
+    }
+    let (mut value, warnings) = engine.substitute(&payload, scope, &node.path)?;
+    if let Some(obj) = value.as_object_mut() {
+        if let Some(t) = template {
+            obj.insert("template".into(), Value::String(t));
+        }
+        if let Some(var) = node.step_kind().and_then(|k| k.params().input_var()) {
+            obj.insert(
+                "fromVarValue".into(),
+                scope.get(var).cloned().unwrap_or(Value::Null),
+            );
+        }
+    }
+    Ok((value, warnings))
+}
+
+/// `apply.manifests` given as YAML text becomes the list of its objects *before* substitution,
+/// so that `${...}` is substituted inside string scalars: a value holding `---` or
+/// `kind: ...` stays a string and cannot add objects or fields validation never saw.
+fn parse_manifests(
+    step: &mut serde_json::Map<String, Value>,
+    path: &str,
+) -> Result<(), SubstError> {
+    let Some(text @ Value::String(_)) = step.get("manifests") else {
+        return Ok(());
+    };
+    let objects = manifest_objects(text).map_err(|reason| SubstError {
+        path: join(path, "manifests"),
+        expr: "manifests".into(),
+        reason,
+    })?;
+    step.insert("manifests".into(), Value::Array(objects));
+    Ok(())
+}
+
+/// The node's step as JSON with `spec.vars` substituted where possible (for `--emit`); loop
+/// variables and step outputs are unknown before a run, so what cannot be substituted is kept.
+pub fn substitute_flow_vars(node: &PlanNode, spec: &PseudoFlowSpec) -> Value {
+    let scope: Scope = spec
+        .vars
+        .iter()
+        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+        .collect();
+    let engine = Engine::new();
+    match prepare_payload(&engine, node, &scope) {
+        Ok((v, _)) => v,
+        Err(_) => crate::lower::payload(node),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::{compile, Compiled, FlowId};
+
+    fn flow(steps: Value) -> Compiled {
+        let id = FlowId {
+            name: "f",
+            namespace: Some("ns"),
+        };
+        compile(&id, &json!({"vars": {"name": "n1"}, "steps": steps})).expect("valid flow")
+    }
+
+    #[test]
+    fn a_variable_holding_a_document_separator_stays_a_string_in_apply() {
+        let c = flow(json!([{
+            "type": "apply",
+            "manifests": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\ndata:\n  k: ${v}\n  n: ${n}\n"
+        }]));
+        let node = c.plan.nodes().find(|n| n.step_type == "apply").unwrap();
+        let injected = "x\n---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: injected\n";
+        let scope: Scope = [
+            ("v".to_string(), json!(injected)),
+            ("n".to_string(), json!(3)),
+        ]
+        .into();
+        let (payload, _) = prepare_payload(&Engine::new(), node, &scope).unwrap();
+        let objects = manifest_objects(&payload["manifests"]).unwrap();
+        assert_eq!(objects.len(), 1, "{objects:?}");
+        assert_eq!(objects[0]["data"]["k"], json!(injected));
+        assert_eq!(
+            objects[0]["data"]["n"],
+            json!(3),
+            "a whole-scalar expression keeps its type"
+        );
+    }
+
+    #[test]
+    fn shq_quotes_for_the_shell_at_run_time() {
+        let scope: Scope = [("out".to_string(), json!("a'b; rm -rf /"))].into();
+        let (v, _) = Engine::new()
+            .substitute_str("echo ${ out | shq }", &scope, "spec.steps[1].cmd")
+            .unwrap();
+        assert_eq!(v, json!("echo 'a'\\''b; rm -rf /'"));
+    }
+}

@@ -1,0 +1,104 @@
+//! Deterministic names, label values and digests that both sides of the executor contract
+//! compute: the controller labels and names what it creates with them, the executor labels its
+//! result ConfigMap and checks its input's digest with the same functions, so the two agree
+//! without the executor depending on the compiler.
+
+/// 64-bit FNV-1a over the parts (with separators): stable across builds and platforms, which
+/// `std`'s hasher is not. Used for uniqueness, not security.
+pub fn stable_hash(parts: &[&str]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in parts {
+        for b in part.bytes().chain(std::iter::once(0xff)) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h
+}
+
+/// Hex SHA-256 over the parts, each followed by a 0xff separator (no part boundary can be
+/// shifted to give the same bytes: 0xff never occurs in UTF-8).
+pub fn sha256_hex(parts: &[&str]) -> String {
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    for part in parts {
+        ctx.update(part.as_bytes());
+        ctx.update(&[0xff]);
+    }
+    hex(ctx.finish().as_ref())
+}
+
+/// Hex SHA-256 of `bytes` as they are: the digest of an executor's input document that its Job
+/// carries, so the executor can refuse an input that is not the one its Job was made for.
+pub fn content_digest(bytes: &[u8]) -> String {
+    hex(ring::digest::digest(&ring::digest::SHA256, bytes).as_ref())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Lowercases and replaces anything outside `[a-z0-9-]` so the text can be part of a name.
+pub fn sanitize(s: &str) -> String {
+    let mut out: String = s
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    while out.contains("--") {
+        out = out.replace("--", "-");
+    }
+    out.trim_matches('-').to_string()
+}
+
+/// `<readable part>-<hash>`, at most `max` characters, starting and ending alphanumeric.
+pub fn bounded_name(readable: &str, hash: u64, max: usize) -> String {
+    let suffix = format!("{:010x}", hash & 0xff_ffff_ffff);
+    let room = max.saturating_sub(suffix.len() + 1);
+    let mut base: String = sanitize(readable).chars().take(room).collect();
+    base = base.trim_end_matches('-').to_string();
+    if base.is_empty() {
+        format!("pf-{suffix}")
+    } else {
+        format!("{base}-{suffix}")
+    }
+}
+
+/// A label value (≤ 63, alphanumeric ends) that still reads like the original.
+pub fn label_value(s: &str) -> String {
+    let ok = s.len() <= 63
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && s.chars().next().is_none_or(|c| c.is_ascii_alphanumeric())
+        && s.chars().last().is_none_or(|c| c.is_ascii_alphanumeric());
+    if ok {
+        s.to_string()
+    } else {
+        bounded_name(s, stable_hash(&[s]), 63)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_values_are_kept_when_valid_and_bounded_otherwise() {
+        assert_eq!(label_value("s3-then0"), "s3-then0");
+        let long = "x".repeat(80);
+        assert!(label_value(&long).len() <= 63);
+        assert_ne!(label_value("a/b"), "a/b");
+    }
+
+    #[test]
+    fn content_digests_are_sha256() {
+        assert_eq!(
+            content_digest(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+}
