@@ -14,6 +14,7 @@ use crate::plan::Plan;
 /// A flow that passed validation, ready to run.
 #[derive(Debug, Clone)]
 pub struct Compiled {
+    /// The typed spec validation produced (defaults applied), what the plan was built from.
     pub spec: PseudoFlowSpec,
     /// The DAG of `spec.steps`.
     pub plan: Plan,
@@ -26,7 +27,9 @@ pub struct Compiled {
 /// Identity of the flow being compiled, for rules that depend on it (self-inclusion).
 #[derive(Debug, Clone, Default)]
 pub struct FlowId<'a> {
+    /// The flow's name: a flow including itself by name is refused.
     pub name: &'a str,
+    /// Its namespace (None offline): an `includeFlow` without one means this namespace.
     pub namespace: Option<&'a str>,
 }
 

@@ -2,6 +2,7 @@
 //! it into a DAG ([`plan::Plan`]) whose nodes become executor Jobs and ConfigMaps
 //! ([`lower::lower`]). Pure and deterministic — no I/O — so the controller can recompile on
 //! every reconcile and get the same node ids and Job names.
+#![warn(missing_docs)]
 
 pub mod compile;
 pub mod dag;

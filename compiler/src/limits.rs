@@ -10,12 +10,30 @@ pub use pseudoflow_crd::limits::*;
 /// A limit a run reached, naming the step that reached it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LimitError {
+    /// A `forEach` produced more items than one loop may run.
     #[error("{path}: {count} items, more than the {MAX_LOOP_ITEMS} one loop may run")]
-    LoopItems { path: String, count: usize },
+    LoopItems {
+        /// The loop step.
+        path: String,
+        /// How many items it was given.
+        count: usize,
+    },
+    /// A node selector matched more nodes than one node loop may run on.
     #[error("{path}: {count} nodes, more than the {MAX_LOOP_NODES} one node loop may run on")]
-    LoopNodes { path: String, count: usize },
+    LoopNodes {
+        /// The node loop (or fanned-out node step).
+        path: String,
+        /// How many nodes matched.
+        count: usize,
+    },
+    /// The run as a whole would start more loop iterations than a run may.
     #[error("{path}: the run would start {count} loop iterations, more than {MAX_RUN_ITERATIONS}")]
-    RunIterations { path: String, count: usize },
+    RunIterations {
+        /// The loop that would pass the bound.
+        path: String,
+        /// Iterations taken so far plus this loop's.
+        count: usize,
+    },
 }
 
 /// Checks the items a loop at `path` (its `forEach`) is about to run.

@@ -46,15 +46,21 @@ impl Default for LowerOptions {
 /// One execution of one node: which loop item, which attempt, with which substituted step.
 #[derive(Debug, Clone)]
 pub struct NodeInstance<'a> {
+    /// The flow whose identity and namespace the Job gets.
     pub flow: &'a FlowRef,
+    /// The run: part of the Job's name and labels, so runs never share Jobs.
     pub run_id: &'a str,
+    /// The DAG node to run.
     pub node: &'a PlanNode,
     /// One key per enclosing loop (item index, or node name for node loops).
     pub instance: &'a [String],
+    /// The `retry` attempt (1-based): each attempt is a Job of its own.
     pub attempt: u32,
     /// The node's step with `${...}` substituted (see [`crate::subst`]).
     pub step: Value,
+    /// The node a node step is pinned to.
     pub target_node: Option<&'a str>,
+    /// Where `applyFile`/`deleteFile` find their files (`spec.artifacts`).
     pub artifacts: &'a [pseudoflow_crd::ArtifactSource],
 }
 
@@ -63,6 +69,7 @@ pub struct NodeInstance<'a> {
 pub struct Lowered {
     /// The input document (`stringData[INPUT_KEY]`), named like the Job.
     pub input: Secret,
+    /// The executor Job, carrying the input's digest.
     pub job: Job,
     /// The input document as stored, to compare with an input that already exists.
     pub input_document: String,
@@ -73,8 +80,10 @@ pub struct Lowered {
 /// Why a node cannot be lowered to a Job.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LowerError {
+    /// The node is controller-local (log, eval, sleep...): it has no Job.
     #[error("node {0} runs in the controller, not in a Job")]
     NotAJob(String),
+    /// A node step needs the node it runs on.
     #[error("node {0} is a node step but no target node was given")]
     NoTargetNode(String),
 }

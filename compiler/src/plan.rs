@@ -47,31 +47,48 @@ pub enum NodeKind {
     Condition,
     /// Opens a `loop` (items from `forEach`) or a node loop (nodes from a selector).
     LoopStart {
+        /// What the loop iterates over.
         over: LoopOver,
+        /// How many items may run at once (None: the step type's default).
         #[serde(skip_serializing_if = "Option::is_none")]
         max_parallel: Option<u32>,
+        /// The loop's end node.
         end: String,
     },
     /// Opens a `parallel`.
-    Fork { end: String },
+    Fork {
+        /// The join node the branches meet at.
+        end: String,
+    },
     /// Opens a `retry` group.
     RetryStart {
+        /// How many times the body may run.
         attempts: u32,
+        /// Seconds to wait before the next attempt.
         backoff_seconds: u32,
+        /// The group's end node.
         end: String,
     },
     /// Fetches an `include` source; its steps (if any) are compiled and run as its body.
-    Include { end: String },
+    Include {
+        /// The end node the fetched body runs before.
+        end: String,
+    },
     /// Runs another flow's steps as its body.
     IncludeFlow {
+        /// The other flow's name.
         flow: String,
+        /// Its namespace (None: the including flow's).
         #[serde(skip_serializing_if = "Option::is_none")]
         namespace: Option<String>,
+        /// Whether the included steps see the caller's variables too.
         inherit_vars: bool,
+        /// The end node the included body runs before.
         end: String,
     },
     /// Closes a compound step; its failure is the compound's failure.
     CompoundEnd {
+        /// The start node this end closes.
         start: String,
         /// For a parallel join: false = the first successful branch is enough.
         wait_for_all: bool,
@@ -88,7 +105,12 @@ pub enum LoopOver {
     /// `loop.forEach`: a list or one `${expression}` producing one.
     Items(Value),
     /// `loopNodes` or a node step's fan-out: nodes matching a label selector.
-    Nodes { selector: String, run_on: RunOn },
+    Nodes {
+        /// The label selector the nodes must match.
+        selector: String,
+        /// On how many of them the body must succeed.
+        run_on: RunOn,
+    },
 }
 
 /// One node of the DAG.
@@ -102,8 +124,10 @@ pub struct PlanNode {
     /// The step's `type`, or `start`/`end`/`<type>-end` for structural nodes.
     #[serde(rename = "type")]
     pub step_type: String,
+    /// The step's `name`, shown in status and Events.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// What the node does in the DAG.
     #[serde(flatten)]
     pub kind: NodeKind,
     /// Where the work runs (controller, an API Job, a node-pinned Job, or nowhere).
@@ -116,8 +140,10 @@ pub struct PlanNode {
     pub loops: Vec<String>,
     /// Inside a node loop (or fan-out): the node comes from the loop's item.
     pub on_node: bool,
+    /// A failure of this step does not fail the run (`continueOnError`).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub continue_on_error: bool,
+    /// The step's own `timeoutSeconds`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeout_seconds: Option<u32>,
     /// The step itself (parameters not yet substituted), for nodes that do work.
@@ -139,8 +165,11 @@ impl PlanNode {
 /// A compiled flow.
 #[derive(Debug, Clone)]
 pub struct Plan {
+    /// The DAG: nodes are steps and structural points, edges say when a node may start.
     pub graph: DiGraph<PlanNode, EdgeKind>,
+    /// Where every run starts.
     pub start: NodeIndex,
+    /// Reached when the run is done.
     pub end: NodeIndex,
     by_id: BTreeMap<String, NodeIndex>,
 }

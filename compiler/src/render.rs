@@ -10,9 +10,13 @@ use crate::plan::{EdgeKind, LoopOver, NodeKind, Plan, PlanNode};
 /// Output formats of `pseudoflow-compile`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
+    /// An indented tree with each node's type and placement, for a terminal.
     Tree,
+    /// Graphviz, to draw the DAG.
     Dot,
+    /// Mermaid, to draw the DAG in Markdown (GitHub renders it).
     Mermaid,
+    /// The plan as JSON, for tools.
     Json,
 }
 

@@ -13,7 +13,9 @@ use pseudoflow_crd::Diagnostics;
 /// One PseudoFlow document from a file.
 #[derive(Debug, Clone)]
 pub struct FlowDocument {
+    /// `metadata.name`: diagnostics and self-include checks name it.
     pub name: String,
+    /// `metadata.namespace`, if the file gives one.
     pub namespace: Option<String>,
     /// The whole object as JSON.
     pub object: Value,
@@ -23,12 +25,16 @@ pub struct FlowDocument {
 /// Why a file could not be read as flows.
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
+    /// The file is not YAML at all.
     #[error("not valid YAML: {0}")]
     Yaml(String),
+    /// A document of another kind (document number, its kind).
     #[error("document {0} is not a PseudoFlow (kind {1:?}); expected apiVersion ops.example.com/v1alpha1, kind PseudoFlow")]
     NotAFlow(usize, String),
+    /// A flow without a name (document number).
     #[error("document {0} has no metadata.name")]
     NoName(usize),
+    /// Nothing to compile.
     #[error("no PseudoFlow document found")]
     Empty,
 }

@@ -12,7 +12,9 @@ pub const MAX_DEPTH: usize = 32;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("value nests deeper than {max} levels (at {at})")]
 pub struct DepthError {
+    /// The bound that was passed.
     pub max: usize,
+    /// Where inside the value it was passed (`$.a.b[0]`), to find it in a large value.
     pub at: String,
 }
 

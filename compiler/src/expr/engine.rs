@@ -28,7 +28,9 @@ pub type Scope = BTreeMap<String, Value>;
 /// A `${NAME}` left in place because `NAME` is not a variable (e.g. a shell variable).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Warning {
+    /// The field holding the expression (`spec.steps[2].cmd`).
     pub path: String,
+    /// What was left in place and why, for the author to confirm.
     pub message: String,
 }
 
@@ -36,14 +38,18 @@ pub struct Warning {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{path}: cannot evaluate ${{{expr}}}: {reason}")]
 pub struct SubstError {
+    /// The field holding the expression.
     pub path: String,
+    /// The expression as written, so the author recognises it.
     pub expr: String,
+    /// The engine's reason (undefined name, work limit, type error...).
     pub reason: String,
 }
 
 /// What one expression refers to, found without evaluating it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExprRef {
+    /// The expression text between `${` and `}`.
     pub expr: String,
     /// The expression is just a name (`${dns_ip}`).
     pub plain: bool,

@@ -15,6 +15,7 @@ pub enum Segment {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unterminated ${{ at byte {offset}")]
 pub struct ScanError {
+    /// Byte offset of the `${` that is never closed.
     pub offset: usize,
 }
 
