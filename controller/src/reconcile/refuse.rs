@@ -7,7 +7,8 @@ use kube::runtime::events::EventType;
 use kube::ResourceExt;
 use serde_json::{json, Value};
 
-use super::{finalizer, now, publish_to, status, Context, Error};
+use super::report::publish_to;
+use super::{finalizer, now, status, Context, Error};
 use crate::raw::RawFlow;
 
 /// Sets status `phase: Failed` with `reason` and `message` (once per generation: a reconcile

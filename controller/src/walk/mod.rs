@@ -2,7 +2,10 @@
 //! which node instances start, which are skipped, which are aborted, and when to wake up.
 //! Pure and deterministic: the reconcile loop feeds it observations and performs its actions.
 
+pub mod fold;
+pub mod select;
 mod state;
+mod stored;
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -12,6 +15,7 @@ use pseudoflow_crd::StepKind;
 use serde_json::Value;
 
 pub use state::{instance_id, Instance, Key, Phase, RunPhase, RunState};
+pub use stored::StoredRun;
 
 use crate::limits::{bounded, MAX_INSTANCES, MAX_INSTANCE_MESSAGE_CHARS};
 
@@ -49,6 +53,17 @@ pub struct Completion {
     pub condition: Option<bool>,
     /// For loop starts: the items (key, value).
     pub items: Option<Vec<(String, Value)>>,
+}
+
+impl From<pseudoflow_compiler::runtime::local::Completion> for Completion {
+    fn from(local: pseudoflow_compiler::runtime::local::Completion) -> Self {
+        Completion {
+            ok: local.ok,
+            message: local.message,
+            items: local.items,
+            ..Default::default()
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

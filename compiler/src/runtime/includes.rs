@@ -1,19 +1,20 @@
 //! Steps that `include` and `includeFlow` fetch at run time. The fetch Job returns them raw; they
 //! are validated here, kept in the run state (so a restarted controller, or a changed source,
 //! does not change a running run), and the flow is compiled again with them as the fetching
-//! step's body. Variables of an included flow are scoped to its steps.
+//! step's body. Variables of an included flow are scoped to its steps. Pure: the controller
+//! fetches and stores, this decides.
 
 use std::collections::BTreeMap;
 
-use pseudoflow_compiler::plan::{NodeKind, Plan, PlanNode};
-use pseudoflow_compiler::{compile_expanded, validate_included, Compiled, Expansions, FlowId};
 use pseudoflow_crd::steps::include::IncludeSource;
-use pseudoflow_crd::StepKind;
+use pseudoflow_crd::{Diagnostics, StepKind};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::depth::{self, TooDeep};
-use crate::limits::{MAX_INCLUDE_DEPTH, MAX_PLAN_NODES, MAX_SPEC_DEPTH};
+use super::depth::{self, TooDeep};
+use super::{MAX_INCLUDE_DEPTH, MAX_PLAN_NODES, MAX_SPEC_DEPTH};
+use crate::plan::{NodeKind, Plan, PlanNode};
+use crate::{compile_expanded, validate_included, Compiled, Expansions, FlowId};
 
 /// What one include step fetched.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -45,18 +46,24 @@ pub enum IncludeError {
     Differs,
 }
 
+/// Why a run's spec with its stored includes does not compile (the spec was valid when the run
+/// started and the includes when they were stored, so only a changed compiler gets here).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ExpandError(#[from] pub Diagnostics);
+
 /// The flow compiled with every stored include expanded.
 pub fn expand(
     flow: &FlowId,
     raw_spec: &Value,
     includes: &BTreeMap<String, Included>,
-) -> Result<Compiled, String> {
+) -> Result<Compiled, ExpandError> {
     let mut expansions = Expansions::new();
     for (id, inc) in includes {
-        let steps = validate_included(&inc.steps, id).map_err(|d| d.to_string())?;
+        let steps = validate_included(&inc.steps, id)?;
         expansions.insert(id.clone(), steps);
     }
-    compile_expanded(flow, raw_spec, &expansions).map_err(|d| d.to_string())
+    Ok(compile_expanded(flow, raw_spec, &expansions)?)
 }
 
 /// Checks what `node` (an include or includeFlow start) fetched before it is stored under its id.
@@ -189,7 +196,7 @@ fn plan_size(steps: &Value) -> usize {
         name: "included",
         namespace: None,
     };
-    match pseudoflow_compiler::compile(&id, &serde_json::json!({ "steps": steps })) {
+    match crate::compile(&id, &serde_json::json!({ "steps": steps })) {
         Ok(c) => c.plan.len(),
         // Not compilable alone (validated already, so unlikely): two nodes per step object.
         Err(_) => 2 * count_steps(steps),
