@@ -30,18 +30,25 @@ pub struct Included {
 /// Why fetched steps cannot become a step's body.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum IncludeError {
+    /// An includeFlow reads a flow that (transitively) includes it.
     #[error("includeFlow cycle: {0}")]
     Cycle(String),
+    /// An include reads a source an enclosing include already read.
     #[error("include cycle: {0}")]
     SourceCycle(String),
+    /// Too many includes inside one another.
     #[error("includes nested more than {MAX_INCLUDE_DEPTH} deep")]
     Nested,
+    /// The fetched steps nest deeper than a spec may.
     #[error(transparent)]
     Deep(#[from] TooDeep),
+    /// The plan would grow past its bound.
     #[error("the included steps would grow the flow to {0} DAG nodes, more than the limit of {MAX_PLAN_NODES}")]
     TooLarge(usize),
+    /// The fetched steps are not valid steps.
     #[error("the included steps are invalid: {0}")]
     Invalid(String),
+    /// A later loop item fetched other steps than an earlier one.
     #[error("fetched different steps than for an earlier loop item; an include inside a loop must bring the same steps for every item")]
     Differs,
 }

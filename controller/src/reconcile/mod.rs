@@ -32,7 +32,7 @@ use kube::ResourceExt;
 use pseudoflow_compiler::plan::Plan;
 use pseudoflow_compiler::{compile, Compiled, FlowId};
 use pseudoflow_crd::RUN_ANNOTATION;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tracing::warn;
 
 use crate::limits::{bounded, MAX_RUN_STATE_BYTES, MAX_STATUS_MESSAGE_CHARS};
@@ -90,13 +90,8 @@ async fn reconcile_flow(
                 r.publish(EventType::Warning, "InvalidSpec", &message).await;
                 ctx.metrics.run_finished(&r.key(), "Failed");
             }
-            let now = status::rfc3339(r.now);
-            patch_status(
-                &flows,
-                name,
-                status::invalid(&previous, generation, &message, &now),
-            )
-            .await?;
+            let invalid = status::invalid(&previous, generation, &message, r.now);
+            patch_status(&flows, name, status::to_patch(&invalid)).await?;
             if deleting {
                 // Nothing valid to run before deletion: let it go.
                 finalizer::remove(&flows, flow).await?;
@@ -129,11 +124,8 @@ async fn reconcile_flow(
                 r.publish(EventType::Warning, "RunStateUnreadable", &message)
                     .await;
             }
-            let mut s = previous.clone();
-            s["phase"] = json!("Failed");
-            s["reason"] = json!("RunStateUnreadable");
-            s["message"] = json!(message);
-            patch_status(&flows, name, s).await?;
+            let unreadable = status::failed_with("RunStateUnreadable", &message);
+            patch_status(&flows, name, status::to_patch(&unreadable)).await?;
             return Ok(Action::await_change());
         }
     };
@@ -155,9 +147,8 @@ async fn reconcile_flow(
     if run.spec.is_none() && run.generation != generation {
         // Queued behind a run of an older spec: wait for its Jobs, then start the new run.
         if r.jobs_running(&run.run_id).await? {
-            let mut s = previous.clone();
-            s["queuedRun"] = json!({"id": id, "generation": generation});
-            patch_status(&flows, name, s).await?;
+            let queued = status::queued(&id, generation);
+            patch_status(&flows, name, status::to_patch(&queued)).await?;
             return Ok(Action::requeue(Duration::from_secs(5)));
         }
         save(flow, ctx, &wanted, rv.as_deref()).await?;
@@ -197,10 +188,11 @@ async fn reconcile_flow(
         &run,
         run.generation,
         queued.as_deref().map(|id| (id, generation)),
-        &status::rfc3339(r.now),
+        r.now,
     );
-    if status::without_nulls(&status) != previous {
-        patch_status(&flows, name, status).await?;
+    let patch = status::replacing(&previous, &status);
+    if status::without_nulls(&patch) != previous {
+        patch_status(&flows, name, patch).await?;
     }
     let active = run.state.phase == RunPhase::Running || !run.beside.is_empty();
     ctx.metrics.set_active(&r.key(), active);

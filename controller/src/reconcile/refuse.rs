@@ -20,19 +20,13 @@ pub async fn fail(ctx: &Context, flow: &RawFlow, reason: &str, message: &str) ->
     let generation = flow.metadata.generation.unwrap_or(0);
     let previous = flow.status_value().unwrap_or(Value::Null);
     let said_before = status::already_failed(&previous, generation, reason);
-    let next = status::not_run(
-        &previous,
-        generation,
-        reason,
-        message,
-        &status::rfc3339(now()),
-    );
-    if !said_before || previous["message"] != next["message"] {
+    let next = status::not_run(&previous, generation, reason, message, now());
+    if !said_before || previous["message"].as_str() != next.message.as_deref() {
         flows
             .patch_status(
                 &name,
                 &PatchParams::default(),
-                &Patch::Merge(json!({ "status": next })),
+                &Patch::Merge(json!({ "status": status::to_patch(&next) })),
             )
             .await?;
     }
