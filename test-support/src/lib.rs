@@ -9,7 +9,8 @@ pub mod flows;
 pub mod jobs;
 mod namespace;
 
-use std::time::Duration;
+use std::future::Future;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams};
@@ -51,4 +52,17 @@ pub async fn install_crd(client: &Client) {
     .await
     .unwrap()
     .unwrap();
+}
+
+/// Polls `check` every 200 ms until it holds; panics naming `what` after `secs`.
+pub async fn eventually<F, Fut>(secs: u64, what: &str, check: F)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !check().await {
+        assert!(Instant::now() < deadline, "{what}: not within {secs}s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
