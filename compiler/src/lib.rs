@@ -15,6 +15,7 @@ pub mod names;
 pub mod plan;
 pub mod render;
 pub mod result;
+pub mod runtime;
 pub mod source;
 
 pub use compile::{

@@ -10,7 +10,6 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::Client;
 use pseudoflow_compiler::emit::{emit_node, to_yaml};
@@ -20,6 +19,7 @@ use pseudoflow_compiler::{compile, FlowId};
 use pseudoflow_controller::metrics::Metrics;
 use pseudoflow_controller::reconcile::flow_resource;
 use pseudoflow_controller::{run_controller, Context};
+use pseudoflow_test_support::{install_crd, jobs, FlowNamespace};
 use pseudoflow_testenv::{apply, Options, TestEnv};
 use serde_json::{json, Value};
 
@@ -38,24 +38,16 @@ fn flow_spec(path: &str, max_parallel: u32) -> Value {
 
 /// A namespace whose ServiceAccount `flow` may list nodes (node steps need nothing else).
 async fn namespace(env: &TestEnv, client: &Client, prefix: &str) -> String {
-    let ns = env.namespace(prefix).await.unwrap();
-    for v in [
-        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "flow", "namespace": ns}}),
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": format!("{ns}-nodes")}, "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}]}),
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": format!("{ns}-nodes")}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": format!("{ns}-nodes")}, "subjects": [{"kind": "ServiceAccount", "name": "flow", "namespace": ns}]}),
-    ] {
-        apply::apply_value(client, v, None).await.unwrap();
-    }
-    ns
+    FlowNamespace::new(prefix)
+        .cluster_rules(
+            json!([{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}]),
+        )
+        .create(env, client)
+        .await
 }
 
 async fn jobs_in(client: &Client, ns: &str) -> usize {
-    Api::<Job>::namespaced(client.clone(), ns)
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .len()
+    jobs(client, ns).await.len()
 }
 
 /// Every node has the file and one more recorded kubelet restart than in `before`.
@@ -235,18 +227,7 @@ async fn main() {
         t.elapsed().as_secs_f64()
     );
     let client = env.client().await.unwrap();
-    apply::apply_text(
-        &client,
-        &std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../crd/pseudoflow.yaml"
-        ))
-        .unwrap(),
-        None,
-    )
-    .await
-    .unwrap();
-    tokio::time::sleep(Duration::from_secs(2)).await; // the CRD is established (bench setup only)
+    install_crd(&client).await;
     let mut nodes: Vec<String> = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
         .list(&ListParams::default())
         .await

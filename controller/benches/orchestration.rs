@@ -20,6 +20,7 @@ use pseudoflow_compiler::{compile, FlowId};
 use pseudoflow_controller::metrics::Metrics;
 use pseudoflow_controller::reconcile::flow_resource;
 use pseudoflow_controller::{run_controller, Context};
+use pseudoflow_test_support::{install_crd, FlowNamespace};
 use pseudoflow_testenv::{apply, Options, TestEnv};
 use serde_json::{json, Value};
 
@@ -78,16 +79,12 @@ fn steps(ns: &str) -> Value {
     Value::Array((0..STEPS).map(|i| json!({"type": "apply", "manifests": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("cm-{i}"), "namespace": ns}}})).collect())
 }
 
+/// A namespace whose ServiceAccount `flow` may create and patch ConfigMaps there.
 async fn namespace_with_sa(env: &TestEnv, client: &Client, prefix: &str) -> String {
-    let ns = env.namespace(prefix).await.unwrap();
-    for v in [
-        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "flow", "namespace": ns}}),
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "flow", "namespace": ns}, "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "patch"]}]}),
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "flow", "namespace": ns}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "flow"}, "subjects": [{"kind": "ServiceAccount", "name": "flow", "namespace": ns}]}),
-    ] {
-        apply::apply_value(client, v, None).await.unwrap();
-    }
-    ns
+    FlowNamespace::new(prefix)
+        .rules(json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "patch"]}]))
+        .create(env, client)
+        .await
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -110,18 +107,7 @@ async fn main() {
     opts.images.insert(IMAGE, step);
     let env = TestEnv::start(opts).await.unwrap();
     let client = env.client().await.unwrap();
-    apply::apply_text(
-        &client,
-        &std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../crd/pseudoflow.yaml"
-        ))
-        .unwrap(),
-        None,
-    )
-    .await
-    .unwrap();
-    tokio::time::sleep(Duration::from_secs(2)).await; // the CRD is established (bench setup only)
+    install_crd(&client).await;
 
     // PseudoFlow: the controller's client counts its requests.
     let ns = namespace_with_sa(&env, &client, "bench-pf").await;

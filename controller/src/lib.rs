@@ -3,11 +3,11 @@
 //! around it: observe Jobs, feed results to the walker, launch what it says, write status.
 //! [`leader`] lets several replicas run with one active. One flow can never stop the controller
 //! serving the others: flows are read through [`raw`] (a spec nested too deep fails alone, see
-//! [`depth`]), a reconcile that panics or keeps failing fails or backs off alone ([`backoff`]),
+//! [`depth`], from the compiler), a reconcile that panics or keeps failing fails or backs off alone ([`backoff`]),
 //! and what one flow may cost is bounded in [`limits`].
 
 pub mod backoff;
-pub mod depth;
+pub mod labels;
 pub mod leader;
 pub mod limits;
 pub mod metrics;
@@ -16,6 +16,9 @@ pub mod reconcile;
 pub mod walk;
 
 use std::sync::Arc;
+
+/// JSON depth checks, shared with the compiler's run-time functions.
+pub use pseudoflow_compiler::runtime::depth;
 
 pub use reconcile::{run_controller, Context};
 

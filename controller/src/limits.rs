@@ -1,9 +1,8 @@
 //! The controller's bounds, in one place: what one flow may cost it before that flow fails alone
-//! (rather than stalling, or starving every other flow).
+//! (rather than stalling, or starving every other flow). The bounds the compiler's run-time
+//! functions check (spec depth, plan growth, include nesting) are defined there.
 
-/// Deepest JSON nesting read from a flow's `spec` (or `status`). serde_json refuses documents
-/// nested deeper than 128 while decoding, so a deeper spec is refused before it is parsed.
-pub const MAX_SPEC_DEPTH: usize = 64;
+pub use pseudoflow_compiler::runtime::{MAX_INCLUDE_DEPTH, MAX_PLAN_NODES, MAX_SPEC_DEPTH};
 
 /// Deepest JSON nesting of a stored run state (variables and fetched steps included), so that
 /// it always reads back (serde_json's limit is 128).
@@ -24,14 +23,6 @@ pub const MAX_STEP_MESSAGE_CHARS: usize = 300;
 
 /// Longest Event note, in characters (the API server refuses notes over 1 kB).
 pub const MAX_EVENT_NOTE_CHARS: usize = 1000;
-
-/// Most nodes a plan may grow to at run time through `include`/`includeFlow`.
-pub const MAX_PLAN_NODES: usize = 10_000;
-
-/// Most `include`/`includeFlow` steps nested inside one another: each adds a level of step
-/// nesting, which the compiler bounds at [`pseudoflow_compiler::limits::MAX_STEP_DEPTH`] (the
-/// outermost include is itself a step at depth 1).
-pub const MAX_INCLUDE_DEPTH: usize = pseudoflow_compiler::limits::MAX_STEP_DEPTH - 1;
 
 /// Most node instances (steps times loop items) one run may hold.
 pub const MAX_INSTANCES: usize = 20_000;

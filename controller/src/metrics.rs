@@ -1,5 +1,6 @@
 //! Prometheus metrics on `/metrics`: `pseudoflow_runs_total{flow,status}`,
-//! `pseudoflow_step_duration_seconds{flow,step_type}` (histogram), `pseudoflow_active_flows`.
+//! `pseudoflow_step_duration_seconds{flow,step_type}` (histogram), `pseudoflow_active_flows`,
+//! `pseudoflow_reconcile_errors_total{error}`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
@@ -21,6 +22,7 @@ pub struct Metrics {
     runs: Mutex<BTreeMap<(String, String), u64>>,
     steps: Mutex<BTreeMap<(String, String), Hist>>,
     active: Mutex<BTreeMap<String, bool>>,
+    reconcile_errors: Mutex<BTreeMap<&'static str, u64>>,
 }
 
 impl Metrics {
@@ -45,6 +47,16 @@ impl Metrics {
         }
         h.count += 1;
         h.sum += seconds;
+    }
+
+    /// A reconcile failed with an error labelled `error` (see `reconcile::Error::label`).
+    pub fn reconcile_failed(&self, error: &'static str) {
+        *self
+            .reconcile_errors
+            .lock()
+            .unwrap()
+            .entry(error)
+            .or_default() += 1;
     }
 
     /// Whether `flow` has a run in progress.
@@ -97,6 +109,13 @@ impl Metrics {
         }
         let active = self.active.lock().unwrap().values().filter(|a| **a).count();
         let _ = writeln!(out, "# HELP pseudoflow_active_flows Flows with a run in progress.\n# TYPE pseudoflow_active_flows gauge\npseudoflow_active_flows {active}");
+        out.push_str("# HELP pseudoflow_reconcile_errors_total Failed reconciles (retried), by cause.\n# TYPE pseudoflow_reconcile_errors_total counter\n");
+        for (error, n) in self.reconcile_errors.lock().unwrap().iter() {
+            let _ = writeln!(
+                out,
+                "pseudoflow_reconcile_errors_total{{error=\"{error}\"}} {n}"
+            );
+        }
         out
     }
 }
@@ -136,6 +155,7 @@ mod tests {
         m.run_finished("ns/a", "Succeeded");
         m.step_finished("ns/a", "apply", 0.7);
         m.set_active("ns/a", true);
+        m.reconcile_failed("kube");
         let text = m.render();
         assert!(
             text.contains("pseudoflow_runs_total{flow=\"ns/a\",status=\"Succeeded\"} 1"),
@@ -144,6 +164,10 @@ mod tests {
         assert!(text.contains("pseudoflow_step_duration_seconds_bucket{flow=\"ns/a\",step_type=\"apply\",le=\"0.5\"} 0"), "{text}");
         assert!(text.contains("pseudoflow_step_duration_seconds_bucket{flow=\"ns/a\",step_type=\"apply\",le=\"1\"} 1"), "{text}");
         assert!(text.contains("pseudoflow_active_flows 1"), "{text}");
+        assert!(
+            text.contains("pseudoflow_reconcile_errors_total{error=\"kube\"} 1"),
+            "{text}"
+        );
     }
 
     #[test]

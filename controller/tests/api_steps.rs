@@ -323,33 +323,45 @@ async fn wait_for_deleted_succeeds_once_the_object_is_gone() {
     ctl.abort();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn wait_for_ready_succeeds_once_the_ready_condition_is_true() {
-    let (client, ns, ctl) = setup("wf-ready", json!([widget_rule()]), json!([])).await;
+/// A `waitFor` on a Widget whose conditions go from `before` to `after` while the flow waits.
+struct WidgetWait {
+    prefix: &'static str,
+    condition: &'static str,
+    /// Further fields of the waitFor step (`jsonPath`, `op`, `value` for Custom).
+    extra: Value,
+    before: &'static [(&'static str, &'static str)],
+    after: &'static [(&'static str, &'static str)],
+}
+
+/// Runs `case`: the step waits until the Widget's status changes, then succeeds saying so.
+async fn widget_wait_succeeds(case: WidgetWait) {
+    let (client, ns, ctl) = setup(case.prefix, json!([widget_rule()]), json!([])).await;
     install_widget_crd(&client).await;
-    create_widget(
-        &client,
-        &ns,
-        "w",
-        json!({"conditions": conditions(&[("Ready", "False")])}),
-    )
-    .await;
+    let before = json!({"conditions": conditions(case.before)});
+    create_widget(&client, &ns, "w", before).await;
     let resource = json!({"apiVersion": WIDGET_API_VERSION, "kind": "Widget", "name": "w"});
-    let (status, _) = wait_for_case(&client, &ns, resource, "Ready", json!({}), || async {
-        set_widget_status(
-            &client,
-            &ns,
-            "w",
-            json!({"conditions": conditions(&[("Ready", "True")])}),
-        )
-        .await;
+    let after = json!({"conditions": conditions(case.after)});
+    let (status, _) = wait_for_case(&client, &ns, resource, case.condition, case.extra, || {
+        set_widget_status(&client, &ns, "w", after)
     })
     .await;
     assert_eq!(
         message(step(&status, "spec.steps[0]")),
-        format!("Widget/{ns}/w is Ready")
+        format!("Widget/{ns}/w is {}", case.condition)
     );
     ctl.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_for_ready_succeeds_once_the_ready_condition_is_true() {
+    widget_wait_succeeds(WidgetWait {
+        prefix: "wf-ready",
+        condition: "Ready",
+        extra: json!({}),
+        before: &[("Ready", "False")],
+        after: &[("Ready", "True")],
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -409,62 +421,27 @@ async fn wait_for_available_succeeds_once_a_deployment_and_a_daemonset_roll_out(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wait_for_healthy_succeeds_once_a_custom_resource_stops_reconciling() {
-    let (client, ns, ctl) = setup("wf-healthy", json!([widget_rule()]), json!([])).await;
-    install_widget_crd(&client).await;
     // Like many simple operators, this one reports conditions but no observedGeneration.
-    create_widget(
-        &client,
-        &ns,
-        "w",
-        json!({"conditions": conditions(&[("Reconciling", "True"), ("Ready", "False")])}),
-    )
-    .await;
-    let resource = json!({"apiVersion": WIDGET_API_VERSION, "kind": "Widget", "name": "w"});
-    let (status, _) = wait_for_case(&client, &ns, resource, "Healthy", json!({}), || async {
-        set_widget_status(
-            &client,
-            &ns,
-            "w",
-            json!({"conditions": conditions(&[("Reconciling", "False"), ("Ready", "True")])}),
-        )
-        .await;
+    widget_wait_succeeds(WidgetWait {
+        prefix: "wf-healthy",
+        condition: "Healthy",
+        extra: json!({}),
+        before: &[("Reconciling", "True"), ("Ready", "False")],
+        after: &[("Reconciling", "False"), ("Ready", "True")],
     })
     .await;
-    assert_eq!(
-        message(step(&status, "spec.steps[0]")),
-        format!("Widget/{ns}/w is Healthy")
-    );
-    ctl.abort();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wait_for_custom_succeeds_once_a_filtered_json_path_matches() {
-    let (client, ns, ctl) = setup("wf-custom", json!([widget_rule()]), json!([])).await;
-    install_widget_crd(&client).await;
-    create_widget(
-        &client,
-        &ns,
-        "w",
-        json!({"conditions": conditions(&[("Synced", "False")])}),
-    )
-    .await;
-    let resource = json!({"apiVersion": WIDGET_API_VERSION, "kind": "Widget", "name": "w"});
-    let custom = json!({"jsonPath": "{.status.conditions[?(@.type==\"Synced\")].status}", "op": "equals", "value": "True"});
-    let (status, _) = wait_for_case(&client, &ns, resource, "Custom", custom, || async {
-        set_widget_status(
-            &client,
-            &ns,
-            "w",
-            json!({"conditions": conditions(&[("Synced", "True")])}),
-        )
-        .await;
+    widget_wait_succeeds(WidgetWait {
+        prefix: "wf-custom",
+        condition: "Custom",
+        extra: json!({"jsonPath": "{.status.conditions[?(@.type==\"Synced\")].status}", "op": "equals", "value": "True"}),
+        before: &[("Synced", "False")],
+        after: &[("Synced", "True")],
     })
     .await;
-    assert_eq!(
-        message(step(&status, "spec.steps[0]")),
-        format!("Widget/{ns}/w is Custom")
-    );
-    ctl.abort();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -85,17 +85,9 @@ async fn a_flow_runs_to_succeeded_under_its_own_service_account() {
         3,
         "apply, waitFor, setLabel run in Jobs; log does not"
     );
-    assert!(jobs.iter().all(|j| j
-        .spec
-        .as_ref()
-        .unwrap()
-        .template
-        .spec
-        .as_ref()
-        .unwrap()
-        .service_account_name
-        .as_deref()
-        == Some("flow")));
+    assert!(jobs
+        .iter()
+        .all(|j| common::service_account(j) == Some("flow")));
     ctl.abort();
 }
 

@@ -56,19 +56,7 @@ async fn included_steps_run_in_place_under_the_flows_identity() {
                 == "spec.steps[1].included[0]"
         })
         .expect("a Job for the included apply");
-    assert_eq!(
-        included_job
-            .spec
-            .as_ref()
-            .unwrap()
-            .template
-            .spec
-            .as_ref()
-            .unwrap()
-            .service_account_name
-            .as_deref(),
-        Some("flow")
-    );
+    assert_eq!(common::service_account(included_job), Some("flow"));
     // The log step became an Event with the substituted message.
     let events = Api::<k8s_openapi::api::core::v1::Event>::namespaced(client.clone(), &ns)
         .list(&ListParams::default())

@@ -5,7 +5,7 @@
 //! these check what a person sees on the cluster: status, Jobs, created objects and Events.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 
 mod common;
 
-use common::api::unix;
+use common::api::{eventually, unix};
 use common::{
     apply, create_flow, created, finished, flow_events, flows, job_node, jobs, prepare,
     request_run, setup, start_controller_with, step, wait_done, wait_status,
@@ -75,19 +75,6 @@ fn nodes_of(jobs: &[Job]) -> Vec<String> {
 
 fn message(status: &Value) -> &str {
     status["message"].as_str().unwrap_or_default()
-}
-
-/// Polls `check` every 200 ms until it holds; panics naming `what` after `secs`.
-async fn eventually<F, Fut>(secs: u64, what: &str, check: F)
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !check().await {
-        assert!(Instant::now() < deadline, "{what}: not within {secs}s");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -651,18 +638,57 @@ async fn run_id_now(client: &Client, ns: &str, name: &str, trigger: &str) -> Str
     )
 }
 
+/// A [`gated`] flow under a concurrency policy whose first run waits at its gate while a
+/// second run (trigger "2") is requested.
+struct TwoRuns {
+    client: Client,
+    ns: String,
+    ctl: tokio::task::JoinHandle<()>,
+    flow: &'static str,
+    first_id: String,
+    second_id: String,
+}
+
+impl TwoRuns {
+    /// Starts flow `flow` gated under `policy` in a namespace named after `prefix`, waits for its
+    /// first run to wait at the gate and requests the second.
+    async fn start(prefix: &str, flow: &'static str, policy: &str) -> Self {
+        let (client, ns, ctl) = setup(prefix, cm_rules(), json!([])).await;
+        create_flow(&client, &ns, flow, gated(&ns, policy)).await;
+        let first = wait_status(&client, &ns, flow, 60, "a running first step", |st| {
+            st["phase"] == "Running" && st["currentStep"].is_string()
+        })
+        .await;
+        let first_id = first["run"]["id"].as_str().unwrap().to_string();
+        request_run(&client, &ns, flow, "2").await;
+        let second_id = run_id_now(&client, &ns, flow, "2").await;
+        TwoRuns {
+            client,
+            ns,
+            ctl,
+            flow,
+            first_id,
+            second_id,
+        }
+    }
+
+    /// Opens the gate and waits until the second run succeeded; its status.
+    async fn open_gate_until_the_second_succeeds(&self) -> Value {
+        let (client, ns) = (&self.client, &self.ns);
+        apply(client, json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "gate", "namespace": ns}})).await;
+        wait_status(client, ns, self.flow, 90, "the second run done", |st| {
+            st["run"]["id"] == json!(self.second_id) && st["phase"] == "Succeeded"
+        })
+        .await
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forbid_queues_a_new_run_until_the_running_one_ends() {
-    let (client, ns, ctl) = setup("forbid", cm_rules(), json!([])).await;
-    create_flow(&client, &ns, "serial", gated(&ns, "Forbid")).await;
-    let first = wait_status(&client, &ns, "serial", 60, "a running first step", |st| {
-        st["phase"] == "Running" && st["currentStep"].is_string()
-    })
-    .await;
-    let first_id = first["run"]["id"].as_str().unwrap().to_string();
-    request_run(&client, &ns, "serial", "2").await;
-    let second_id = run_id_now(&client, &ns, "serial", "2").await;
-    let queued = wait_status(&client, &ns, "serial", 30, "a queued run", |st| {
+    let runs = TwoRuns::start("forbid", "serial", "Forbid").await;
+    let (client, ns) = (&runs.client, &runs.ns);
+    let (first_id, second_id) = (&runs.first_id, &runs.second_id);
+    let queued = wait_status(client, ns, "serial", 30, "a queued run", |st| {
         st["queuedRun"]["id"] == json!(second_id)
     })
     .await;
@@ -672,18 +698,14 @@ async fn forbid_queues_a_new_run_until_the_running_one_ends() {
         "the first run goes on"
     );
     assert_eq!(queued["phase"], "Running");
-    let before = flow_jobs(&client, &ns, "serial").await;
+    let before = flow_jobs(client, ns, "serial").await;
     assert_eq!(before.len(), 1, "nothing of the queued run started");
-    apply(&client, json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "gate", "namespace": ns}})).await;
-    let status = wait_status(&client, &ns, "serial", 90, "the second run done", |st| {
-        st["run"]["id"] == json!(second_id) && st["phase"] == "Succeeded"
-    })
-    .await;
+    let status = runs.open_gate_until_the_second_succeeds().await;
     assert_eq!(status["run"]["trigger"], "2", "{status:#}");
     // Jobs are listed by name, so group them by run.
-    let jobs = flow_jobs(&client, &ns, "serial").await;
+    let jobs = flow_jobs(client, ns, "serial").await;
     let of_run = |id: &str| -> Vec<&Job> { jobs.iter().filter(|j| run_label(j) == id).collect() };
-    let (first_jobs, second_jobs) = (of_run(&first_id), of_run(&second_id));
+    let (first_jobs, second_jobs) = (of_run(first_id), of_run(second_id));
     assert_eq!(
         (first_jobs.len(), second_jobs.len(), jobs.len()),
         (2, 2, 4),
@@ -699,28 +721,17 @@ async fn forbid_queues_a_new_run_until_the_running_one_ends() {
         second_start >= first_end,
         "the second run started after the first ended"
     );
-    ctl.abort();
+    runs.ctl.abort();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queued_run_is_no_longer_reported_as_queued_once_it_started() {
-    let (client, ns, ctl) = setup("forbid-status", cm_rules(), json!([])).await;
-    create_flow(&client, &ns, "serial", gated(&ns, "Forbid")).await;
-    wait_status(&client, &ns, "serial", 60, "a running first step", |st| {
-        st["phase"] == "Running" && st["currentStep"].is_string()
+    let runs = TwoRuns::start("forbid-status", "serial", "Forbid").await;
+    wait_status(&runs.client, &runs.ns, "serial", 30, "a queued run", |st| {
+        st["queuedRun"]["id"] == json!(runs.second_id)
     })
     .await;
-    request_run(&client, &ns, "serial", "2").await;
-    let second_id = run_id_now(&client, &ns, "serial", "2").await;
-    wait_status(&client, &ns, "serial", 30, "a queued run", |st| {
-        st["queuedRun"]["id"] == json!(second_id)
-    })
-    .await;
-    apply(&client, json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "gate", "namespace": ns}})).await;
-    let status = wait_status(&client, &ns, "serial", 90, "the second run done", |st| {
-        st["run"]["id"] == json!(second_id) && st["phase"] == "Succeeded"
-    })
-    .await;
+    let status = runs.open_gate_until_the_second_succeeds().await;
     assert!(
         status.get("queuedRun").is_none(),
         "nothing is queued any more: {status:#}"
@@ -729,44 +740,34 @@ async fn a_queued_run_is_no_longer_reported_as_queued_once_it_started() {
         status.get("currentStep").is_none(),
         "nothing is running any more: {status:#}"
     );
-    ctl.abort();
+    runs.ctl.abort();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn allow_runs_a_new_run_beside_the_running_one() {
-    let (client, ns, ctl) = setup("allow", cm_rules(), json!([])).await;
-    create_flow(&client, &ns, "side", gated(&ns, "Allow")).await;
-    let first = wait_status(&client, &ns, "side", 60, "a running first step", |st| {
-        st["phase"] == "Running" && st["currentStep"].is_string()
-    })
-    .await;
-    let first_id = first["run"]["id"].as_str().unwrap().to_string();
-    request_run(&client, &ns, "side", "2").await;
-    let second_id = run_id_now(&client, &ns, "side", "2").await;
+    let runs = TwoRuns::start("allow", "side", "Allow").await;
+    let (client, ns) = (&runs.client, &runs.ns);
+    let (first_id, second_id) = (&runs.first_id, &runs.second_id);
     eventually(30, "the second run's first Job", || async {
-        flow_jobs(&client, &ns, "side").await.len() == 2
+        flow_jobs(client, ns, "side").await.len() == 2
     })
     .await;
-    let waits = flow_jobs(&client, &ns, "side").await;
+    let waits = flow_jobs(client, ns, "side").await;
     // One Job of each run (listed by name, so in no particular run order).
-    let mut runs: Vec<String> = waits.iter().map(run_label).collect();
-    runs.sort();
+    let mut run_ids: Vec<String> = waits.iter().map(run_label).collect();
+    run_ids.sort();
     let mut expected = vec![first_id.clone(), second_id.clone()];
     expected.sort();
-    assert_eq!(runs, expected);
+    assert_eq!(run_ids, expected);
     assert!(
         waits.iter().all(|j| finished(j).is_none()),
         "both runs wait side by side"
     );
-    apply(&client, json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "gate", "namespace": ns}})).await;
-    let status = wait_status(&client, &ns, "side", 90, "the second run done", |st| {
-        st["run"]["id"] == json!(second_id) && st["phase"] == "Succeeded"
-    })
-    .await;
+    let status = runs.open_gate_until_the_second_succeeds().await;
     assert_eq!(status["run"]["trigger"], "2", "status shows the newest run");
     // The first run must go on too: its second step runs and its end is reported.
     eventually(30, "both runs' second step", || async {
-        flow_jobs(&client, &ns, "side")
+        flow_jobs(client, ns, "side")
             .await
             .iter()
             .filter(|j| job_node(j) == "s1")
@@ -774,7 +775,7 @@ async fn allow_runs_a_new_run_beside_the_running_one() {
             == 2
     })
     .await;
-    let done: Vec<String> = flow_events(&client, &ns, "side")
+    let done: Vec<String> = flow_events(client, ns, "side")
         .await
         .into_iter()
         .filter(|e| e.reason.as_deref() == Some("RunSucceeded"))
@@ -784,7 +785,7 @@ async fn allow_runs_a_new_run_beside_the_running_one() {
         done.contains(&format!("run {first_id} succeeded")),
         "{done:?}"
     );
-    ctl.abort();
+    runs.ctl.abort();
 }
 
 /// One HTTP GET on 127.0.0.1:`port`; the raw response.

@@ -2,26 +2,12 @@
 //! whose step fails: the flow is Failed naming that node and the step's path, the nodes before it
 //! were changed, and the node after it got no Job and no file.
 
-use k8s_openapi::api::batch::v1::Job;
-use kube::api::{Api, ListParams};
 use kube::Client;
 use serde_json::{json, Value};
 
 mod common;
 
-use common::{create_flow, env, prepare, start_node_controller, wait_done};
-
-/// The node each node-pinned Job of the namespace was pinned to (`spec.template.spec.nodeName`).
-async fn pinned_nodes(client: &Client, ns: &str) -> Vec<String> {
-    Api::<Job>::namespaced(client.clone(), ns)
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter_map(|j| j.spec?.template.spec?.node_name)
-        .collect()
-}
+use common::{create_flow, env, pinned_nodes, prepare, start_node_controller, wait_done};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rolling_loop_nodes_stops_at_the_failing_node_and_names_it() {

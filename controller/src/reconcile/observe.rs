@@ -7,12 +7,12 @@
 
 use std::collections::HashMap;
 
+use crate::labels::{LABEL_FLOW, LABEL_RUN};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, ContainerStateTerminated, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, ListParams, Preconditions, PropagationPolicy};
 use pseudoflow_compiler::included::{classify, Classified};
-use pseudoflow_compiler::lower::{LABEL_FLOW, LABEL_RUN};
 use pseudoflow_compiler::names::{content_digest, label_value};
 use pseudoflow_compiler::result::StepResult;
 
@@ -129,32 +129,57 @@ pub async fn secret_steps(
     name: &str,
     key: &str,
     sha256: &str,
-) -> Result<serde_json::Value, String> {
+) -> Result<serde_json::Value, SecretStepsError> {
+    let at = || format!("Secret {ns}/{name}");
     let secret = Api::<Secret>::namespaced(client.clone(), ns)
         .get_opt(name)
         .await
-        .map_err(|e| format!("reading Secret {ns}/{name} again: {e}"))?
-        .ok_or_else(|| format!("Secret {ns}/{name} was deleted after it was fetched"))?;
+        .map_err(|source| SecretStepsError::Read { at: at(), source })?
+        .ok_or_else(|| SecretStepsError::Deleted(at()))?;
     let bytes = secret
         .data
         .and_then(|mut d| d.remove(key))
         .map(|b| b.0)
-        .ok_or_else(|| format!("Secret {ns}/{name} no longer has key {key:?}"))?;
+        .ok_or_else(|| SecretStepsError::NoKey(at(), key.to_string()))?;
     if content_digest(&bytes) != sha256 {
-        return Err(format!(
-            "Secret {ns}/{name} key {key:?} changed after the step fetched it; run again"
-        ));
+        return Err(SecretStepsError::Changed(at(), key.to_string()));
     }
-    let text = String::from_utf8(bytes)
-        .map_err(|_| format!("Secret {ns}/{name} key {key:?} is not UTF-8 text"))?;
+    let text =
+        String::from_utf8(bytes).map_err(|_| SecretStepsError::NotText(at(), key.to_string()))?;
     match classify(
         &text,
         Some(pseudoflow_crd::steps::include::IncludeAs::Steps),
     ) {
         Ok(Classified::Steps(steps)) => Ok(steps),
-        Ok(Classified::Manifests(_)) => Err("the included Secret key holds no steps".into()),
-        Err(e) => Err(format!("the included Secret key: {e}")),
+        Ok(Classified::Manifests(_)) => Err(SecretStepsError::NoSteps),
+        Err(e) => Err(SecretStepsError::Unreadable(e)),
     }
+}
+
+/// Why the steps an `include` fetched from a Secret are not taken (the step fails with it).
+#[derive(Debug, thiserror::Error)]
+pub enum SecretStepsError {
+    /// The Secret could not be read again.
+    #[error("reading {at} again: {source}")]
+    Read { at: String, source: kube::Error },
+    /// It is gone.
+    #[error("{0} was deleted after it was fetched")]
+    Deleted(String),
+    /// It no longer has the key.
+    #[error("{0} no longer has key {1:?}")]
+    NoKey(String, String),
+    /// Its content is not what the step fetched.
+    #[error("{0} key {1:?} changed after the step fetched it; run again")]
+    Changed(String, String),
+    /// Its content is not text.
+    #[error("{0} key {1:?} is not UTF-8 text")]
+    NotText(String, String),
+    /// It holds manifests, not steps.
+    #[error("the included Secret key holds no steps")]
+    NoSteps,
+    /// It cannot be parsed.
+    #[error("the included Secret key: {0}")]
+    Unreadable(String),
 }
 
 /// The outcome of `job`, or None while it runs.

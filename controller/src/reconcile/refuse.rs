@@ -7,7 +7,8 @@ use kube::runtime::events::EventType;
 use kube::ResourceExt;
 use serde_json::{json, Value};
 
-use super::{finalizer, now, publish_to, status, Context, Error};
+use super::report::publish_to;
+use super::{finalizer, now, status, Context, Error};
 use crate::raw::RawFlow;
 
 /// Sets status `phase: Failed` with `reason` and `message` (once per generation: a reconcile
@@ -19,19 +20,13 @@ pub async fn fail(ctx: &Context, flow: &RawFlow, reason: &str, message: &str) ->
     let generation = flow.metadata.generation.unwrap_or(0);
     let previous = flow.status_value().unwrap_or(Value::Null);
     let said_before = status::already_failed(&previous, generation, reason);
-    let next = status::not_run(
-        &previous,
-        generation,
-        reason,
-        message,
-        &status::rfc3339(now()),
-    );
-    if !said_before || previous["message"] != next["message"] {
+    let next = status::not_run(&previous, generation, reason, message, now());
+    if !said_before || previous["message"].as_str() != next.message.as_deref() {
         flows
             .patch_status(
                 &name,
                 &PatchParams::default(),
-                &Patch::Merge(json!({ "status": next })),
+                &Patch::Merge(json!({ "status": status::to_patch(&next) })),
             )
             .await?;
     }

@@ -56,7 +56,7 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: Option<String>) {
     Controller::for_stream(flows, reader)
         .owns(
             jobs,
-            watcher::Config::default().labels("app.kubernetes.io/managed-by=pseudoflow"),
+            watcher::Config::default().labels(&crate::labels::managed_by_selector()),
         )
         .run(reconcile, error_policy, shared)
         .for_each(|r| async move {
@@ -71,6 +71,7 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: Option<String>) {
 fn error_policy(flow: Arc<RawFlow>, err: &Error, shared: Arc<Shared>) -> Action {
     let key = key_of(&flow);
     let delay = shared.backoff.failed(&key);
+    shared.ctx.metrics.reconcile_failed(err.label());
     warn!(flow = %key, "reconcile failed, retrying in {delay:?}: {err}");
     Action::requeue(delay)
 }

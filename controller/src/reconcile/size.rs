@@ -4,7 +4,6 @@
 //! (reason `RunStateTooLarge`) with a message naming its size and its biggest variable, and is
 //! shrunk (variables first) until it can be stored.
 
-use pseudoflow_compiler::lower::LABEL_RUN;
 use serde_json::Value;
 
 use super::store::StoredRun;
@@ -111,7 +110,7 @@ pub async fn stop_jobs(
 ) -> kube::Result<()> {
     for id in stopped {
         // Only Jobs this flow owns: a run label alone never makes a Job deletable.
-        super::observe::delete_owned_jobs(client, ns, flow_uid, &format!("{LABEL_RUN}={id}"))
+        super::observe::delete_owned_jobs(client, ns, flow_uid, &crate::labels::run_selector(id))
             .await?;
     }
     Ok(())

@@ -1,22 +1,24 @@
 //! The status a person, `kubectl wait` and Argo CD read, folded from the run state: phase,
 //! reason, message, standard conditions, progress, the current step and a bounded step list.
+//! Built as the typed [`PseudoFlowStatus`] of the CRD, so its shape is defined once.
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
 use pseudoflow_compiler::plan::{NodeKind, Plan};
-use pseudoflow_crd::status::MAX_STEP_ENTRIES;
-use serde_json::{json, Value};
+use pseudoflow_crd::status::{InstanceCounts, RunStatus, MAX_STEP_ENTRIES};
+use pseudoflow_crd::{FlowPhase, PseudoFlowStatus, StepStatus};
+use serde_json::Value;
 
 use super::size::RUN_STATE_TOO_LARGE;
 use super::store::StoredRun;
 use crate::limits::{bounded, MAX_STATUS_MESSAGE_CHARS, MAX_STEP_MESSAGE_CHARS};
 use crate::walk::{split_instance_id, Phase, RunPhase};
 
-/// Unix seconds as RFC 3339.
-pub fn rfc3339(unix: i64) -> String {
-    k8s_openapi::jiff::Timestamp::from_second(unix)
-        .map(|t| t.to_string())
-        .unwrap_or_default()
+/// Unix seconds as the API's time (the epoch for a time it cannot represent).
+pub fn time(unix: i64) -> Time {
+    Time(Timestamp::from_second(unix).unwrap_or(Timestamp::UNIX_EPOCH))
 }
 
 /// One standard condition, keeping `lastTransitionTime` when the status did not change.
@@ -27,27 +29,45 @@ fn condition(
     reason: &str,
     message: &str,
     generation: i64,
-    now: &str,
-) -> Value {
+    now: i64,
+) -> Condition {
     let st = if status { "True" } else { "False" };
     let prev = previous
         .as_array()
         .and_then(|c| c.iter().find(|c| c["type"] == ty));
     let since = match prev {
-        Some(p) if p["status"] == st => p["lastTransitionTime"].as_str().unwrap_or(now).to_string(),
-        _ => now.to_string(),
+        Some(p) if p["status"] == st => p["lastTransitionTime"]
+            .as_str()
+            .and_then(|t| t.parse::<Timestamp>().ok())
+            .map(Time)
+            .unwrap_or_else(|| time(now)),
+        _ => time(now),
     };
-    json!({"type": ty, "status": st, "reason": reason, "message": message, "observedGeneration": generation, "lastTransitionTime": since})
+    Condition {
+        type_: ty.to_string(),
+        status: st.to_string(),
+        reason: reason.to_string(),
+        message: message.to_string(),
+        observed_generation: Some(generation),
+        last_transition_time: since,
+    }
 }
 
 /// Status for an invalid spec: nothing ran.
-pub fn invalid(previous: &Value, generation: i64, message: &str, now: &str) -> Value {
+pub fn invalid(previous: &Value, generation: i64, message: &str, now: i64) -> PseudoFlowStatus {
     not_run(previous, generation, "InvalidSpec", message, now)
 }
 
 /// Status for a flow that failed before (or instead of) its run: an invalid spec, or an
-/// internal error while reconciling it.
-pub fn not_run(previous: &Value, generation: i64, reason: &str, message: &str, now: &str) -> Value {
+/// internal error while reconciling it. Merged into the stored status, it keeps what the last
+/// run showed (its steps, its run).
+pub fn not_run(
+    previous: &Value,
+    generation: i64,
+    reason: &str,
+    message: &str,
+    now: i64,
+) -> PseudoFlowStatus {
     let message = bounded(message, MAX_STATUS_MESSAGE_CHARS);
     let message = message.as_str();
     // An invalid spec never ran; an internal error may have struck mid-run.
@@ -57,23 +77,85 @@ pub fn not_run(previous: &Value, generation: i64, reason: &str, message: &str, n
         message
     };
     let conds = &previous["conditions"];
-    json!({
-        "observedGeneration": generation,
-        "phase": "Failed",
-        "reason": reason,
-        "message": message,
-        "conditions": [
+    PseudoFlowStatus {
+        observed_generation: Some(generation),
+        phase: Some(FlowPhase::Failed),
+        reason: Some(reason.to_string()),
+        message: Some(message.to_string()),
+        conditions: vec![
             condition(conds, "Ready", false, reason, message, generation, now),
-            condition(conds, "Progressing", false, reason, progressing, generation, now),
+            condition(
+                conds,
+                "Progressing",
+                false,
+                reason,
+                progressing,
+                generation,
+                now,
+            ),
             condition(conds, "Degraded", true, reason, message, generation, now),
         ],
-    })
+        ..Default::default()
+    }
+}
+
+/// Status `phase: Failed` with `reason` and `message`, nothing else changed (merged into the
+/// stored status).
+pub fn failed_with(reason: &str, message: &str) -> PseudoFlowStatus {
+    PseudoFlowStatus {
+        phase: Some(FlowPhase::Failed),
+        reason: Some(reason.to_string()),
+        message: Some(message.to_string()),
+        ..Default::default()
+    }
+}
+
+/// Status naming a run that waits (merged into the stored status).
+pub fn queued(id: &str, generation: i64) -> PseudoFlowStatus {
+    PseudoFlowStatus {
+        queued_run: Some(queued_run(id, generation)),
+        ..Default::default()
+    }
+}
+
+fn queued_run(id: &str, generation: i64) -> RunStatus {
+    RunStatus {
+        id: id.to_string(),
+        generation,
+        ..Default::default()
+    }
 }
 
 /// Whether `previous` already says Failed with `reason` for `generation` (so reporting it again
 /// would only repeat an Event).
 pub fn already_failed(previous: &Value, generation: i64, reason: &str) -> bool {
-    previous["reason"] == reason && previous["observedGeneration"] == json!(generation)
+    previous["reason"] == reason && previous["observedGeneration"] == serde_json::json!(generation)
+}
+
+/// `status` as a JSON merge patch (what [`super::report::patch_status`] takes).
+pub fn to_patch(status: &PseudoFlowStatus) -> Value {
+    serde_json::to_value(status).expect("a status serialises")
+}
+
+/// The merge patch that replaces `previous` with `status`: `status`, plus a null for every field
+/// `previous` has and `status` does not (at the top and in `run`), since null is what deletes a
+/// field in a merge patch (a queued run that started, a current step that finished).
+pub fn replacing(previous: &Value, status: &PseudoFlowStatus) -> Value {
+    let mut patch = to_patch(status);
+    null_missing(previous, &mut patch);
+    if let (Some(prev_run), Some(run)) = (previous.get("run"), patch.get_mut("run")) {
+        null_missing(prev_run, run);
+    }
+    patch
+}
+
+fn null_missing(previous: &Value, patch: &mut Value) {
+    let (Some(previous), Some(patch)) = (previous.as_object(), patch.as_object_mut()) else {
+        return;
+    };
+    for key in previous.keys() {
+        patch.entry(key.clone()).or_insert(Value::Null);
+    }
 }
 
 /// `status` as the API server stores it after a merge patch (null fields removed, at any depth),
@@ -98,15 +180,19 @@ pub fn of_run(
     run: &StoredRun,
     generation: i64,
     queued: Option<(&str, i64)>,
-    now: &str,
-) -> Value {
+    now: i64,
+) -> PseudoFlowStatus {
     let cause = run.state.failure.as_ref().map(|(id, _)| id.as_str());
     let (phase, reason) = match run.state.phase {
-        RunPhase::Running => ("Running", "Running"),
-        RunPhase::Succeeded => ("Succeeded", "Succeeded"),
-        RunPhase::Failed if cause == Some(crate::walk::RUN_TIMEOUT) => ("Failed", "Timeout"),
-        RunPhase::Failed if cause == Some(RUN_STATE_TOO_LARGE) => ("Failed", "RunStateTooLarge"),
-        RunPhase::Failed => ("Failed", "StepFailed"),
+        RunPhase::Running => (FlowPhase::Running, "Running"),
+        RunPhase::Succeeded => (FlowPhase::Succeeded, "Succeeded"),
+        RunPhase::Failed if cause == Some(crate::walk::RUN_TIMEOUT) => {
+            (FlowPhase::Failed, "Timeout")
+        }
+        RunPhase::Failed if cause == Some(RUN_STATE_TOO_LARGE) => {
+            (FlowPhase::Failed, "RunStateTooLarge")
+        }
+        RunPhase::Failed => (FlowPhase::Failed, "StepFailed"),
     };
     let mut by_node: BTreeMap<String, Vec<&crate::walk::Instance>> = BTreeMap::new();
     for (id, inst) in &run.state.instances {
@@ -172,42 +258,52 @@ pub fn of_run(
         }
         let count = |p: Phase| insts.iter().filter(|i| i.phase == p).count() as u32;
         let phase = if count(Phase::Running) > 0 {
-            "Running"
+            Phase::Running
         } else if count(Phase::Failed) > 0 {
-            "Failed"
+            Phase::Failed
         } else if count(Phase::Aborted) > 0 {
-            "Aborted"
+            Phase::Aborted
         } else if count(Phase::Succeeded) > 0 {
-            "Succeeded"
+            Phase::Succeeded
         } else if count(Phase::Skipped) as usize == insts.len() {
-            "Skipped"
+            Phase::Skipped
         } else {
-            "Pending"
+            Phase::Pending
         };
-        let mut entry = json!({"id": n.id, "path": n.path, "type": n.step_type, "phase": phase});
-        if let Some(name) = &n.name {
-            entry["name"] = json!(name);
-        }
+        let mut entry = StepStatus {
+            id: n.id.clone(),
+            path: n.path.clone(),
+            step_type: n.step_type.clone(),
+            name: n.name.clone(),
+            phase,
+            started_at: None,
+            finished_at: None,
+            message: None,
+            changed: None,
+            attempt: None,
+            node: None,
+            instances: None,
+        };
         if insts.len() == 1 {
             let i = insts[0];
             if !i.message.is_empty() {
-                entry["message"] = json!(bounded(&i.message, MAX_STEP_MESSAGE_CHARS));
+                entry.message = Some(bounded(&i.message, MAX_STEP_MESSAGE_CHARS));
             }
             if i.phase.settled() && i.phase != Phase::Skipped {
-                entry["changed"] = json!(i.changed);
+                entry.changed = Some(i.changed);
             }
-            if let Some(t) = i.started_at {
-                entry["startedAt"] = json!(rfc3339(t));
-            }
-            if let Some(t) = i.finished_at.filter(|_| i.phase.settled()) {
-                entry["finishedAt"] = json!(rfc3339(t));
-            }
-            if i.attempt > 1 {
-                entry["attempt"] = json!(i.attempt);
-            }
+            entry.started_at = i.started_at.map(time);
+            entry.finished_at = i.finished_at.filter(|_| i.phase.settled()).map(time);
+            entry.attempt = Some(i.attempt).filter(|a| *a > 1);
         } else {
-            entry["changed"] = json!(insts.iter().any(|i| i.changed));
-            entry["instances"] = json!({"total": insts.len(), "succeeded": count(Phase::Succeeded), "failed": count(Phase::Failed), "running": count(Phase::Running), "skipped": count(Phase::Skipped)});
+            entry.changed = Some(insts.iter().any(|i| i.changed));
+            entry.instances = Some(InstanceCounts {
+                total: insts.len() as u32,
+                succeeded: count(Phase::Succeeded),
+                failed: count(Phase::Failed),
+                running: count(Phase::Running),
+                skipped: count(Phase::Skipped),
+            });
         }
         steps.push(entry);
     }
@@ -216,27 +312,31 @@ pub fn of_run(
     let conds = &previous["conditions"];
     let succeeded = run.state.phase == RunPhase::Succeeded;
     let failed = run.state.phase == RunPhase::Failed;
-    let status = json!({
-        "observedGeneration": generation,
-        "lastRunTime": rfc3339(run.started_at),
-        "phase": phase,
-        "reason": reason,
-        "message": message,
-        "conditions": [
-            condition(conds, "Ready", succeeded, reason, &message, generation, now),
-            condition(conds, "Progressing", !succeeded && !failed, reason, &message, generation, now),
-            condition(conds, "Degraded", failed, reason, &message, generation, now),
+    let condition = |ty, status| condition(conds, ty, status, reason, &message, generation, now);
+    PseudoFlowStatus {
+        observed_generation: Some(generation),
+        last_run_time: Some(time(run.started_at)),
+        phase: Some(phase),
+        reason: Some(reason.to_string()),
+        message: Some(message.clone()),
+        conditions: vec![
+            condition("Ready", succeeded),
+            condition("Progressing", !succeeded && !failed),
+            condition("Degraded", failed),
         ],
-        "run": {"id": run.run_id, "generation": run.generation, "trigger": run.trigger, "startedAt": rfc3339(run.started_at), "finishedAt": run.finished_at.map(rfc3339)},
-        "progress": format!("{done}/{total}"),
-        "currentStep": current_step,
-        "steps": steps,
-        "stepsOmitted": if omitted > 0 { json!(omitted) } else { Value::Null },
-        "queuedRun": queued.map(|(id, generation)| json!({"id": id, "generation": generation})),
-    });
-    // Absent fields stay in as nulls: status is written as a merge patch, where null deletes a
-    // field an earlier status had (a queued run that started, a current step that finished).
-    status
+        run: Some(RunStatus {
+            id: run.run_id.clone(),
+            generation: run.generation,
+            trigger: run.trigger.clone(),
+            started_at: Some(time(run.started_at)),
+            finished_at: run.finished_at.map(time),
+        }),
+        progress: Some(format!("{done}/{total}")),
+        current_step,
+        steps,
+        steps_omitted: Some(omitted as u32).filter(|n| *n > 0),
+        queued_run: queued.map(|(id, generation)| queued_run(id, generation)),
+    }
 }
 
 /// Where a step instance is, for people: its path, and the loop item of a loop's instance.
@@ -263,12 +363,63 @@ pub(super) fn said_at(at: &str, msg: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
+
+    #[test]
+    fn a_new_status_deletes_what_the_last_one_said_and_no_longer_holds() {
+        let previous = json!({
+            "phase": "Running",
+            "currentStep": "spec.steps[0]",
+            "queuedRun": {"id": "r2", "generation": 2},
+            "run": {"id": "r1", "generation": 1, "trigger": "again", "startedAt": "2026-01-01T00:00:00Z"},
+        });
+        let status = PseudoFlowStatus {
+            phase: Some(FlowPhase::Succeeded),
+            run: Some(RunStatus {
+                id: "r2".into(),
+                generation: 2,
+                started_at: Some(time(1_767_225_600)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let patch = replacing(&previous, &status);
+        assert_eq!(
+            patch,
+            json!({
+                "phase": "Succeeded",
+                "currentStep": null,
+                "queuedRun": null,
+                "run": {"id": "r2", "generation": 2, "trigger": null, "startedAt": "2026-01-01T00:00:00Z"},
+            })
+        );
+        assert_eq!(
+            without_nulls(&patch)["run"],
+            json!({"id": "r2", "generation": 2, "startedAt": "2026-01-01T00:00:00Z"})
+        );
+    }
+
+    #[test]
+    fn a_condition_keeps_its_transition_time_while_its_status_holds() {
+        let previous = json!([
+            {"type": "Ready", "status": "False", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+            {"type": "Degraded", "status": "False", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+        ]);
+        let later = 1_767_225_600 + 60;
+        let ready = condition(&previous, "Ready", false, "Running", "", 1, later);
+        let degraded = condition(&previous, "Degraded", true, "StepFailed", "", 1, later);
+        let json = serde_json::to_value([ready, degraded]).unwrap();
+        assert_eq!(json[0]["lastTransitionTime"], "2026-01-01T00:00:00Z");
+        assert_eq!(json[1]["lastTransitionTime"], "2026-01-01T00:01:00Z");
+        assert_eq!(json[1]["observedGeneration"], 1);
+    }
 
     #[test]
     fn status_messages_are_bounded_with_an_ellipsis() {
         let huge = "y".repeat(100_000);
-        let st = not_run(&Value::Null, 3, "InternalError", &huge, "now");
+        let st = to_patch(&not_run(&Value::Null, 3, "InternalError", &huge, 0));
         let msg = st["message"].as_str().unwrap();
         assert_eq!(msg.chars().count(), MAX_STATUS_MESSAGE_CHARS);
         assert!(msg.ends_with('…'));
@@ -294,7 +445,7 @@ mod tests {
         let mut run = StoredRun::default();
         run.state
             .end_failed(RUN_STATE_TOO_LARGE, &"z".repeat(50_000));
-        let st = of_run(&Value::Null, &c.plan, &run, 1, None, "now");
+        let st = to_patch(&of_run(&Value::Null, &c.plan, &run, 1, None, 0));
         assert_eq!(st["phase"], "Failed");
         assert_eq!(st["reason"], "RunStateTooLarge");
         let msg = st["message"].as_str().unwrap();

@@ -4,49 +4,15 @@
 //! read ConfigMaps. Controllers before this one kept it in a ConfigMap of the same name; such a
 //! run is read from there once and saved as a Secret.
 
-use std::collections::BTreeMap;
-
+use crate::labels::{MANAGED_BY, MANAGED_BY_KEY};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::ByteString;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, DynamicObject, PostParams};
 use kube::Resource;
-use pseudoflow_crd::PseudoFlow;
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
-
-use crate::walk::RunState;
 
 const KEY: &str = "run.json";
 
-/// Everything about the current run that is not in the plan.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct StoredRun {
-    pub run_id: String,
-    pub generation: i64,
-    #[serde(default)]
-    pub trigger: Option<String>,
-    /// The raw spec the run started with: a run is driven with it to its end, whatever edits
-    /// come meanwhile (absent in runs stored by older controllers).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub spec: Option<Value>,
-    pub started_at: i64,
-    #[serde(default)]
-    pub finished_at: Option<i64>,
-    /// Step outputs (`var`, `varPerNode`, `eval`, `template`), flow-wide.
-    #[serde(default)]
-    pub vars: BTreeMap<String, Value>,
-    pub state: RunState,
-    /// Steps `include`/`includeFlow` fetched this run, by the fetching node's id.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub includes: BTreeMap<String, super::includes::Included>,
-    /// `concurrencyPolicy: Allow`: earlier runs still running beside this one.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub beside: Vec<StoredRun>,
-    /// Set once the end of the run was counted in metrics and Events.
-    #[serde(default)]
-    pub reported: bool,
-}
+pub use crate::walk::StoredRun;
 
 /// Type of run-state Secrets, so they are recognisable among a namespace's Secrets.
 pub const SECRET_TYPE: &str = "ops.example.com/run-state";
@@ -120,28 +86,24 @@ pub async fn load(
     })
 }
 
-/// Saves the run; `resource_version` guards against two writers (a conflict makes the reconcile
-/// retry from fresh state).
+/// Saves the run, owned by `flow` (so it goes with it); `resource_version` guards against two
+/// writers (a conflict makes the reconcile retry from fresh state).
 pub async fn save(
     client: &kube::Client,
-    flow: &PseudoFlow,
+    flow: &DynamicObject,
     run: &StoredRun,
     resource_version: Option<&str>,
 ) -> kube::Result<String> {
     let ns = flow.metadata.namespace.clone().unwrap_or_default();
     let api: Api<Secret> = Api::namespaced(client.clone(), &ns);
     let name = name(&flow.metadata.name.clone().unwrap_or_default());
-    let owner = flow.controller_owner_ref(&()).expect("flows have uid");
+    let owner = flow
+        .controller_owner_ref(&super::flow_resource())
+        .expect("flows have uid");
     let mut secret = Secret::default();
     secret.metadata.name = Some(name.clone());
     secret.metadata.owner_references = Some(vec![owner]);
-    secret.metadata.labels = Some(
-        [(
-            "app.kubernetes.io/managed-by".to_string(),
-            "pseudoflow".to_string(),
-        )]
-        .into(),
-    );
+    secret.metadata.labels = Some([(MANAGED_BY_KEY.to_string(), MANAGED_BY.to_string())].into());
     secret.type_ = Some(SECRET_TYPE.to_string());
     secret.data = Some(
         [(

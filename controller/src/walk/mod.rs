@@ -2,7 +2,10 @@
 //! which node instances start, which are skipped, which are aborted, and when to wake up.
 //! Pure and deterministic: the reconcile loop feeds it observations and performs its actions.
 
+pub mod fold;
+pub mod select;
 mod state;
+mod stored;
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -12,6 +15,7 @@ use pseudoflow_crd::StepKind;
 use serde_json::Value;
 
 pub use state::{instance_id, Instance, Key, Phase, RunPhase, RunState};
+pub use stored::StoredRun;
 
 use crate::limits::{bounded, MAX_INSTANCES, MAX_INSTANCE_MESSAGE_CHARS};
 
@@ -49,6 +53,33 @@ pub struct Completion {
     pub condition: Option<bool>,
     /// For loop starts: the items (key, value).
     pub items: Option<Vec<(String, Value)>>,
+}
+
+impl From<pseudoflow_compiler::runtime::local::Completion> for Completion {
+    fn from(local: pseudoflow_compiler::runtime::local::Completion) -> Self {
+        Completion {
+            ok: local.ok,
+            message: local.message,
+            items: local.items,
+            ..Default::default()
+        }
+    }
+}
+
+/// Why a loop cannot take the items it evaluated to (the loop start fails with it).
+#[derive(Debug, thiserror::Error)]
+enum NoRoom {
+    #[error(transparent)]
+    Limit(#[from] pseudoflow_compiler::limits::LimitError),
+    #[error(
+        "{items} items of {body} steps each would make the run hold {total} step instances, more \
+         than the limit of {MAX_INSTANCES}"
+    )]
+    Instances {
+        items: usize,
+        body: usize,
+        total: usize,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -274,7 +305,7 @@ impl<'p> Walker<'p> {
             if let Err(why) = self.room_for(state, node, items.len()) {
                 c = Completion {
                     ok: false,
-                    message: why,
+                    message: why.to_string(),
                     ..Default::default()
                 };
             }
@@ -375,7 +406,7 @@ impl<'p> Walker<'p> {
     /// Whether loop start `node` may take `items` items: every item instantiates the loop's
     /// body, and one run holds at most [`MAX_INSTANCES`] instances (a forEach over a huge list
     /// must not become a run state nobody can store, or thousands of Jobs).
-    fn room_for(&self, state: &RunState, node: &str, items: usize) -> Result<(), String> {
+    fn room_for(&self, state: &RunState, node: &str, items: usize) -> Result<(), NoRoom> {
         use pseudoflow_compiler::limits::{
             check_loop_items, check_loop_nodes, check_run_iterations,
         };
@@ -387,15 +418,14 @@ impl<'p> Walker<'p> {
             } => check_loop_nodes(&start.path, items),
             _ => check_loop_items(&start.path, items),
         };
-        per_loop.map_err(|e| e.to_string())?;
+        per_loop?;
         // Iterations this run already took (every loop start's items), plus these.
         let taken: usize = state
             .instances
             .values()
             .filter_map(|i| i.items.as_ref().map(Vec::len))
             .sum();
-        check_run_iterations(&start.path, taken.saturating_add(items))
-            .map_err(|e| e.to_string())?;
+        check_run_iterations(&start.path, taken.saturating_add(items))?;
         let body = self
             .plan
             .nodes()
@@ -406,10 +436,7 @@ impl<'p> Walker<'p> {
             .len()
             .saturating_add(items.saturating_mul(body));
         if total > MAX_INSTANCES {
-            return Err(format!(
-                "{items} items of {body} steps each would make the run hold {total} step \
-                 instances, more than the limit of {MAX_INSTANCES}"
-            ));
+            return Err(NoRoom::Instances { items, body, total });
         }
         Ok(())
     }

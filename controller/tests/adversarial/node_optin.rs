@@ -9,7 +9,6 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::Client;
@@ -69,14 +68,7 @@ async fn assert_refused(client: &Client, ns: &str, status: &Value) {
     ] {
         assert!(message.contains(part), "message lacks {part:?}: {message}");
     }
-    let pinned: Vec<String> = Api::<Job>::namespaced(client.clone(), ns)
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter_map(|j| j.spec?.template.spec?.node_name)
-        .collect();
+    let pinned = crate::common::pinned_nodes(client, ns).await;
     assert!(
         pinned.is_empty(),
         "node-pinned Jobs were created: {pinned:?}"

@@ -5,9 +5,7 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod};
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
@@ -105,18 +103,7 @@ pub async fn wait_next_run(client: &Client, ns: &str, name: &str, previous_run: 
     .await
 }
 
-/// Polls `check` every 200 ms until it holds; panics naming `what` after `secs`.
-pub async fn eventually<F, Fut>(secs: u64, what: &str, check: F)
-where
-    F: Fn() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !check().await {
-        assert!(Instant::now() < deadline, "{what}: not within {secs}s");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
+pub use pseudoflow_test_support::eventually;
 
 /// An RFC 3339 timestamp from status, as Unix seconds.
 pub fn unix(rfc3339: &Value) -> i64 {

@@ -1,15 +1,28 @@
 //! Work the controller does itself, with no pod: `log` (an Event), `eval`, `template` into a
-//! variable, evaluating a `loop`'s items. All pure except the Event.
+//! variable, evaluating a `loop`'s items. Pure: the controller publishes the Event, sets the
+//! variable and reports the completion to its walker.
 
-use pseudoflow_compiler::expr::{Engine, Scope};
-use pseudoflow_compiler::plan::{LoopOver, NodeKind, PlanNode};
 use pseudoflow_crd::StepKind;
 use serde_json::Value;
 
-use crate::walk::Completion;
+use crate::expr::{Engine, Scope};
+use crate::plan::{LoopOver, NodeKind, PlanNode};
+
+/// How a controller-local node ended: what the walker is told.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Completion {
+    /// Whether it succeeded.
+    pub ok: bool,
+    /// What happened (the `log` text, the count of a loop's items, or why it failed).
+    pub message: String,
+    /// For loop starts: the items (key, value).
+    pub items: Option<Vec<(String, Value)>>,
+}
 
 /// What a controller-local node produced.
+#[derive(Debug, Clone, PartialEq)]
 pub struct LocalOutcome {
+    /// How it ended.
     pub completion: Completion,
     /// A variable to set.
     pub var: Option<(String, Value)>,
@@ -69,7 +82,6 @@ pub fn run(engine: &Engine, node: &PlanNode, scope: &Scope) -> LocalOutcome {
                                 .map(|(i, v)| (i.to_string(), v))
                                 .collect(),
                         ),
-                        ..Default::default()
                     }
                 }
                 Ok(Value::Array(list)) => failed(format!(

@@ -1,19 +1,20 @@
 //! Steps that `include` and `includeFlow` fetch at run time. The fetch Job returns them raw; they
 //! are validated here, kept in the run state (so a restarted controller, or a changed source,
 //! does not change a running run), and the flow is compiled again with them as the fetching
-//! step's body. Variables of an included flow are scoped to its steps.
+//! step's body. Variables of an included flow are scoped to its steps. Pure: the controller
+//! fetches and stores, this decides.
 
 use std::collections::BTreeMap;
 
-use pseudoflow_compiler::plan::{NodeKind, Plan, PlanNode};
-use pseudoflow_compiler::{compile_expanded, validate_included, Compiled, Expansions, FlowId};
 use pseudoflow_crd::steps::include::IncludeSource;
-use pseudoflow_crd::StepKind;
+use pseudoflow_crd::{Diagnostics, StepKind};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::depth::{self, TooDeep};
-use crate::limits::{MAX_INCLUDE_DEPTH, MAX_PLAN_NODES, MAX_SPEC_DEPTH};
+use super::depth::{self, TooDeep};
+use super::{MAX_INCLUDE_DEPTH, MAX_PLAN_NODES, MAX_SPEC_DEPTH};
+use crate::plan::{NodeKind, Plan, PlanNode};
+use crate::{compile_expanded, validate_included, Compiled, Expansions, FlowId};
 
 /// What one include step fetched.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -29,34 +30,47 @@ pub struct Included {
 /// Why fetched steps cannot become a step's body.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum IncludeError {
+    /// An includeFlow reads a flow that (transitively) includes it.
     #[error("includeFlow cycle: {0}")]
     Cycle(String),
+    /// An include reads a source an enclosing include already read.
     #[error("include cycle: {0}")]
     SourceCycle(String),
+    /// Too many includes inside one another.
     #[error("includes nested more than {MAX_INCLUDE_DEPTH} deep")]
     Nested,
+    /// The fetched steps nest deeper than a spec may.
     #[error(transparent)]
     Deep(#[from] TooDeep),
+    /// The plan would grow past its bound.
     #[error("the included steps would grow the flow to {0} DAG nodes, more than the limit of {MAX_PLAN_NODES}")]
     TooLarge(usize),
+    /// The fetched steps are not valid steps.
     #[error("the included steps are invalid: {0}")]
     Invalid(String),
+    /// A later loop item fetched other steps than an earlier one.
     #[error("fetched different steps than for an earlier loop item; an include inside a loop must bring the same steps for every item")]
     Differs,
 }
+
+/// Why a run's spec with its stored includes does not compile (the spec was valid when the run
+/// started and the includes when they were stored, so only a changed compiler gets here).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ExpandError(#[from] pub Diagnostics);
 
 /// The flow compiled with every stored include expanded.
 pub fn expand(
     flow: &FlowId,
     raw_spec: &Value,
     includes: &BTreeMap<String, Included>,
-) -> Result<Compiled, String> {
+) -> Result<Compiled, ExpandError> {
     let mut expansions = Expansions::new();
     for (id, inc) in includes {
-        let steps = validate_included(&inc.steps, id).map_err(|d| d.to_string())?;
+        let steps = validate_included(&inc.steps, id)?;
         expansions.insert(id.clone(), steps);
     }
-    compile_expanded(flow, raw_spec, &expansions).map_err(|d| d.to_string())
+    Ok(compile_expanded(flow, raw_spec, &expansions)?)
 }
 
 /// Checks what `node` (an include or includeFlow start) fetched before it is stored under its id.
@@ -111,7 +125,7 @@ pub fn accept(
     })?;
     // Included steps count as nesting: past the compiler's bound the flow would no longer compile.
     let deepest = step_depth(&node.path).saturating_add(nested_depth(&fetched.steps));
-    if deepest > pseudoflow_compiler::limits::MAX_STEP_DEPTH {
+    if deepest > crate::limits::MAX_STEP_DEPTH {
         return Err(IncludeError::Nested);
     }
     let grown = plan.len().saturating_add(plan_size(&fetched.steps));
@@ -194,7 +208,7 @@ fn plan_size(steps: &Value) -> usize {
         name: "included",
         namespace: None,
     };
-    match pseudoflow_compiler::compile(&id, &serde_json::json!({ "steps": steps })) {
+    match crate::compile(&id, &serde_json::json!({ "steps": steps })) {
         Ok(c) => c.plan.len(),
         // Not compilable alone (validated already, so unlikely): two nodes per step object.
         Err(_) => 2 * count_steps(steps),
@@ -212,7 +226,7 @@ fn nested_depth(steps: &Value) -> usize {
         name: "included",
         namespace: None,
     };
-    match pseudoflow_compiler::compile(&id, &serde_json::json!({ "steps": steps })) {
+    match crate::compile(&id, &serde_json::json!({ "steps": steps })) {
         Ok(c) => c
             .plan
             .nodes()

@@ -7,6 +7,7 @@
 pub struct TooDeep {
     /// Where the limit was passed, from `root` (its first segments when that is long).
     pub path: String,
+    /// The nesting allowed.
     pub limit: usize,
 }
 

@@ -1,0 +1,53 @@
+//! What every reconcile shares: the client, the executor image, metrics, the Event recorder,
+//! the expression engine and the node-step opt-in.
+
+use std::sync::Arc;
+
+use kube::runtime::events::{Recorder, Reporter};
+use kube::Client;
+use pseudoflow_compiler::expr::Engine;
+
+use super::pod_security;
+use crate::metrics::Metrics;
+
+/// Shared by all reconciles.
+pub struct Context {
+    pub client: Client,
+    /// The runtime image executor Jobs run.
+    pub image: String,
+    pub metrics: Arc<Metrics>,
+    pub recorder: Recorder,
+    pub engine: Engine,
+    /// Namespaces whose flows may run node steps (root on nodes), if also labelled
+    /// `enforce=privileged`; empty unless set, so node steps fail closed.
+    pub node_step_namespaces: pod_security::NodeStepNamespaces,
+}
+
+impl Context {
+    /// A context reporting Events as `pseudoflow-controller`, allowing node steps nowhere (see
+    /// [`Context::with_node_step_namespaces`]).
+    pub fn new(client: Client, image: String, metrics: Arc<Metrics>) -> Self {
+        let reporter = Reporter {
+            controller: "pseudoflow-controller".into(),
+            instance: std::env::var("HOSTNAME").ok(),
+        };
+        Context {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            image,
+            metrics,
+            engine: Engine::new(),
+            node_step_namespaces: Default::default(),
+        }
+    }
+
+    /// The same context allowing node steps in `namespaces` (the controller's half of the
+    /// opt-in; the namespace must also be labelled `enforce=privileged`).
+    pub fn with_node_step_namespaces(
+        mut self,
+        namespaces: pod_security::NodeStepNamespaces,
+    ) -> Self {
+        self.node_step_namespaces = namespaces;
+        self
+    }
+}

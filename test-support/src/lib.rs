@@ -1,0 +1,68 @@
+//! What the controller's e2e tests and benchmarks share on a testenv cluster: the CRD installed
+//! ([`install_crd`]), a namespace whose ServiceAccount `flow` has the rights a flow needs
+//! ([`FlowNamespace`]), creating flows and waiting for them by watching ([`flows`]), and reading
+//! the Jobs a run left behind ([`jobs`]). Starting a controller stays with each test binary
+//! (it picks the image and the node-step opt-in).
+#![warn(missing_docs)]
+
+pub mod flows;
+pub mod jobs;
+mod namespace;
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::wait::{await_condition, conditions};
+use kube::Client;
+use serde_json::Value;
+
+pub use flows::*;
+pub use jobs::*;
+pub use namespace::FlowNamespace;
+
+/// Server-side applies one object.
+pub async fn apply(client: &Client, v: Value) {
+    pseudoflow_testenv::apply::apply_value(client, v, None)
+        .await
+        .unwrap();
+}
+
+/// Installs (or updates) the PseudoFlow CRD and waits until it is served.
+pub async fn install_crd(client: &Client) {
+    let crd: CustomResourceDefinition =
+        serde_yaml::from_str(&pseudoflow_crd::schema::crd_yaml()).unwrap();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.patch(
+        "pseudoflows.ops.example.com",
+        &PatchParams::apply("e2e").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        await_condition(
+            crds,
+            "pseudoflows.ops.example.com",
+            conditions::is_crd_established(),
+        ),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+}
+
+/// Polls `check` every 200 ms until it holds; panics naming `what` after `secs`.
+pub async fn eventually<F, Fut>(secs: u64, what: &str, check: F)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !check().await {
+        assert!(Instant::now() < deadline, "{what}: not within {secs}s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
