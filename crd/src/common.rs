@@ -13,7 +13,9 @@ pub struct ObjectRef {
     /// e.g. `apps/v1`; defaults from the kind for built-in kinds (Node → v1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_version: Option<String>,
+    /// Kind of the object, e.g. `Deployment`.
     pub kind: String,
+    /// Name of the object.
     pub name: String,
     /// Defaults to the flow's namespace for namespaced kinds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -31,11 +33,15 @@ impl ObjectRef {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Target {
+    /// e.g. `apps/v1`; defaults from the kind for built-in kinds (Node → v1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_version: Option<String>,
+    /// Kind of the object or objects, e.g. `Node`.
     pub kind: String,
+    /// Name of the one object to change; give either `name` or `selector`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// Defaults to the flow's namespace for namespaced kinds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
     /// Label selector string (`""` = all, `!key`, `key=value`, `key in (a,b)`).
@@ -57,6 +63,12 @@ impl Target {
 }
 
 /// Comparison used by `if`, `when` and `waitFor: Custom`.
+///
+/// equals / notEquals / contains compare text; greaterThan / lessThan compare numbers or
+/// quantities such as `10Gi`. A missing object or field satisfies only notEquals.
+// No doc comments on the variants: schemars turns a documented unit variant into a `oneOf`
+// branch instead of an `enum` value and the schema changes (`RunOn`'s variants cost `runOn` its enum).
+#[allow(missing_docs)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum Op {
@@ -71,9 +83,11 @@ pub enum Op {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
+    /// The object to read; `apiVersion` may be left out for well-known kinds.
     pub resource: ObjectRef,
     /// kubectl-style: `{.status.phase}`, `.status.phase`, `.status.conditions[?(@.type=="Ready")].status`.
     pub json_path: String,
+    /// How the field at `jsonPath` is compared with `value`.
     pub op: Op,
     /// Compared as text, or numerically for greaterThan/lessThan (numbers or quantities such as `10Gi`).
     #[serde(default)]

@@ -7,16 +7,20 @@ use std::fmt;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Severity {
+    /// The flow does not run until it is fixed.
     Error,
+    /// Reported; the flow still runs.
     Warning,
 }
 
 /// One problem at one path, e.g. `spec.steps[3].then[0].seconds: expected integer, got "ten"`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Diagnostic {
+    /// Whether the problem stops the flow.
     pub severity: Severity,
     /// Dotted path into the resource, starting at `spec`.
     pub path: String,
+    /// What is wrong, for a person (e.g. `expected integer, got "ten"`).
     pub message: String,
     /// 1-based line in the source YAML, when the caller could locate the path.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -81,17 +85,19 @@ impl Diagnostics {
         self.0.extend(other.0);
     }
 
-    /// Sorts by path order of appearance is kept; this only removes exact duplicates.
+    /// Removes exact duplicates (same path and message), keeping the order of appearance.
     pub fn dedup(&mut self) {
         let mut seen = std::collections::HashSet::new();
         self.0
             .retain(|d| seen.insert((d.path.clone(), d.message.clone())));
     }
 
+    /// True when no problem, not even a warning, was found.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
+    /// Number of problems, errors and warnings together.
     pub fn len(&self) -> usize {
         self.0.len()
     }

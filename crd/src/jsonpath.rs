@@ -7,12 +7,17 @@ use serde_json::Value;
 /// One step of a path.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Segment {
+    /// `.name` or `['name']`: a field of an object.
     Field(String),
+    /// `[n]`: an item of a list; negative counts from the end.
     Index(i64),
+    /// `.*` or `[*]`: every item of a list or value of an object.
     Wildcard,
     /// `[?(@.a.b=="x")]`, `[?(@.a!="x")]` or `[?(@.a)]` (exists).
     Filter {
+        /// Field path below `@`, e.g. `["a", "b"]` for `@.a.b`.
         path: Vec<String>,
+        /// `(true, v)` for `==v`, `(false, v)` for `!=v`; None only tests that the field exists.
         test: Option<(bool, String)>,
     },
 }
@@ -25,7 +30,9 @@ pub struct JsonPath(pub Vec<Segment>);
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid jsonPath {input:?}: {reason}")]
 pub struct JsonPathError {
+    /// The jsonPath as written.
     pub input: String,
+    /// What is wrong with it.
     pub reason: String,
 }
 

@@ -3,6 +3,7 @@
 //!
 //! Every step type lives in its own module under [`steps`], owning its parameters, its schema and
 //! its semantic validation; [`steps::registry`] is the one list that ties them together.
+#![warn(missing_docs)]
 
 pub mod common;
 pub mod depth;
@@ -10,7 +11,6 @@ pub mod diagnostics;
 pub mod docs;
 pub mod jsonpath;
 pub mod limits;
-#[warn(missing_docs)]
 pub mod protocol;
 pub mod resource;
 pub mod schema;

@@ -8,11 +8,17 @@ use std::fmt;
 /// One requirement of a selector.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Requirement {
+    /// `key`: the label is present.
     Exists(String),
+    /// `!key`: the label is absent.
     NotExists(String),
+    /// `key=value` or `key==value`.
     Equals(String, String),
+    /// `key!=value`: also true when the label is absent.
     NotEquals(String, String),
+    /// `key in (a,b)`: the label is present with one of the values.
     In(String, Vec<String>),
+    /// `key notin (a,b)`: the label is absent or has none of the values.
     NotIn(String, Vec<String>),
 }
 
@@ -24,7 +30,9 @@ pub struct Selector(pub Vec<Requirement>);
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid label selector {input:?}: {reason}")]
 pub struct SelectorError {
+    /// The selector as written.
     pub input: String,
+    /// What is wrong with it.
     pub reason: String,
 }
 

@@ -34,8 +34,10 @@ pub struct PseudoFlowSpec {
     /// Variables for `${name}` substitution.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub vars: BTreeMap<String, String>,
+    /// The steps to run, in order (see docs/steps.md).
     #[schemars(length(max = crate::limits::MAX_STEPS))]
     pub steps: Vec<Step>,
+    /// Run-wide options.
     #[serde(default)]
     pub options: FlowOptions,
     /// Identity every step runs with (default: `default` in the flow's namespace).
@@ -54,6 +56,7 @@ pub struct PseudoFlowSpec {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FlowOptions {
+    /// A run due while another runs: Allow (default) starts it too, Forbid queues it, Replace aborts the other.
     #[serde(default)]
     pub concurrency_policy: ConcurrencyPolicy,
     /// Fail the whole run (reason Timeout) after this long (at most 7 days).
@@ -66,6 +69,9 @@ pub struct FlowOptions {
 ///
 /// Allow: start it beside the old one. Forbid: queue it until the running one ends.
 /// Replace: abort the running one (its Jobs are deleted) and start the new one.
+// No doc comments on the variants: schemars turns a documented unit variant into a `oneOf`
+// branch instead of an `enum` value and the schema changes (`RunOn`'s variants cost `runOn` its enum).
+#[allow(missing_docs)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum ConcurrencyPolicy {
     #[default]
@@ -96,8 +102,10 @@ impl PseudoFlowSpec {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ArtifactSource {
+    /// A ConfigMap in the flow's namespace whose keys are the file names.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_map: Option<String>,
+    /// An http(s) base URL; a file is read from `<url>/<path>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
 }

@@ -9,6 +9,9 @@ use serde::{Deserialize, Serialize};
 pub const MAX_STEP_ENTRIES: usize = 200;
 
 /// Phase of the flow's current run.
+// No doc comments on the variants: schemars turns a documented unit variant into a `oneOf`
+// branch instead of an `enum` value and the schema changes (`RunOn`'s variants cost `runOn` its enum).
+#[allow(missing_docs)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum FlowPhase {
     Pending,
@@ -19,6 +22,9 @@ pub enum FlowPhase {
 }
 
 /// Phase of one DAG node (also what the controller's walker tracks per node instance).
+// No doc comments on the variants: schemars turns a documented unit variant into a `oneOf`
+// branch instead of an `enum` value and the schema changes (`RunOn`'s variants cost `runOn` its enum).
+#[allow(missing_docs)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum StepPhase {
     #[default]
@@ -41,21 +47,25 @@ impl StepPhase {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PseudoFlowStatus {
+    /// The `metadata.generation` this status was written for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// Start of the latest run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_run_time: Option<Time>,
+    /// Phase of the current run; Failed also when the spec is invalid and nothing ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<FlowPhase>,
     /// Machine-readable cause of the phase (InvalidSpec, Timeout, StepFailed, Aborted, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Progress (`done/total steps done; running <step>`) or what failed, with the step's path.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
     /// Ready (True only when Succeeded), Progressing (while Running), Degraded (on Failed).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// The current (or latest) run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run: Option<RunStatus>,
     /// A run waiting for the current one to end (concurrencyPolicy Forbid).
@@ -67,6 +77,7 @@ pub struct PseudoFlowStatus {
     /// Name or path of the step running now (or the one that failed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_step: Option<String>,
+    /// One entry per step the current run has reached, in plan order (at most 200).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<StepStatus>,
     /// Entries left out of `steps` to keep the object small.
@@ -80,12 +91,15 @@ pub struct PseudoFlowStatus {
 pub struct RunStatus {
     /// Deterministic id derived from generation and run annotation; prefixes its Job names.
     pub id: String,
+    /// The flow's `metadata.generation` the run was started for.
     pub generation: i64,
     /// Value of the `ops.example.com/run` annotation that started it, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trigger: Option<String>,
+    /// When the run started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<Time>,
+    /// When the run ended; absent while it runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<Time>,
 }
@@ -98,20 +112,27 @@ pub struct StepStatus {
     pub id: String,
     /// Path of the step in the spec, e.g. `spec.steps[3].then[0]`.
     pub path: String,
+    /// The step's `type`.
     #[serde(rename = "type")]
     pub step_type: String,
+    /// The step's `name`, when it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// The step's phase; for a step with several instances, a summary (Running while any runs).
     pub phase: StepPhase,
+    /// When the step started; only for a step with one instance.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<Time>,
+    /// When the step finished; only for a step with one instance.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<Time>,
+    /// What the step last reported, e.g. why it failed; only for a step with one instance.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
     /// Whether the step changed anything (false on a no-op re-run).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub changed: Option<bool>,
+    /// Attempt of the enclosing `retry`, shown from the second attempt on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attempt: Option<u32>,
     /// For node steps: the node.
@@ -126,9 +147,14 @@ pub struct StepStatus {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct InstanceCounts {
+    /// Instances of the step in this run (one per loop item or node).
     pub total: u32,
+    /// Instances that succeeded.
     pub succeeded: u32,
+    /// Instances that failed.
     pub failed: u32,
+    /// Instances running now.
     pub running: u32,
+    /// Instances that were skipped.
     pub skipped: u32,
 }

@@ -21,6 +21,7 @@ pub struct Step {
     /// Fail the step after this long.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_seconds: Option<u32>,
+    /// `type` and the fields that belong to it.
     #[serde(flatten)]
     pub kind: StepKind,
 }

@@ -12,7 +12,9 @@ use crate::validate::Ctx;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ConfigFileStep {
+    /// Absolute path of the file on the node.
     pub path: String,
+    /// The whole content the file gets.
     pub content: String,
     /// Octal permission bits, e.g. `"0644"` (the default).
     #[serde(default, skip_serializing_if = "Option::is_none")]

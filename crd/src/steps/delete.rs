@@ -11,6 +11,7 @@ use crate::validate::Ctx;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DeleteStep {
+    /// The object to delete; `apiVersion` may be left out for well-known kinds.
     pub target: ObjectRef,
 }
 

@@ -13,6 +13,7 @@ use crate::validate::Ctx;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DeleteFileStep {
+    /// Relative path of an artifact file whose objects are deleted or, on nodes, absolute path of the file.
     pub path: String,
     /// Makes this a node step outside `loopNodes`: which nodes lose the file.
     #[serde(default, skip_serializing_if = "Option::is_none")]

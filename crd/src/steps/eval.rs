@@ -11,7 +11,9 @@ use crate::validate::Ctx;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EvalStep {
+    /// Expression to evaluate: string and JSON transformations only (see expressions.md).
     pub expression: String,
+    /// Variable that receives the result.
     pub var: String,
 }
 

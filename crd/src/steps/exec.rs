@@ -12,15 +12,19 @@ use crate::validate::Ctx;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ExecStep {
+    /// Command run with `sh -c`; a non-zero exit fails the step.
     pub cmd: String,
+    /// Variable that receives stdout (one trailing newline trimmed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub var: Option<String>,
     /// Run inside this existing pod (pods/exec; the flow's ServiceAccount needs `get` and
     /// `create` on `pods/exec`) instead of the step's own pod.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<String>,
+    /// Container of `pod` to run in; may be left out when the pod has a single container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container: Option<String>,
+    /// Namespace of `pod` (default: the flow's namespace).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
     /// Image of the step's own pod when `pod` is not given (default: the runtime image).

@@ -12,6 +12,7 @@ use crate::validate::Ctx;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ExecNodeStep {
+    /// Host command run with `sh -c` in the node's namespaces; a non-zero exit fails the step.
     pub cmd: String,
     /// Outside loopNodes: which nodes (`""` = every node, the default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -19,8 +20,10 @@ pub struct ExecNodeStep {
     /// all: every node must succeed; any: one success is enough; first: first node by name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_on: Option<RunOn>,
+    /// Variable that receives stdout; meant for one node (use `varPerNode` for several).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub var: Option<String>,
+    /// Variable that receives `{node: stdout}`, merged over all the nodes the step ran on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub var_per_node: Option<String>,
     /// Run only if an earlier step for the same node reported `changed` in this run (a handler).

@@ -12,9 +12,12 @@ use crate::validate::Ctx;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct IfStep {
+    /// Test on one field of one object (read with the flow's identity) choosing `then` or `else`.
     pub condition: Condition,
+    /// Steps run when `condition` holds.
     #[schemars(schema_with = "nested_steps_schema")]
     pub then: Vec<Step>,
+    /// Steps run when `condition` does not hold.
     #[serde(default, rename = "else", skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "nested_steps_schema")]
     pub else_: Option<Vec<Step>>,

@@ -21,8 +21,10 @@ pub enum IncludeSource {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct KeyRefs {
+    /// A key of a ConfigMap in the flow's namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_map_ref: Option<KeyRef>,
+    /// A key of a Secret in the flow's namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_ref: Option<KeyRef>,
 }
@@ -31,11 +33,19 @@ pub struct KeyRefs {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct KeyRef {
+    /// Name of the ConfigMap or Secret.
     pub name: String,
+    /// Key whose value is the document.
     pub key: String,
 }
 
 /// How to treat the fetched document; guessed from its content when absent.
+///
+/// Manifests: Kubernetes objects to apply. Steps: a list of steps (or a map with `steps:`) to
+/// run in place.
+// No doc comments on the variants: schemars turns a documented unit variant into a `oneOf`
+// branch instead of an `enum` value and the schema changes (`RunOn`'s variants cost `runOn` its enum).
+#[allow(missing_docs)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum IncludeAs {
@@ -47,7 +57,9 @@ pub enum IncludeAs {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct IncludeStep {
+    /// Where to fetch the document: an http(s) URL, or `configMapRef`/`secretRef` in the flow's namespace.
     pub source: IncludeSource,
+    /// `manifests` (objects to apply) or `steps` (run in place); guessed from the content when absent.
     #[serde(default, rename = "as", skip_serializing_if = "Option::is_none")]
     pub as_: Option<IncludeAs>,
 }

@@ -9,6 +9,7 @@ use super::{Placement, StepParams};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LogStep {
+    /// Text of the Normal Event (reason `Log`) recorded on the flow.
     pub message: String,
 }
 

@@ -20,6 +20,7 @@ pub struct LoopStep {
     /// A list, or a string that is one `${expression}` evaluating to a list.
     #[schemars(schema_with = "for_each_schema")]
     pub for_each: Value,
+    /// Steps run for each item, with `${item}` and `${index}` set.
     #[schemars(schema_with = "nested_steps_schema")]
     pub steps: Vec<Step>,
     /// How many items run at once (default 1: one after another; at most 1000).

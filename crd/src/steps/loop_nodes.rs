@@ -15,6 +15,7 @@ use crate::validate::Ctx;
 pub struct LoopNodesStep {
     /// `""` = every node, `key`, `!key`, `key=value`, `key in (a,b)`.
     pub selector: String,
+    /// Steps run for each matching node, with `${node}` set to its name.
     #[schemars(schema_with = "nested_steps_schema")]
     pub steps: Vec<Step>,
     /// How many nodes change at once (default 1: a rolling change; at most 5000).

@@ -12,6 +12,7 @@ use crate::step::Step;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct OnErrorStep {
+    /// Steps run if the step before this one fails; the failure then counts as handled.
     #[schemars(schema_with = "nested_steps_schema")]
     pub steps: Vec<Step>,
 }

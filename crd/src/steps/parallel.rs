@@ -13,6 +13,7 @@ use crate::validate::Ctx;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ParallelStep {
+    /// The branches, each a list of steps; they run at the same time.
     #[schemars(schema_with = "nested_branches_schema")]
     pub steps: Vec<Vec<Step>>,
     /// true (default): every branch must succeed; false: the first success wins.

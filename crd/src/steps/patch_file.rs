@@ -12,8 +12,11 @@ use crate::validate::Ctx;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PatchFileStep {
+    /// Absolute path of the file on the node.
     pub path: String,
+    /// Regular expression (Rust `regex` syntax) matched against the file.
     pub pattern: String,
+    /// Replacement for each match; `$1` inserts the first group.
     pub replace: String,
     /// When nothing matches (or the file is missing), append `replace` as a new line.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]

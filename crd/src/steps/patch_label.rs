@@ -12,7 +12,9 @@ use crate::validate::Ctx;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PatchLabelStep {
+    /// The objects to label, each with the map under its name in `fromVar`; others are left alone.
     pub target: Target,
+    /// Variable holding `{"<object name>": {"key": "value"}}`; a null value removes that label.
     pub from_var: String,
 }
 

@@ -13,7 +13,11 @@ macro_rules! step_registry {
         #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
         #[serde(tag = "type")]
         pub enum StepKind {
-            $(#[serde(rename = $tag)] $variant($params),)*
+            $(
+                #[doc = concat!("A `", $tag, "` step.")]
+                #[serde(rename = $tag)]
+                $variant($params),
+            )*
         }
 
         /// Every valid `type:` value, in registry order.

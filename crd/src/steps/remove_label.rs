@@ -12,7 +12,9 @@ use crate::validate::Ctx;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RemoveLabelStep {
+    /// The object (by `name`) or objects (by `selector`) to remove the labels from.
     pub target: Target,
+    /// Label keys to remove.
     pub keys: Vec<String>,
 }
 

@@ -17,6 +17,7 @@ pub const MAX_ATTEMPTS: u32 = 100;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RetryStep {
+    /// Steps rerun as a whole, from the first, when one of them fails.
     #[schemars(schema_with = "nested_steps_schema")]
     pub steps: Vec<Step>,
     /// Total tries, including the first (1 to 100).

@@ -12,12 +12,15 @@ use crate::validate::Ctx;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ScriptStep {
+    /// The script, run with `bash -euo pipefail`: a failing command fails the step.
     pub code: String,
+    /// Variable that receives stdout (one trailing newline trimmed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub var: Option<String>,
     /// Makes this a node step outside loopNodes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_selector: Option<String>,
+    /// With `nodeSelector`: all (default): every node must succeed; any: one success is enough; first: first node by name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_on: Option<RunOn>,
     /// In a node context: run only if an earlier step for the same node reported `changed`.

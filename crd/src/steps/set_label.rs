@@ -14,7 +14,9 @@ use crate::validate::Ctx;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SetLabelStep {
+    /// The object (by `name`) or objects (by `selector`) to label.
     pub target: Target,
+    /// Labels to set, key to value; a label already there gets the new value.
     pub labels: BTreeMap<String, String>,
 }
 

@@ -16,6 +16,7 @@ use crate::validate::Ctx;
 pub struct TemplateStep {
     /// `/abs/path` writes a node file (like configFile); a name stores the text in that variable.
     pub output: String,
+    /// Template text (minijinja: `{{ var }}`, `{% for %}`) rendered with the flow's variables; no `${}` substitution.
     pub template: String,
     /// For a file output outside loopNodes: which nodes (`""` = every node).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -15,6 +15,9 @@ pub const DEFAULT_WAIT_SECONDS: u32 = 300;
 /// Exist / Deleted: the object is there / gone. Ready: condition Ready=True. Available:
 /// workloads rolled out and available (observedGeneration current), other kinds condition
 /// Available=True. Healthy: kstatus "Current". Custom: `jsonPath` `op` `value`.
+// No doc comments on the variants: schemars turns a documented unit variant into a `oneOf`
+// branch instead of an `enum` value and the schema changes (`RunOn`'s variants cost `runOn` its enum).
+#[allow(missing_docs)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum WaitCondition {
     Exist,
@@ -29,12 +32,21 @@ pub enum WaitCondition {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WaitForStep {
+    /// The object to watch; `apiVersion` may be left out for well-known kinds.
     pub resource: ObjectRef,
+    /// The state to wait for.
+    ///
+    /// Exist / Deleted: the object is there / gone. Ready: condition Ready=True. Available:
+    /// workloads rolled out and available (observedGeneration current), other kinds condition
+    /// Available=True. Healthy: kstatus "Current". Custom: `jsonPath` `op` `value`.
     pub condition: WaitCondition,
+    /// With condition Custom: the field to test, kubectl-style, e.g. `.status.phase`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub json_path: Option<String>,
+    /// With condition Custom: equals, notEquals or contains (text), greaterThan or lessThan (numbers, quantities).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub op: Option<Op>,
+    /// With condition Custom: what the field is compared with (default: the empty string).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
     /// Accepted for compatibility with the original DSL; waiting is watch-based, so this only

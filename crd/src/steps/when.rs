@@ -11,6 +11,7 @@ use crate::validate::Ctx;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WhenStep {
+    /// Test on one field of one object (read with the flow's identity) that lets the next step run.
     pub condition: Condition,
 }
 
