@@ -16,7 +16,9 @@ use tracing::{info, warn};
 /// Where the Lease lives and how it is held.
 #[derive(Debug, Clone)]
 pub struct LeaseConfig {
+    /// The Lease's name: one per controller installation.
     pub name: String,
+    /// Where the Lease lives (the controller's own namespace).
     pub namespace: String,
     /// Unique per process: pod name plus a random suffix.
     pub identity: String,
@@ -45,8 +47,10 @@ impl LeaseConfig {
 /// Why leadership could not be held.
 #[derive(Debug, thiserror::Error)]
 pub enum LeaderError {
+    /// An API call on the Lease failed (the Lease, the error).
     #[error("lease {0}: {1}")]
     Api(String, #[source] kube::Error),
+    /// Another replica holds the Lease now (the Lease, the holder).
     #[error("lease {0} was taken over by {1:?}")]
     Lost(String, String),
 }

@@ -5,6 +5,7 @@
 //! serving the others: flows are read through [`raw`] (a spec nested too deep fails alone, see
 //! [`depth`], from the compiler), a reconcile that panics or keeps failing fails or backs off alone ([`backoff`]),
 //! and what one flow may cost is bounded in [`limits`].
+#![warn(missing_docs)]
 
 pub mod backoff;
 pub mod labels;

@@ -25,15 +25,19 @@ use crate::limits::MAX_SPEC_DEPTH;
 pub struct RawFlow {
     /// Everything but `managedFields`.
     pub metadata: ObjectMeta,
+    /// The spec as written, read without a recursion limit; its depth is checked before parsing.
     pub spec: Option<Box<RawValue>>,
+    /// The status as last written, likewise kept raw.
     pub status: Option<Box<RawValue>>,
 }
 
 /// Why a flow cannot become the untyped object the reconcile reads.
 #[derive(Debug, thiserror::Error)]
 pub enum DecodeError {
+    /// The document nests deeper than the controller reads.
     #[error(transparent)]
     TooDeep(#[from] TooDeep),
+    /// The document is not the JSON it should be (which part, the error).
     #[error("{0}: {1}")]
     Json(&'static str, serde_json::Error),
 }

@@ -11,20 +11,31 @@ use anyhow::{bail, Context, Result};
 /// Paths of everything generated.
 #[derive(Debug, Clone)]
 pub struct Certs {
+    /// Where the files are.
     pub dir: PathBuf,
+    /// The cluster CA, which signs everything else.
     pub ca_crt: PathBuf,
+    /// The CA's key.
     pub ca_key: PathBuf,
+    /// The API server's serving certificate.
     pub server_crt: PathBuf,
+    /// Its key.
     pub server_key: PathBuf,
+    /// The cluster-admin client certificate (tests and kubectl).
     pub admin_crt: PathBuf,
+    /// Its key.
     pub admin_key: PathBuf,
     /// What the simulated kubelets' streaming server presents (SAN 127.0.0.1).
     pub kubelet_crt: PathBuf,
+    /// Its key.
     pub kubelet_key: PathBuf,
     /// What the API server presents to the kubelets.
     pub kubelet_client_crt: PathBuf,
+    /// Its key.
     pub kubelet_client_key: PathBuf,
+    /// The ServiceAccount token signing key.
     pub sa_key: PathBuf,
+    /// Its public half, which the API server verifies tokens with.
     pub sa_pub: PathBuf,
 }
 

@@ -14,8 +14,11 @@ use crate::procs::Proc;
 
 /// The running control plane.
 pub struct ControlPlane {
+    /// The API server's port on 127.0.0.1.
     pub api_port: u16,
+    /// An admin kubeconfig for it.
     pub kubeconfig: PathBuf,
+    /// The processes, stopped with the control plane.
     pub procs: Vec<Proc>,
 }
 

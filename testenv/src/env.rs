@@ -24,6 +24,7 @@ pub const KUBEADM_FLAGS: &str = "KUBELET_KUBEADM_ARGS=\"--container-runtime-endp
 /// How to build a cluster.
 #[derive(Debug, Clone)]
 pub struct Options {
+    /// The nodes to simulate (names, labels, roles).
     pub nodes: Vec<NodeSpec>,
     /// Images run as local processes; the shell and probe test images are always included.
     pub images: ImageMap,

@@ -3,6 +3,7 @@
 //! (`testenv/build-k8s.sh`), plus simulated kubelets ("process kubelet") that register Nodes and
 //! run pods bound to them — mapped images as local processes under the pod's ServiceAccount
 //! token, everything else just marked Running and Ready.
+#![warn(missing_docs)]
 
 pub mod apply;
 pub mod binaries;

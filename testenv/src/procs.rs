@@ -9,6 +9,7 @@ use tokio::process::{Child, Command};
 
 /// A started process; killed (with its group) on drop.
 pub struct Proc {
+    /// A name for logs and errors.
     pub name: String,
     child: Child,
 }

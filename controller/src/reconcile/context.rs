@@ -12,11 +12,15 @@ use crate::metrics::Metrics;
 
 /// Shared by all reconciles.
 pub struct Context {
+    /// The controller's own client: for its Jobs, Secrets and status, never for a flow's work.
     pub client: Client,
     /// The runtime image executor Jobs run.
     pub image: String,
+    /// Prometheus series every reconcile updates.
     pub metrics: Arc<Metrics>,
+    /// Publishes the flow's Events.
     pub recorder: Recorder,
+    /// The expression engine for controller-local steps (bounded; see docs/expressions.md).
     pub engine: Engine,
     /// Namespaces whose flows may run node steps (root on nodes), if also labelled
     /// `enforce=privileged`; empty unless set, so node steps fail closed.

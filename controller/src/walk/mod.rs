@@ -28,17 +28,26 @@ pub enum Action {
     /// Do this instance's work: launch its Job, or (for controller-local nodes) do it now and
     /// report back with [`Walker::complete`].
     Start {
+        /// The DAG node.
         node: String,
+        /// Which loop item(s) of it.
         key: Key,
+        /// The retry attempt (1-based).
         attempt: u32,
     },
     /// Stop this instance's work (delete its Job); it is already marked Aborted.
-    Abort { node: String, key: Key },
+    Abort {
+        /// The DAG node.
+        node: String,
+        /// Which loop item(s) of it.
+        key: Key,
+    },
 }
 
 /// What one [`Walker::advance`] decided.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Outcome {
+    /// What to do now, in order.
     pub actions: Vec<Action>,
     /// Earliest time (unix seconds) a timer (sleep, retry backoff) needs another look.
     pub wake_at: Option<i64>,
@@ -47,9 +56,13 @@ pub struct Outcome {
 /// The result of one instance's work.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Completion {
+    /// Whether the work succeeded.
     pub ok: bool,
+    /// Whether it changed anything (for `onlyIfChanged` and status).
     pub changed: bool,
+    /// What happened, for status and Events.
     pub message: String,
+    /// For conditions: whether the condition holds.
     pub condition: Option<bool>,
     /// For loop starts: the items (key, value).
     pub items: Option<Vec<(String, Value)>>,

@@ -18,9 +18,12 @@ pub use pseudoflow_crd::StepPhase as Phase;
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Instance {
+    /// Where the instance is in its life.
     pub phase: Phase,
+    /// Whether its work changed anything.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub changed: bool,
+    /// What happened (bounded), for status.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
     /// For conditions: the outcome.
@@ -38,8 +41,10 @@ pub struct Instance {
     /// A failure already dealt with (by an onError/continueOnError edge, a retry or a parent).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub failure_handled: bool,
+    /// When it started (unix seconds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<i64>,
+    /// When it ended (unix seconds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<i64>,
 }
@@ -51,9 +56,12 @@ fn is_zero(n: &u32) -> bool {
 /// Outcome of the whole run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RunPhase {
+    /// Some instance still has work to do.
     #[default]
     Running,
+    /// Every instance ended well (or its failure was handled).
     Succeeded,
+    /// An unhandled failure, a timeout or an abort ended it.
     Failed,
 }
 
@@ -61,7 +69,9 @@ pub enum RunPhase {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RunState {
+    /// Every instance the run has reached, by instance id.
     pub instances: BTreeMap<String, Instance>,
+    /// Where the run as a whole is.
     #[serde(default)]
     pub phase: RunPhase,
     /// The node instance whose failure ended the run, and why.

@@ -66,13 +66,17 @@ fn lookup<'a>(map: &'a BTreeMap<String, PathBuf>, image: &str) -> Option<&'a Pat
 /// What the kubelets need to know about the cluster.
 #[derive(Clone)]
 pub struct KubeletConfig {
+    /// The API server's port on 127.0.0.1.
     pub api_port: u16,
+    /// The cluster CA, mounted into pods as a real kubelet does.
     pub ca_crt: PathBuf,
     /// The streaming server's certificate and key (the API server verifies them with `ca_crt`).
     pub serving_crt: PathBuf,
+    /// Its key.
     pub serving_key: PathBuf,
     /// Root of the node directories: `<root>/<node>/root` is a node's filesystem.
     pub nodes_dir: PathBuf,
+    /// Which program runs for which image (and its tools on PATH).
     pub images: Arc<ImageMap>,
 }
 

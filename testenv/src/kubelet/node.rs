@@ -18,7 +18,9 @@ use super::KubeletConfig;
 /// One simulated node.
 #[derive(Debug, Clone)]
 pub struct NodeSpec {
+    /// The Node's name.
     pub name: String,
+    /// The Node's labels (roles, zones).
     pub labels: BTreeMap<String, String>,
     /// `(key, effect)` taints, e.g. the control-plane `NoSchedule` taint.
     pub taints: Vec<(String, String)>,
