@@ -70,15 +70,6 @@ fn free_port() -> u16 {
 /// The chart rendered for `release` in namespace `release`, watching `watch` and allowing node
 /// steps in `node_steps`, as YAML documents.
 fn render(release: &str, watch: &[&str], node_steps: &[&str]) -> Vec<Value> {
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache"));
-    let helm = cache.join("pseudoflow/tools/helm");
-    assert!(
-        helm.is_file(),
-        "{} not found: run `bash charts/install-tools.sh`",
-        helm.display()
-    );
     let (c_repo, c_tag) = CONTROLLER_IMAGE.split_once(':').unwrap();
     let (r_repo, r_tag) = RUNTIME_IMAGE.split_once(':').unwrap();
     let mut sets = vec![
@@ -92,23 +83,11 @@ fn render(release: &str, watch: &[&str], node_steps: &[&str]) -> Vec<Value> {
     ];
     sets.push(format!("watchNamespaces={{{}}}", watch.join(",")));
     sets.push(format!("nodeSteps.namespaces={{{}}}", node_steps.join(",")));
-    let mut cmd = Command::new(helm);
-    cmd.args(["template", release])
-        .arg(repo().join("charts/pseudoflow-operator"))
-        .args(["--namespace", release]);
+    let mut args = vec!["--namespace".to_string(), release.to_string()];
     for s in sets {
-        cmd.args(["--set", &s]);
+        args.extend(["--set".to_string(), s]);
     }
-    let out = cmd.output().unwrap();
-    assert!(
-        out.status.success(),
-        "helm template: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_yaml::Deserializer::from_slice(&out.stdout)
-        .map(|d| serde::Deserialize::deserialize(d).unwrap())
-        .filter(|v: &Value| !v.is_null())
-        .collect()
+    pseudoflow_test_support::helm::template(release, &args)
 }
 
 /// (document index, rule index, a readable name) for every rule of the chart's roles.

@@ -6,6 +6,7 @@
 #![warn(missing_docs)]
 
 pub mod flows;
+pub mod helm;
 pub mod jobs;
 mod namespace;
 

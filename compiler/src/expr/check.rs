@@ -224,16 +224,8 @@ fn is_builtin(name: &str) -> bool {
 mod tests {
     use serde_json::json;
 
-    use super::*;
-    use crate::{compile, Compiled, FlowId};
-
-    fn flow(steps: Value) -> Compiled {
-        let id = FlowId {
-            name: "f",
-            namespace: Some("ns"),
-        };
-        compile(&id, &json!({"vars": {"name": "n1"}, "steps": steps})).expect("valid flow")
-    }
+    use super::super::tests::flow;
+    use crate::Compiled;
 
     fn warnings(c: &Compiled) -> Vec<String> {
         c.warnings

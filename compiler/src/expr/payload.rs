@@ -82,16 +82,8 @@ pub fn substitute_flow_vars(node: &PlanNode, spec: &PseudoFlowSpec) -> Value {
 mod tests {
     use serde_json::json;
 
+    use super::super::tests::flow;
     use super::*;
-    use crate::{compile, Compiled, FlowId};
-
-    fn flow(steps: Value) -> Compiled {
-        let id = FlowId {
-            name: "f",
-            namespace: Some("ns"),
-        };
-        compile(&id, &json!({"vars": {"name": "n1"}, "steps": steps})).expect("valid flow")
-    }
 
     #[test]
     fn a_variable_holding_a_document_separator_stays_a_string_in_apply() {

@@ -5,6 +5,16 @@ use super::*;
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
+/// Flow `ns/f` with `vars: {name: n1}` and these steps, compiled: what the check and payload
+/// tests start from.
+pub(super) fn flow(steps: Value) -> crate::Compiled {
+    let id = crate::FlowId {
+        name: "f",
+        namespace: Some("ns"),
+    };
+    crate::compile(&id, &json!({"vars": {"name": "n1"}, "steps": steps})).expect("valid flow")
+}
+
 fn scope(pairs: &[(&str, Value)]) -> Scope {
     pairs
         .iter()

@@ -6,9 +6,6 @@
 //! flow author tries to run as a ServiceAccount the cluster admin did not mean flows to use: the
 //! chart's optional ValidatingAdmissionPolicy refuses the flow on the real API server.
 
-use std::path::PathBuf;
-use std::process::Command;
-
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::Client;
@@ -159,41 +156,20 @@ async fn label_and_allow_list_together_run_the_node_step() {
 /// The chart's admission policy and binding for release `release`, allowing `accounts` and
 /// checking only namespace `ns` (so the other tests sharing this cluster are not affected).
 fn render_policy(release: &str, ns: &str, accounts: &[&str]) -> Vec<Value> {
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache"));
-    let helm = cache.join("pseudoflow/tools/helm");
-    assert!(
-        helm.is_file(),
-        "{} not found: run `bash charts/install-tools.sh`",
-        helm.display()
-    );
-    let chart = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../charts/pseudoflow-operator");
     let selector = json!({"matchLabels": {"kubernetes.io/metadata.name": ns}});
-    let out = Command::new(helm)
-        .args(["template", release])
-        .arg(chart)
-        .args(["--show-only", "templates/admission-policy.yaml"])
-        .args(["--set", "admissionPolicy.enabled=true"])
-        .args([
-            "--set-json",
-            &format!("admissionPolicy.serviceAccounts={}", json!(accounts)),
-        ])
-        .args([
-            "--set-json",
-            &format!("admissionPolicy.namespaceSelector={selector}"),
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "helm template: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_yaml::Deserializer::from_slice(&out.stdout)
-        .map(|d| serde::Deserialize::deserialize(d).unwrap())
-        .filter(|v: &Value| !v.is_null())
-        .collect()
+    pseudoflow_test_support::helm::template(
+        release,
+        &[
+            "--show-only".into(),
+            "templates/admission-policy.yaml".into(),
+            "--set".into(),
+            "admissionPolicy.enabled=true".into(),
+            "--set-json".into(),
+            format!("admissionPolicy.serviceAccounts={}", json!(accounts)),
+            "--set-json".into(),
+            format!("admissionPolicy.namespaceSelector={selector}"),
+        ],
+    )
 }
 
 /// A PseudoFlow `name` with one log step, running as `account` (`None`: names none).
