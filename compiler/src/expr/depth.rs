@@ -5,8 +5,9 @@
 
 use serde_json::Value;
 
-/// Deepest nesting a variable may have (a scalar is depth 0, `[1]` is depth 1).
-pub const MAX_DEPTH: usize = 32;
+/// Deepest nesting a variable may have (a scalar is depth 0, `[1]` is depth 1): the bound the
+/// validator puts on values in a step ([`pseudoflow_crd::limits::MAX_VALUE_DEPTH`]), kept once.
+pub const MAX_DEPTH: usize = pseudoflow_crd::limits::MAX_VALUE_DEPTH;
 
 /// A value nested deeper than allowed; `at` is where the limit was passed (`$[0].a[2]`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
