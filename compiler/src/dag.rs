@@ -129,6 +129,7 @@ pub fn build_plan(
     let end = b.structural(&scope, join_id(id_prefix, "end"), "end", NodeKind::End);
     b.g.add_edge(start, body.entry, EdgeKind::Next);
     b.connect(&body.exits, end);
+    crate::fuse::mark_segments(&mut b.g);
     Plan::new(b.g, start, end)
 }
 
@@ -172,6 +173,7 @@ impl Builder<'_> {
             timeout_seconds: None,
             step: None,
             depth: scope.depth,
+            segment: None,
         })
     }
 
@@ -264,6 +266,7 @@ impl Builder<'_> {
             timeout_seconds: step.timeout_seconds,
             step: Some(step.clone()),
             depth: scope.depth,
+            segment: None,
         })
     }
 

@@ -20,6 +20,10 @@ pub fn emit_node(
         .find(|p| p.node(node_id).is_some())
         .ok_or_else(|| format!("no node {node_id:?}; see the ids in the tree output"))?;
     let node = plan.node(node_id).expect("found above");
+    // A fused step runs in its segment's Job: show that Job, launched by the segment's head.
+    let node = plan
+        .node(plan.job_node(node))
+        .expect("heads are plan nodes");
     if task_of(node).is_none() {
         return Err(format!(
             "node {node_id} ({}) runs in the controller and has no Job",
@@ -38,6 +42,10 @@ pub fn emit_node(
         })
         .collect();
     let step = crate::expr::substitute_flow_vars(node, &compiled.spec);
+    let members = crate::fuse::members_from(plan, node);
+    let segment = crate::fuse::segment_steps(&members, |m| {
+        Ok(crate::expr::substitute_flow_vars(m, &compiled.spec))
+    });
     // Offline there is no flow object: no uid.
     let run_id = names::run_id("", 1, None);
     let inst = NodeInstance {
@@ -49,6 +57,9 @@ pub fn emit_node(
         step,
         target_node: Some(node_name),
         artifacts: &compiled.spec.artifacts,
+        segment,
+        changed_before: false,
+        run_secret: None,
     };
     lower(&inst, opts).map_err(|e| e.to_string())
 }

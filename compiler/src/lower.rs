@@ -13,9 +13,9 @@ use pseudoflow_crd::steps::Placement;
 use serde_json::{json, Value};
 
 pub use pseudoflow_crd::protocol::{
-    ExecutorInput, FlowRef, Task, EXECUTOR_DIR, INPUT_DIGEST_ANNOTATION, INPUT_DIGEST_ENV,
-    INPUT_DIR, INPUT_KEY, INPUT_SECRET_TYPE, JOB_NAME_ENV, LABEL_APP_NAME, LABEL_FLOW,
-    LABEL_MANAGED_BY, LABEL_NODE, LABEL_RUN, MANAGED_BY,
+    ExecutorInput, FlowRef, SegmentStep, Task, EXECUTOR_DIR, INPUT_DIGEST_ANNOTATION,
+    INPUT_DIGEST_ENV, INPUT_DIR, INPUT_KEY, INPUT_SECRET_TYPE, JOB_NAME_ENV, LABEL_APP_NAME,
+    LABEL_FLOW, LABEL_MANAGED_BY, LABEL_NODE, LABEL_RUN, MANAGED_BY,
 };
 
 use crate::names::{content_digest, job_name, label_value};
@@ -24,6 +24,9 @@ use crate::plan::{NodeKind, PlanNode};
 /// Grace added to a step's timeout for the Job's activeDeadlineSeconds: the executor enforces
 /// the step timeout itself and reports it; the deadline only stops a stuck pod.
 pub const DEADLINE_GRACE_SECONDS: u32 = 30;
+
+/// How often a segment's pod may be replaced after it died without a result (see [`lower`]).
+pub const SEGMENT_POD_RETRIES: u32 = 3;
 
 /// Cluster-wide lowering settings (from the operator's configuration).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,6 +65,26 @@ pub struct NodeInstance<'a> {
     pub target_node: Option<&'a str>,
     /// Where `applyFile`/`deleteFile` find their files (`spec.artifacts`).
     pub artifacts: &'a [pseudoflow_crd::ArtifactSource],
+    /// For a fused segment: every step the Job runs, `node` first (empty: one step).
+    pub segment: Vec<SegmentStep>,
+    /// For a segment: whether an earlier step changed this instance's node (`onlyIfChanged`).
+    pub changed_before: bool,
+    /// For a segment: the run's secret, from which its journal's signing key is derived
+    /// (None: no journal, e.g. `--emit`).
+    pub run_secret: Option<&'a str>,
+}
+
+/// The timeout the executor enforces for `node`: its own, else its type's default.
+pub fn timeout_of(node: &PlanNode) -> Option<u32> {
+    node.timeout_seconds
+        .or_else(|| node.step_kind()?.params().default_timeout_seconds())
+}
+
+/// A segment's time bound: the sum of its steps' (None when one of them has none).
+fn segment_timeout(segment: &[SegmentStep]) -> Option<u32> {
+    segment
+        .iter()
+        .try_fold(0u32, |sum, s| Some(sum.saturating_add(s.timeout_seconds?)))
 }
 
 /// The objects one node instance needs.
@@ -128,9 +151,11 @@ pub fn lower(inst: &NodeInstance, opts: &LowerOptions) -> Result<Lowered, LowerE
         inst.instance,
         inst.attempt,
     );
-    let timeout = node
-        .timeout_seconds
-        .or_else(|| node.step_kind()?.params().default_timeout_seconds());
+    let (timeout, deadline) = if inst.segment.is_empty() {
+        (timeout_of(node), timeout_of(node))
+    } else {
+        (None, segment_timeout(&inst.segment))
+    };
     let input = ExecutorInput {
         flow: inst.flow.clone(),
         run_id: inst.run_id.to_string(),
@@ -143,6 +168,12 @@ pub fn lower(inst: &NodeInstance, opts: &LowerOptions) -> Result<Lowered, LowerE
         target_node: inst.target_node.map(str::to_string).filter(|_| on_node),
         timeout_seconds: timeout,
         artifacts: inst.artifacts.to_vec(),
+        segment: inst.segment.clone(),
+        changed_before: inst.changed_before && !inst.segment.is_empty(),
+        journal_key: inst
+            .run_secret
+            .filter(|_| !inst.segment.is_empty())
+            .map(|secret| pseudoflow_crd::protocol::journal_key(secret, &name)),
     };
     let labels = json!({
         LABEL_MANAGED_BY: MANAGED_BY,
@@ -182,14 +213,29 @@ pub fn lower(inst: &NodeInstance, opts: &LowerOptions) -> Result<Lowered, LowerE
         "type": INPUT_SECRET_TYPE,
         "stringData": { INPUT_KEY: input_json },
     });
+    // A segment's pod that dies (killed, evicted, its node lost) is replaced by the Job
+    // controller, and the replacement resumes after the steps its journal records. A step that
+    // failed (exit 1) or bad input (exit 2) ends the Job at once.
+    let (backoff, failure_policy) = if inst.segment.is_empty() {
+        (0, Value::Null)
+    } else {
+        (
+            SEGMENT_POD_RETRIES,
+            json!({"rules": [{
+                "action": "FailJob",
+                "onExitCodes": {"containerName": "step", "operator": "In", "values": [1, 2]},
+            }]}),
+        )
+    };
     let job = json!({
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": metadata,
         "spec": {
-            "backoffLimit": 0,
+            "backoffLimit": backoff,
+            "podFailurePolicy": failure_policy,
             // Widened: validation bounds timeouts, but a plan built without it must not wrap.
-            "activeDeadlineSeconds": timeout.map(|t| u64::from(t) + u64::from(DEADLINE_GRACE_SECONDS)),
+            "activeDeadlineSeconds": deadline.map(|t| u64::from(t) + u64::from(DEADLINE_GRACE_SECONDS)),
             "template": pod_template(inst, &name, &opts.image, on_node, &labels, &digest),
         },
     });

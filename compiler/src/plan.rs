@@ -152,6 +152,10 @@ pub struct PlanNode {
     /// Nesting depth, for the tree view.
     #[serde(skip)]
     pub depth: usize,
+    /// For a step fused with its neighbours (`crate::fuse`): the id of the segment's first
+    /// node, whose Job runs every member in order.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub segment: Option<String>,
 }
 
 impl PlanNode {
@@ -172,6 +176,7 @@ pub struct Plan {
     /// Reached when the run is done.
     pub end: NodeIndex,
     by_id: BTreeMap<String, NodeIndex>,
+    segments: BTreeMap<String, Vec<String>>,
 }
 
 impl Plan {
@@ -184,12 +189,39 @@ impl Plan {
             .node_indices()
             .map(|i| (graph[i].id.clone(), i))
             .collect();
+        let mut segments: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for i in graph.node_indices() {
+            if let Some(head) = &graph[i].segment {
+                segments
+                    .entry(head.clone())
+                    .or_default()
+                    .push(graph[i].id.clone());
+            }
+        }
         Plan {
             graph,
             start,
             end,
             by_id,
+            segments,
         }
+    }
+
+    /// The members of the segment `head` leads, in the order they run (empty when `head` is
+    /// not a segment's first node).
+    pub fn segment_members(&self, head: &str) -> &[String] {
+        self.segments.get(head).map(Vec::as_slice).unwrap_or(&[])
+    }
+
+    /// Every segment, by head id.
+    pub fn segments(&self) -> &BTreeMap<String, Vec<String>> {
+        &self.segments
+    }
+
+    /// The node whose Job does `node`'s work: the segment's head for a fused step, else the
+    /// node itself.
+    pub fn job_node<'a>(&'a self, node: &'a PlanNode) -> &'a str {
+        node.segment.as_deref().unwrap_or(&node.id)
     }
 
     /// The node with this id.

@@ -114,6 +114,10 @@ fn detail(n: &PlanNode) -> String {
         } => format!("flow={flow} inheritVars={inherit_vars}"),
         _ => String::new(),
     };
+    if let Some(head) = &n.segment {
+        // Fused: this step runs in the Job its segment's head launches.
+        let _ = write!(d, " sharedJob={head}");
+    }
     if n.continue_on_error {
         d.push_str(" continueOnError");
     }
@@ -188,7 +192,7 @@ fn dot(title: &str, plan: &Plan, on_delete: Option<&Plan>) -> String {
         title
     );
     for p in std::iter::once(plan).chain(on_delete) {
-        for n in p.nodes() {
+        let dot_node = |s: &mut String, n: &PlanNode, indent: &str| {
             let shape = match n.kind {
                 NodeKind::Start | NodeKind::End => "oval",
                 NodeKind::Condition => "diamond",
@@ -197,10 +201,29 @@ fn dot(title: &str, plan: &Plan, on_delete: Option<&Plan>) -> String {
             };
             let _ = writeln!(
                 s,
-                "  {:?} [label={:?}, shape={shape}];",
+                "{indent}{:?} [label={:?}, shape={shape}];",
                 n.id,
                 format!("{}\n{}", n.id, n.step_type)
             );
+        };
+        for n in p.nodes() {
+            match &n.segment {
+                // Steps sharing one Job are drawn in one cluster, where the head appears.
+                Some(head) if *head == n.id => {
+                    let _ = writeln!(
+                        s,
+                        "  subgraph {:?} {{\n    label={:?}; style=dashed;",
+                        format!("cluster_{head}"),
+                        format!("one Job ({head})")
+                    );
+                    for m in p.segment_members(head).iter().filter_map(|m| p.node(m)) {
+                        dot_node(&mut s, m, "    ");
+                    }
+                    s.push_str("  }\n");
+                }
+                Some(_) => {}
+                None => dot_node(&mut s, n, "  "),
+            }
         }
         for (from, to, kind) in p.edges() {
             let style = match kind {
@@ -223,7 +246,7 @@ fn mermaid(plan: &Plan, on_delete: Option<&Plan>) -> String {
     let mut s = String::from("flowchart TD\n");
     let mid = |id: &str| id.replace('-', "_");
     for p in std::iter::once(plan).chain(on_delete) {
-        for n in p.nodes() {
+        let node_line = |s: &mut String, n: &PlanNode, indent: &str| {
             let label = format!("{}<br/>{}", n.id, n.step_type);
             let shape = match n.kind {
                 NodeKind::Start | NodeKind::End => format!("([\"{label}\"])"),
@@ -231,7 +254,21 @@ fn mermaid(plan: &Plan, on_delete: Option<&Plan>) -> String {
                 NodeKind::Action => format!("[\"{label}\"]"),
                 _ => format!("{{{{\"{label}\"}}}}"),
             };
-            let _ = writeln!(s, "  {}{shape}", mid(&n.id));
+            let _ = writeln!(s, "{indent}{}{shape}", mid(&n.id));
+        };
+        for n in p.nodes() {
+            match &n.segment {
+                // Steps sharing one Job are drawn in one subgraph, where the head appears.
+                Some(head) if *head == n.id => {
+                    let _ = writeln!(s, "  subgraph job_{}[\"one Job ({head})\"]", mid(head));
+                    for m in p.segment_members(head).iter().filter_map(|m| p.node(m)) {
+                        node_line(&mut s, m, "    ");
+                    }
+                    s.push_str("  end\n");
+                }
+                Some(_) => {}
+                None => node_line(&mut s, n, "  "),
+            }
         }
         for (from, to, kind) in p.edges() {
             let _ = writeln!(s, "  {} -->|{}| {}", mid(from), edge_word(kind), mid(to));

@@ -93,7 +93,52 @@ fn emit_prints_the_input_secret_and_job_of_one_node() {
         digest.as_str()
     );
     assert_eq!(docs[1]["spec"]["template"]["spec"]["nodeName"], "worker-1");
-    assert_eq!(docs[1]["spec"]["backoffLimit"], 0);
+    // s3-s0 heads the node's segment (configFile, patchFile, execNode): one Job runs all three,
+    // and a pod that dies is replaced (its replacement resumes from the journal).
+    let input: serde_json::Value = serde_json::from_str(input).unwrap();
+    let members: Vec<&str> = input["segment"]
+        .as_array()
+        .expect("a segment input")
+        .iter()
+        .map(|m| m["nodeId"].as_str().unwrap())
+        .collect();
+    assert_eq!(members, ["s3-s0", "s3-s1", "s3-s2"]);
+    assert_eq!(docs[1]["spec"]["backoffLimit"], 3);
+    assert_eq!(
+        docs[1]["spec"]["podFailurePolicy"]["rules"][0]["onExitCodes"]["values"],
+        serde_json::json!([1, 2])
+    );
+}
+
+#[test]
+fn emit_of_a_fused_step_prints_its_segments_job() {
+    let (code, out, err) = run(&[
+        "examples/nodelocaldns.yaml",
+        "--emit",
+        "s3-s2",
+        "--node",
+        "worker-1",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("ops.example.com/node-id: s3-s0"),
+        "the Job of the segment's head: {out}"
+    );
+}
+
+#[test]
+fn the_tree_shows_which_steps_share_a_job() {
+    let (code, out, err) = run(&["examples/nodelocaldns.yaml"]);
+    assert_eq!(code, 0, "{err}");
+    let line = |id: &str| {
+        out.lines()
+            .find(|l| l.trim_start().starts_with(&format!("{id} ")))
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(line("s3-s1").contains("sharedJob=s3-s0"), "{out}");
+    assert!(line("s0").contains("sharedJob=s0"), "{out}");
+    assert!(!line("s3").contains("sharedJob"), "a loop is a branch point: {out}");
 }
 
 #[test]

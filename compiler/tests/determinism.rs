@@ -51,7 +51,8 @@ fn node_ids_and_job_names_are_unique_within_a_flow() {
                 n.id,
                 path.display()
             );
-            if task_of(n).is_some() {
+            // A fused step runs in its segment head's Job: one Job name per segment.
+            if task_of(n).is_some() && c.plan.job_node(n) == n.id {
                 let l = emit_node(
                     &c,
                     &flow_ref(&doc, None),

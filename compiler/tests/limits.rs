@@ -117,6 +117,9 @@ fn lowering_the_largest_timeout_does_not_overflow() {
         step: serde_json::to_value(node.step.as_ref().unwrap()).unwrap(),
         target_node: None,
         artifacts: &[],
+        segment: vec![],
+        changed_before: false,
+        run_secret: None,
     };
     let lowered = lower(&inst, &LowerOptions::default()).unwrap();
     let deadline = lowered.job.spec.unwrap().active_deadline_seconds.unwrap();

@@ -43,7 +43,12 @@ fn every_example_lowers_to_the_reviewed_jobs() {
         let c = compile_doc(&doc);
         let flow = flow_ref(&doc, c.spec.service_account_name.as_deref());
         let mut out = String::new();
-        for node in c.plan.nodes().filter(|n| task_of(n).is_some()) {
+        // One Job per segment: a fused step runs in its segment head's Job.
+        for node in c
+            .plan
+            .nodes()
+            .filter(|n| task_of(n).is_some() && c.plan.job_node(n) == n.id)
+        {
             let lowered = emit_node(&c, &flow, &node.id, "worker-0", &opts).unwrap();
             out.push_str(&format!("# node {}\n{}", node.id, to_yaml(&lowered)));
         }

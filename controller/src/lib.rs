@@ -14,6 +14,7 @@ pub mod limits;
 pub mod metrics;
 pub mod raw;
 pub mod reconcile;
+pub mod secret;
 pub mod walk;
 
 use std::sync::Arc;

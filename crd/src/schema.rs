@@ -79,7 +79,8 @@ fn common_properties() -> Value {
             "minimum": 1,
             "maximum": crate::limits::MAX_DURATION_SECONDS,
             "description": "Fail the step after this long (at most 7 days)."
-        }
+        },
+        "isolate": {"type": "boolean", "description": "Run this step in an executor Job of its own, not fused with the steps next to it."}
     })
 }
 

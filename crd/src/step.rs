@@ -1,5 +1,5 @@
 //! A step: the fields every step type shares (`type`, `name`, `continueOnError`,
-//! `timeoutSeconds`) plus its type-specific parameters ([`StepKind`]).
+//! `timeoutSeconds`, `isolate`) plus its type-specific parameters ([`StepKind`]).
 
 use std::borrow::Cow;
 
@@ -21,6 +21,11 @@ pub struct Step {
     /// Fail the step after this long.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_seconds: Option<u32>,
+    /// Run this step in an executor Job of its own instead of sharing one with the steps next
+    /// to it (step fusion, docs/decisions.md): for a step whose pod must not be reused, e.g.
+    /// one that should be retried or inspected on its own.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub isolate: bool,
     /// `type` and the fields that belong to it.
     #[serde(flatten)]
     pub kind: StepKind,

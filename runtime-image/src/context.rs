@@ -23,7 +23,7 @@ pub struct ExecCtx {
     pub host_root: PathBuf,
     /// Program used to enter the host's namespaces; empty runs commands directly (tests).
     pub nsenter: String,
-    client: OnceCell<Client>,
+    client: Arc<OnceCell<Client>>,
     pub(crate) kinds: Mutex<HashMap<String, Resolved>>,
     progress: Arc<Mutex<String>>,
     goal: Mutex<String>,
@@ -36,7 +36,7 @@ impl ExecCtx {
             input,
             host_root,
             nsenter,
-            client: OnceCell::new(),
+            client: Arc::new(OnceCell::new()),
             kinds: Mutex::new(HashMap::new()),
             progress: Arc::new(Mutex::new(String::new())),
             goal: Mutex::new(String::new()),
@@ -47,6 +47,14 @@ impl ExecCtx {
     pub fn with_client(self, client: Client) -> Self {
         let _ = self.client.set(client);
         self
+    }
+
+    /// A context for one step of a fused segment: `input` is that step's, the API client (and
+    /// the identity it carries) is shared with `self`.
+    pub fn derive(&self, input: ExecutorInput) -> Self {
+        let mut ctx = ExecCtx::new(input, self.host_root.clone(), self.nsenter.clone());
+        ctx.client = self.client.clone();
+        ctx
     }
 
     /// A context configured from the environment, as in the executor pod.

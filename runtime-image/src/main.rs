@@ -6,7 +6,10 @@ use std::process::ExitCode;
 
 use pseudoflow_crd::protocol::StepResult;
 use pseudoflow_crd::protocol::INPUT_DIGEST_ENV;
-use pseudoflow_runtime::{check_input_digest, execute, output, parse_input, ExecCtx, StepError};
+use pseudoflow_runtime::journal::Journal;
+use pseudoflow_runtime::{
+    check_input_digest, execute, output, parse_input, segment, ExecCtx, StepError,
+};
 
 const USAGE: &str = "usage: pseudoflow-step run --input FILE | pseudoflow-step install DEST";
 
@@ -96,10 +99,15 @@ async fn main() -> ExitCode {
         attempt = input.attempt, "starting"
     );
     let ctx = ExecCtx::from_env(input);
-    let result = match execute(&ctx, &step).await {
-        Ok(r) => r,
-        Err(StepError::Input(m)) => return report_bad_input(m),
-        Err(e) => StepResult::failed(e.to_string()),
+    let result = if ctx.input.segment.is_empty() {
+        match execute(&ctx, &step).await {
+            Ok(r) => r,
+            Err(StepError::Input(m)) => return report_bad_input(m),
+            Err(e) => StepResult::failed(e.to_string()),
+        }
+    } else {
+        let mut journal = Journal::open(&ctx, &output::job_name()).await;
+        segment::run(&ctx, &mut journal).await
     };
     tracing::info!(ok = result.ok, changed = result.changed, summary = %result.message, "finished");
     if output::deliver(&ctx, &result).await {

@@ -33,6 +33,9 @@ fn input(task: Task, step: Value, target: Option<&str>, timeout: Option<u32>) ->
         target_node: target.map(str::to_string),
         timeout_seconds: timeout,
         artifacts: vec![],
+        segment: vec![],
+        changed_before: false,
+        journal_key: None,
     }
 }
 

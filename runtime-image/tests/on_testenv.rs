@@ -100,6 +100,9 @@ async fn run_node(
         step,
         target_node: target,
         artifacts: &[],
+        segment: vec![],
+        changed_before: false,
+        run_secret: None,
     };
     let lowered = lower(
         &inst,

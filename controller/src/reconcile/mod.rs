@@ -12,6 +12,7 @@ mod observe;
 pub mod pod_security;
 mod refuse;
 mod report;
+mod reports;
 mod run;
 mod serve;
 mod size;
@@ -154,6 +155,12 @@ async fn reconcile_flow(
         save(flow, ctx, &wanted, rv.as_deref()).await?;
         return Ok(Action::requeue(Duration::from_millis(10)));
     }
+    // Every run gets its secret (the root of its journals' signing keys) stored before its
+    // first Job exists, so a restarted controller derives the same keys.
+    let mut rv = rv;
+    if give_secrets(&mut run) {
+        rv = Some(save(flow, ctx, &run, rv.as_deref()).await?);
+    }
     let run_spec = run.spec.clone().unwrap_or_else(|| raw_spec.clone());
     // 4-6. Observe its Jobs, fold their results, advance the walker, launch what it says.
     let (compiled, mut wake) = advance_run(&r, &run_spec, &mut run, deleting).await?;
@@ -226,6 +233,22 @@ fn new_run(id: &str, generation: i64, trigger: Option<String>, spec: &Value, t: 
         started_at: t,
         ..Default::default()
     }
+}
+
+/// Gives `run` (and the runs beside it) a random secret where it has none; true when it did.
+fn give_secrets(run: &mut StoredRun) -> bool {
+    let mut gave = false;
+    for r in run.beside.iter_mut() {
+        if r.secret.is_empty() {
+            r.secret = crate::secret::random_hex();
+            gave = true;
+        }
+    }
+    if run.secret.is_empty() {
+        run.secret = crate::secret::random_hex();
+        gave = true;
+    }
+    gave
 }
 
 /// Saves `run` as the flow's run state, owned by the flow object.

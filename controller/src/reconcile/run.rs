@@ -10,18 +10,20 @@ use pseudoflow_compiler::names::job_name;
 use pseudoflow_compiler::plan::{Plan, PlanNode};
 use pseudoflow_compiler::result::{IncludedDocument, StepResult};
 use pseudoflow_compiler::runtime::{includes, local};
-use pseudoflow_compiler::{Compiled, FlowId};
+use pseudoflow_compiler::{fuse, Compiled, FlowId};
 use pseudoflow_crd::steps::Placement;
 use pseudoflow_crd::{PseudoFlowSpec, RUN_ANNOTATION};
 use serde_json::Value;
 use tracing::{info, warn};
 
 use super::report::publish;
+use super::reports::{self, Reports};
 use super::status::{said_at, step_at};
 use super::{finalizer, launch, observe, plan_of, pod_security, Context, Error};
 use crate::walk::fold::{changed_on_same_node, deadline, earliest, merge_var, timed_out_message};
 use crate::walk::{
-    split_instance_id, Action as WalkAction, Completion, Phase, RunPhase, StoredRun, Walker,
+    split_instance_id, Action as WalkAction, Completion, Instance, Phase, RunPhase, StoredRun,
+    Walker,
 };
 
 /// One reconcile of one flow: what every part of it needs to know.
@@ -83,6 +85,8 @@ struct Driving<'a> {
     plan: &'a Plan,
     walker: &'a Walker<'a>,
     flow_ref: &'a FlowRef,
+    /// What the run's Jobs reported, looked up once per reconcile.
+    reports: &'a Reports,
 }
 
 /// Observes, times out and drives one run with the spec it started with; returns that spec
@@ -105,6 +109,7 @@ pub(super) async fn advance_run(
             .unwrap_or_else(|| "default".into()),
     };
     let fetched = run.includes.len();
+    let reports = Reports::default();
     {
         let plan = plan_of(&compiled, deleting);
         let walker = Walker::new(plan);
@@ -114,6 +119,7 @@ pub(super) async fn advance_run(
             plan,
             walker: &walker,
             flow_ref: &flow_ref,
+            reports: &reports,
         };
         d.observe_jobs(run).await?;
     }
@@ -129,6 +135,7 @@ pub(super) async fn advance_run(
         plan,
         walker: &walker,
         flow_ref: &flow_ref,
+        reports: &reports,
     };
     // options.timeoutSeconds: the whole run; Failed with reason Timeout, running Jobs deleted.
     let timeout = compiled.spec.options.timeout_seconds;
@@ -152,17 +159,23 @@ impl Driving<'_> {
         job_name(&self.flow_ref.name, &run.run_id, node, key, attempt.max(1))
     }
 
-    /// Folds finished Jobs of Running instances into the run.
+    /// The secret a fused Job's journal key derives from (None: no journal is trusted).
+    fn journal_secret<'r>(&self, run: &'r StoredRun) -> Option<&'r str> {
+        (!run.secret.is_empty()).then_some(run.secret.as_str())
+    }
+
+    /// Folds what the Jobs of Running instances reported into the run: a Job's result when it
+    /// ended, and each step of a fused segment as soon as its journal records it.
     async fn observe_jobs(&self, run: &mut StoredRun) -> Result<(), Error> {
-        let (ctx, flow_ref, plan, t) = (self.r.ctx, self.flow_ref, self.plan, self.r.now);
-        let running: Vec<(String, Vec<String>, u32, Option<i64>)> = run
+        let (ctx, flow_ref, plan) = (self.r.ctx, self.flow_ref, self.plan);
+        let running: Vec<(String, Vec<String>, Instance)> = run
             .state
             .instances
             .iter()
             .filter(|(_, i)| i.phase == Phase::Running)
             .map(|(id, i)| {
                 let (n, k) = split_instance_id(id);
-                (n, k, i.attempt, i.started_at)
+                (n, k, i.clone())
             })
             .filter(|(n, ..)| plan.node(n).and_then(task_of).is_some())
             .collect();
@@ -177,24 +190,36 @@ impl Driving<'_> {
             &run.run_id,
         )
         .await?;
-        for (node_id, key, attempt, started) in running {
-            let job_name = self.job_of(run, &node_id, &key, attempt);
-            let result = match jobs.get(&job_name) {
-                Some(job) => observe::job_result(&ctx.client, &flow_ref.namespace, job).await?,
-                // Not in the (cached) list: a step whose Job was deleted (by hand, by a TTL) would
-                // wait forever; a consistent read tells a lagging cache from a Job that is gone.
-                None if observe::job_is_gone(&ctx.client, &flow_ref.namespace, &job_name)
-                    .await? =>
-                {
-                    Some(StepResult::failed(format!(
-                        "its Job {job_name} was deleted before it reported a result"
-                    )))
-                }
-                None => None,
-            };
-            let Some(mut result) = result else {
-                continue;
-            };
+        for (node_id, key, inst) in running {
+            let node = plan.node(&node_id).expect("from the plan");
+            let job_node = inst.job_node.as_deref().unwrap_or(&node_id);
+            let job_name = self.job_of(run, job_node, &key, inst.attempt);
+            let secret = self.journal_secret(run).filter(|_| node.segment.is_some());
+            let report = self
+                .reports
+                .of(&ctx.client, &flow_ref.namespace, &jobs, &job_name, secret)
+                .await?;
+            if let Some((result, times)) = reports::outcome_of(&report, node, &job_name) {
+                self.fold(run, &node_id, &key, inst.started_at, result, times)
+                    .await;
+            }
+        }
+        Ok(())
+    }
+
+    /// Folds one step's result into the run: its variables, included steps, Event, metric,
+    /// and the walker's decision.
+    async fn fold(
+        &self,
+        run: &mut StoredRun,
+        node_id: &str,
+        key: &[String],
+        started: Option<i64>,
+        mut result: StepResult,
+        times: Option<(i64, i64)>,
+    ) {
+        let (ctx, flow_ref, plan, t) = (self.r.ctx, self.flow_ref, self.plan, self.r.now);
+        {
             if let Some(IncludedDocument::SecretSteps { name, key, sha256 }) = &result.include {
                 result = match observe::secret_steps(
                     &ctx.client,
@@ -216,7 +241,7 @@ impl Driving<'_> {
                     Err(why) => StepResult::failed(why.to_string()),
                 };
             }
-            let node = plan.node(&node_id).expect("from the plan");
+            let node = plan.node(node_id).expect("from the plan");
             // A value nested deeper than the bound would make the stored run unreadable.
             let too_deep = result.vars.iter().find_map(|(k, v)| {
                 pseudoflow_compiler::expr::check_depth(v, pseudoflow_compiler::expr::MAX_DEPTH)
@@ -253,21 +278,29 @@ impl Driving<'_> {
                     c.message = e.to_string();
                 }
             }
-            ctx.metrics.step_finished(
-                &self.r.key(),
-                &node.step_type,
-                (t - started.unwrap_or(t)) as f64,
-            );
+            // A fused step's own times, as the executor measured them (sub-second).
+            let seconds = match times {
+                Some((from, to)) => (to - from).max(0) as f64 / 1000.0,
+                None => (t - started.unwrap_or(t)) as f64,
+            };
+            ctx.metrics
+                .step_finished(&self.r.key(), &node.step_type, seconds);
             let (ty, reason) = if c.ok {
                 (EventType::Normal, "StepSucceeded")
             } else {
                 (EventType::Warning, "StepFailed")
             };
-            let note = said_at(&step_at(&node.path, &key), &c.message);
+            let note = said_at(&step_at(&node.path, key), &c.message);
             self.r.publish(ty, reason, &note).await;
-            self.complete(run, &node_id, &key, c).await;
+            self.complete(run, node_id, key, c).await;
+            if let Some((from, to)) = times {
+                let inst = run.state.entry(node_id, key);
+                inst.started_at = Some(from / 1000);
+                if inst.phase.settled() {
+                    inst.finished_at = Some(to / 1000);
+                }
+            }
         }
-        Ok(())
     }
 
     /// Tells the walker an instance ended, and stops what that aborts.
@@ -283,8 +316,9 @@ impl Driving<'_> {
         let flow_ref = self.flow_ref;
         for a in actions {
             if let WalkAction::Abort { node, key } = a {
-                let attempt = run.state.get(node, key).attempt;
-                let name = self.job_of(run, node, key, attempt);
+                let inst = run.state.get(node, key);
+                let job_node = inst.job_node.as_deref().unwrap_or(node);
+                let name = self.job_of(run, job_node, key, inst.attempt);
                 if let Err(e) = observe::delete_owned_job(
                     &self.r.ctx.client,
                     &flow_ref.namespace,
@@ -353,9 +387,37 @@ impl Driving<'_> {
                     progressed = true;
                     continue;
                 }
-                let only_if_changed = node
-                    .step_kind()
-                    .is_some_and(|k| k.params().only_if_changed());
+                let fused = node.segment.is_some();
+                if fused {
+                    if let Some(job_node) = reports::covering_job(plan, run, node, key, *attempt) {
+                        // Already running in the Job of the steps before it: nothing to launch.
+                        run.state.entry(node_id, key).job_node = Some(job_node.clone());
+                        let job = self.job_of(run, &job_node, key, *attempt);
+                        let note = format!(
+                            "{}: started (in Job {job}, fused with the steps before it)",
+                            step_at(&node.path, key)
+                        );
+                        self.r
+                            .publish(EventType::Normal, "StepStarted", &note)
+                            .await;
+                        let known = self
+                            .reports
+                            .cached(&job)
+                            .and_then(|r| reports::outcome_of(&r, node, &job));
+                        if let Some((result, times)) = known {
+                            let started = run.state.get(node_id, key).started_at;
+                            self.fold(run, node_id, key, started, result, times).await;
+                            progressed = true;
+                        }
+                        continue;
+                    }
+                }
+                // A fused step's onlyIfChanged is decided in its Job, where the changes of the
+                // steps before it are known.
+                let only_if_changed = !fused
+                    && node
+                        .step_kind()
+                        .is_some_and(|k| k.params().only_if_changed());
                 if only_if_changed && !changed_on_same_node(run, key) {
                     let c = Completion {
                         ok: true,
@@ -387,6 +449,15 @@ impl Driving<'_> {
                     }
                 };
                 let target = sc.get("node").and_then(Value::as_str).map(str::to_string);
+                // Fused: this Job runs the rest of the segment, each step prepared now (none
+                // reads what another one sets: see compiler/src/fuse.rs).
+                let members = fuse::members_from(plan, node);
+                let segment = fuse::segment_steps(&members, |m| {
+                    prepare_payload(&ctx.engine, m, &self.scope(run, m, key))
+                        .map(|(p, _)| p)
+                        .map_err(|e| e.to_string())
+                });
+                let steps = segment.len();
                 let inst = NodeInstance {
                     flow: flow_ref,
                     run_id: &run.run_id,
@@ -396,6 +467,9 @@ impl Driving<'_> {
                     step: payload,
                     target_node: target.as_deref(),
                     artifacts: &self.spec.artifact_sources(),
+                    segment,
+                    changed_before: fused && changed_on_same_node(run, key),
+                    run_secret: self.journal_secret(run),
                 };
                 let lowered = lower(&inst, &opts)?;
                 let created = match launch::launch(&ctx.client, &flow_ref.uid, &lowered).await? {
@@ -407,13 +481,24 @@ impl Driving<'_> {
                         continue;
                     }
                 };
+                if fused {
+                    run.state.entry(node_id, key).job_node = Some(node_id.clone());
+                }
                 let job = lowered.job.metadata.name.as_deref().unwrap_or_default();
                 if created {
                     let on = target
                         .as_deref()
                         .map(|n| format!(" on {n}"))
                         .unwrap_or_default();
-                    let note = format!("{}: started{on} (Job {job})", step_at(&node.path, key));
+                    let shared = if steps > 1 {
+                        format!(", which runs it and the {} steps after it", steps - 1)
+                    } else {
+                        String::new()
+                    };
+                    let note = format!(
+                        "{}: started{on} (Job {job}{shared})",
+                        step_at(&node.path, key)
+                    );
                     self.r
                         .publish(EventType::Normal, "StepStarted", &note)
                         .await;

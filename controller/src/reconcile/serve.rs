@@ -8,11 +8,14 @@ use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::reflector::{self, store::Writer};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::ResourceExt;
+use pseudoflow_crd::protocol::journal::{JOURNAL_ROLE, LABEL_ROLE};
 use tracing::{error, info_span, warn, Instrument};
 
 use super::{guard, reconcile_flow, refuse, Context, Error};
@@ -29,12 +32,17 @@ struct Shared {
 
 /// Runs the controller until the process is told to stop; `namespace` limits it to one.
 pub async fn run_controller(ctx: Arc<Context>, namespace: Option<String>) {
-    let (flows, jobs): (Api<RawFlow>, Api<Job>) = match &namespace {
+    let (flows, jobs, journals): (Api<RawFlow>, Api<Job>, Api<ConfigMap>) = match &namespace {
         Some(ns) => (
             Api::namespaced(ctx.client.clone(), ns),
             Api::namespaced(ctx.client.clone(), ns),
+            Api::namespaced(ctx.client.clone(), ns),
         ),
-        None => (Api::all(ctx.client.clone()), Api::all(ctx.client.clone())),
+        None => (
+            Api::all(ctx.client.clone()),
+            Api::all(ctx.client.clone()),
+            Api::all(ctx.client.clone()),
+        ),
     };
     let shared = Arc::new(Shared {
         ctx: ctx.clone(),
@@ -58,6 +66,14 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: Option<String>) {
             jobs,
             watcher::Config::default().labels(&crate::labels::managed_by_selector()),
         )
+        // A fused segment's journal records a step: show it (and start what follows) now,
+        // not when the segment's Job ends. Anyone who may write ConfigMaps can trigger a
+        // reconcile this way, which is harmless: the journal's content counts only if signed.
+        .watches(
+            journals,
+            watcher::Config::default().labels(&format!("{LABEL_ROLE}={JOURNAL_ROLE}")),
+            journal_owner,
+        )
         .run(reconcile, error_policy, shared)
         .for_each(|r| async move {
             if let Err(e) = r {
@@ -65,6 +81,15 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: Option<String>) {
             }
         })
         .await;
+}
+
+/// The flow a journal ConfigMap belongs to (its PseudoFlow owner).
+fn journal_owner(cm: ConfigMap) -> Option<ObjectRef<RawFlow>> {
+    let ns = cm.namespace()?;
+    cm.owner_references()
+        .iter()
+        .find(|o| o.kind == "PseudoFlow" && o.api_version.starts_with("ops.example.com/"))
+        .map(|o| ObjectRef::new(&o.name).within(&ns))
 }
 
 /// Failed reconciles of one flow are retried ever less often; others keep their pace.

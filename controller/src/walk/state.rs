@@ -47,6 +47,9 @@ pub struct Instance {
     /// When it ended (unix seconds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<i64>,
+    /// For a fused step: the node whose Job runs it (its segment's head, normally).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_node: Option<String>,
 }
 
 fn is_zero(n: &u32) -> bool {

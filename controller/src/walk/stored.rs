@@ -43,4 +43,8 @@ pub struct StoredRun {
     /// Set once the end of the run was counted in metrics and Events.
     #[serde(default)]
     pub reported: bool,
+    /// Random, kept only here (a Secret): the root of the keys its segment Jobs sign their
+    /// journals with (`crd::protocol::journal`). Set before the run's first Job.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub secret: String,
 }

@@ -64,4 +64,41 @@ pub struct ExecutorInput {
     /// Where artifact files come from (`spec.artifacts`), for applyFile/deleteFile.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub artifacts: Vec<ArtifactSource>,
+    /// For a fused segment (step fusion): the steps this Job runs, in order, the first being
+    /// the one `node_id`/`path`/`step` describe. Empty for a Job of one step.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub segment: Vec<SegmentStep>,
+    /// For a segment: whether an earlier step of the run changed this instance's node, which
+    /// an `onlyIfChanged` member needs (members also count the changes of the members before
+    /// them).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub changed_before: bool,
+    /// For a segment: the key its journal entries are signed with
+    /// ([`super::journal`]; this document is a Secret, the journal a ConfigMap).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub journal_key: Option<String>,
+}
+
+/// One step of a fused segment, prepared by the controller exactly as it would prepare the
+/// step for a Job of its own: `${...}` already substituted (a member never reads what an
+/// earlier member of its segment sets, so nothing is left to substitute in the pod).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SegmentStep {
+    /// The step's DAG node: its result is reported under this id.
+    pub node_id: String,
+    /// The step's path in the spec, for messages.
+    pub path: String,
+    /// The step, substituted (Null when `error` is set).
+    pub step: Value,
+    /// The step's own timeout (or its type's default), enforced per step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_seconds: Option<u32>,
+    /// A failure of this step does not stop the segment (`continueOnError`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub continue_on_error: bool,
+    /// Why the controller could not prepare the step (an expression failed): reported as the
+    /// step's failure when its turn comes, as an unfused step would fail when it starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }

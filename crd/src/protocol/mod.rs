@@ -6,13 +6,14 @@
 
 pub mod included;
 pub mod input;
+pub mod journal;
 pub mod names;
 pub mod result;
 
 pub use included::{classify, Classified};
-pub use input::{ExecutorInput, FlowRef, Task};
-pub use names::{content_digest, label_value};
-pub use result::{IncludedDocument, StepResult, TERMINATION_MESSAGE_LIMIT};
+pub use input::{ExecutorInput, FlowRef, SegmentStep, Task};
+pub use names::{content_digest, journal_key, label_value};
+pub use result::{IncludedDocument, MemberResult, StepResult, TERMINATION_MESSAGE_LIMIT};
 
 /// Label every object the operator creates carries (`app.kubernetes.io/managed-by`).
 pub const MANAGED_BY: &str = "pseudoflow";

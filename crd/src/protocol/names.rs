@@ -33,6 +33,38 @@ pub fn content_digest(bytes: &[u8]) -> String {
     hex(ring::digest::digest(&ring::digest::SHA256, bytes).as_ref())
 }
 
+/// The key a segment Job's journal is signed with: derived from the run's secret (kept in the
+/// run-state Secret) and the Job's name, and handed to the executor in its input Secret. Only
+/// who can read Secrets can sign a journal entry; who can only write ConfigMaps cannot.
+pub fn journal_key(run_secret: &str, job_name: &str) -> String {
+    sha256_hex(&["pseudoflow-journal", run_secret, job_name])
+}
+
+/// Hex HMAC-SHA256 of `message` under `key`.
+pub fn mac_hex(key: &str, message: &[u8]) -> String {
+    let k = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, key.as_bytes());
+    hex(ring::hmac::sign(&k, message).as_ref())
+}
+
+/// Whether `mac` (hex) is `message`'s HMAC-SHA256 under `key`, compared in constant time.
+pub fn mac_ok(key: &str, message: &[u8], mac: &str) -> bool {
+    let Some(tag) = unhex(mac) else {
+        return false;
+    };
+    let k = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, key.as_bytes());
+    ring::hmac::verify(&k, message, &tag).is_ok()
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -44,6 +44,24 @@ pub struct StepResult {
     /// ConfigMaps in the namespace, so the controller accepts its content only with this digest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result_sha256: Option<String>,
+    /// For a fused segment: each step that ran (or was recorded as run), in order; the
+    /// fields above then summarise the segment.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub segment: Vec<MemberResult>,
+}
+
+/// The outcome of one step of a fused segment.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberResult {
+    /// The step's DAG node.
+    pub node_id: String,
+    /// What it reported.
+    pub result: StepResult,
+    /// When it started and ended (unix milliseconds), for status and the duration metric.
+    pub started_ms: i64,
+    /// See `started_ms`.
+    pub finished_ms: i64,
 }
 
 /// An `include` source's content, classified.
