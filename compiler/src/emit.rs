@@ -44,7 +44,9 @@ pub fn emit_node(
     let step = crate::expr::substitute_flow_vars(node, &compiled.spec);
     let members = crate::fuse::members_from(plan, node);
     let segment = crate::fuse::segment_steps(&members, |m| {
-        Ok(crate::expr::substitute_flow_vars(m, &compiled.spec))
+        Ok(crate::fuse::Prepared::Step(
+            crate::expr::substitute_flow_vars(m, &compiled.spec),
+        ))
     });
     // Offline there is no flow object: no uid.
     let run_id = names::run_id("", 1, None);

@@ -138,7 +138,10 @@ fn the_tree_shows_which_steps_share_a_job() {
     };
     assert!(line("s3-s1").contains("sharedJob=s3-s0"), "{out}");
     assert!(line("s0").contains("sharedJob=s0"), "{out}");
-    assert!(!line("s3").contains("sharedJob"), "a loop is a branch point: {out}");
+    assert!(
+        !line("s3").contains("sharedJob"),
+        "a loop is a branch point: {out}"
+    );
 }
 
 #[test]

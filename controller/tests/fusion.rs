@@ -246,3 +246,52 @@ async fn progress_shows_inside_a_running_segment_and_a_killed_pod_resumes_withou
     let _ = std::fs::remove_dir_all(&dir);
     ctl.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_sleep_and_eval_between_api_steps_stay_in_the_segment_with_their_effects() {
+    let (client, ns, ctl) = setup("fuselocal", json!([cm_rule()]), json!([])).await;
+    create_flow(
+        &client,
+        &ns,
+        "local",
+        json!({
+            "serviceAccountName": "flow",
+            "vars": {"who": "world"},
+            "steps": [
+                apply_cm("a", json!({})),
+                {"type": "log", "message": "hello ${who}"},
+                {"type": "sleep", "seconds": 1},
+                {"type": "eval", "expression": "6 * 7", "var": "answer"},
+                apply_cm("b", json!({})),
+                // Reads `answer`, set inside the segment above: a second Job.
+                apply_cm("c", json!({"answer": "is ${answer}"})),
+            ]
+        }),
+    )
+    .await;
+    let status = wait_done(&client, &ns, "local", 120).await;
+    assert_eq!(status["phase"], "Succeeded", "{status:#}");
+    for i in 0..6 {
+        let s = step(&status, &format!("spec.steps[{i}]"));
+        assert_eq!(s["phase"], "Succeeded", "{s:#}");
+    }
+    assert_eq!(message(step(&status, "spec.steps[1]")), "hello world");
+    assert_eq!(
+        cm_data(&client, &ns, "c").await,
+        Some(json!({"answer": "is 42"}))
+    );
+    assert_eq!(jobs(&client, &ns).await.len(), 2, "{status:#}");
+    let logged = flow_events(&client, &ns, "local")
+        .await
+        .into_iter()
+        .any(|e| e.reason.as_deref() == Some("Log") && e.message.as_deref() == Some("hello world"));
+    assert!(logged, "the log step's Event");
+    // The sleep waited in the pod: the step after it started at least a second after it began.
+    let sleep = step(&status, "spec.steps[2]");
+    let (from, to) = (
+        common::api::unix(&sleep["startedAt"]),
+        common::api::unix(&sleep["finishedAt"]),
+    );
+    assert!(to - from >= 1, "{sleep:#}");
+    ctl.abort();
+}

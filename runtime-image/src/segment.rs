@@ -8,7 +8,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use pseudoflow_crd::protocol::{ExecutorInput, MemberResult, SegmentStep, StepResult};
-use pseudoflow_crd::Step;
+use pseudoflow_crd::{Step, StepKind};
 
 use crate::context::ExecCtx;
 use crate::error::StepError;
@@ -40,6 +40,11 @@ async fn run_member(ctx: &ExecCtx, m: &SegmentStep, changed_on_node: bool) -> St
     if let Some(why) = &m.error {
         return StepResult::failed(why.clone());
     }
+    if let Some(done) = &m.outcome {
+        // Controller-local work (log, eval, template to a variable) the controller did when
+        // it prepared the segment: reported in its turn.
+        return done.clone();
+    }
     let step: Step = match serde_json::from_value(m.step.clone()) {
         Ok(s) => s,
         Err(e) => return StepResult::failed(format!("{}: step: {e}", m.path)),
@@ -47,10 +52,25 @@ async fn run_member(ctx: &ExecCtx, m: &SegmentStep, changed_on_node: bool) -> St
     if step.kind.params().only_if_changed() && !changed_on_node {
         return StepResult::succeeded(false, "skipped: nothing changed on this node");
     }
+    if let StepKind::Sleep(sleep) = &step.kind {
+        return pause(sleep.seconds, m.timeout_seconds).await;
+    }
     let member = ctx.derive(member_input(&ctx.input, m));
     match crate::execute(&member, &step).await {
         Ok(r) => r,
         Err(StepError::Failed(msg) | StepError::Input(msg)) => StepResult::failed(msg),
+    }
+}
+
+/// A `sleep` between the segment's Job steps waits here, in the pod; a timeout shorter than
+/// the sleep ends it early, as a failure (as the controller's timer does for an unfused one).
+async fn pause(seconds: u32, timeout: Option<u32>) -> StepResult {
+    let cut = timeout.filter(|t| *t < seconds);
+    let wait = cut.unwrap_or(seconds);
+    tokio::time::sleep(std::time::Duration::from_secs(wait.into())).await;
+    match cut {
+        Some(t) => StepResult::failed(format!("timed out after {t}s")),
+        None => StepResult::succeeded(false, String::new()),
     }
 }
 

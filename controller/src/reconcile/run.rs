@@ -12,7 +12,7 @@ use pseudoflow_compiler::result::{IncludedDocument, StepResult};
 use pseudoflow_compiler::runtime::{includes, local};
 use pseudoflow_compiler::{fuse, Compiled, FlowId};
 use pseudoflow_crd::steps::Placement;
-use pseudoflow_crd::{PseudoFlowSpec, RUN_ANNOTATION};
+use pseudoflow_crd::{PseudoFlowSpec, StepKind, RUN_ANNOTATION};
 use serde_json::Value;
 use tracing::{info, warn};
 
@@ -177,7 +177,10 @@ impl Driving<'_> {
                 let (n, k) = split_instance_id(id);
                 (n, k, i.clone())
             })
-            .filter(|(n, ..)| plan.node(n).and_then(task_of).is_some())
+            .filter(|(n, ..)| {
+                plan.node(n)
+                    .is_some_and(|n| task_of(n).is_some() || n.segment.is_some())
+            })
             .collect();
         if running.is_empty() {
             return Ok(());
@@ -290,6 +293,13 @@ impl Driving<'_> {
             } else {
                 (EventType::Warning, "StepFailed")
             };
+            if c.ok && matches!(node.step_kind(), Some(StepKind::Log(_))) {
+                // A `log` fused into a segment: its Event, as the controller publishes it for
+                // an unfused one.
+                self.r
+                    .publish(EventType::Normal, "Log", &result.message)
+                    .await;
+            }
             let note = said_at(&step_at(&node.path, key), &c.message);
             self.r.publish(ty, reason, &note).await;
             self.complete(run, node_id, key, c).await;
@@ -374,21 +384,7 @@ impl Driving<'_> {
                 };
                 let node = plan.node(node_id).expect("from the plan");
                 let sc = self.scope(run, node, key);
-                if task_of(node).is_none() {
-                    let res = local::run(&ctx.engine, node, &sc);
-                    if let Some((k, v)) = res.var {
-                        run.vars.insert(k, v);
-                    }
-                    if let Some(text) = res.event {
-                        self.r.publish(EventType::Normal, "Log", &text).await;
-                    }
-                    self.complete(run, node_id, key, res.completion.into())
-                        .await;
-                    progressed = true;
-                    continue;
-                }
-                let fused = node.segment.is_some();
-                if fused {
+                if node.segment.is_some() {
                     if let Some(job_node) = reports::covering_job(plan, run, node, key, *attempt) {
                         // Already running in the Job of the steps before it: nothing to launch.
                         run.state.entry(node_id, key).job_node = Some(job_node.clone());
@@ -412,6 +408,20 @@ impl Driving<'_> {
                         continue;
                     }
                 }
+                if task_of(node).is_none() {
+                    let res = local::run(&ctx.engine, node, &sc);
+                    if let Some((k, v)) = res.var {
+                        run.vars.insert(k, v);
+                    }
+                    if let Some(text) = res.event {
+                        self.r.publish(EventType::Normal, "Log", &text).await;
+                    }
+                    self.complete(run, node_id, key, res.completion.into())
+                        .await;
+                    progressed = true;
+                    continue;
+                }
+                let fused = node.segment.is_some();
                 // A fused step's onlyIfChanged is decided in its Job, where the changes of the
                 // steps before it are known.
                 let only_if_changed = !fused
@@ -453,9 +463,17 @@ impl Driving<'_> {
                 // reads what another one sets: see compiler/src/fuse.rs).
                 let members = fuse::members_from(plan, node);
                 let segment = fuse::segment_steps(&members, |m| {
-                    prepare_payload(&ctx.engine, m, &self.scope(run, m, key))
-                        .map(|(p, _)| p)
-                        .map_err(|e| e.to_string())
+                    let sc = self.scope(run, m, key);
+                    match m.step_kind() {
+                        // Controller-local work between Job steps: done now (it reads nothing
+                        // the segment sets), reported by the Job in its turn.
+                        Some(k) if task_of(m).is_none() && !matches!(k, StepKind::Sleep(_)) => Ok(
+                            fuse::Prepared::Done(local_result(local::run(&ctx.engine, m, &sc))),
+                        ),
+                        _ => prepare_payload(&ctx.engine, m, &sc)
+                            .map(|(p, _)| fuse::Prepared::Step(p))
+                            .map_err(|e| e.to_string()),
+                    }
                 });
                 let steps = segment.len();
                 let inst = NodeInstance {
@@ -510,6 +528,17 @@ impl Driving<'_> {
             }
         }
     }
+}
+
+/// What controller-local work produced, as a step result (for a fused segment).
+fn local_result(out: local::LocalOutcome) -> StepResult {
+    let mut r = StepResult {
+        ok: out.completion.ok,
+        message: out.completion.message,
+        ..Default::default()
+    };
+    r.vars.extend(out.var);
+    r
 }
 
 fn failed(message: &str) -> Completion {

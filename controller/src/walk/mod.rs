@@ -215,7 +215,11 @@ impl<'p> Walker<'p> {
                                 }
                             }
                         }
-                        Phase::Running if matches!(node.step_kind(), Some(StepKind::Sleep(_))) => {
+                        // A sleep fused into a segment waits in its Job's pod instead.
+                        Phase::Running
+                            if node.segment.is_none()
+                                && matches!(node.step_kind(), Some(StepKind::Sleep(_))) =>
+                        {
                             match inst.not_before {
                                 Some(t) if t <= now => {
                                     if let Some(secs) = sleep_timeout(node) {
@@ -282,7 +286,7 @@ impl<'p> Walker<'p> {
             _ => {
                 inst.phase = Phase::Running;
                 if let Some(StepKind::Sleep(s)) = node.step.as_ref().map(|s| &s.kind) {
-                    if node.kind == NodeKind::Action {
+                    if node.kind == NodeKind::Action && node.segment.is_none() {
                         // A timeout shorter than the sleep ends it early, as a failure.
                         let secs = sleep_timeout(node).unwrap_or(s.seconds);
                         let at = now + i64::from(secs);

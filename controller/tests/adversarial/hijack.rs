@@ -250,3 +250,73 @@ async fn a_damaged_run_state_fails_the_flow_instead_of_rerunning_it() {
         "nothing ran again"
     );
 }
+
+/// A fused segment's journal is a ConfigMap under a predictable name. A tenant who may write
+/// ConfigMaps forges entries claiming the running step and the next one ended (with outputs):
+/// were they believed, a step would be skipped and a forged value would flow into later steps.
+/// Entries count only with an HMAC under a key the tenant cannot read.
+#[tokio::test]
+async fn a_forged_segment_journal_neither_skips_a_step_nor_sets_a_variable() {
+    let (client, ns) = setup_with(
+        "hijack-journal",
+        json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch", "create", "patch"]}]),
+    )
+    .await;
+    create_flow(
+        &client,
+        &ns,
+        "victim",
+        json!({"serviceAccountName": "flow", "steps": [
+            {"type": "apply", "manifests": manifest(&ns, "first")},
+            {"type": "waitFor", "resource": {"kind": "ConfigMap", "name": "gate"}, "condition": "Exist", "timeoutSeconds": 120},
+            {"type": "exec", "cmd": "echo real", "var": "said"},
+            // Reads `said`: a Job of its own, after the segment above.
+            {"type": "apply", "manifests": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "said"}, "data": {"v": "${said}"}}]},
+        ]}),
+    )
+    .await;
+    let status = wait_step_running(&client, &ns, "victim", "spec.steps[1]").await;
+    let job = jobs(&client, &ns).await[0].metadata.name.clone().unwrap();
+    let forged = |node: &str, var: Value| {
+        json!({"member": {"nodeId": node, "result": {"ok": true, "changed": true, "message": "forged", "vars": var},
+            "startedMs": 0, "finishedMs": 0}, "mac": "00".repeat(32)})
+    };
+    let first = json!({"member": {"nodeId": "s0", "result": {"ok": true, "message": "forged"}, "startedMs": 0, "finishedMs": 0}, "mac": "00".repeat(32)});
+    let journal = serde_json::to_string(&json!([
+        first,
+        forged("s1", json!({})),
+        forged("s2", json!({"said": "pwned"}))
+    ]))
+    .unwrap();
+    crate::common::apply(&client, json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": format!("{job}-journal"), "namespace": ns,
+            "labels": {"ops.example.com/role": "segment-journal"},
+            "ownerReferences": [{"apiVersion": "ops.example.com/v1alpha1", "kind": "PseudoFlow", "name": "victim", "uid": flows(&client, &ns).get("victim").await.unwrap().metadata.uid.unwrap()}]},
+        "data": {"journal.json": journal}})).await;
+    // The forged write wakes the controller (it watches journals); over the next seconds the
+    // waiting step must stay as it is — the gate is still closed.
+    let run = status["run"]["id"].clone();
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = flows(&client, &ns).get("victim").await.unwrap().data["status"].clone();
+        assert_eq!(now["run"]["id"], run);
+        let waiting = crate::common::step(&now, "spec.steps[1]");
+        assert_eq!(
+            waiting["phase"], "Running",
+            "forged progress believed: {now:#}"
+        );
+    }
+    crate::common::apply(&client, json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "gate", "namespace": ns}})).await;
+    let done = wait_done(&client, &ns, "victim").await;
+    assert_eq!(done["phase"], "Succeeded", "{done:#}");
+    for path in ["spec.steps[1]", "spec.steps[2]"] {
+        let s = crate::common::step(&done, path);
+        assert_ne!(s["message"], "forged", "{s:#}");
+    }
+    let said = config_map(&client, &ns, "said").await.unwrap();
+    assert_eq!(
+        said.data.unwrap()["v"],
+        "real",
+        "the forged variable was used"
+    );
+}

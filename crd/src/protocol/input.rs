@@ -101,4 +101,8 @@ pub struct SegmentStep {
     /// step's failure when its turn comes, as an unfused step would fail when it starts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// For controller-local work between Job steps (log, eval, template to a variable): what
+    /// the controller's doing it produced; the executor reports it when the step's turn comes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<crate::protocol::StepResult>,
 }
