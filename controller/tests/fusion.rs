@@ -209,6 +209,13 @@ async fn progress_shows_inside_a_running_segment_and_a_killed_pod_resumes_withou
     // Live progress: the first step is done and the second runs, inside one running Job.
     let mid = wait_step_running(&client, &ns, "resume", "spec.steps[1]").await;
     assert_eq!(step(&mid, "spec.steps[0]")["phase"], "Succeeded", "{mid:#}");
+    // What `kubectl get pf` prints in its STEP column.
+    assert!(
+        mid["currentStep"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("spec.steps[1]")),
+        "{mid:#}"
+    );
     let all = jobs(&client, &ns).await;
     assert_eq!(all.len(), 1);
     let job = all[0].metadata.name.clone().unwrap();
