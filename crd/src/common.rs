@@ -66,16 +66,19 @@ impl Target {
 ///
 /// equals / notEquals / contains compare text; greaterThan / lessThan compare numbers or
 /// quantities such as `10Gi`. A missing object or field satisfies only notEquals.
-// No doc comments on the variants: schemars turns a documented unit variant into a `oneOf`
-// branch instead of an `enum` value and the schema changes (`RunOn`'s variants cost `runOn` its enum).
-#[allow(missing_docs)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = crate::schema::plain_enum)]
 pub enum Op {
+    /// The value equals the text.
     Equals,
+    /// The value differs from the text (or is missing).
     NotEquals,
+    /// The value contains the text.
     Contains,
+    /// The value is a larger number or quantity.
     GreaterThan,
+    /// The value is a smaller number or quantity.
     LessThan,
 }
 
@@ -117,6 +120,7 @@ impl Condition {
 /// How a node step outside `loopNodes` picks its nodes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = crate::schema::plain_enum)]
 pub enum RunOn {
     /// Every matching node; fails if any fails.
     #[default]

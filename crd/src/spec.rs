@@ -69,14 +69,15 @@ pub struct FlowOptions {
 ///
 /// Allow: start it beside the old one. Forbid: queue it until the running one ends.
 /// Replace: abort the running one (its Jobs are deleted) and start the new one.
-// No doc comments on the variants: schemars turns a documented unit variant into a `oneOf`
-// branch instead of an `enum` value and the schema changes (`RunOn`'s variants cost `runOn` its enum).
-#[allow(missing_docs)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[schemars(transform = crate::schema::plain_enum)]
 pub enum ConcurrencyPolicy {
     #[default]
+    /// Start the new run beside the running one.
     Allow,
+    /// Queue the new run until the running one ends.
     Forbid,
+    /// Abort the running run (its Jobs are deleted) and start the new one.
     Replace,
 }
 

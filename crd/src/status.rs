@@ -9,30 +9,37 @@ use serde::{Deserialize, Serialize};
 pub const MAX_STEP_ENTRIES: usize = 200;
 
 /// Phase of the flow's current run.
-// No doc comments on the variants: schemars turns a documented unit variant into a `oneOf`
-// branch instead of an `enum` value and the schema changes (`RunOn`'s variants cost `runOn` its enum).
-#[allow(missing_docs)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[schemars(transform = crate::schema::plain_enum)]
 pub enum FlowPhase {
+    /// Not started yet (or waiting to be started).
     Pending,
+    /// A run is in progress.
     Running,
+    /// The last run ended well.
     Succeeded,
+    /// The last run failed (see reason and message).
     Failed,
+    /// The last run was stopped before its end.
     Aborted,
 }
 
 /// Phase of one DAG node (also what the controller's walker tracks per node instance).
-// No doc comments on the variants: schemars turns a documented unit variant into a `oneOf`
-// branch instead of an `enum` value and the schema changes (`RunOn`'s variants cost `runOn` its enum).
-#[allow(missing_docs)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[schemars(transform = crate::schema::plain_enum)]
 pub enum StepPhase {
     #[default]
+    /// Not reached yet.
     Pending,
+    /// Its work is under way.
     Running,
+    /// It ended well.
     Succeeded,
+    /// It failed.
     Failed,
+    /// A condition or an earlier failure left it out.
     Skipped,
+    /// Stopped before its end.
     Aborted,
 }
 

@@ -106,4 +106,16 @@ async fn the_crd_is_served_and_its_rules_reject_bad_steps_at_apply_time() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("spec.steps[0].seconds"), "{err}");
+    // An enum field whose variants are documented (runOn once lost its enum that way).
+    let err = api
+        .create(
+            &PostParams::default(),
+            &flow(
+                "sometimes",
+                serde_json::json!([{"type": "execNode", "cmd": "true", "runOn": "sometimes"}]),
+            ),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("spec.steps[0].runOn"), "{err}");
 }

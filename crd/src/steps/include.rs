@@ -43,13 +43,13 @@ pub struct KeyRef {
 ///
 /// Manifests: Kubernetes objects to apply. Steps: a list of steps (or a map with `steps:`) to
 /// run in place.
-// No doc comments on the variants: schemars turns a documented unit variant into a `oneOf`
-// branch instead of an `enum` value and the schema changes (`RunOn`'s variants cost `runOn` its enum).
-#[allow(missing_docs)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = crate::schema::plain_enum)]
 pub enum IncludeAs {
+    /// Kubernetes objects to apply.
     Manifests,
+    /// Steps to run in place.
     Steps,
 }
 

@@ -15,16 +15,20 @@ pub const DEFAULT_WAIT_SECONDS: u32 = 300;
 /// Exist / Deleted: the object is there / gone. Ready: condition Ready=True. Available:
 /// workloads rolled out and available (observedGeneration current), other kinds condition
 /// Available=True. Healthy: kstatus "Current". Custom: `jsonPath` `op` `value`.
-// No doc comments on the variants: schemars turns a documented unit variant into a `oneOf`
-// branch instead of an `enum` value and the schema changes (`RunOn`'s variants cost `runOn` its enum).
-#[allow(missing_docs)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[schemars(transform = crate::schema::plain_enum)]
 pub enum WaitCondition {
+    /// The object is there.
     Exist,
+    /// The object is gone.
     Deleted,
+    /// Condition Ready=True.
     Ready,
+    /// Workloads rolled out and available; other kinds condition Available=True.
     Available,
+    /// kstatus "Current".
     Healthy,
+    /// `jsonPath` `op` `value` holds.
     Custom,
 }
 
