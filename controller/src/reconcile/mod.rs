@@ -171,9 +171,10 @@ async fn reconcile_flow(
         warn!("{}", over.message);
         size::stop_jobs(&ctx.client, ns, r.uid, &over.stopped).await?;
         // Counted and told once, as any run's end (the stopped ones were running).
-        finish_if_done(&r, &mut run).await;
+        let plan = plan_of(&compiled, deleting);
+        finish_if_done(&r, plan, &mut run).await;
         for other in &mut run.beside {
-            finish_if_done(&r, other).await;
+            finish_if_done(&r, plan, other).await;
         }
         run.beside.retain(|r| r.state.phase == RunPhase::Running);
     }

@@ -143,7 +143,7 @@ pub(super) async fn advance_run(
         wake,
         deadline.filter(|_| run.state.phase == RunPhase::Running),
     );
-    finish_if_done(r, run).await;
+    finish_if_done(r, plan, run).await;
     Ok((compiled, wake))
 }
 
@@ -436,7 +436,7 @@ fn failed(message: &str) -> Completion {
 }
 
 /// Counts and tells the end of `run` once: a metric, a `Run<phase>` Event.
-pub(super) async fn finish_if_done(r: &Reconciling<'_>, run: &mut StoredRun) {
+pub(super) async fn finish_if_done(r: &Reconciling<'_>, plan: &Plan, run: &mut StoredRun) {
     if run.state.phase == RunPhase::Running || run.reported {
         return;
     }
@@ -451,7 +451,7 @@ pub(super) async fn finish_if_done(r: &Reconciling<'_>, run: &mut StoredRun) {
         .state
         .failure
         .as_ref()
-        .map(|(id, m)| format!("{id}: {m}"))
+        .map(|f| super::status::failure_message(plan, f))
         .unwrap_or_else(|| format!("run {} succeeded", run.run_id));
     let note = if r.flow.metadata.deletion_timestamp.is_some() && status == "Failed" {
         format!(

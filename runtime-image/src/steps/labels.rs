@@ -114,7 +114,15 @@ where
     let ns = api::namespace_for(ctx, &r, target.namespace.as_deref());
     let api = api::api_for(ctx, &r, ns.as_deref()).await?;
     let objects: Vec<DynamicObject> = match (&target.name, &target.selector) {
-        (Some(name), _) => match api::get_opt(ctx, &api, &r, name, ns.as_deref()).await? {
+        (Some(name), _) => match api::get_opt(
+            ctx,
+            &api,
+            &r,
+            api::require_name("target.name", name)?,
+            ns.as_deref(),
+        )
+        .await?
+        {
             Some(o) => vec![o],
             None => {
                 return Err(StepError::failed(format!(
