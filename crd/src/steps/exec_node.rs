@@ -27,6 +27,8 @@ pub struct ExecNodeStep {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub var_per_node: Option<String>,
     /// Run only if an earlier step for the same node reported `changed` in this run (a handler).
+    /// Only this run counts: after a run that changed a node and failed before this step, the
+    /// next run finds nothing changed and skips it. Default false: the command runs every time.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub only_if_changed: bool,
 }

@@ -23,7 +23,8 @@ pub struct ScriptStep {
     /// With `nodeSelector`: all (default): every node must succeed; any: one success is enough; first: first node by name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_on: Option<RunOn>,
-    /// In a node context: run only if an earlier step for the same node reported `changed`.
+    /// In a node context: run only if an earlier step for the same node reported `changed` in
+    /// this run (only this run counts, as for `execNode`). Default false: it runs every time.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub only_if_changed: bool,
 }
