@@ -47,9 +47,10 @@ pub struct Target {
     /// Defaults to the flow's namespace for namespaced kinds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
-    /// Label selector string (`""` = all, `!key`, `key=value`, `key in (a,b)`).
+    /// Label selector: a string (`""` = all, `!key`, `key=value`, `key in (a,b)`) or
+    /// `{matchLabels: {...}, matchExpressions: [{key, operator, values}]}`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub selector: Option<String>,
+    pub selector: Option<crate::selector::LabelSelector>,
 }
 
 impl Target {
@@ -59,7 +60,7 @@ impl Target {
         match (&self.name, &self.selector) {
             (Some(_), Some(_)) => ctx.error("target", "give either name or selector, not both"),
             (None, None) => ctx.error("target", "give name (one object) or selector (many)"),
-            (None, Some(sel)) => ctx.selector("target.selector", sel),
+            (None, Some(sel)) => ctx.label_selector("target.selector", sel),
             (Some(name), None) if name.is_empty() => ctx.error("target.name", "must not be empty"),
             (Some(_), None) => {}
         }
