@@ -17,6 +17,7 @@ mod serve;
 mod size;
 mod status;
 pub mod store;
+mod timing;
 
 pub use context::Context;
 pub use error::Error;
@@ -196,7 +197,12 @@ async fn reconcile_flow(
         patch_status(&flows, name, patch).await?;
     }
     let active = run.state.phase == RunPhase::Running || !run.beside.is_empty();
-    ctx.metrics.set_active(&r.key(), active);
+    ctx.metrics.set_active(&r.key(), r.uid, active);
+    // Every step type's duration, to the sub-second; and the steps still running. (Runs beside
+    // this one under concurrencyPolicy Allow have specs of their own and are not timed.)
+    let seen = timing::steps_seen(plan_of(&compiled, deleting), &run);
+    ctx.metrics
+        .observe_steps(&r.key(), r.uid, crate::metrics::unix_now(), seen);
     if deleting && run.state.phase == RunPhase::Succeeded {
         finalizer::remove(&flows, flow).await?;
     }

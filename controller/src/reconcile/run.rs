@@ -154,15 +154,15 @@ impl Driving<'_> {
 
     /// Folds finished Jobs of Running instances into the run.
     async fn observe_jobs(&self, run: &mut StoredRun) -> Result<(), Error> {
-        let (ctx, flow_ref, plan, t) = (self.r.ctx, self.flow_ref, self.plan, self.r.now);
-        let running: Vec<(String, Vec<String>, u32, Option<i64>)> = run
+        let (ctx, flow_ref, plan) = (self.r.ctx, self.flow_ref, self.plan);
+        let running: Vec<(String, Vec<String>, u32)> = run
             .state
             .instances
             .iter()
             .filter(|(_, i)| i.phase == Phase::Running)
             .map(|(id, i)| {
                 let (n, k) = split_instance_id(id);
-                (n, k, i.attempt, i.started_at)
+                (n, k, i.attempt)
             })
             .filter(|(n, ..)| plan.node(n).and_then(task_of).is_some())
             .collect();
@@ -177,7 +177,7 @@ impl Driving<'_> {
             &run.run_id,
         )
         .await?;
-        for (node_id, key, attempt, started) in running {
+        for (node_id, key, attempt) in running {
             let job_name = self.job_of(run, &node_id, &key, attempt);
             let result = match jobs.get(&job_name) {
                 Some(job) => observe::job_result(&ctx.client, &flow_ref.namespace, job).await?,
@@ -253,11 +253,6 @@ impl Driving<'_> {
                     c.message = e.to_string();
                 }
             }
-            ctx.metrics.step_finished(
-                &self.r.key(),
-                &node.step_type,
-                (t - started.unwrap_or(t)) as f64,
-            );
             let (ty, reason) = if c.ok {
                 (EventType::Normal, "StepSucceeded")
             } else {
