@@ -376,7 +376,7 @@ impl Builder<'_> {
             }
             StepKind::LoopNodes(p) => {
                 let over = LoopOver::Nodes {
-                    selector: p.selector.clone(),
+                    selector: p.selector.text().into_owned(),
                     run_on: Default::default(),
                 };
                 self.body_compound(
@@ -463,7 +463,7 @@ impl Builder<'_> {
                     // A node step outside loopNodes fans out over the nodes it selects.
                     Some((selector, run_on)) => {
                         let over = LoopOver::Nodes {
-                            selector: selector.to_string(),
+                            selector: selector.text().into_owned(),
                             run_on,
                         };
                         let start = self.node(

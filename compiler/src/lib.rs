@@ -8,6 +8,7 @@ pub mod compile;
 pub mod dag;
 pub mod emit;
 pub mod expr;
+pub mod flow_set;
 pub mod fuse;
 pub mod included;
 pub mod limits;

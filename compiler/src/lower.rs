@@ -276,7 +276,7 @@ fn pod_template(
         "restartPolicy": "Never",
         "enableServiceLinks": false,
         "containers": [{
-            "name": "step",
+            "name": own_container_name(inst).unwrap_or("step"),
             "image": image,
             "args": ["run", "--input", format!("{INPUT_DIR}/{INPUT_KEY}")],
             "env": [
@@ -312,6 +312,15 @@ fn own_image<'a>(inst: &'a NodeInstance) -> Option<&'a str> {
         .then(|| step["image"].as_str())
         .flatten()
         .filter(|i| !i.is_empty())
+}
+
+/// The container name an `exec` step without `pod` gives its own pod (`exec.container`).
+fn own_container_name<'a>(inst: &'a NodeInstance) -> Option<&'a str> {
+    let step = &inst.step;
+    (step["type"] == "exec" && step.get("pod").is_none_or(Value::is_null))
+        .then(|| step["container"].as_str())
+        .flatten()
+        .filter(|c| !c.is_empty())
 }
 
 /// Runs the step's container in `other` (e.g. an image with kubectl) instead of the runtime

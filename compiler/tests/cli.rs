@@ -167,6 +167,47 @@ fn invalid_flow_exits_1_with_paths_and_lines_on_stderr() {
 }
 
 #[test]
+fn an_include_flow_cycle_among_several_files_is_reported_at_each_step_with_its_line() {
+    let dir = "compiler/tests/cycles";
+    let (a, b, c) = (
+        format!("{dir}/backup.yaml"),
+        format!("{dir}/restore.yaml"),
+        format!("{dir}/nightly.yaml"),
+    );
+    // Each file alone is valid: the other flow may exist on the cluster.
+    for f in [&a, &b, &c] {
+        let (code, _, err) = run(&[f]);
+        assert_eq!(code, 0, "{f}: {err}");
+    }
+    let (code, out, err) = run(&[&c, &a, &b]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        out.contains("nightly\n") && out.contains("backup\n") && out.contains("restore\n"),
+        "every flow's DAG is still shown: {out}"
+    );
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            format!("{a}: error: line 11: spec.steps[1].name: includeFlow cycle ops/backup → ops/restore → ops/backup: a run of any of these flows would include the next forever"),
+            format!("{b}: error: line 11: spec.steps[0].steps[0].name: includeFlow cycle ops/restore → ops/backup → ops/restore: a run of any of these flows would include the next forever"),
+        ],
+        "{err}"
+    );
+}
+
+#[test]
+fn several_files_without_a_cycle_compile_each() {
+    let (code, out, err) = run(&[
+        "examples/nodelocaldns.yaml",
+        "examples/labels-from-exec.yaml",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("setup-nodelocaldns\n"), "{out}");
+    assert!(out.contains("\nlabels-from-exec\n"), "{out}");
+}
+
+#[test]
 fn usage_errors_exit_2() {
     assert_eq!(run(&[]).0, 2);
     assert_eq!(run(&["examples/nodelocaldns.yaml", "--format", "svg"]).0, 2);

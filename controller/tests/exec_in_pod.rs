@@ -206,3 +206,61 @@ async fn exec_with_image_runs_the_command_in_that_image() {
     let message = step(&status, "spec.steps[0]")["message"].to_string();
     assert!(message.contains("not found"), "{message}");
 }
+
+/// The seed's form `{cmd, var, container, namespace}` without `pod`: the command runs in the
+/// step's own pod under the flow's identity, kubectl's default namespace is `namespace` (the
+/// flow's without it), and `container` names the step pod's container.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_seed_exec_form_runs_in_the_step_pod_with_kubectl_in_the_given_namespace() {
+    let env = common::env();
+    let cluster_cm = json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "create", "patch"]}]);
+    let (client, ns, ctl) = setup("exec-seed", json!([]), cluster_cm).await;
+    let other = env.namespace("exec-seed-other").await.unwrap();
+    for (n, v) in [(&ns, "here"), (&other, "there")] {
+        apply(
+            &client,
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "probe", "namespace": n}, "data": {"v": v}}),
+        )
+        .await;
+    }
+    let read = "kubectl get configmap probe -o jsonpath='{.data.v}'";
+    create_flow(
+        &client,
+        &ns,
+        "seed-exec",
+        json!({"serviceAccountName": "flow", "steps": [
+            {"type": "exec", "cmd": read, "var": "there", "container": "kubectl", "namespace": other},
+            {"type": "exec", "cmd": read, "var": "here"},
+            keep(&ns, "seen", "${there} ${here}")
+        ]}),
+    )
+    .await;
+    let status = wait_done(&client, &ns, "seed-exec", 90).await;
+    assert_eq!(status["phase"], "Succeeded", "{status:#}");
+    assert_eq!(
+        cm_data(&client, &ns, "seen", "value").await.as_deref(),
+        Some("there here")
+    );
+    let jobs = common::jobs(&client, &ns).await;
+    let names: Vec<(String, String)> = jobs
+        .iter()
+        .map(|j| {
+            let c = &j
+                .spec
+                .as_ref()
+                .unwrap()
+                .template
+                .spec
+                .as_ref()
+                .unwrap()
+                .containers[0];
+            (common::job_node(j), c.name.clone())
+        })
+        .collect();
+    assert!(
+        names.contains(&("s0".into(), "kubectl".into())),
+        "{names:?}"
+    );
+    assert!(names.contains(&("s1".into(), "step".into())), "{names:?}");
+    ctl.abort();
+}

@@ -892,3 +892,81 @@ async fn metrics_count_runs_step_durations_and_active_flows() {
     server.abort();
     ctl.abort();
 }
+
+/// The value of the series `name{labels}` in `text`, if present.
+fn sample(text: &str, name_and_labels: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name_and_labels} ")))
+        .map(|v| v.parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_step_type_is_timed_to_the_sub_second_a_running_step_shows_its_age_and_a_deleted_flow_leaves_no_series(
+) {
+    let (client, ns) = prepare("metrics-steps", cm_rules(), json!([])).await;
+    let metrics = Arc::new(Metrics::default());
+    let ctl = start_controller_with(&client, &ns, metrics.clone());
+    let flow = format!("{ns}/timed");
+    create_flow(&client, &ns, "timed", json!({"serviceAccountName": "flow", "steps": [
+        {"type": "log", "message": "starting"},
+        {"type": "eval", "expression": "1 + 1", "var": "two"},
+        {"type": "loop", "forEach": ["a"], "steps": [mark(&ns, "made-${item}")]},
+        {"type": "waitFor", "resource": {"kind": "ConfigMap", "name": "never", "namespace": ns}, "condition": "Exist", "timeoutSeconds": 600}
+    ]}))
+    .await;
+    eventually(60, "the waitFor step reported as running", || async {
+        sample(
+            &metrics.render(),
+            &format!("pseudoflow_step_running_seconds{{flow=\"{flow}\",step_type=\"waitFor\"}}"),
+        )
+        .is_some_and(|age| age > 0.0)
+    })
+    .await;
+    let text = metrics.render();
+    let series = |ty: &str, what: &str| {
+        sample(
+            &text,
+            &format!(
+                "pseudoflow_step_duration_seconds_{what}{{flow=\"{flow}\",step_type=\"{ty}\"}}"
+            ),
+        )
+        .unwrap_or_else(|| panic!("no {what} for {ty}:\n{text}"))
+    };
+    // Controller-local and structural steps are timed too, not only Job steps.
+    for ty in ["log", "eval", "loop", "apply"] {
+        assert_eq!(series(ty, "count"), 1.0, "{ty}:\n{text}");
+    }
+    // Controller-local steps take milliseconds: they land in the sub-second buckets.
+    for ty in ["log", "eval"] {
+        assert!(series(ty, "sum") < 0.5, "{ty}:\n{text}");
+    }
+    // A Job step's time is not rounded to whole seconds.
+    let apply = series("apply", "sum");
+    assert!(
+        apply > 0.0 && apply.fract() != 0.0,
+        "apply took {apply}:\n{text}"
+    );
+    assert!(
+        series("loop", "sum") >= apply,
+        "the loop contains the apply:\n{text}"
+    );
+    assert!(text.contains("\npseudoflow_active_flows 1\n"), "{text}");
+
+    // Deleting the flow mid-run drops its series, and no later reconcile brings them back.
+    common::flows(&client, &ns)
+        .delete("timed", &Default::default())
+        .await
+        .unwrap();
+    eventually(30, "no active flow after the deletion", || async {
+        metrics.render().contains("\npseudoflow_active_flows 0\n")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let text = metrics.render();
+    assert!(text.contains("\npseudoflow_active_flows 0\n"), "{text}");
+    assert!(
+        !text.contains(&flow),
+        "no series of the deleted flow:\n{text}"
+    );
+    ctl.abort();
+}

@@ -1,6 +1,7 @@
 //! The seed's two cluster scenarios end to end (examples/nodelocaldns.yaml and
 //! examples/apiserver-vip.yaml, as written) on three simulated nodes, then a re-run through the
-//! run annotation that must change nothing, and the `onlyIfChanged` variant that restarts nothing.
+//! run annotation that must change nothing (but restarts each kubelet again, the default), and
+//! the `onlyIfChanged` variant that restarts nothing.
 //! The seed flows name no ServiceAccount, so this test grants kube-system's `default` account
 //! cluster-admin, as a cluster operator running them would grant their flow identity.
 
@@ -285,6 +286,15 @@ async fn the_seed_scenarios_run_end_to_end_and_rerun_changes_nothing() {
         rv_before,
         "no API object changed (resourceVersions unchanged)"
     );
+    // ... but each kubelet is restarted again, once per flow: a restart after unchanged files is
+    // not skipped unless the flow asks (docs/decisions.md, "Node steps").
+    for node in nodes {
+        assert_eq!(
+            restarts(env, node).len(),
+            4,
+            "{node}: restarted by each re-run"
+        );
+    }
 
     // With onlyIfChanged on the restart, a third run restarts no kubelet.
     let restarts_before: usize = nodes.iter().map(|n| restarts(env, n).len()).sum();

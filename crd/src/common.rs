@@ -23,9 +23,12 @@ pub struct ObjectRef {
 }
 
 impl ObjectRef {
-    /// Checks that the kind's apiVersion is known or given.
+    /// Checks that the kind's apiVersion is known or given and that a name is given.
     pub fn validate(&self, ctx: &mut Ctx) {
         check_api_version(ctx, self.api_version.as_deref(), &self.kind);
+        if self.name.is_empty() {
+            ctx.error("name", "must not be empty");
+        }
     }
 }
 
@@ -44,19 +47,21 @@ pub struct Target {
     /// Defaults to the flow's namespace for namespaced kinds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
-    /// Label selector string (`""` = all, `!key`, `key=value`, `key in (a,b)`).
+    /// Label selector: a string (`""` = all, `!key`, `key=value`, `key in (a,b)`) or
+    /// `{matchLabels: {...}, matchExpressions: [{key, operator, values}]}`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub selector: Option<String>,
+    pub selector: Option<crate::selector::LabelSelector>,
 }
 
 impl Target {
-    /// Exactly one of `name` and `selector`, a parseable selector, a known apiVersion.
+    /// Exactly one of `name` (not empty) and `selector`, a parseable selector, a known apiVersion.
     pub fn validate(&self, ctx: &mut Ctx) {
         check_api_version(ctx, self.api_version.as_deref(), &self.kind);
         match (&self.name, &self.selector) {
             (Some(_), Some(_)) => ctx.error("target", "give either name or selector, not both"),
             (None, None) => ctx.error("target", "give name (one object) or selector (many)"),
-            (None, Some(sel)) => ctx.selector("target.selector", sel),
+            (None, Some(sel)) => ctx.label_selector("target.selector", sel),
+            (Some(name), None) if name.is_empty() => ctx.error("target.name", "must not be empty"),
             (Some(_), None) => {}
         }
     }

@@ -25,7 +25,12 @@ pub fn steps_markdown() -> String {
          [step fusion](decisions.md#step-fusion)). Any string field may use `${...}` \
          substitution (see [expressions](expressions.md)). Where a step's work runs is decided by \
          its type: in the controller (no pod), in an executor Job under the flow's ServiceAccount, \
-         or in a privileged Job pinned to a node.\n\n",
+         or in a privileged Job pinned to a node.\n\n\
+         Label selectors (`nodeSelector`, `loopNodes.selector`, `target.selector`) are written \
+         either as a string (`\"\"` = everything, `key`, `!key`, `key=value`, `key!=value`, \
+         `key in (a,b)`, `key notin (a,b)`) or as Kubernetes' structured form \
+         (`matchLabels: {k: v}`, `matchExpressions: [{key, operator: In|NotIn|Exists|DoesNotExist, \
+         values}]`); both mean the same, and every requirement must hold.\n\n",
     );
     out.push_str("| type | what it does |\n|---|---|\n");
     for tag in STEP_TYPES {
@@ -172,7 +177,7 @@ fn type_text(prop: &Value) -> String {
     if let Some(options) = prop.get("anyOf").and_then(Value::as_array) {
         let parts: Vec<String> = options
             .iter()
-            .filter(|o| o.get("type").and_then(Value::as_str) != Some("null"))
+            .filter(|o| !accepts_only_null(o))
             .map(type_text)
             .collect();
         return parts.join(" or ");
@@ -207,6 +212,17 @@ fn type_text(prop: &Value) -> String {
         Some(t) => t.to_string(),
         None => "any".into(),
     }
+}
+
+/// The `null` branch of an optional field's `anyOf` (`{type: null}`, `{const: null}` or
+/// `{enum: [null]}`, as schemars writes it), which the docs leave out.
+fn accepts_only_null(schema: &Value) -> bool {
+    schema.get("type").and_then(Value::as_str) == Some("null")
+        || schema.get("const") == Some(&Value::Null)
+        || schema
+            .get("enum")
+            .and_then(Value::as_array)
+            .is_some_and(|e| e.iter().all(Value::is_null))
 }
 
 fn enum_values(prop: &Value) -> Option<Vec<String>> {

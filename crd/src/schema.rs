@@ -166,16 +166,21 @@ pub fn union_step_schema() -> Schema {
     Schema::try_from(schema).expect("object schema")
 }
 
-/// Whether CEL can see a field: it and everything inside it has a declared type.
+/// Whether CEL can see a field: it and everything inside it has a declared type, except that
+/// an object's property may be open (`x-kubernetes-preserve-unknown-fields`, e.g.
+/// `target.selector`, a string or an object): CEL types the object by its declared properties
+/// and the open one as dynamic, so `has(self.target)` still compiles (proven on the API server
+/// by `crd/tests/crd_on_apiserver.rs`).
 fn fully_typed(schema: &Value) -> bool {
     if schema.get("type").is_none() {
         return false;
     }
+    let open = |v: &Value| v.get("x-kubernetes-preserve-unknown-fields").is_some();
     let items_ok = schema.get("items").is_none_or(fully_typed);
     let props_ok = schema
         .get("properties")
         .and_then(Value::as_object)
-        .is_none_or(|p| p.values().all(fully_typed));
+        .is_none_or(|p| p.values().all(|v| fully_typed(v) || open(v)));
     items_ok && props_ok
 }
 

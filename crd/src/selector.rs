@@ -1,9 +1,14 @@
-//! Label selector strings (`""`, `key`, `!key`, `key=value`, `key!=value`, `key in (a,b)`,
-//! `key notin (a,b)`), parsed once at validation and matched by the executor the same way the
-//! API server would, so a typo fails before any node is touched.
+//! Label selectors as flows write them — the string form (`""`, `key`, `!key`, `key=value`,
+//! `key!=value`, `key in (a,b)`, `key notin (a,b)`) or Kubernetes' structured form
+//! (`matchLabels`/`matchExpressions`, [`LabelSelector`]) — parsed once at validation and matched
+//! by the executor the same way the API server would, so a typo fails before any node is touched.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
 /// One requirement of a selector.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,6 +91,160 @@ impl fmt::Display for Selector {
             })
             .collect();
         f.write_str(&parts.join(","))
+    }
+}
+
+/// A selector field (`nodeSelector`, `loopNodes.selector`, `target.selector`): the string form
+/// or the structured form of a Kubernetes `LabelSelector`. Both mean the same requirements
+/// (every one must hold); an empty selector (`""` or `{}`) selects everything.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum LabelSelector {
+    /// `""` = everything, `key`, `!key`, `key=value`, `key!=value`, `key in (a,b)`, `key notin (a,b)`.
+    Text(String),
+    /// `{matchLabels: {k: v}, matchExpressions: [{key, operator, values}]}`.
+    Structured(StructuredSelector),
+}
+
+/// Kubernetes' structured label selector (`metav1.LabelSelector`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StructuredSelector {
+    /// Each label must be present with exactly this value.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub match_labels: BTreeMap<String, String>,
+    /// Each requirement must hold.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub match_expressions: Vec<SelectorRequirement>,
+}
+
+/// One `matchExpressions` entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SelectorRequirement {
+    /// The label key.
+    pub key: String,
+    /// `In`/`NotIn` compare with `values`; `Exists`/`DoesNotExist` test the key alone.
+    pub operator: SelectorOperator,
+    /// At least one for `In`/`NotIn`; none for `Exists`/`DoesNotExist`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<String>,
+}
+
+/// The operators of `matchExpressions`, spelled as Kubernetes spells them.
+// No doc comments on the variants: schemars would turn them into `oneOf` branches (see RunOn).
+#[allow(missing_docs)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum SelectorOperator {
+    In,
+    NotIn,
+    Exists,
+    DoesNotExist,
+}
+
+/// The empty selector (`""`): everything, e.g. every node for an `execNode` without `nodeSelector`.
+pub static EVERY_NODE: LabelSelector = LabelSelector::Text(String::new());
+
+impl Default for LabelSelector {
+    fn default() -> Self {
+        LabelSelector::Text(String::new())
+    }
+}
+
+impl From<&str> for LabelSelector {
+    fn from(s: &str) -> Self {
+        LabelSelector::Text(s.to_string())
+    }
+}
+
+impl LabelSelector {
+    /// The selector in the string form (as written, or the structured form rendered), for
+    /// display; a structured selector that is not valid renders its requirements as written.
+    pub fn text(&self) -> Cow<'_, str> {
+        match self {
+            LabelSelector::Text(t) => Cow::Borrowed(t),
+            LabelSelector::Structured(s) => Cow::Owned(s.requirements_unchecked().to_string()),
+        }
+    }
+
+    /// The parsed requirements; the error names the first problem (for the structured form,
+    /// with its place: `matchExpressions[0].values: ...`).
+    pub fn parse(&self) -> Result<Selector, SelectorError> {
+        match self {
+            LabelSelector::Text(t) => Selector::parse(t),
+            LabelSelector::Structured(s) => match s.problems(false).into_iter().next() {
+                Some((at, reason)) => Err(SelectorError {
+                    input: self.text().into_owned(),
+                    reason: format!("{at}: {reason}"),
+                }),
+                None => Ok(s.requirements_unchecked()),
+            },
+        }
+    }
+}
+
+impl StructuredSelector {
+    fn requirements_unchecked(&self) -> Selector {
+        let mut reqs: Vec<Requirement> = self
+            .match_labels
+            .iter()
+            .map(|(k, v)| Requirement::Equals(k.clone(), v.clone()))
+            .collect();
+        for e in &self.match_expressions {
+            let key = e.key.clone();
+            reqs.push(match e.operator {
+                SelectorOperator::In => Requirement::In(key, e.values.clone()),
+                SelectorOperator::NotIn => Requirement::NotIn(key, e.values.clone()),
+                SelectorOperator::Exists => Requirement::Exists(key),
+                SelectorOperator::DoesNotExist => Requirement::NotExists(key),
+            });
+        }
+        Selector(reqs)
+    }
+
+    /// Every problem, each with where it is (`matchLabels.env`, `matchExpressions[1].values`).
+    /// With `skip_expressions`, keys and values holding `${` are left for run time.
+    pub fn problems(&self, skip_expressions: bool) -> Vec<(String, String)> {
+        let later = |s: &str| skip_expressions && s.contains("${");
+        let mut out = Vec::new();
+        for (k, v) in &self.match_labels {
+            let at = format!("matchLabels.{k}");
+            if let Some(e) = (!later(k)).then(|| check_key(k).err()).flatten() {
+                out.push((at.clone(), e));
+            }
+            if let Some(e) = (!later(v)).then(|| check_value(v).err()).flatten() {
+                out.push((at, e));
+            }
+        }
+        for (i, e) in self.match_expressions.iter().enumerate() {
+            let at = format!("matchExpressions[{i}]");
+            if !later(&e.key) {
+                if let Err(m) = check_key(&e.key) {
+                    out.push((format!("{at}.key"), m));
+                }
+            }
+            let needs_values = matches!(e.operator, SelectorOperator::In | SelectorOperator::NotIn);
+            if needs_values && e.values.is_empty() {
+                out.push((
+                    format!("{at}.values"),
+                    format!("{:?} needs at least one value", e.operator),
+                ));
+            }
+            if !needs_values && !e.values.is_empty() {
+                out.push((
+                    format!("{at}.values"),
+                    format!("{:?} tests the key alone: give no values", e.operator),
+                ));
+            }
+            for (j, v) in e.values.iter().enumerate() {
+                if !later(v) {
+                    if let Err(m) = check_value(v) {
+                        out.push((format!("{at}.values[{j}]"), m));
+                    }
+                }
+            }
+        }
+        out
     }
 }
 
@@ -252,5 +411,65 @@ mod tests {
             let e = Selector::parse(bad).unwrap_err();
             assert_eq!(e.input, bad);
         }
+    }
+
+    #[test]
+    fn the_structured_form_means_the_same_requirements() {
+        let sel: LabelSelector = serde_json::from_value(serde_json::json!({
+            "matchLabels": {"env": "prod"},
+            "matchExpressions": [
+                {"key": "zone", "operator": "In", "values": ["a", "b"]},
+                {"key": "node-role.kubernetes.io/control-plane", "operator": "DoesNotExist"},
+                {"key": "tier", "operator": "Exists"},
+                {"key": "team", "operator": "NotIn", "values": ["x"]}
+            ]
+        }))
+        .unwrap();
+        let text =
+            "env=prod,zone in (a,b),!node-role.kubernetes.io/control-plane,tier,team notin (x)";
+        assert_eq!(sel.text(), text);
+        assert_eq!(sel.parse().unwrap(), Selector::parse(text).unwrap());
+        let l = labels(&[("env", "prod"), ("zone", "a"), ("tier", "web")]);
+        assert!(sel.parse().unwrap().matches(&l));
+        // An empty structured selector selects everything, as `""` does.
+        let all: LabelSelector = serde_json::from_value(serde_json::json!({})).unwrap();
+        assert_eq!(all.parse().unwrap(), Selector::default());
+        // The string form stays a string.
+        let t: LabelSelector = serde_json::from_value(serde_json::json!("!zone")).unwrap();
+        assert_eq!(t, LabelSelector::Text("!zone".into()));
+        assert_eq!(
+            serde_json::to_value(&t).unwrap(),
+            serde_json::json!("!zone")
+        );
+    }
+
+    #[test]
+    fn structured_problems_name_their_place() {
+        let sel: StructuredSelector = serde_json::from_value(serde_json::json!({
+            "matchLabels": {"bad key": "x", "ok": "${v}"},
+            "matchExpressions": [
+                {"key": "zone", "operator": "In"},
+                {"key": "tier", "operator": "Exists", "values": ["a"]},
+                {"key": "a", "operator": "NotIn", "values": ["ok", "not ok"]}
+            ]
+        }))
+        .unwrap();
+        let p = sel.problems(true);
+        let at: Vec<&str> = p.iter().map(|(a, _)| a.as_str()).collect();
+        assert_eq!(
+            at,
+            [
+                "matchLabels.bad key",
+                "matchExpressions[0].values",
+                "matchExpressions[1].values",
+                "matchExpressions[2].values[1]"
+            ],
+            "{p:?}"
+        );
+        assert!(p[1].1.contains("In needs at least one value"), "{p:?}");
+        // At run time `${v}` has been substituted; an unsubstituted one is no label value.
+        assert_eq!(sel.problems(false).len(), 5);
+        let e = LabelSelector::Structured(sel).parse().unwrap_err();
+        assert!(e.reason.starts_with("matchLabels.bad key: "), "{e}");
     }
 }

@@ -66,6 +66,19 @@ impl<'a> Ctx<'a> {
         }
     }
 
+    /// Checks a selector field in either form: the string form as [`Ctx::selector`] does, the
+    /// structured form's problems each at its place (`nodeSelector.matchExpressions[0].values`).
+    pub fn label_selector(&mut self, field: &str, value: &crate::selector::LabelSelector) {
+        match value {
+            crate::selector::LabelSelector::Text(t) => self.selector(field, t),
+            crate::selector::LabelSelector::Structured(s) => {
+                for (at, message) in s.problems(true) {
+                    self.error(&join(field, &at), message);
+                }
+            }
+        }
+    }
+
     /// Checks a jsonPath unless it is computed at run time.
     pub fn json_path(&mut self, field: &str, value: &str) {
         if !value.contains("${") {

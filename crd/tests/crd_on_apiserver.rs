@@ -85,6 +85,23 @@ async fn the_crd_is_served_and_its_rules_reject_bad_steps_at_apply_time() {
         .unwrap_err();
     let msg = err.to_string();
     assert!(msg.contains("sleep steps need seconds"), "{msg}");
+    // A setLabel without target: its rule still applies although `target.selector` is open
+    // (a string or a structured selector; examples/steps/setLabel.yaml, admitted above, has both).
+    let err = api
+        .create(
+            &PostParams::default(),
+            &flow(
+                "no-target",
+                serde_json::json!([{"type": "setLabel", "labels": {"a": "b"}}]),
+            ),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("setLabel steps need target, labels"),
+        "{err}"
+    );
     // An unknown type: the enum rejects it.
     let err = api
         .create(

@@ -147,6 +147,17 @@ pub async fn get_opt(
     }
 }
 
+/// `name` when it is not empty. An empty one (a `${...}` that produced nothing) would reach
+/// the client, which refuses it naming no field (`A non-empty name is required`).
+pub fn require_name<'a>(field: &str, name: &'a str) -> Result<&'a str, StepError> {
+    if name.is_empty() {
+        return Err(StepError::failed(format!(
+            "{field} is empty (did a ${{...}} in it produce an empty string?)"
+        )));
+    }
+    Ok(name)
+}
+
 /// Describes an API call on a resolved kind, for error messages.
 pub fn call<'a>(verb: &'a str, r: &'a Resolved, name: &'a str, ns: Option<&'a str>) -> Call<'a> {
     Call {
@@ -173,6 +184,13 @@ pub fn to_json(obj: &DynamicObject) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_empty_name_is_refused_naming_its_field() {
+        assert_eq!(require_name("target.name", "n1").unwrap(), "n1");
+        let e = require_name("target.name", "").unwrap_err().to_string();
+        assert!(e.contains("target.name is empty"), "{e}");
+    }
 
     #[test]
     fn api_versions_default_from_kind_and_split_into_group_and_version() {

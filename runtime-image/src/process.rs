@@ -83,8 +83,18 @@ impl Drop for GroupGuard {
 
 /// Runs `program args...` with no stdin, capturing output; its own process group.
 pub async fn run(program: &str, args: &[String]) -> Result<Output, StepError> {
+    run_with_env(program, args, &[]).await
+}
+
+/// [`run`] with `env` added to (or replacing in) the executor's environment.
+pub async fn run_with_env(
+    program: &str,
+    args: &[String],
+    env: &[(String, String)],
+) -> Result<Output, StepError> {
     let mut child = Command::new(program)
         .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

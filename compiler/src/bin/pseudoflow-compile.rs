@@ -1,19 +1,21 @@
-//! `pseudoflow-compile FILE [--format tree|dot|mermaid|json] [--emit NODE_ID [--node NAME]]`
+//! `pseudoflow-compile FILE... [--format tree|dot|mermaid|json] [--emit NODE_ID [--node NAME]]`
 //!
-//! Shows the DAG a flow compiles to, or the input Secret and Job one node would run as.
+//! Shows the DAG a flow compiles to, or the input Secret and Job one node would run as. Given
+//! several files (or documents), it also reports `includeFlow` cycles among their flows.
 //! Exit codes: 0 valid, 1 invalid flow (every diagnostic on stderr), 2 usage error.
 
 use std::process::ExitCode;
 
 use pseudoflow_compiler::emit::{emit_node, to_yaml};
+use pseudoflow_compiler::flow_set::{describe_cycle, include_cycles, include_edges, FlowKey};
 use pseudoflow_compiler::lower::{FlowRef, LowerOptions};
 use pseudoflow_compiler::render::{render, Format};
 use pseudoflow_compiler::{compile, source, FlowId};
 
-const USAGE: &str = "usage: pseudoflow-compile FILE [--format tree|dot|mermaid|json] [--emit NODE_ID [--node NODE_NAME] [--image IMAGE]]";
+const USAGE: &str = "usage: pseudoflow-compile FILE... [--format tree|dot|mermaid|json] [--emit NODE_ID [--node NODE_NAME] [--image IMAGE]]";
 
 struct Args {
-    file: String,
+    files: Vec<String>,
     format: Format,
     emit: Option<String>,
     node: Option<String>,
@@ -21,7 +23,7 @@ struct Args {
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut file = None;
+    let mut files = Vec::new();
     let (mut format, mut emit, mut node, mut image) = (Format::Tree, None, None, None);
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -33,13 +35,14 @@ fn parse_args() -> Result<Args, String> {
             "--image" => image = Some(value("--image")?),
             "-h" | "--help" => return Err(String::new()),
             flag if flag.starts_with('-') => return Err(format!("unknown option {flag}")),
-            path if file.is_none() => file = Some(path.to_string()),
-            extra => return Err(format!("unexpected argument {extra}")),
+            path => files.push(path.to_string()),
         }
     }
-    let file = file.ok_or("missing FILE")?;
+    if files.is_empty() {
+        return Err("missing FILE".into());
+    }
     Ok(Args {
-        file,
+        files,
         format,
         emit,
         node,
@@ -58,57 +61,80 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let text = match std::fs::read_to_string(&args.file) {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("pseudoflow-compile: cannot read {}: {e}", args.file);
-            return ExitCode::from(2);
-        }
-    };
-    let docs = match source::load(&text) {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("{}: {e}", args.file);
-            return ExitCode::from(1);
-        }
-    };
     let mut failed = false;
-    for doc in &docs {
-        let id = FlowId {
-            name: &doc.name,
-            namespace: doc.namespace.as_deref(),
-        };
-        match compile(&id, doc.spec()) {
-            Err(mut diags) => {
-                doc.locate(&mut diags);
-                diags.0.sort_by_key(|d| d.line);
-                for d in &diags.0 {
-                    eprintln!("{}: {d}", args.file);
-                }
-                failed = true;
+    // Every flow that compiled, by key, with the file it came from, for includeFlow cycles.
+    let mut flows: Vec<(FlowKey, &str, source::FlowDocument)> = Vec::new();
+    let mut edges = Vec::new();
+    for file in &args.files {
+        let text = match std::fs::read_to_string(file) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("pseudoflow-compile: cannot read {file}: {e}");
+                return ExitCode::from(2);
             }
-            Ok(compiled) => {
-                let mut warnings = compiled.warnings.clone();
-                doc.locate(&mut warnings);
-                for d in &warnings.0 {
-                    eprintln!("{}: {d}", args.file);
+        };
+        let docs = match source::load(&text) {
+            Ok(d) => d,
+            Err(e) => {
+                eprintln!("{file}: {e}");
+                failed = true;
+                continue;
+            }
+        };
+        for doc in docs {
+            let id = FlowId {
+                name: &doc.name,
+                namespace: doc.namespace.as_deref(),
+            };
+            match compile(&id, doc.spec()) {
+                Err(mut diags) => {
+                    doc.locate(&mut diags);
+                    diags.0.sort_by_key(|d| d.line);
+                    for d in &diags.0 {
+                        eprintln!("{file}: {d}");
+                    }
+                    failed = true;
                 }
-                let out = match &args.emit {
-                    None => render(
-                        &doc.name,
-                        &compiled.plan,
-                        compiled.on_delete.as_ref(),
-                        args.format,
-                    ),
-                    Some(node_id) => match emit(doc, &compiled, node_id, &args) {
-                        Ok(s) => s,
-                        Err(e) => {
-                            eprintln!("pseudoflow-compile: {e}");
-                            return ExitCode::from(1);
-                        }
-                    },
-                };
-                print!("{out}");
+                Ok(compiled) => {
+                    let mut warnings = compiled.warnings.clone();
+                    doc.locate(&mut warnings);
+                    for d in &warnings.0 {
+                        eprintln!("{file}: {d}");
+                    }
+                    let out = match &args.emit {
+                        None => render(
+                            &doc.name,
+                            &compiled.plan,
+                            compiled.on_delete.as_ref(),
+                            args.format,
+                        ),
+                        Some(node_id) => match emit(&doc, &compiled, node_id, &args) {
+                            Ok(s) => s,
+                            Err(e) => {
+                                eprintln!("pseudoflow-compile: {e}");
+                                return ExitCode::from(1);
+                            }
+                        },
+                    };
+                    print!("{out}");
+                    edges.extend(include_edges(&id, &compiled.spec));
+                    flows.push((FlowKey::of(&id), file.as_str(), doc));
+                }
+            }
+        }
+    }
+    // includeFlow cycles among the flows given: said at every step of the cycle, in its file.
+    for cycle in include_cycles(&edges) {
+        failed = true;
+        for (i, edge) in cycle.iter().enumerate() {
+            let Some((_, file, doc)) = flows.iter().find(|(k, _, _)| *k == edge.from) else {
+                continue;
+            };
+            let mut diags = pseudoflow_crd::Diagnostics::default();
+            diags.error(edge.path.clone(), describe_cycle(&cycle, i));
+            doc.locate(&mut diags);
+            for d in &diags.0 {
+                eprintln!("{file}: {d}");
             }
         }
     }

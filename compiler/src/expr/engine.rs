@@ -82,11 +82,40 @@ fn configure(env: &mut Environment<'_>) {
     env.set_undefined_behavior(UndefinedBehavior::Strict);
     env.set_fuel(Some(FUEL));
     env.set_recursion_limit(64);
-    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    env.set_unknown_method_callback(method_fn);
+    env.add_filter("split", split_filter);
     env.add_function("json", json_fn);
     env.add_filter("shq", super::shell::shq);
     env.remove_global("debug");
     super::guard::install(env);
+}
+
+/// Python's string methods, except that an empty string splits into no items: `''.split(' ')`
+/// is `[]`, not `['']`. Command output that printed nothing holds no names, as in shell word
+/// splitting (`for n in $(cmd)`), so the seed's `forEach: "${out.split(' ')}"` loops zero times
+/// (docs/decisions.md). A non-empty string keeps Python's empty fields (`'a,,b'.split(',')`).
+fn method_fn(
+    state: &mut minijinja::State,
+    value: &JinjaValue,
+    method: &str,
+    args: &[JinjaValue],
+) -> Result<JinjaValue, Error> {
+    if method == "split" && value.as_str() == Some("") {
+        return Ok(JinjaValue::from(Vec::<JinjaValue>::new()));
+    }
+    minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
+}
+
+/// The `split` filter, with the `.split()` method's rule for the empty string ([`method_fn`]).
+fn split_filter(
+    value: &JinjaValue,
+    sep: Option<std::sync::Arc<str>>,
+    maxsplits: Option<i64>,
+) -> Result<JinjaValue, Error> {
+    if value.as_str() == Some("") {
+        return Ok(JinjaValue::from(Vec::<JinjaValue>::new()));
+    }
+    minijinja::filters::split(value, sep, maxsplits)
 }
 
 /// `json(text)`: refused before parsing when the parsed value could pass the work budget

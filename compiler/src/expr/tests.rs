@@ -51,6 +51,22 @@ fn a_whole_field_expression_keeps_its_type() {
 }
 
 #[test]
+fn an_empty_string_splits_into_no_items() {
+    // The seed's §10 flow re-run when every node is labelled: kubectl printed nothing.
+    let sc = scope(&[("unlabeled", json!("")), ("csv", json!("a,,b"))]);
+    assert_eq!(sub("${unlabeled.split(' ')}", &sc), json!([]));
+    assert_eq!(sub("${unlabeled.split()}", &sc), json!([]));
+    assert_eq!(sub("${unlabeled | split(' ') | list}", &sc), json!([]));
+    // Only the empty string: a non-empty one keeps Python's empty fields.
+    assert_eq!(sub("${csv.split(',')}", &sc), json!(["a", "", "b"]));
+    assert_eq!(
+        sub("${csv | split(',') | list}", &sc),
+        json!(["a", "", "b"])
+    );
+    assert_eq!(sub("${' '.split(' ')}", &sc), json!(["", ""]));
+}
+
+#[test]
 fn non_strings_render_as_json_inside_text() {
     let sc = scope(&[("n", json!(3)), ("l", json!([1, 2]))]);
     assert_eq!(sub("n=${n} l=${l}", &sc), json!("n=3 l=[1,2]"));

@@ -18,6 +18,7 @@ mod serve;
 mod size;
 mod status;
 pub mod store;
+mod timing;
 
 pub use context::Context;
 pub use error::Error;
@@ -178,9 +179,10 @@ async fn reconcile_flow(
         warn!("{}", over.message);
         size::stop_jobs(&ctx.client, ns, r.uid, &over.stopped).await?;
         // Counted and told once, as any run's end (the stopped ones were running).
-        finish_if_done(&r, &mut run).await;
+        let plan = plan_of(&compiled, deleting);
+        finish_if_done(&r, plan, &mut run).await;
         for other in &mut run.beside {
-            finish_if_done(&r, other).await;
+            finish_if_done(&r, plan, other).await;
         }
         run.beside.retain(|r| r.state.phase == RunPhase::Running);
     }
@@ -202,7 +204,12 @@ async fn reconcile_flow(
         patch_status(&flows, name, patch).await?;
     }
     let active = run.state.phase == RunPhase::Running || !run.beside.is_empty();
-    ctx.metrics.set_active(&r.key(), active);
+    ctx.metrics.set_active(&r.key(), r.uid, active);
+    // Every step type's duration, to the sub-second; and the steps still running. (Runs beside
+    // this one under concurrencyPolicy Allow have specs of their own and are not timed.)
+    let seen = timing::steps_seen(plan_of(&compiled, deleting), &run);
+    ctx.metrics
+        .observe_steps(&r.key(), r.uid, crate::metrics::unix_now(), seen);
     if deleting && run.state.phase == RunPhase::Succeeded {
         finalizer::remove(&flows, flow).await?;
     }

@@ -150,7 +150,7 @@ pub(super) async fn advance_run(
         wake,
         deadline.filter(|_| run.state.phase == RunPhase::Running),
     );
-    finish_if_done(r, run).await;
+    finish_if_done(r, plan, run).await;
     Ok((compiled, wake))
 }
 
@@ -203,8 +203,7 @@ impl Driving<'_> {
                 .of(&ctx.client, &flow_ref.namespace, &jobs, &job_name, secret)
                 .await?;
             if let Some((result, times)) = reports::outcome_of(&report, node, &job_name) {
-                self.fold(run, &node_id, &key, inst.started_at, result, times)
-                    .await;
+                self.fold(run, &node_id, &key, result, times).await;
             }
         }
         Ok(())
@@ -217,11 +216,10 @@ impl Driving<'_> {
         run: &mut StoredRun,
         node_id: &str,
         key: &[String],
-        started: Option<i64>,
         mut result: StepResult,
         times: Option<(i64, i64)>,
     ) {
-        let (ctx, flow_ref, plan, t) = (self.r.ctx, self.flow_ref, self.plan, self.r.now);
+        let (ctx, flow_ref, plan) = (self.r.ctx, self.flow_ref, self.plan);
         {
             if let Some(IncludedDocument::SecretSteps { name, key, sha256 }) = &result.include {
                 result = match observe::secret_steps(
@@ -281,13 +279,6 @@ impl Driving<'_> {
                     c.message = e.to_string();
                 }
             }
-            // A fused step's own times, as the executor measured them (sub-second).
-            let seconds = match times {
-                Some((from, to)) => (to - from).max(0) as f64 / 1000.0,
-                None => (t - started.unwrap_or(t)) as f64,
-            };
-            ctx.metrics
-                .step_finished(&self.r.key(), &node.step_type, seconds);
             let (ty, reason) = if c.ok {
                 (EventType::Normal, "StepSucceeded")
             } else {
@@ -401,8 +392,7 @@ impl Driving<'_> {
                             .cached(&job)
                             .and_then(|r| reports::outcome_of(&r, node, &job));
                         if let Some((result, times)) = known {
-                            let started = run.state.get(node_id, key).started_at;
-                            self.fold(run, node_id, key, started, result, times).await;
+                            self.fold(run, node_id, key, result, times).await;
                             progressed = true;
                         }
                         continue;
@@ -550,7 +540,7 @@ fn failed(message: &str) -> Completion {
 }
 
 /// Counts and tells the end of `run` once: a metric, a `Run<phase>` Event.
-pub(super) async fn finish_if_done(r: &Reconciling<'_>, run: &mut StoredRun) {
+pub(super) async fn finish_if_done(r: &Reconciling<'_>, plan: &Plan, run: &mut StoredRun) {
     if run.state.phase == RunPhase::Running || run.reported {
         return;
     }
@@ -565,7 +555,7 @@ pub(super) async fn finish_if_done(r: &Reconciling<'_>, run: &mut StoredRun) {
         .state
         .failure
         .as_ref()
-        .map(|(id, m)| format!("{id}: {m}"))
+        .map(|f| super::status::failure_message(plan, f))
         .unwrap_or_else(|| format!("run {} succeeded", run.run_id));
     let note = if r.flow.metadata.deletion_timestamp.is_some() && status == "Failed" {
         format!(

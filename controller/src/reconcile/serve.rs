@@ -55,8 +55,12 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: Option<String>) {
     let events = watcher(flows, watcher::Config::default())
         .default_backoff()
         .inspect_ok(move |ev| {
+            let uid = match ev {
+                watcher::Event::Delete(f) => f.uid(),
+                _ => None,
+            };
             for flow in gone.observe(ev, &on_event.ctx.metrics) {
-                on_event.ctx.metrics.forget(&flow);
+                on_event.ctx.metrics.forget(&flow, uid.as_deref());
                 on_event.backoff.reset(&flow);
             }
         });
@@ -214,7 +218,7 @@ mod tests {
     fn deleted_flows_and_flows_missing_from_a_relist_of_this_namespace_are_gone() {
         let m = Metrics::default();
         for f in ["a/kept", "a/deleted-meanwhile", "b/other-namespace"] {
-            m.set_active(f, true);
+            m.set_active(f, "uid", true);
         }
         let mut gone = Gone::new(Some("a".into()));
         assert_eq!(

@@ -238,11 +238,7 @@ pub fn of_run(
         step_at(&label(&node), &key)
     });
     let message = match (&run.state.failure, run.state.phase) {
-        (Some((id, msg)), _) => {
-            let (node, key) = split_instance_id(id);
-            let path = plan.node(&node).map(|n| n.path.clone()).unwrap_or(node);
-            said_at(&step_at(&path, &key), msg)
-        }
+        (Some(failure), _) => failure_message(plan, failure),
         (None, RunPhase::Succeeded) => format!("{done}/{total} steps done"),
         (None, _) => format!(
             "{done}/{total} steps done; running {}",
@@ -348,6 +344,14 @@ pub(super) fn step_at(path: &str, key: &[String]) -> String {
     }
 }
 
+/// A run's failure (node instance id, message) as status and the `RunFailed` Event tell it:
+/// led by the step's path in the flow (`spec.steps[1] [0]: ...`), never the internal node id.
+pub(super) fn failure_message(plan: &Plan, (id, msg): &(String, String)) -> String {
+    let (node, key) = split_instance_id(id);
+    let path = plan.node(&node).map(|n| n.path.clone()).unwrap_or(node);
+    said_at(&step_at(&path, &key), msg)
+}
+
 /// `msg` said of the step at `at`: prefixed with it, unless the message already leads with it
 /// (API errors do) or with a nested step's path (a failed group); naming it twice helps nobody.
 pub(super) fn said_at(at: &str, msg: &str) -> String {
@@ -451,6 +455,38 @@ mod tests {
         let msg = st["message"].as_str().unwrap();
         assert!(msg.starts_with(RUN_STATE_TOO_LARGE), "{msg:.80}");
         assert_eq!(msg.chars().count(), MAX_STATUS_MESSAGE_CHARS);
+    }
+
+    #[test]
+    fn a_failure_is_told_by_the_step_path_not_the_node_id() {
+        let c = pseudoflow_compiler::compile(
+            &pseudoflow_compiler::FlowId {
+                name: "f",
+                namespace: Some("ns"),
+            },
+            &json!({"steps": [{"type": "log", "message": "x"},
+                {"type": "loop", "forEach": ["a"], "steps": [{"type": "sleep", "seconds": 1}]}]}),
+        )
+        .unwrap();
+        // The loop's end node (`s1-end`) records what its failed item said.
+        let failure = (
+            "s1-end".to_string(),
+            "spec.steps[1].steps[0] [0]: boom".to_string(),
+        );
+        assert_eq!(
+            failure_message(&c.plan, &failure),
+            "spec.steps[1].steps[0] [0]: boom"
+        );
+        let failure = ("s1-end".to_string(), "cancelled".to_string());
+        assert_eq!(
+            failure_message(&c.plan, &failure),
+            "spec.steps[1]: cancelled"
+        );
+        let failure = ("s1-s0@0".to_string(), "timed out".to_string());
+        assert_eq!(
+            failure_message(&c.plan, &failure),
+            "spec.steps[1].steps[0] [0]: timed out"
+        );
     }
 
     #[test]

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{check_node_path, check_node_selector, Placement, StepParams};
 use crate::common::RunOn;
+use crate::selector::LabelSelector;
 use crate::validate::Ctx;
 
 /// Ensures the file at `path` has exactly `content`.
@@ -24,7 +25,7 @@ pub struct ConfigFileStep {
     pub owner: Option<String>,
     /// Outside loopNodes: which nodes get the file (`""` = every node).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub node_selector: Option<String>,
+    pub node_selector: Option<LabelSelector>,
 }
 
 impl StepParams for ConfigFileStep {
@@ -34,7 +35,7 @@ impl StepParams for ConfigFileStep {
 
     fn validate(&self, ctx: &mut Ctx) {
         check_node_path(ctx, "path", &self.path);
-        check_node_selector(ctx, self.node_selector.as_deref(), true);
+        check_node_selector(ctx, self.node_selector.as_ref(), true);
         if let Some(mode) = &self.mode {
             check_mode(ctx, "mode", mode);
         }
@@ -43,8 +44,8 @@ impl StepParams for ConfigFileStep {
         }
     }
 
-    fn node_targeting(&self) -> Option<(&str, RunOn)> {
-        self.node_selector.as_deref().map(|s| (s, RunOn::All))
+    fn node_targeting(&self) -> Option<(&LabelSelector, RunOn)> {
+        self.node_selector.as_ref().map(|s| (s, RunOn::All))
     }
 }
 

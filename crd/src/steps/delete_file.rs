@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{check_node_path, check_node_selector, Placement, StepParams};
 use crate::common::RunOn;
+use crate::selector::LabelSelector;
 use crate::steps::apply_file::check_artifact_path;
 use crate::validate::Ctx;
 
@@ -17,7 +18,7 @@ pub struct DeleteFileStep {
     pub path: String,
     /// Makes this a node step outside `loopNodes`: which nodes lose the file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub node_selector: Option<String>,
+    pub node_selector: Option<LabelSelector>,
 }
 
 impl DeleteFileStep {
@@ -38,13 +39,13 @@ impl StepParams for DeleteFileStep {
     fn validate(&self, ctx: &mut Ctx) {
         if self.on_node(ctx.in_node_context) {
             check_node_path(ctx, "path", &self.path);
-            check_node_selector(ctx, self.node_selector.as_deref(), false);
+            check_node_selector(ctx, self.node_selector.as_ref(), false);
         } else {
             check_artifact_path(ctx, "path", &self.path);
         }
     }
 
-    fn node_targeting(&self) -> Option<(&str, RunOn)> {
-        self.node_selector.as_deref().map(|s| (s, RunOn::All))
+    fn node_targeting(&self) -> Option<(&LabelSelector, RunOn)> {
+        self.node_selector.as_ref().map(|s| (s, RunOn::All))
     }
 }

@@ -1,6 +1,8 @@
 //! `exec`: run a shell command under the flow's identity — in the step's own pod (optionally
 //! with another `image`, e.g. one with kubectl) or in a named pod's container via pods/exec —
-//! and keep its stdout in a variable.
+//! and keep its stdout in a variable. The seed's form `{cmd, var?, container?, namespace?}`
+//! (no `pod`) runs in the step's own pod: `namespace` is then the default namespace of the
+//! command's kubectl context, `container` the name of that pod's container.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -21,10 +23,13 @@ pub struct ExecStep {
     /// `create` on `pods/exec`) instead of the step's own pod.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<String>,
-    /// Container of `pod` to run in; may be left out when the pod has a single container.
+    /// With `pod`: its container to run in (may be left out when the pod has a single
+    /// container). Without `pod`: the name of the step pod's container that runs the command
+    /// (default `step`; `kubectl logs job/<job> -c <container>`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container: Option<String>,
-    /// Namespace of `pod` (default: the flow's namespace).
+    /// With `pod`: the pod's namespace. Without `pod`: the default namespace of the command's
+    /// kubectl context (`kubectl get cm` lists this namespace's). Default: the flow's namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
     /// Image of the step's own pod when `pod` is not given (default: the runtime image).
@@ -44,11 +49,15 @@ impl StepParams for ExecStep {
         if let Some(v) = &self.var {
             ctx.var_name("var", v);
         }
-        if self.pod.is_none() && (self.container.is_some() || self.namespace.is_some()) {
-            ctx.error(
-                "pod",
-                "container and namespace select where to exec: give pod too",
-            );
+        if let Some(ns) = self.namespace.as_deref().filter(|n| !n.contains("${")) {
+            if !crate::validate::is_dns_label(ns) {
+                ctx.error("namespace", format!("{ns:?} is not a valid namespace"));
+            }
+        }
+        if let Some(c) = self.container.as_deref().filter(|c| !c.contains("${")) {
+            if !crate::validate::is_dns_label(c) {
+                ctx.error("container", format!("{c:?} is not a valid container name"));
+            }
         }
         if self.pod.is_some() && self.image.is_some() {
             ctx.error(
@@ -64,5 +73,42 @@ impl StepParams for ExecStep {
 
     fn shell_fields(&self) -> &'static [&'static str] {
         &["cmd"]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{json, Value};
+
+    fn check(steps: Value) -> Vec<String> {
+        let (_, diags) = crate::validate::validate_spec(&json!({ "steps": steps }));
+        diags
+            .errors()
+            .map(|d| format!("{}: {}", d.path, d.message))
+            .collect()
+    }
+
+    #[test]
+    fn the_seed_form_without_pod_is_accepted() {
+        let errors = check(
+            json!([{"type": "exec", "cmd": "kubectl get nodes", "var": "out",
+            "container": "kubectl", "namespace": "kube-system"}]),
+        );
+        assert!(errors.is_empty(), "{errors:?}");
+    }
+
+    #[test]
+    fn namespace_and_container_must_be_names() {
+        let errors = check(
+            json!([{"type": "exec", "cmd": "true", "container": "Not_A_Name",
+            "namespace": "also bad"}]),
+        );
+        assert_eq!(
+            errors,
+            [
+                "spec.steps[0].namespace: \"also bad\" is not a valid namespace",
+                "spec.steps[0].container: \"Not_A_Name\" is not a valid container name"
+            ]
+        );
     }
 }

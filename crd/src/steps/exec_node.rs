@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{check_node_selector, Placement, StepParams};
 use crate::common::RunOn;
+use crate::selector::LabelSelector;
 use crate::validate::Ctx;
 
 /// Runs `cmd` on nodes; `var` gets stdout (single node), `varPerNode` gets `{node: stdout}`.
@@ -16,7 +17,7 @@ pub struct ExecNodeStep {
     pub cmd: String,
     /// Outside loopNodes: which nodes (`""` = every node, the default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub node_selector: Option<String>,
+    pub node_selector: Option<LabelSelector>,
     /// all: every node must succeed; any: one success is enough; first: first node by name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_on: Option<RunOn>,
@@ -27,6 +28,8 @@ pub struct ExecNodeStep {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub var_per_node: Option<String>,
     /// Run only if an earlier step for the same node reported `changed` in this run (a handler).
+    /// Only this run counts: after a run that changed a node and failed before this step, the
+    /// next run finds nothing changed and skips it. Default false: the command runs every time.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub only_if_changed: bool,
 }
@@ -40,7 +43,7 @@ impl StepParams for ExecNodeStep {
         if self.cmd.trim().is_empty() {
             ctx.error("cmd", "must not be empty");
         }
-        check_node_selector(ctx, self.node_selector.as_deref(), false);
+        check_node_selector(ctx, self.node_selector.as_ref(), false);
         if ctx.in_node_context && self.run_on.is_some() {
             ctx.error(
                 "runOn",
@@ -79,9 +82,11 @@ impl StepParams for ExecNodeStep {
         self.only_if_changed
     }
 
-    fn node_targeting(&self) -> Option<(&str, RunOn)> {
+    fn node_targeting(&self) -> Option<(&LabelSelector, RunOn)> {
         Some((
-            self.node_selector.as_deref().unwrap_or(""),
+            self.node_selector
+                .as_ref()
+                .unwrap_or(&crate::selector::EVERY_NODE),
             self.run_on.unwrap_or_default(),
         ))
     }

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Placement, StepParams};
 use crate::common::nested_steps_schema;
+use crate::selector::LabelSelector;
 use crate::step::Step;
 use crate::validate::Ctx;
 
@@ -13,8 +14,9 @@ use crate::validate::Ctx;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LoopNodesStep {
-    /// `""` = every node, `key`, `!key`, `key=value`, `key in (a,b)`.
-    pub selector: String,
+    /// `""` = every node, `key`, `!key`, `key=value`, `key in (a,b)`; or the structured form
+    /// `{matchLabels: {...}, matchExpressions: [{key, operator, values}]}`.
+    pub selector: LabelSelector,
     /// Steps run for each matching node, with `${node}` set to its name.
     #[schemars(schema_with = "nested_steps_schema")]
     pub steps: Vec<Step>,
@@ -30,7 +32,7 @@ impl StepParams for LoopNodesStep {
     }
 
     fn validate(&self, ctx: &mut Ctx) {
-        ctx.selector("selector", &self.selector);
+        ctx.label_selector("selector", &self.selector);
         if ctx.in_node_context {
             ctx.error(
                 "type",

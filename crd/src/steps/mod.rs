@@ -61,7 +61,7 @@ pub trait StepParams {
     }
 
     /// For node steps outside `loopNodes`: the node selector and how many nodes must succeed.
-    fn node_targeting(&self) -> Option<(&str, crate::common::RunOn)> {
+    fn node_targeting(&self) -> Option<(&crate::selector::LabelSelector, crate::common::RunOn)> {
         None
     }
 
@@ -120,7 +120,11 @@ pub(crate) fn check_node_path(ctx: &mut Ctx, field: &str, path: &str) {
 }
 
 /// Node steps outside `loopNodes` must say which nodes they touch; inside, they must not.
-pub(crate) fn check_node_selector(ctx: &mut Ctx, selector: Option<&str>, required: bool) {
+pub(crate) fn check_node_selector(
+    ctx: &mut Ctx,
+    selector: Option<&crate::selector::LabelSelector>,
+    required: bool,
+) {
     match selector {
         Some(s) if ctx.in_node_context => {
             let _ = s;
@@ -129,7 +133,7 @@ pub(crate) fn check_node_selector(ctx: &mut Ctx, selector: Option<&str>, require
                 "inside loopNodes a node step runs on the loop's node; remove nodeSelector",
             )
         }
-        Some(s) => ctx.selector("nodeSelector", s),
+        Some(s) => ctx.label_selector("nodeSelector", s),
         None if required && !ctx.in_node_context => ctx.error(
             "nodeSelector",
             "this step changes files on nodes: put it inside loopNodes or give nodeSelector (\"\" = every node)",

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{check_node_path, check_node_selector, Placement, StepParams};
 use crate::common::RunOn;
+use crate::selector::LabelSelector;
 use crate::validate::Ctx;
 
 /// Replaces every match of `pattern` in the file with `replace` (`$1` refers to groups).
@@ -23,7 +24,7 @@ pub struct PatchFileStep {
     pub create_if_missing: bool,
     /// Outside loopNodes: which nodes are patched (`""` = every node).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub node_selector: Option<String>,
+    pub node_selector: Option<LabelSelector>,
 }
 
 impl StepParams for PatchFileStep {
@@ -33,7 +34,7 @@ impl StepParams for PatchFileStep {
 
     fn validate(&self, ctx: &mut Ctx) {
         check_node_path(ctx, "path", &self.path);
-        check_node_selector(ctx, self.node_selector.as_deref(), true);
+        check_node_selector(ctx, self.node_selector.as_ref(), true);
         if self.pattern.is_empty() {
             ctx.error("pattern", "must not be empty");
         } else {
@@ -41,7 +42,7 @@ impl StepParams for PatchFileStep {
         }
     }
 
-    fn node_targeting(&self) -> Option<(&str, RunOn)> {
-        self.node_selector.as_deref().map(|s| (s, RunOn::All))
+    fn node_targeting(&self) -> Option<(&LabelSelector, RunOn)> {
+        self.node_selector.as_ref().map(|s| (s, RunOn::All))
     }
 }

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{check_node_selector, Placement, StepParams};
 use crate::common::RunOn;
+use crate::selector::LabelSelector;
 use crate::validate::Ctx;
 
 /// Runs `code` with `bash -euo pipefail`; the step's `timeoutSeconds` bounds it.
@@ -19,11 +20,12 @@ pub struct ScriptStep {
     pub var: Option<String>,
     /// Makes this a node step outside loopNodes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub node_selector: Option<String>,
+    pub node_selector: Option<LabelSelector>,
     /// With `nodeSelector`: all (default): every node must succeed; any: one success is enough; first: first node by name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_on: Option<RunOn>,
-    /// In a node context: run only if an earlier step for the same node reported `changed`.
+    /// In a node context: run only if an earlier step for the same node reported `changed` in
+    /// this run (only this run counts, as for `execNode`). Default false: it runs every time.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub only_if_changed: bool,
 }
@@ -44,7 +46,7 @@ impl StepParams for ScriptStep {
         if let Some(v) = &self.var {
             ctx.var_name("var", v);
         }
-        check_node_selector(ctx, self.node_selector.as_deref(), false);
+        check_node_selector(ctx, self.node_selector.as_ref(), false);
         if self.run_on.is_some() && self.node_selector.is_none() {
             ctx.error("runOn", "runOn needs nodeSelector");
         }
@@ -68,9 +70,9 @@ impl StepParams for ScriptStep {
         self.only_if_changed
     }
 
-    fn node_targeting(&self) -> Option<(&str, RunOn)> {
+    fn node_targeting(&self) -> Option<(&LabelSelector, RunOn)> {
         self.node_selector
-            .as_deref()
+            .as_ref()
             .map(|s| (s, self.run_on.unwrap_or_default()))
     }
 }

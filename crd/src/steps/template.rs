@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{check_node_path, check_node_selector, Placement, StepParams};
 use crate::common::RunOn;
+use crate::selector::LabelSelector;
 use crate::validate::Ctx;
 
 /// Renders `template` into `output`.
@@ -20,7 +21,7 @@ pub struct TemplateStep {
     pub template: String,
     /// For a file output outside loopNodes: which nodes (`""` = every node).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub node_selector: Option<String>,
+    pub node_selector: Option<LabelSelector>,
     /// For a file output: octal permission bits (default `0644`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
@@ -45,7 +46,7 @@ impl StepParams for TemplateStep {
     fn validate(&self, ctx: &mut Ctx) {
         if self.writes_file() {
             check_node_path(ctx, "output", &self.output);
-            check_node_selector(ctx, self.node_selector.as_deref(), true);
+            check_node_selector(ctx, self.node_selector.as_ref(), true);
             if let Some(mode) = &self.mode {
                 super::config_file::check_mode(ctx, "mode", mode);
             }
@@ -69,7 +70,7 @@ impl StepParams for TemplateStep {
         &["template"]
     }
 
-    fn node_targeting(&self) -> Option<(&str, RunOn)> {
-        self.node_selector.as_deref().map(|s| (s, RunOn::All))
+    fn node_targeting(&self) -> Option<(&LabelSelector, RunOn)> {
+        self.node_selector.as_ref().map(|s| (s, RunOn::All))
     }
 }

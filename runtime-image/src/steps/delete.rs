@@ -14,6 +14,7 @@ use crate::readiness::Seen;
 pub async fn run(ctx: &ExecCtx, step: &DeleteStep) -> Result<StepResult, StepError> {
     let t = &step.target;
     let api_version = api::api_version_for(t.api_version.as_deref(), &t.kind)?;
+    api::require_name("target.name", &t.name)?;
     let label = delete_object(ctx, &api_version, &t.kind, &t.name, t.namespace.as_deref()).await?;
     Ok(match label {
         Some(l) => StepResult::succeeded(true, format!("deleted {l}")),

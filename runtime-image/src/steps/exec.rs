@@ -18,7 +18,14 @@ pub async fn run(ctx: &ExecCtx, step: &ExecStep) -> Result<StepResult, StepError
     let stdout = match &step.pod {
         None => {
             let args = vec!["-c".to_string(), step.cmd.clone()];
-            process::run("sh", &args).await?.check("command")?.value()
+            let env = match &step.namespace {
+                Some(ns) => kubectl_namespace_env(ns)?,
+                None => Vec::new(),
+            };
+            process::run_with_env("sh", &args, &env)
+                .await?
+                .check("command")?
+                .value()
         }
         Some(pod) => exec_in_pod(ctx, pod, step).await?,
     };
@@ -27,6 +34,48 @@ pub async fn run(ctx: &ExecCtx, step: &ExecStep) -> Result<StepResult, StepError
         step.var.as_deref(),
         stdout,
     ))
+}
+
+/// The environment that makes `ns` the default namespace of kubectl (and any client-go tool)
+/// in the command: `POD_NAMESPACE`, which in-cluster configuration reads first (the pod's
+/// ServiceAccount namespace otherwise); and, when the pod has a `KUBECONFIG`, a copy of its
+/// first file whose current context has that namespace, put first (the first file's context
+/// wins when kubeconfigs merge).
+fn kubectl_namespace_env(ns: &str) -> Result<Vec<(String, String)>, StepError> {
+    let mut env = vec![("POD_NAMESPACE".to_string(), ns.to_string())];
+    let Some(paths) = std::env::var_os("KUBECONFIG").filter(|p| !p.is_empty()) else {
+        return Ok(env);
+    };
+    let paths = paths.to_string_lossy().into_owned();
+    let first = paths.split(':').next().unwrap_or_default();
+    let fail = |why: String| {
+        StepError::failed(format!(
+            "namespace {ns:?}: cannot set it in the kubeconfig {first}: {why}"
+        ))
+    };
+    let text = std::fs::read_to_string(first).map_err(|e| fail(e.to_string()))?;
+    let changed = with_context_namespace(&text, ns).map_err(fail)?;
+    let dir = std::env::temp_dir().join(format!("pseudoflow-exec-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| fail(e.to_string()))?;
+    let copy = dir.join("kubeconfig");
+    std::fs::write(&copy, changed).map_err(|e| fail(e.to_string()))?;
+    env.push(("KUBECONFIG".into(), format!("{}:{paths}", copy.display())));
+    Ok(env)
+}
+
+/// A kubeconfig's text with its current context's namespace set to `ns`.
+fn with_context_namespace(text: &str, ns: &str) -> Result<String, String> {
+    let mut cfg: serde_json::Value = serde_yaml::from_str(text).map_err(|e| e.to_string())?;
+    let current = cfg["current-context"]
+        .as_str()
+        .ok_or("it names no current-context")?
+        .to_string();
+    let context = cfg["contexts"]
+        .as_array_mut()
+        .and_then(|cs| cs.iter_mut().find(|c| c["name"] == current.as_str()))
+        .ok_or_else(|| format!("it has no context {current:?}"))?;
+    context["context"]["namespace"] = Value::String(ns.to_string());
+    serde_json::to_string(&cfg).map_err(|e| e.to_string())
 }
 
 /// Runs an API-context `script` with bash in the executor's pod.
@@ -109,5 +158,25 @@ async fn exec_in_pod(ctx: &ExecCtx, pod: &str, step: &ExecStep) -> Result<String
         None => Err(StepError::failed(format!(
             "command in pod {ns}/{pod} ended without a status"
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_current_context_gets_the_namespace_and_nothing_else_changes() {
+        let text = "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: 'https://127.0.0.1:6443'}\nusers:\n- name: u\n  user: {tokenFile: /t}\ncontexts:\n- name: other\n  context: {cluster: c, user: u, namespace: a}\n- name: c\n  context: {cluster: c, user: u, namespace: flows}\ncurrent-context: c\n";
+        let out: serde_json::Value =
+            serde_yaml::from_str(&with_context_namespace(text, "kube-system").unwrap()).unwrap();
+        assert_eq!(out["contexts"][1]["context"]["namespace"], "kube-system");
+        assert_eq!(out["contexts"][1]["context"]["user"], "u");
+        assert_eq!(out["contexts"][0]["context"]["namespace"], "a");
+        assert_eq!(out["users"][0]["user"]["tokenFile"], "/t");
+        let e = with_context_namespace("contexts: []\n", "x").unwrap_err();
+        assert!(e.contains("no current-context"), "{e}");
+        let e = with_context_namespace("current-context: gone\ncontexts: []\n", "x").unwrap_err();
+        assert!(e.contains("no context \"gone\""), "{e}");
     }
 }

@@ -7,7 +7,6 @@ use std::collections::BTreeMap;
 use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
 use pseudoflow_crd::common::Target;
 use pseudoflow_crd::protocol::StepResult;
-use pseudoflow_crd::selector::Selector;
 use serde_json::{json, Map, Value};
 
 use crate::api;
@@ -114,7 +113,15 @@ where
     let ns = api::namespace_for(ctx, &r, target.namespace.as_deref());
     let api = api::api_for(ctx, &r, ns.as_deref()).await?;
     let objects: Vec<DynamicObject> = match (&target.name, &target.selector) {
-        (Some(name), _) => match api::get_opt(ctx, &api, &r, name, ns.as_deref()).await? {
+        (Some(name), _) => match api::get_opt(
+            ctx,
+            &api,
+            &r,
+            api::require_name("target.name", name)?,
+            ns.as_deref(),
+        )
+        .await?
+        {
             Some(o) => vec![o],
             None => {
                 return Err(StepError::failed(format!(
@@ -124,8 +131,11 @@ where
             }
         },
         (None, sel) => {
-            let sel = Selector::parse(sel.as_deref().unwrap_or_default())
-                .map_err(|e| StepError::failed(e.to_string()))?;
+            let sel = sel
+                .clone()
+                .unwrap_or_default()
+                .parse()
+                .map_err(|e| StepError::failed(format!("target.selector: {e}")))?;
             let lp = ListParams::default().labels(&sel.to_string());
             api.list(&lp)
                 .await

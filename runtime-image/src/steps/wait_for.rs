@@ -14,6 +14,7 @@ use crate::readiness::{self, Seen};
 /// Runs a `waitFor` step (the caller enforces the timeout, default 300 s).
 pub async fn run(ctx: &ExecCtx, step: &WaitForStep) -> Result<StepResult, StepError> {
     let res = &step.resource;
+    api::require_name("resource.name", &res.name)?;
     let api_version = api::api_version_for(res.api_version.as_deref(), &res.kind)?;
     let r = api::resolve(ctx, &api_version, &res.kind).await?;
     let ns = api::namespace_for(ctx, &r, res.namespace.as_deref());

@@ -26,6 +26,7 @@ pub fn condition_of(step: &Step) -> Result<&Condition, StepError> {
 pub async fn run(ctx: &ExecCtx, step: &Step) -> Result<StepResult, StepError> {
     let c = condition_of(step)?;
     let res = &c.resource;
+    api::require_name("condition.resource.name", &res.name)?;
     let api_version = api::api_version_for(res.api_version.as_deref(), &res.kind)?;
     let object = match api::resolve_opt(ctx, &api_version, &res.kind, false).await? {
         None => None,

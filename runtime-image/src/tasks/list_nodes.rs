@@ -5,21 +5,21 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams};
 use pseudoflow_crd::common::RunOn;
 use pseudoflow_crd::protocol::StepResult;
-use pseudoflow_crd::selector::Selector;
+use pseudoflow_crd::selector::{LabelSelector, Selector};
 use pseudoflow_crd::{Step, StepKind};
 
 use crate::context::ExecCtx;
 use crate::error::{Call, StepError};
 
-/// The selector string and node policy of a step that fans out over nodes.
-pub fn targeting(step: &Step) -> Result<(String, RunOn), StepError> {
+/// The selector (string or structured form) and node policy of a step that fans out over nodes.
+pub fn targeting(step: &Step) -> Result<(LabelSelector, RunOn), StepError> {
     if let StepKind::LoopNodes(s) = &step.kind {
         return Ok((s.selector.clone(), RunOn::All));
     }
     step.kind
         .params()
         .node_targeting()
-        .map(|(sel, on)| (sel.to_string(), on))
+        .map(|(sel, on)| (sel.clone(), on))
         .ok_or_else(|| {
             StepError::input(format!(
                 "task listNodes needs loopNodes or a node step with nodeSelector, got {}",
@@ -45,8 +45,10 @@ pub fn pick(
 
 /// Lists the matching nodes.
 pub async fn run(ctx: &ExecCtx, step: &Step) -> Result<StepResult, StepError> {
-    let (text, on) = targeting(step)?;
-    let sel = Selector::parse(&text).map_err(|e| StepError::failed(e.to_string()))?;
+    let (selector, on) = targeting(step)?;
+    let sel = selector
+        .parse()
+        .map_err(|e| StepError::failed(e.to_string()))?;
     let api: Api<Node> = Api::all(ctx.client().await?);
     let lp = ListParams::default().labels(&sel.to_string());
     let call = Call {
@@ -67,7 +69,10 @@ pub async fn run(ctx: &ExecCtx, step: &Step) -> Result<StepResult, StepError> {
         })
         .collect();
     let names = pick(nodes, &sel, on);
-    let mut r = StepResult::succeeded(false, format!("{} nodes match {text:?}", names.len()));
+    let mut r = StepResult::succeeded(
+        false,
+        format!("{} nodes match {:?}", names.len(), selector.text()),
+    );
     r.nodes = Some(names);
     Ok(r)
 }
