@@ -1,6 +1,9 @@
 //! [`TestEnv`]: one running cluster. Tests in a binary share one ([`shared`]), each in its own
 //! namespace; the cluster's background work runs on a dedicated runtime thread so it outlives
-//! any single test's runtime, and every process dies with the test binary.
+//! any single test's runtime, and every process dies with the test binary. For failure tests a
+//! cluster can crash and restart its control-plane processes ([`Component`]) on the same data,
+//! stop and start one node's kubelet, and run further processes (a controller binary) against
+//! it ([`TestEnv::spawn`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
@@ -12,8 +15,33 @@ use kube::api::{Api, ListParams, PostParams};
 use kube::Client;
 
 pub use crate::kubelet::NodeSpec;
-use crate::kubelet::{ImageMap, KubeletConfig};
+use crate::kubelet::{ImageMap, KubeletConfig, Kubelets};
 use crate::procs::Proc;
+
+/// A control-plane process of the cluster, to crash and restart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Component {
+    /// etcd (restarted on the same data directory and ports).
+    Etcd,
+    /// kube-apiserver (restarted on the same port, certificates and etcd).
+    ApiServer,
+    /// kube-controller-manager.
+    ControllerManager,
+    /// kube-scheduler.
+    Scheduler,
+}
+
+impl Component {
+    /// The process name, as in `logs/<name>.log`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Component::Etcd => "etcd",
+            Component::ApiServer => "kube-apiserver",
+            Component::ControllerManager => "kube-controller-manager",
+            Component::Scheduler => "kube-scheduler",
+        }
+    }
+}
 
 /// Label kubeadm puts on control-plane nodes.
 pub const CONTROL_PLANE_LABEL: &str = "node-role.kubernetes.io/control-plane";
@@ -66,7 +94,11 @@ pub struct TestEnv {
     control_planes: Vec<String>,
     /// How long startup took, to all nodes Ready.
     pub startup: Duration,
-    _procs: Vec<Proc>,
+    /// The control-plane processes by name.
+    procs: Vec<(String, Arc<tokio::sync::Mutex<Proc>>)>,
+    kubelet_handle: Arc<Kubelets>,
+    /// The runtime the cluster's background work (kubelets, restarted processes) runs on.
+    runtime: tokio::runtime::Handle,
 }
 
 fn probe_binary() -> PathBuf {
@@ -117,7 +149,9 @@ impl TestEnv {
             images: Arc::new(opts.images),
         };
         let client = crate::controlplane::client_for(&cp.kubeconfig).await?;
-        crate::kubelet::start(client.clone(), kubelets.clone(), &opts.nodes).await?;
+        let kubelet_handle = Arc::new(
+            crate::kubelet::start_kubelets(client.clone(), kubelets.clone(), &opts.nodes).await?,
+        );
         let nodes: Vec<String> = opts.nodes.iter().map(|n| n.name.clone()).collect();
         let control_planes = opts
             .nodes
@@ -133,7 +167,13 @@ impl TestEnv {
             nodes,
             control_planes,
             startup: Duration::ZERO,
-            _procs: cp.procs,
+            procs: cp
+                .procs
+                .into_iter()
+                .map(|p| (p.name.clone(), Arc::new(tokio::sync::Mutex::new(p))))
+                .collect(),
+            kubelet_handle,
+            runtime: tokio::runtime::Handle::current(),
         };
         env.wait_until_usable(&client, Duration::from_secs(90))
             .await?;
@@ -233,6 +273,110 @@ impl TestEnv {
                 .join("log"),
         )
         .unwrap_or_default()
+    }
+
+    fn component(&self, c: Component) -> Result<Arc<tokio::sync::Mutex<Proc>>> {
+        self.procs
+            .iter()
+            .find(|(name, _)| name == c.name())
+            .map(|(_, p)| p.clone())
+            .ok_or_else(|| anyhow::anyhow!("no process {}", c.name()))
+    }
+
+    /// Crashes a control-plane process: SIGKILL, no graceful shutdown. It stays down until
+    /// [`TestEnv::start_component`].
+    pub async fn kill_component(&self, c: Component) -> Result<()> {
+        let p = self.component(c)?;
+        self.runtime
+            .spawn(async move { p.lock().await.kill().await })
+            .await?
+    }
+
+    /// Starts a control-plane process again as it was first started (same data directory,
+    /// ports and certificates), then waits up to `timeout` until the API server is ready again
+    /// (its `/readyz` includes etcd). Returns how long that took.
+    pub async fn start_component(&self, c: Component, timeout: Duration) -> Result<Duration> {
+        let t0 = Instant::now();
+        let p = self.component(c)?;
+        // Started from the cluster's runtime: a process dies with the thread that started it.
+        self.runtime
+            .spawn(async move { p.lock().await.respawn().await })
+            .await??;
+        self.wait_ready(timeout).await?;
+        Ok(t0.elapsed())
+    }
+
+    /// [`kill_component`](Self::kill_component), `down` later
+    /// [`start_component`](Self::start_component); returns how long the API server took to be
+    /// ready again after the start.
+    pub async fn restart_component(&self, c: Component, down: Duration) -> Result<Duration> {
+        self.kill_component(c).await?;
+        tokio::time::sleep(down).await;
+        self.start_component(c, Duration::from_secs(90)).await
+    }
+
+    /// Waits until the API server answers `/readyz` with `ok`.
+    pub async fn wait_ready(&self, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(client) = self.client().await {
+                let req = http::Request::get("/readyz").body(Vec::new())?;
+                if client
+                    .request_text(req)
+                    .await
+                    .is_ok_and(|t| t.trim() == "ok")
+                {
+                    return Ok(());
+                }
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "kube-apiserver not ready after {timeout:?}; logs in {}",
+                self.dir.join("logs").display()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Stops `node`'s kubelet as if the machine died (see [`Kubelets::stop_node`]); returns how
+    /// many pod processes died with it.
+    pub fn stop_node(&self, node: &str) -> usize {
+        self.kubelet_handle.stop_node(node)
+    }
+
+    /// Starts `node`'s kubelet again (the Node turns Ready; pods that ran on it when it died are
+    /// reported failed).
+    pub async fn start_node(&self, node: &str) -> Result<()> {
+        let (kubelets, node) = (self.kubelet_handle.clone(), node.to_string());
+        // On the cluster's runtime, which outlives any test's.
+        self.runtime
+            .spawn(async move { kubelets.start_node(&node).await })
+            .await?
+    }
+
+    /// Starts `program args` as a child process that reaches this cluster as admin
+    /// (`KUBECONFIG` set) with `env` added, its output in `logs/<name>.log`. It runs until it
+    /// exits, is killed through the returned [`Proc`], or the [`Proc`] is dropped; start it
+    /// from a thread that lives as long as it should (it gets SIGKILL when that thread ends).
+    pub fn spawn(
+        &self,
+        name: &str,
+        program: &Path,
+        args: &[String],
+        env: &[(String, String)],
+    ) -> Result<Proc> {
+        let mut all = vec![(
+            "KUBECONFIG".to_string(),
+            self.kubeconfig.display().to_string(),
+        )];
+        all.extend(env.iter().cloned());
+        Proc::spawn_with_env(
+            name,
+            program,
+            args,
+            &all,
+            &self.dir.join("logs").join(format!("{name}.log")),
+        )
     }
 
     /// Creates a fresh namespace `<prefix>-<n>` for one test.

@@ -193,9 +193,12 @@ pub async fn job_result(
         .as_ref()
         .and_then(|s| s.conditions.clone())
         .unwrap_or_default();
-    let done = conditions
-        .iter()
-        .find(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True");
+    // `FailureTarget` is the Job controller's verdict; it adds `Failed` only once the Job's pods
+    // have terminated, which a pod on a dead node never does (it stays Terminating, and node
+    // step pods tolerate every taint): waiting for `Failed` would hang the run.
+    let done = conditions.iter().find(|c| {
+        matches!(c.type_.as_str(), "Complete" | "Failed" | "FailureTarget") && c.status == "True"
+    });
     let Some(done) = done else { return Ok(None) };
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let job_uid = job.metadata.uid.clone().unwrap_or_default();
@@ -212,8 +215,18 @@ pub async fn job_result(
     }
     let Some(t) = terminated else {
         let why = done.reason.clone().unwrap_or_else(|| done.type_.clone());
+        let node = pods
+            .list(&of_job)
+            .await?
+            .items
+            .into_iter()
+            .find(|p| controlled_by(&p.metadata.owner_references, &job_uid))
+            .and_then(|p| p.spec?.node_name);
+        let on = node
+            .map(|n| format!("; its pod on node {n} never reported an end (is the node down?)"))
+            .unwrap_or_default();
         return Ok(Some(StepResult::failed(format!(
-            "the step's Job ended without a result ({why}: {})",
+            "the step's Job ended without a result ({why}: {}){on}",
             done.message.clone().unwrap_or_default()
         ))));
     };

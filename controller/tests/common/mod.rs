@@ -56,22 +56,25 @@ fn step_binary() -> String {
 
 /// The shared cluster of this test binary.
 pub fn env() -> &'static TestEnv {
+    shared_with(options).unwrap_or_else(|e| panic!("testenv: {e}"))
+}
+
+/// The options [`env`] starts the cluster with: three nodes, the runtime image mapped to the
+/// freshly built `pseudoflow-step`, and the fixture images. A binary that needs more (the chaos
+/// suite's extra nodes) starts from these and must start its cluster before anything calls
+/// [`env`], as the first start decides.
+pub fn options() -> Options {
     let bin = step_binary();
-    shared_with(move || {
-        let mut o = Options::default();
-        o.images.insert(IMAGE, bin);
-        // examples/kopf/mysql.yaml's image: a stand-in server and client tools (see its README).
-        let mysql =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake-mysql");
-        o.images
-            .insert_with_tools(MYSQL_IMAGE, mysql.join("mysqld"), mysql);
-        let greeter =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/greeter");
-        o.images
-            .insert_with_tools(GREETER_IMAGE, greeter.join("greet"), greeter);
-        o
-    })
-    .unwrap_or_else(|e| panic!("testenv: {e}"))
+    let mut o = Options::default();
+    o.images.insert(IMAGE, bin);
+    // examples/kopf/mysql.yaml's image: a stand-in server and client tools (see its README).
+    let mysql = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake-mysql");
+    o.images
+        .insert_with_tools(MYSQL_IMAGE, mysql.join("mysqld"), mysql);
+    let greeter = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/greeter");
+    o.images
+        .insert_with_tools(GREETER_IMAGE, greeter.join("greet"), greeter);
+    o
 }
 
 #[allow(dead_code)]

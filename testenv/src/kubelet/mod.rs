@@ -1,6 +1,8 @@
 //! The "process kubelet": registers Nodes, keeps them Ready (Lease renewal + status heartbeat),
 //! runs the pods bound to them (see [`pod`] and [`runner`]), and serves `pods/exec` and
-//! `pods/log` for them (see [`streaming`]).
+//! `pods/log` for them (see [`streaming`]). [`Kubelets`] stops one node's kubelet (the node
+//! dies: heartbeats stop, its pods' processes are killed, nothing more is reported) and starts
+//! it again (the node comes back: pods it ran before are reported failed, as after a reboot).
 
 mod node;
 mod pod;
@@ -9,7 +11,7 @@ mod streaming;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use anyhow::Result;
 use kube::Client;
@@ -103,19 +105,121 @@ impl KubeletConfig {
 
 /// Registers the nodes and starts their kubelets on the current runtime.
 pub async fn start(client: Client, cfg: KubeletConfig, nodes: &[NodeSpec]) -> Result<()> {
+    start_kubelets(client, cfg, nodes).await.map(|_| ())
+}
+
+/// Like [`start`], returning the handle that stops and restarts single nodes' kubelets.
+pub async fn start_kubelets(
+    client: Client,
+    cfg: KubeletConfig,
+    nodes: &[NodeSpec],
+) -> Result<Kubelets> {
     // One streaming server for all nodes: the exec path names the pod, which names its node.
     let port = streaming::start(client.clone(), cfg.clone()).await?;
+    let kubelets = Kubelets {
+        client,
+        cfg,
+        port,
+        specs: nodes.to_vec(),
+        running: Mutex::default(),
+        died: Mutex::default(),
+    };
     for spec in nodes {
-        node::prepare_dirs(&cfg, &spec.name)?;
-        node::register(&client, spec, port).await?;
-        tokio::spawn(node::heartbeat(client.clone(), spec.name.clone(), port));
-        tokio::spawn(pod::watch_pods(
-            client.clone(),
-            cfg.clone(),
-            spec.name.clone(),
-        ));
+        node::prepare_dirs(&kubelets.cfg, &spec.name)?;
+        kubelets.start_node(&spec.name).await?;
     }
-    Ok(())
+    Ok(kubelets)
+}
+
+/// The kubelets of all simulated nodes, each of which can be stopped and started again.
+pub struct Kubelets {
+    client: Client,
+    cfg: KubeletConfig,
+    port: u16,
+    specs: Vec<NodeSpec>,
+    running: Mutex<BTreeMap<String, NodeKubelet>>,
+    /// Per node, the pods its dead kubelets had started (their processes died with it).
+    died: Mutex<BTreeMap<String, std::collections::HashSet<String>>>,
+}
+
+/// One node's running kubelet: its background tasks and the pods it started.
+struct NodeKubelet {
+    heartbeat: tokio::task::AbortHandle,
+    watch: tokio::task::AbortHandle,
+    pods: Arc<pod::NodePods>,
+}
+
+impl Kubelets {
+    /// Whether `node`'s kubelet runs now.
+    pub fn is_running(&self, node: &str) -> bool {
+        self.running.lock().unwrap().contains_key(node)
+    }
+
+    /// Starts `node`'s kubelet on the current runtime (which must outlive it): registers the
+    /// Node (Ready again), renews its heartbeat, runs the pods bound to it. Pods a previous
+    /// kubelet of this node started and that have not ended are reported failed: their
+    /// processes died with the node. Nothing happens if it runs already.
+    pub async fn start_node(&self, node: &str) -> Result<()> {
+        let spec = self
+            .specs
+            .iter()
+            .find(|s| s.name == node)
+            .ok_or_else(|| anyhow::anyhow!("no simulated node {node}"))?;
+        if self.is_running(node) {
+            return Ok(());
+        }
+        node::register(&self.client, spec, self.port).await?;
+        let gone = self
+            .died
+            .lock()
+            .unwrap()
+            .get(node)
+            .cloned()
+            .unwrap_or_default();
+        let pods = Arc::new(pod::NodePods::new(gone));
+        let heartbeat = tokio::spawn(node::heartbeat(
+            self.client.clone(),
+            node.to_string(),
+            self.port,
+        ))
+        .abort_handle();
+        let watch = tokio::spawn(pod::watch_pods(
+            self.client.clone(),
+            self.cfg.clone(),
+            node.to_string(),
+            pods.clone(),
+        ))
+        .abort_handle();
+        self.running.lock().unwrap().insert(
+            node.to_string(),
+            NodeKubelet {
+                heartbeat,
+                watch,
+                pods,
+            },
+        );
+        Ok(())
+    }
+
+    /// Stops `node`'s kubelet as if the machine died: no more heartbeats (the node-lifecycle
+    /// controller marks the Node NotReady once its grace period passes), no more pod status, and
+    /// every pod process it started is killed without its end being reported. Returns the
+    /// number of pod processes killed.
+    pub fn stop_node(&self, node: &str) -> usize {
+        let Some(k) = self.running.lock().unwrap().remove(node) else {
+            return 0;
+        };
+        k.heartbeat.abort();
+        k.watch.abort();
+        let (killed, started) = k.pods.die();
+        self.died
+            .lock()
+            .unwrap()
+            .entry(node.to_string())
+            .or_default()
+            .extend(started);
+        killed
+    }
 }
 
 /// Shell-quotes one argument.

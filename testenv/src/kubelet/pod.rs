@@ -2,13 +2,14 @@
 //! mapped images run as processes (see [`super::runner`]); any other image is reported Running
 //! and Ready at once; a pod being deleted has its process group killed and is then removed.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::watcher::{self, Event};
+use kube::runtime::WatchStreamExt;
 use kube::Client;
 use serde_json::json;
 
@@ -18,6 +19,46 @@ use super::KubeletConfig;
 /// Pods this kubelet has started (by uid), with the pid of a running process if any.
 pub(super) type StartedHandle = Arc<Mutex<HashMap<String, Option<u32>>>>;
 type Started = StartedHandle;
+
+/// What one kubelet incarnation of a node keeps about its pods.
+#[derive(Default)]
+pub(super) struct NodePods {
+    /// The pods it started (see [`StartedHandle`]).
+    started: Started,
+    /// The tasks running its pods, aborted when the node dies.
+    runners: Mutex<Vec<tokio::task::AbortHandle>>,
+    /// Pods an earlier kubelet of this node started: their processes died with it.
+    gone: HashSet<String>,
+}
+
+impl NodePods {
+    /// A fresh kubelet's pods; `gone` are the pods earlier kubelets of the node started.
+    pub(super) fn new(gone: HashSet<String>) -> Self {
+        NodePods {
+            gone,
+            ..Default::default()
+        }
+    }
+
+    /// The node died: stops every pod task without reporting anything and kills every pod
+    /// process. Returns how many processes were killed and every pod started.
+    pub(super) fn die(&self) -> (usize, HashSet<String>) {
+        for r in self.runners.lock().unwrap().drain(..) {
+            r.abort();
+        }
+        let started: HashMap<String, Option<u32>> =
+            std::mem::take(&mut *self.started.lock().unwrap());
+        let mut killed = 0;
+        for pid in started.values().flatten() {
+            crate::procs::kill_group(*pid);
+            killed += 1;
+        }
+        (
+            killed,
+            started.into_keys().chain(self.gone.clone()).collect(),
+        )
+    }
+}
 
 /// Records the pid of a pod's process so deletion can kill it.
 pub(super) fn set_pid(started: &Started, uid: &str, pid: Option<u32>) {
@@ -35,16 +76,22 @@ fn now() -> String {
     k8s_openapi::jiff::Timestamp::now().to_string()
 }
 
-/// Watches the pods with `spec.nodeName=<node>` and handles every change, forever.
-pub(super) async fn watch_pods(client: Client, cfg: KubeletConfig, node: String) {
+/// Watches the pods with `spec.nodeName=<node>` and handles every change, until aborted. A lost
+/// watch (the API server restarted) is re-established with backoff.
+pub(super) async fn watch_pods(
+    client: Client,
+    cfg: KubeletConfig,
+    node: String,
+    node_pods: Arc<NodePods>,
+) {
     let pods: Api<Pod> = Api::all(client.clone());
-    let started: Started = Arc::default();
+    let started = &node_pods.started;
     let config = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
-    let mut stream = watcher::watcher(pods, config).boxed();
+    let mut stream = watcher::watcher(pods, config).default_backoff().boxed();
     while let Some(ev) = stream.next().await {
         match ev {
             Ok(Event::Apply(pod) | Event::InitApply(pod)) => {
-                handle(&client, &cfg, &node, &started, pod).await
+                handle(&client, &cfg, &node, &node_pods, pod).await
             }
             Ok(Event::Delete(pod)) => {
                 let uid = pod.metadata.uid.unwrap_or_default();
@@ -58,7 +105,8 @@ pub(super) async fn watch_pods(client: Client, cfg: KubeletConfig, node: String)
     }
 }
 
-async fn handle(client: &Client, cfg: &KubeletConfig, node: &str, started: &Started, pod: Pod) {
+async fn handle(client: &Client, cfg: &KubeletConfig, node: &str, node_pods: &NodePods, pod: Pod) {
+    let started = &node_pods.started;
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let ns = pod.metadata.namespace.clone().unwrap_or_default();
     let name = pod.metadata.name.clone().unwrap_or_default();
@@ -83,9 +131,21 @@ async fn handle(client: &Client, cfg: &KubeletConfig, node: &str, started: &Star
         .as_ref()
         .and_then(|s| s.phase.clone())
         .unwrap_or_default();
-    if started.lock().unwrap().contains_key(&uid)
-        || matches!(phase.as_str(), "Running" | "Succeeded" | "Failed")
+    if matches!(phase.as_str(), "Succeeded" | "Failed")
+        || started.lock().unwrap().contains_key(&uid)
     {
+        return;
+    }
+    if node_pods.gone.contains(&uid) {
+        // Started before the node died: its process is gone, as after a reboot.
+        started.lock().unwrap().insert(uid, None);
+        let message = "testenv: the node died while this pod ran; its process is gone";
+        if let Err(e) = report_failed(client, &pod, message).await {
+            tracing::warn!(pod = %name, "marking Failed: {e}");
+        }
+        return;
+    }
+    if phase == "Running" {
         return;
     }
     started.lock().unwrap().insert(uid.clone(), None);
@@ -106,12 +166,15 @@ async fn handle(client: &Client, cfg: &KubeletConfig, node: &str, started: &Star
                 node.to_string(),
                 started.clone(),
             );
-            tokio::spawn(async move {
+            let task = tokio::spawn(async move {
                 if let Err(e) = runner::run(&client, &cfg, &node, &pod, &program, &started).await {
                     tracing::warn!(pod = %name, "testenv kubelet could not run the pod: {e:#}");
                     let _ = report_failed(&client, &pod, &format!("testenv kubelet: {e:#}")).await;
                 }
             });
+            let mut runners = node_pods.runners.lock().unwrap();
+            runners.retain(|r| !r.is_finished());
+            runners.push(task.abort_handle());
         }
         None => {
             if let Err(e) = report_running(client, &pod, true).await {
