@@ -220,16 +220,10 @@ impl Driving<'_> {
         times: Option<(i64, i64)>,
     ) {
         let (ctx, flow_ref, plan) = (self.r.ctx, self.flow_ref, self.plan);
-        {
-            if let Some(IncludedDocument::SecretSteps { name, key, sha256 }) = &result.include {
-                result = match observe::secret_steps(
-                    &ctx.client,
-                    &flow_ref.namespace,
-                    name,
-                    key,
-                    sha256,
-                )
-                .await
+        if let Some(IncludedDocument::SecretSteps { name, key, sha256 }) = &result.include {
+            result =
+                match observe::secret_steps(&ctx.client, &flow_ref.namespace, name, key, sha256)
+                    .await
                 {
                     Ok(steps) => {
                         let mut r = result.clone();
@@ -241,65 +235,64 @@ impl Driving<'_> {
                     }
                     Err(why) => StepResult::failed(why.to_string()),
                 };
-            }
-            let node = plan.node(node_id).expect("from the plan");
-            // A value nested deeper than the bound would make the stored run unreadable.
-            let too_deep = result.vars.iter().find_map(|(k, v)| {
-                pseudoflow_compiler::expr::check_depth(v, pseudoflow_compiler::expr::MAX_DEPTH)
-                    .err()
-                    .map(|e| format!("variable {k}: {e}"))
-            });
-            if let Some(why) = too_deep {
-                result = StepResult::failed(why);
-            }
-            for (k, v) in &result.vars {
-                merge_var(&mut run.vars, k, v.clone());
-            }
-            let items = result.nodes.clone().map(|names| {
-                names
-                    .into_iter()
-                    .map(|n| (n.clone(), Value::String(n)))
-                    .collect()
-            });
-            let mut c = Completion {
-                ok: result.ok,
-                changed: result.changed,
-                message: result.message.clone(),
-                condition: result.condition,
-                items,
+        }
+        let node = plan.node(node_id).expect("from the plan");
+        // A value nested deeper than the bound would make the stored run unreadable.
+        let too_deep = result.vars.iter().find_map(|(k, v)| {
+            pseudoflow_compiler::expr::check_depth(v, pseudoflow_compiler::expr::MAX_DEPTH)
+                .err()
+                .map(|e| format!("variable {k}: {e}"))
+        });
+        if let Some(why) = too_deep {
+            result = StepResult::failed(why);
+        }
+        for (k, v) in &result.vars {
+            merge_var(&mut run.vars, k, v.clone());
+        }
+        let items = result.nodes.clone().map(|names| {
+            names
+                .into_iter()
+                .map(|n| (n.clone(), Value::String(n)))
+                .collect()
+        });
+        let mut c = Completion {
+            ok: result.ok,
+            changed: result.changed,
+            message: result.message.clone(),
+            condition: result.condition,
+            items,
+        };
+        if let (true, Some(IncludedDocument::Steps { steps, vars })) = (c.ok, &result.include) {
+            let fetched = includes::Included {
+                steps: steps.clone(),
+                vars: vars.clone(),
             };
-            if let (true, Some(IncludedDocument::Steps { steps, vars })) = (c.ok, &result.include) {
-                let fetched = includes::Included {
-                    steps: steps.clone(),
-                    vars: vars.clone(),
-                };
-                let root = format!("{}/{}", flow_ref.namespace, flow_ref.name);
-                if let Err(e) = includes::accept(plan, &root, node, fetched, &mut run.includes) {
-                    c.ok = false;
-                    c.message = e.to_string();
-                }
+            let root = format!("{}/{}", flow_ref.namespace, flow_ref.name);
+            if let Err(e) = includes::accept(plan, &root, node, fetched, &mut run.includes) {
+                c.ok = false;
+                c.message = e.to_string();
             }
-            let (ty, reason) = if c.ok {
-                (EventType::Normal, "StepSucceeded")
-            } else {
-                (EventType::Warning, "StepFailed")
-            };
-            if c.ok && matches!(node.step_kind(), Some(StepKind::Log(_))) {
-                // A `log` fused into a segment: its Event, as the controller publishes it for
-                // an unfused one.
-                self.r
-                    .publish(EventType::Normal, "Log", &result.message)
-                    .await;
-            }
-            let note = said_at(&step_at(&node.path, key), &c.message);
-            self.r.publish(ty, reason, &note).await;
-            self.complete(run, node_id, key, c).await;
-            if let Some((from, to)) = times {
-                let inst = run.state.entry(node_id, key);
-                inst.started_at = Some(from / 1000);
-                if inst.phase.settled() {
-                    inst.finished_at = Some(to / 1000);
-                }
+        }
+        let (ty, reason) = if c.ok {
+            (EventType::Normal, "StepSucceeded")
+        } else {
+            (EventType::Warning, "StepFailed")
+        };
+        if c.ok && matches!(node.step_kind(), Some(StepKind::Log(_))) {
+            // A `log` fused into a segment: its Event, as the controller publishes it for
+            // an unfused one.
+            self.r
+                .publish(EventType::Normal, "Log", &result.message)
+                .await;
+        }
+        let note = said_at(&step_at(&node.path, key), &c.message);
+        self.r.publish(ty, reason, &note).await;
+        self.complete(run, node_id, key, c).await;
+        if let Some((from, to)) = times {
+            let inst = run.state.entry(node_id, key);
+            inst.started_at = Some(from / 1000);
+            if inst.phase.settled() {
+                inst.finished_at = Some(to / 1000);
             }
         }
     }
