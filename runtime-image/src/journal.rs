@@ -23,8 +23,8 @@ pub struct Journal {
     /// Signing key and Job name; None: nothing is read or written (a local run).
     target: Option<(String, String)>,
     entries: Vec<Entry>,
-    /// After a failed write, later writes are not tried (one warning, not one per step).
-    broken: bool,
+    /// A failed write was reported (one warning, not one per step).
+    warned: bool,
 }
 
 impl Journal {
@@ -33,7 +33,7 @@ impl Journal {
         Journal {
             target: None,
             entries: Vec::new(),
-            broken: false,
+            warned: false,
         }
     }
 
@@ -46,7 +46,7 @@ impl Journal {
         let mut journal = Journal {
             target: Some((key.clone(), job.to_string())),
             entries: Vec::new(),
-            broken: false,
+            warned: false,
         };
         let Ok(client) = ctx.client().await else {
             return journal;
@@ -83,28 +83,46 @@ impl Journal {
             .find(|m| m.node_id == node_id)
     }
 
-    /// Records `member` (in memory, and in the journal ConfigMap when there is one).
+    /// Records `member` (in memory, and in the journal ConfigMap when there is one) before the
+    /// next step starts: a transient failure (the API server restarting) is retried for about
+    /// 15 s, so a pod that dies next does not run this step again; a refusal (no rights) is
+    /// not retried, and later steps try again.
     pub async fn record(&mut self, ctx: &ExecCtx, member: &MemberResult) {
         let Some((key, job)) = self.target.clone() else {
             return;
         };
         self.entries.push(sign(&key, &job, member.clone()));
-        if self.broken {
-            return;
-        }
-        if let Err(e) = self.write(ctx, &job).await {
-            self.broken = true;
-            tracing::warn!(
-                error = %e,
-                "cannot record progress in the Job's journal: the flow's status shows this \
-                 segment's steps only when it ends, and a replacement pod would run it from \
-                 its start (grant the flow's ServiceAccount patch on configmaps)"
-            );
+        let mut delay = std::time::Duration::from_millis(500);
+        for attempt in 1.. {
+            match self.write(ctx, &job).await {
+                Ok(()) => return,
+                Err(e) if e.transient && attempt < 6 => {
+                    tracing::info!(error = %e.message, "recording progress: retrying");
+                    tokio::time::sleep(delay).await;
+                    delay *= 2;
+                }
+                Err(e) => {
+                    if !self.warned {
+                        self.warned = true;
+                        tracing::warn!(
+                            error = %e.message,
+                            "cannot record progress in the Job's journal: until it can, the \
+                             flow's status shows this segment's steps only when it ends, and a \
+                             replacement pod would run them again (the flow's ServiceAccount \
+                             needs patch on configmaps)"
+                        );
+                    }
+                    return;
+                }
+            }
         }
     }
 
-    async fn write(&self, ctx: &ExecCtx, job: &str) -> Result<(), String> {
-        let client = ctx.client().await.map_err(|e| e.to_string())?;
+    async fn write(&self, ctx: &ExecCtx, job: &str) -> Result<(), WriteError> {
+        let client = ctx.client().await.map_err(|e| WriteError {
+            message: e.to_string(),
+            transient: false,
+        })?;
         let ns = ctx.namespace();
         let name = journal_name(job);
         let flow = &ctx.input.flow;
@@ -113,7 +131,7 @@ impl Journal {
         labels.insert(LABEL_FLOW, label_value(&flow.name));
         labels.insert(LABEL_RUN, ctx.input.run_id.clone());
         labels.insert(LABEL_ROLE, JOURNAL_ROLE.to_string());
-        let doc = serde_json::to_string(&self.entries).map_err(|e| e.to_string())?;
+        let doc = serde_json::to_string(&self.entries).expect("entries serialise");
         let cm = json!({
             "apiVersion": "v1",
             "kind": "ConfigMap",
@@ -135,6 +153,17 @@ impl Journal {
             )
             .await
             .map(|_| ())
-            .map_err(|e| e.to_string())
+            .map_err(|e| WriteError {
+                // Refused (no rights, invalid): retrying changes nothing. Anything else —
+                // connection refused, timeouts, 5xx while the API server restarts — may pass.
+                transient: !matches!(&e, kube::Error::Api(s) if (400..500).contains(&s.code)),
+                message: e.to_string(),
+            })
     }
+}
+
+/// Why the journal could not be written.
+struct WriteError {
+    message: String,
+    transient: bool,
 }
