@@ -328,12 +328,16 @@ async fn api_server_and_etcd_restarted_mid_flow_lose_and_duplicate_nothing() {
     let ledger = Ledger::watch(&client, &ns).await;
     let mut controller = Controller::start("chaos-api", std::slice::from_ref(&ns), None);
     let file = marker_dir(&ns).join("steps.log");
+    // `isolate`: a Job per step, so "the controller created the next Job" shows it reconnected
+    // (fused steps would share one Job; test 1's flows are fused).
     let steps: Vec<Value> = (1..=10)
         .map(|i| {
-            exec(format!(
+            let mut step = exec(format!(
                 "sleep 0.5; {}",
                 append(&file, &format!("step-{i}"))
-            ))
+            ));
+            step["isolate"] = json!(true);
+            step
         })
         .collect();
     create_flow(
