@@ -3,7 +3,14 @@
 # downloads): etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl.
 # Output: ${XDG_CACHE_HOME:-$HOME/.cache}/pseudoflow/k8s-$K8S_VERSION/bin. A second run with
 # the binaries present and the stamp matching returns at once.
+# `build-k8s.sh --kubectl-only DIR` builds only kubectl, into DIR: the runtime image's kubectl
+# (runtime-image/Dockerfile), the same version and build as testenv's.
 set -euo pipefail
+
+KUBECTL_ONLY=""
+if [ "${1:-}" = "--kubectl-only" ]; then
+  KUBECTL_ONLY="${2:?usage: build-k8s.sh --kubectl-only DIR}"
+fi
 
 K8S_VERSION="${K8S_VERSION:-v1.34.4}"   # matches k8s-openapi's v1_34 feature in Cargo.toml
 ETCD_VERSION="${ETCD_VERSION:-v3.6.4}"  # the etcd that Kubernetes $K8S_VERSION requires
@@ -19,7 +26,7 @@ have_all() {
   for b in "${BINARIES[@]}"; do [ -x "$BIN/$b" ] || return 1; done
 }
 
-if have_all; then
+if [ -z "$KUBECTL_ONLY" ] && have_all; then
   echo "k8s binaries ($WANT_STAMP) cached in $BIN"
   exit 0
 fi
@@ -59,10 +66,16 @@ if [ ! -f go.mod ]; then
 package tools
 GO
 fi
-echo "building kube-apiserver, kube-controller-manager, kube-scheduler, kubectl $K8S_VERSION (first time: ~20-40 min on 2 cores)"
 minor_num="${K8S_VERSION#v1.}"; minor_num="${minor_num%%.*}"
 VERSION_FLAGS="-X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor_num -X k8s.io/component-base/version.gitTreeState=clean"
 VERSION_FLAGS="$VERSION_FLAGS -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor_num"
+if [ -n "$KUBECTL_ONLY" ]; then
+  echo "building kubectl $K8S_VERSION into $KUBECTL_ONLY"
+  mkdir -p "$KUBECTL_ONLY"
+  "$GO" build -ldflags="-s -w $VERSION_FLAGS" -o "$KUBECTL_ONLY/kubectl" k8s.io/kubernetes/cmd/kubectl
+  exit 0
+fi
+echo "building kube-apiserver, kube-controller-manager, kube-scheduler, kubectl $K8S_VERSION (first time: ~20-40 min on 2 cores)"
 "$GO" build -ldflags="-s -w $VERSION_FLAGS" -o "$BIN/" \
   k8s.io/kubernetes/cmd/kube-apiserver \
   k8s.io/kubernetes/cmd/kube-controller-manager \

@@ -219,7 +219,7 @@ async fn main() {
         "build it first: cargo build --release -p pseudoflow-runtime --bin pseudoflow-step"
     );
     let mut opts = Options::with_nodes(NODES);
-    opts.images.insert(IMAGE, step);
+    opts.images.insert_runtime(IMAGE, step);
     let t = Instant::now();
     let env = TestEnv::start(opts).await.unwrap();
     println!(

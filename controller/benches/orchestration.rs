@@ -107,7 +107,7 @@ async fn main() {
         "build it first: cargo build -p pseudoflow-runtime --bin pseudoflow-step"
     );
     let mut opts = Options::default();
-    opts.images.insert(IMAGE, step);
+    opts.images.insert_runtime(IMAGE, step);
     let env = TestEnv::start(opts).await.unwrap();
     let client = env.client().await.unwrap();
     install_crd(&client).await;

@@ -264,3 +264,35 @@ async fn the_seed_exec_form_runs_in_the_step_pod_with_kubectl_in_the_given_names
     assert!(names.contains(&("s1".into(), "step".into())), "{names:?}");
     ctl.abort();
 }
+
+/// testenv gives a runtime-image pod exactly the commands `runtime-image/tools.txt` lists (what
+/// the real image installs): kubectl of the supported version is there, the host's other tools
+/// (python3 here) are not — so a flow that passes here does not rely on this machine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runtime_image_pod_sees_the_images_commands_and_none_of_the_hosts() {
+    let (client, ns, ctl) = setup("exec-tools", rules(false), json!([])).await;
+    assert!(
+        std::path::Path::new("/usr/bin/python3").exists(),
+        "this test needs a host tool the image lacks"
+    );
+    create_flow(
+        &client,
+        &ns,
+        "tools",
+        json!({"serviceAccountName": "flow", "steps": [
+            {"type": "exec", "var": "kubectl", "cmd": "kubectl version --client | head -1"},
+            {"type": "exec", "cmd": "command -v python3"},
+        ]}),
+    )
+    .await;
+    let status = wait_done(&client, &ns, "tools", 90).await;
+    assert_eq!(status["phase"], "Failed", "{status:#}");
+    assert_eq!(
+        step(&status, "spec.steps[0]")["phase"],
+        "Succeeded",
+        "{status:#}"
+    );
+    let failed = step(&status, "spec.steps[1]");
+    assert_eq!(failed["phase"], "Failed", "{status:#}");
+    ctl.abort();
+}

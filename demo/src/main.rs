@@ -46,7 +46,7 @@ async fn main() -> Result<()> {
         step.display()
     );
     let mut opts = Options::default();
-    opts.images.insert(IMAGE, step);
+    opts.images.insert_runtime(IMAGE, step);
     println!("starting a local control plane (etcd, kube-apiserver, controller-manager, scheduler v1.34.4) with 3 simulated nodes...");
     let env = TestEnv::start(opts).await?;
     println!("cluster ready in {:.1}s", env.startup.as_secs_f64());

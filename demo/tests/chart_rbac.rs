@@ -53,7 +53,7 @@ fn env() -> &'static TestEnv {
     shared_with(move || {
         let mut o = Options::default();
         o.images.insert(CONTROLLER_IMAGE, controller);
-        o.images.insert(RUNTIME_IMAGE, step);
+        o.images.insert_runtime(RUNTIME_IMAGE, step);
         o
     })
     .unwrap_or_else(|e| panic!("testenv: {e}"))

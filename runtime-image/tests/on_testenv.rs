@@ -24,7 +24,7 @@ fn env() -> &'static TestEnv {
     shared_with(|| {
         let mut o = Options::default();
         o.images
-            .insert(IMAGE, env!("CARGO_BIN_EXE_pseudoflow-step"));
+            .insert_runtime(IMAGE, env!("CARGO_BIN_EXE_pseudoflow-step"));
         o
     })
     .unwrap_or_else(|e| panic!("testenv: {e}"))

@@ -66,14 +66,24 @@ pub fn env() -> &'static TestEnv {
 pub fn options() -> Options {
     let bin = step_binary();
     let mut o = Options::default();
-    o.images.insert(IMAGE, bin);
+    o.images.insert_runtime(IMAGE, bin);
     // examples/kopf/mysql.yaml's image: a stand-in server and client tools (see its README).
     let mysql = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake-mysql");
     o.images
         .insert_with_tools(MYSQL_IMAGE, mysql.join("mysqld"), mysql);
+    // The real image's OS (its scripts use these).
+    o.images.set_commands(
+        MYSQL_IMAGE,
+        &[
+            "sh", "cat", "date", "dirname", "echo", "head", "ls", "mv", "printf", "rm", "sed",
+            "sleep", "touch", "tr",
+        ],
+    );
     let greeter = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/greeter");
     o.images
         .insert_with_tools(GREETER_IMAGE, greeter.join("greet"), greeter);
+    // A shell and `greet`, nothing else: the executor runs the command with `sh -c`.
+    o.images.set_commands(GREETER_IMAGE, &["sh"]);
     o
 }
 

@@ -1,5 +1,5 @@
 //! `exec`: run a shell command under the flow's identity — in the step's own pod (optionally
-//! with another `image`, e.g. one with kubectl) or in a named pod's container via pods/exec —
+//! with another `image`, e.g. one with a tool the runtime image lacks) or in a named pod's container via pods/exec —
 //! and keep its stdout in a variable. The seed's form `{cmd, var?, container?, namespace?}`
 //! (no `pod`) runs in the step's own pod: `namespace` is then the default namespace of the
 //! command's kubectl context, `container` the name of that pod's container.

@@ -8,6 +8,7 @@ mod node;
 mod pod;
 mod runner;
 mod streaming;
+pub mod tools;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -18,17 +19,50 @@ use kube::Client;
 
 pub use node::NodeSpec;
 
-/// Which images run as local processes, and with which program.
+/// Which images run as local processes, with which program, and which commands each image
+/// gives its pods (see [`tools`]: a pod sees only those, never the host's).
 #[derive(Debug, Clone, Default)]
 pub struct ImageMap {
     programs: BTreeMap<String, PathBuf>,
     tools: BTreeMap<String, PathBuf>,
+    commands: BTreeMap<String, Vec<String>>,
 }
 
 impl ImageMap {
-    /// Maps `image` (exact, or without its tag) to `program`.
+    /// Maps `image` (exact, or without its tag) to `program`; its pods get no commands (for an
+    /// image holding one binary, like a distroless one) unless [`ImageMap::set_commands`] says.
     pub fn insert(&mut self, image: &str, program: impl Into<PathBuf>) {
         self.programs.insert(image.to_string(), program.into());
+    }
+
+    /// Maps the runtime image to `program` (`pseudoflow-step`), with the commands
+    /// `runtime-image/tools.txt` says the real image has — kubectl among them.
+    pub fn insert_runtime(&mut self, image: &str, program: impl Into<PathBuf>) {
+        self.insert(image, program);
+        self.commands
+            .insert(image.to_string(), tools::runtime_commands());
+    }
+
+    /// The host commands `image` provides (`sh`, `cat`, ...), linked into its pods' PATH.
+    pub fn set_commands(&mut self, image: &str, commands: &[&str]) {
+        self.commands.insert(
+            image.to_string(),
+            commands.iter().map(|c| c.to_string()).collect(),
+        );
+    }
+
+    /// The commands `image` provides: as declared; `testenv/shell` has a busybox-like set.
+    pub fn commands(&self, image: &str) -> Vec<String> {
+        match lookup(&self.commands, image) {
+            Some(c) => c.clone(),
+            None if lookup_key(&self.programs, image) == Some(crate::SHELL_IMAGE) => {
+                tools::SHELL_COMMANDS
+                    .iter()
+                    .map(|c| c.to_string())
+                    .collect()
+            }
+            None => Vec::new(),
+        }
     }
 
     /// Maps `image` to `program`, with the commands in `tools` on the PATH of its container and
@@ -55,14 +89,20 @@ impl ImageMap {
     }
 }
 
-fn lookup<'a>(map: &'a BTreeMap<String, PathBuf>, image: &str) -> Option<&'a PathBuf> {
-    map.get(image).or_else(|| {
-        let untagged = image
-            .rsplit_once(':')
-            .filter(|(_, tag)| !tag.contains('/'))
-            .map(|(i, _)| i)?;
-        map.get(untagged)
-    })
+fn lookup<'a, V>(map: &'a BTreeMap<String, V>, image: &str) -> Option<&'a V> {
+    lookup_key(map, image).and_then(|k| map.get(k))
+}
+
+/// The key `image` is mapped under: itself, or itself without its tag.
+fn lookup_key<'a, V>(map: &'a BTreeMap<String, V>, image: &str) -> Option<&'a str> {
+    if let Some((k, _)) = map.get_key_value(image) {
+        return Some(k);
+    }
+    let untagged = image
+        .rsplit_once(':')
+        .filter(|(_, tag)| !tag.contains('/'))
+        .map(|(i, _)| i)?;
+    map.get_key_value(untagged).map(|(k, _)| k.as_str())
 }
 
 /// What the kubelets need to know about the cluster.
@@ -83,6 +123,18 @@ pub struct KubeletConfig {
 }
 
 impl KubeletConfig {
+    /// The directory of links to the commands `image` provides (made on first use).
+    pub fn image_commands_dir(&self, image: &str) -> Result<PathBuf> {
+        let dir = self
+            .nodes_dir
+            .parent()
+            .unwrap_or(&self.nodes_dir)
+            .join("images")
+            .join(tools::dir_name(image));
+        tools::materialize(&dir, &self.images.commands(image))?;
+        Ok(dir)
+    }
+
     /// A node's root directory (what its pods see at a `hostPath: /` mount).
     pub fn node_root(&self, node: &str) -> PathBuf {
         self.nodes_dir.join(node).join("root")

@@ -59,8 +59,14 @@ pub(super) fn prepare_dirs(cfg: &KubeletConfig, node: &str) -> Result<()> {
     let record =
         // One line per call, even when an argument (a script) spans lines.
         |tool: &str| format!("printf '%s %s %s\\n' \"$(date +%s.%N)\" {tool} \"$(printf '%s' \"$*\" | tr '\\n' ' ')\" >> {log}\n");
+    // Entering the node's namespaces gives the command the node's tools: the host's here.
+    let host_path = format!(
+        "{}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        super::path_str(&shims)
+    );
     let nsenter = format!(
-        "#!/bin/sh\n# testenv: records the call, then runs the command after nsenter's options.\n{}while [ $# -gt 0 ]; do case \"$1\" in --) shift; break;; -t|-S|-G|-w|-r|-W|--target|--setuid|--setgid|--wd|--root|--wdns) shift 2;; -*) shift;; *) break;; esac; done\n[ $# -gt 0 ] && exec \"$@\"\nexit 0\n",
+        "#!/bin/sh\n# testenv: records the call, then runs the command after nsenter's options, with the node's (here: the host's) tools.\nPATH={}\n{}while [ $# -gt 0 ]; do case \"$1\" in --) shift; break;; -t|-S|-G|-w|-r|-W|--target|--setuid|--setgid|--wd|--root|--wdns) shift 2;; -*) shift;; *) break;; esac; done\n[ $# -gt 0 ] && exec \"$@\"\nexit 0\n",
+        super::sh_quote(&host_path),
         record("nsenter")
     );
     let systemctl = format!("#!/bin/sh\n# testenv: records the call; the simulated node has no init system.\n{}exit 0\n", record("systemctl"));

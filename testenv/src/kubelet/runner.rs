@@ -177,8 +177,10 @@ impl PodView<'_> {
         let spec = pod.spec.clone().unwrap_or_default();
         let ns = pod.metadata.namespace.clone().unwrap_or_default();
         let name = pod.metadata.name.clone().unwrap_or_default();
-        let tools = container.image.as_deref().and_then(|i| cfg.images.tools(i));
-        let mut env = base_env(cfg, node, &name, tools);
+        let image = container.image.as_deref().unwrap_or_default();
+        let tools = cfg.images.tools(image);
+        let commands = cfg.image_commands_dir(image)?;
+        let mut env = base_env(cfg, node, &name, tools, &commands);
         if let Some(kubeconfig) = self.kubeconfig {
             env.insert("KUBECONFIG".into(), path_str(kubeconfig));
         }
@@ -212,7 +214,9 @@ impl PodView<'_> {
         }
 
         let launcher = own("launcher.sh");
-        let mut script = String::from("#!/bin/sh\n# testenv: the pod's view of the filesystem, then exec the container's command.\nset -e\nmount --make-rprivate / 2>/dev/null || true\n");
+        // The mounts are testenv's plumbing, done with the host's tools; the command then runs
+        // with the pod's PATH (its image's commands only).
+        let mut script = String::from("#!/bin/sh\n# testenv: the pod's view of the filesystem, then exec the container's command.\nset -e\nPOD_PATH=\"$PATH\"\nPATH=/usr/sbin:/usr/bin:/sbin:/bin\nmount --make-rprivate / 2>/dev/null || true\n");
         for (src, target) in &mounts {
             let (s, t) = (sh_quote(&path_str(src)), sh_quote(target));
             if src.is_dir() {
@@ -225,7 +229,10 @@ impl PodView<'_> {
             script.push_str(&format!("mount --bind {s} {t}\n"));
         }
         let workdir = container.working_dir.clone().unwrap_or_else(|| "/".into());
-        script.push_str(&format!("cd {}\nexec \"$@\"\n", sh_quote(&workdir)));
+        script.push_str(&format!(
+            "cd {}\nPATH=\"$POD_PATH\"\nexec \"$@\"\n",
+            sh_quote(&workdir)
+        ));
         std::fs::write(&launcher, script)?;
         if log == "log" {
             // What `pods/exec` needs to run a command in this pod's view (see `super::exec`).
@@ -238,7 +245,7 @@ impl PodView<'_> {
             .create(true)
             .append(true)
             .open(own("log"))?;
-        let mut cmd = tokio::process::Command::new("unshare");
+        let mut cmd = tokio::process::Command::new(super::tools::host_binary("unshare")?);
         cmd.args(["--mount", "--propagation", "private", "--", "/bin/sh"])
             .arg(&launcher)
             .args(&argv);
@@ -254,16 +261,19 @@ impl PodView<'_> {
 }
 
 /// The environment every container starts with: `PATH` leads with the node's recording shims,
-/// then the image's own tools (if it was mapped with some).
+/// then the image's own tools (if it was mapped with some), then the commands the image
+/// provides (see [`super::tools`]) — and nothing else of the host's: a pod finds only what its
+/// image would have.
 fn base_env(
     cfg: &KubeletConfig,
     node: &str,
     pod: &str,
     tools: Option<&PathBuf>,
+    commands: &Path,
 ) -> BTreeMap<String, String> {
     let mut path = vec![path_str(&cfg.nodes_dir.join(node).join("shims"))];
     path.extend(tools.map(|t| path_str(t)));
-    path.push("/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into());
+    path.push(path_str(commands));
     [
         ("PATH".to_string(), path.join(":")),
         ("HOSTNAME".into(), pod.to_string()),

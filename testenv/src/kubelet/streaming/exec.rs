@@ -146,7 +146,7 @@ async fn run(
     incoming: &mut Incoming,
 ) -> Result<i32> {
     let (launcher, env) = pod_view(client, cfg, req).await?;
-    let mut cmd = tokio::process::Command::new("unshare");
+    let mut cmd = tokio::process::Command::new(crate::kubelet::tools::host_binary("unshare")?);
     cmd.args(["--mount", "--propagation", "private", "--", "/bin/sh"])
         .arg(&launcher)
         .args(&req.command)
