@@ -101,9 +101,12 @@ fn fusable(n: &PlanNode) -> Option<Fusable> {
         return None;
     }
     match (&step.kind, n.placement) {
-        // `exec.image` runs in another image: a pod of its own.
+        // An `exec` that shapes its own pod — another image (`image`), or its container's
+        // name (`container` without `pod`) — gets a pod of its own.
         (StepKind::Exec(e), _)
-            if e.pod.is_none() && e.image.as_deref().is_some_and(|i| !i.is_empty()) =>
+            if e.pod.is_none()
+                && (e.image.as_deref().is_some_and(|i| !i.is_empty())
+                    || e.container.as_deref().is_some_and(|c| !c.is_empty())) =>
         {
             None
         }
@@ -316,7 +319,7 @@ mod tests {
     }
 
     #[test]
-    fn isolate_and_exec_image_get_a_job_of_their_own() {
+    fn isolate_and_an_exec_shaping_its_own_pod_get_a_job_of_their_own() {
         let mut isolated = apply("b");
         isolated["isolate"] = json!(true);
         let got = segments(json!([
@@ -325,6 +328,8 @@ mod tests {
             apply("c"),
             {"type": "exec", "cmd": "kubectl version", "image": "bitnami/kubectl"},
             apply("d"),
+            {"type": "exec", "cmd": "kubectl version", "container": "kubectl"},
+            apply("e"),
         ]));
         assert!(got.iter().all(|(_, s)| s.is_none()), "{got:?}");
     }

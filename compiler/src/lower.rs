@@ -223,7 +223,11 @@ pub fn lower(inst: &NodeInstance, opts: &LowerOptions) -> Result<Lowered, LowerE
             SEGMENT_POD_RETRIES,
             json!({"rules": [{
                 "action": "FailJob",
-                "onExitCodes": {"containerName": "step", "operator": "In", "values": [1, 2]},
+                "onExitCodes": {
+                    "containerName": own_container_name(inst).unwrap_or("step"),
+                    "operator": "In",
+                    "values": [1, 2],
+                },
             }]}),
         )
     };

@@ -52,6 +52,14 @@ pub async fn launch(
     }
     match jobs.create(&PostParams::default(), &lowered.job).await {
         Ok(_) => created = true,
+        // The API server found the Job invalid: retrying cannot help, the step fails saying
+        // why (rather than the flow waiting, without a status, on a reconcile that keeps failing).
+        Err(kube::Error::Api(e)) if e.code == 400 || e.code == 422 => {
+            return Ok(Launched::Refused(format!(
+                "the API server refused the step's Job {name}: {}",
+                e.message
+            )));
+        }
         Err(kube::Error::Api(e)) if e.code == 409 => {
             if let Some(job) = jobs.get_opt(name).await? {
                 if let Some(why) = job_mismatch(&job, flow_uid, &lowered.input_digest) {
