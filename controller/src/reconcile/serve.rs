@@ -16,7 +16,7 @@ use kube::ResourceExt;
 use tracing::{error, info_span, warn, Instrument};
 
 use super::{guard, reconcile_flow, refuse, Context, Error};
-use crate::backoff::Backoff;
+use crate::backoff::{Backoff, WatchBackoff};
 use crate::depth::TooDeep;
 use crate::metrics::Metrics;
 use crate::raw::{DecodeError, RawFlow};
@@ -45,7 +45,7 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: Option<String>) {
     let mut gone = Gone::new(namespace);
     let on_event = shared.clone();
     let events = watcher(flows, watcher::Config::default())
-        .default_backoff()
+        .backoff(WatchBackoff::default())
         .inspect_ok(move |ev| {
             for flow in gone.observe(ev, &on_event.ctx.metrics) {
                 on_event.ctx.metrics.forget(&flow);
@@ -58,6 +58,8 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: Option<String>) {
             jobs,
             watcher::Config::default().labels(&crate::labels::managed_by_selector()),
         )
+        // One backoff for all watches of the controller: see `WatchBackoff`.
+        .trigger_backoff(WatchBackoff::default())
         .run(reconcile, error_policy, shared)
         .for_each(|r| async move {
             if let Err(e) = r {
