@@ -295,9 +295,10 @@ async fn controller_sigkilled_at_random_points_loses_and_duplicates_nothing() {
             .unwrap_or_default()
     };
     eprintln!(
-        "kills: CHAOS_SEED={seed}: {kills} SIGKILLs survived ({} starts) over {waves} waves, {flows_run} flows, {} Jobs, 0 duplicates, in {:.0?}; restart → first Job created: p50 {:?}, p90 {:?}, max {:?} ({} restarts with work pending)",
+        "kills: CHAOS_SEED={seed}: {kills} SIGKILLs survived ({} starts) over {waves} waves, {flows_run} flows, {} Jobs, 0 duplicates, {} Jobs adopted by the next process after a kill between their creation and the run state's save, in {:.0?}; restart → first Job created: p50 {:?}, p90 {:?}, max {:?} ({} restarts with work pending)",
         controller.starts,
         ledger.all().len(),
+        controller.relaunched_jobs(),
         t0.elapsed(),
         pct(50),
         pct(90),
