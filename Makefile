@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/pseudoflow
 export CARGO_TARGET_DIR ?= $(CACHE_DIR)/target
 
-.PHONY: test lint unit k8s tools cluster crd docs bench chart-test demo
+.PHONY: test lint unit k8s tools cluster crd docs bench chart-test demo soak
 
 ## test: everything CI runs — lint, the CRD freshness check, unit, snapshot and e2e tests.
 test: lint k8s tools
@@ -56,3 +56,9 @@ bench: k8s
 	cargo build --release --locked -q -p pseudoflow-runtime --bin pseudoflow-step
 	cargo bench --locked -p pseudoflow-controller --bench orchestration
 	cargo bench --locked -p pseudoflow-controller --bench fanout
+
+## soak: the chaos suite's controller-kill test at length: 500 SIGKILLs at random points
+## (CHAOS_KILLS=n to change; the seed is printed, CHAOS_SEED=n replays a schedule).
+soak: k8s
+	cargo build --locked -q -p pseudoflow-runtime --bin pseudoflow-step
+	CHAOS_KILLS=$${CHAOS_KILLS:-500} cargo test --locked -p pseudoflow-controller --test chaos -- --nocapture controller_sigkilled_at_random_points

@@ -19,7 +19,7 @@ use pseudoflow_crd::protocol::journal::{JOURNAL_ROLE, LABEL_ROLE};
 use tracing::{error, info_span, warn, Instrument};
 
 use super::{guard, reconcile_flow, refuse, Context, Error};
-use crate::backoff::Backoff;
+use crate::backoff::{Backoff, WatchBackoff};
 use crate::depth::TooDeep;
 use crate::metrics::Metrics;
 use crate::raw::{DecodeError, RawFlow};
@@ -53,7 +53,7 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: Option<String>) {
     let mut gone = Gone::new(namespace);
     let on_event = shared.clone();
     let events = watcher(flows, watcher::Config::default())
-        .default_backoff()
+        .backoff(WatchBackoff::default())
         .inspect_ok(move |ev| {
             let uid = match ev {
                 watcher::Event::Delete(f) => f.uid(),
@@ -78,6 +78,8 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: Option<String>) {
             watcher::Config::default().labels(&format!("{LABEL_ROLE}={JOURNAL_ROLE}")),
             journal_owner,
         )
+        // One backoff for all watches of the controller: see `WatchBackoff`.
+        .trigger_backoff(WatchBackoff::default())
         .run(reconcile, error_policy, shared)
         .for_each(|r| async move {
             if let Err(e) = r {

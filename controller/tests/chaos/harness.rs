@@ -171,6 +171,39 @@ impl Controller {
     pub fn log(&self) -> PathBuf {
         env().dir().join("logs").join(format!("{}.log", self.name))
     }
+
+    /// How many Jobs a later process launched again after an earlier one had launched them:
+    /// each is a kill that landed between a Job's creation and the save of the run state that
+    /// records it, after which the new process found the Job and adopted it. Read from the log,
+    /// where every process starts with its "node steps allowed" line and logs "launched <Job>"
+    /// for each Job it creates or adopts.
+    pub fn relaunched_jobs(&self) -> usize {
+        let text = std::fs::read_to_string(self.log()).unwrap_or_default();
+        let mut process = 0;
+        let mut first: BTreeMap<String, usize> = BTreeMap::new();
+        let mut again = BTreeSet::new();
+        for line in text.lines() {
+            if line.contains("node steps allowed") {
+                process += 1;
+            } else if let Some(rest) = line.split("launched ").nth(1) {
+                let job = rest
+                    .split_whitespace()
+                    .next()
+                    .unwrap_or_default()
+                    .to_string();
+                match first.get(&job) {
+                    Some(p) if *p != process => {
+                        again.insert(job);
+                    }
+                    Some(_) => {}
+                    None => {
+                        first.insert(job, process);
+                    }
+                }
+            }
+        }
+        again.len()
+    }
 }
 
 /// One Job creation as the test saw it.

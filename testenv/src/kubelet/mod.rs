@@ -274,6 +274,32 @@ impl Kubelets {
     }
 }
 
+/// Runs `call` until it succeeds, as a kubelet retries its status updates: an API server that
+/// is restarting (connection refused, 5xx, or 403 while its RBAC caches fill) is waited for, up
+/// to two minutes; a 404 (the object is gone) or 422 ends it at once.
+pub(crate) async fn with_retries<T, F, Fut>(what: &str, mut call: F) -> kube::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = kube::Result<T>>,
+{
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let mut delay = std::time::Duration::from_millis(200);
+    loop {
+        match call().await {
+            Ok(v) => return Ok(v),
+            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 422 => {
+                return Err(kube::Error::Api(e))
+            }
+            Err(e) if std::time::Instant::now() < deadline => {
+                tracing::debug!("{what}: {e}; retrying in {delay:?}");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(std::time::Duration::from_secs(2));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// Shell-quotes one argument.
 pub(crate) fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))

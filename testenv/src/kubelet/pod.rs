@@ -248,11 +248,13 @@ async fn patch_status(client: &Client, pod: &Pod, status: serde_json::Value) -> 
         client.clone(),
         pod.metadata.namespace.as_deref().unwrap_or_default(),
     );
-    api.patch_status(
-        pod.metadata.name.as_deref().unwrap_or_default(),
-        &PatchParams::default(),
-        &Patch::Merge(status),
-    )
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    // Retried like a kubelet's status updates: a pod that ended while the API server was down
+    // must still be reported, or its Job never finishes.
+    let (pp, patch) = (PatchParams::default(), Patch::Merge(&status));
+    super::with_retries(&format!("status of pod {name}"), || {
+        api.patch_status(name, &pp, &patch)
+    })
     .await
 }
 

@@ -138,10 +138,12 @@ async fn request_token(
         "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
         "spec": {"audiences": [], "expirationSeconds": 3600, "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": pod, "uid": uid}},
     }))?;
-    let resp: TokenRequest = api
-        .create_subresource("token", sa, &PostParams::default(), &req)
-        .await
-        .with_context(|| format!("TokenRequest for serviceaccount {ns}/{sa}"))?;
+    let what = format!("TokenRequest for serviceaccount {ns}/{sa}");
+    let pp = PostParams::default();
+    let resp: TokenRequest =
+        super::with_retries(&what, || api.create_subresource("token", sa, &pp, &req))
+            .await
+            .context(what.clone())?;
     Ok(resp.status.map(|s| s.token).unwrap_or_default())
 }
 
