@@ -2,7 +2,10 @@
 //! test, on testenv (real kube-apiserver, etcd, kube-controller-manager and kube-scheduler,
 //! simulated kubelets), while things fail mid-flow:
 //!
-//! 1. the controller is SIGKILLed at seeded random points across a mix of flows, and restarted;
+//! 1. the controller is SIGKILLed at seeded random points across a mix of flows, and restarted
+//!    (their consecutive steps are fused — docs/decisions.md#step-fusion — so kills also land
+//!    while a segment's Job runs and its journal is read; a segment's pod killed mid-way is in
+//!    `fusion.rs`);
 //! 2. kube-apiserver, then etcd, are killed and restarted on the same data mid-flow;
 //! 3. a node dies while its node step runs (with a step timeout, and without one);
 //! 4. the leader of two replicas is SIGKILLed mid-run;
