@@ -56,16 +56,17 @@ pub async fn run(
         "cargo build --release -p pseudoflow-controller --bin pseudoflow-controller",
     );
     let log = std::fs::File::create(dir.join("scale-controller.log")).unwrap();
-    let mut child = tokio::process::Command::new(&controller)
-        .args(["--image", IMAGE, "--namespace", &ns])
+    let mut cmd = tokio::process::Command::new(&controller);
+    cmd.args(["--image", IMAGE, "--namespace", &ns])
         .args(["--metrics-addr", "127.0.0.1:0"])
         .env("KUBECONFIG", env.kubeconfig_path())
         .env("RUST_LOG", "warn")
         .stdout(Stdio::from(log.try_clone().unwrap()))
         .stderr(Stdio::from(log))
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+        .kill_on_drop(true);
+    // Dies with the bench, even when the bench is killed.
+    pseudoflow_testenv::procs::own_group_and_die_with_parent(&mut cmd);
+    let mut child = cmd.spawn().unwrap();
     let pid = child.id().unwrap();
     let counter = JobCounter::start(client, &ns).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
