@@ -49,13 +49,19 @@ docs:
 chart-test:
 	bash charts/test.sh
 
-## bench: the compiler benchmark (10,000-step flow against the YAML-parse baseline) and the
-## orchestration benchmark (50-step flow on testenv against a kubectl apply+wait loop).
+## bench: the compiler benchmark (10,000-step flow against the YAML-parse baseline), the
+## orchestration gap (50-step flow on testenv against a kubectl apply+wait loop), then issue
+## #12's comparison on one testenv, printed as one markdown table: 50 ConfigMaps by PseudoFlow vs
+## ansible-playbook (pinned, into its own venv by bench/setup-ansible.sh) vs a kubectl loop; the
+## seed NodeLocal DNS flow; a 100-node fan-out vs kubectl under xargs -P; 1,000 flows at once
+## (PSEUDOFLOW_BENCH_SCALE_FLOWS), the controller's peak RSS. See controller/benches/compare/.
 bench: k8s
+	bash bench/setup-ansible.sh
 	cargo bench --locked -p pseudoflow-compiler
 	cargo build --release --locked -q -p pseudoflow-runtime --bin pseudoflow-step
+	cargo build --release --locked -q -p pseudoflow-controller --bin pseudoflow-controller
 	cargo bench --locked -p pseudoflow-controller --bench orchestration
-	cargo bench --locked -p pseudoflow-controller --bench fanout
+	cargo bench --locked -p pseudoflow-controller --bench compare
 
 ## soak: the chaos suite's controller-kill test at length: 500 SIGKILLs at random points
 ## (CHAOS_KILLS=n to change; the seed is printed, CHAOS_SEED=n replays a schedule).

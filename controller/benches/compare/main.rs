@@ -1,0 +1,103 @@
+//! `cargo bench -p pseudoflow-controller --bench compare` (part of `make bench`): issue #12's
+//! benchmarks, all in one run on one testenv (real etcd, kube-apiserver, controller-manager and
+//! scheduler v1.34.4, simulated kubelets), printed as one markdown table with ratios:
+//!
+//! 1. 50 ConfigMaps, one per step: PseudoFlow vs `ansible-playbook` (50 `kubernetes.core.k8s`
+//!    tasks, pinned versions from bench/setup-ansible.sh) vs a loop of 50
+//!    `kubectl apply --server-side`; median of `PSEUDOFLOW_BENCH_RUNS` (3) runs each.
+//! 2. The seed's NodeLocal DNS flow on the cluster's 3 nodes: wall time and Jobs.
+//! 3. The cluster grown to 100 nodes: configFile + patchFile + execNode in `loopNodes`,
+//!    maxParallel 10 and 100, vs a `kubectl apply` + `wait` loop under `xargs -P`.
+//! 4. `PSEUDOFLOW_BENCH_SCALE_FLOWS` (1,000) flows of 5 steps created at once, the controller a
+//!    separate process: its peak RSS and the time until all Succeeded (gives up after
+//!    `PSEUDOFLOW_BENCH_SCALE_TIMEOUT` seconds, 3600, and says how far it got).
+//!
+//! Jobs are counted from a watch (every Job the flow owned, even if removed later), never assumed.
+//! `PSEUDOFLOW_BENCH_SECTIONS` (e.g. `apply,seed`) runs a subset; the default is all four.
+
+mod apply50;
+mod common;
+mod fanout;
+mod scale;
+mod seed;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use pseudoflow_test_support::install_crd;
+use pseudoflow_testenv::{Options, TestEnv};
+
+/// Nodes for the fan-out (benchmark 3).
+const FANOUT_NODES: usize = 100;
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let sections = std::env::var("PSEUDOFLOW_BENCH_SECTIONS")
+        .unwrap_or_else(|_| "apply,seed,fanout,scale".into());
+    let on = |s: &str| sections.split(',').any(|x| x.trim() == s);
+    let runs = common::env_usize("PSEUDOFLOW_BENCH_RUNS", 3).max(1);
+    let flows = common::env_usize("PSEUDOFLOW_BENCH_SCALE_FLOWS", 1000).max(1);
+    let scale_timeout =
+        Duration::from_secs(common::env_usize("PSEUDOFLOW_BENCH_SCALE_TIMEOUT", 3600) as u64);
+    let step = common::sibling_binary(
+        "pseudoflow-step",
+        "cargo build --release -p pseudoflow-runtime --bin pseudoflow-step",
+    );
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let dir = std::env::temp_dir().join(format!("pseudoflow-compare-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+
+    let t0 = Instant::now();
+    let mut opts = Options::default();
+    opts.images.insert_runtime(common::IMAGE, &step);
+    let env = TestEnv::start(opts).await.unwrap();
+    println!(
+        "testenv: {} nodes Ready in {:.1} s (state in {}, bench files in {})",
+        env.nodes().len(),
+        env.startup.as_secs_f64(),
+        env.dir().display(),
+        dir.display()
+    );
+    let client = env.client().await.unwrap();
+    install_crd(&client).await;
+
+    let mut rows = Vec::new();
+    if on("apply") {
+        rows.extend(apply50::run(&env, &client, &dir, runs).await);
+        common::print_partial(&rows);
+    }
+    if on("seed") {
+        rows.extend(seed::run(&env, &client, &repo).await);
+        common::print_partial(&rows);
+    }
+    if on("fanout") || on("scale") {
+        fanout::grow_cluster(&env, &client, FANOUT_NODES, &step).await;
+    }
+    if on("fanout") {
+        rows.extend(fanout::run(&env, &client, &dir, &[10, 100]).await);
+        common::print_partial(&rows);
+    }
+    if on("scale") {
+        rows.extend(scale::run(&env, &client, &dir, flows, scale_timeout).await);
+    }
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    common::print_table(
+        &format!(
+            "PseudoFlow vs Ansible vs kubectl — one testenv (kube v1.34.4, simulated kubelets), {cpus} CPUs, load average at the end {}, whole run {:.0} s. Ratio: PseudoFlow's wall time ÷ the driver's (below 1.00× PseudoFlow is faster).",
+            std::fs::read_to_string("/proc/loadavg")
+                .unwrap_or_default()
+                .split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" "),
+            t0.elapsed().as_secs_f64()
+        ),
+        &rows,
+    );
+}

@@ -1,0 +1,155 @@
+//! Benchmark 4: many flows of 5 `apply` steps created at once, run by the controller as a
+//! separate process (the release `pseudoflow-controller` binary, as deployed) so that its peak
+//! RSS (`VmHWM` in /proc/<pid>/status) is its own. Wall time: from the first create to every flow
+//! Succeeded. `PSEUDOFLOW_BENCH_SCALE_FLOWS` (default 1,000) sets the count.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use futures::{stream, StreamExt};
+use kube::api::{Api, DynamicObject, ListParams};
+use kube::Client;
+use pseudoflow_controller::reconcile::flow_resource;
+use pseudoflow_test_support::FlowNamespace;
+use pseudoflow_testenv::{apply, TestEnv};
+use serde_json::{json, Value};
+
+use crate::common::{self, JobCounter, Row, IMAGE};
+
+const STEPS: usize = 5;
+
+fn spec(ns: &str, flow: usize) -> Value {
+    let steps: Vec<Value> = (0..STEPS)
+        .map(|k| json!({"type": "apply", "manifests": {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("scale-{flow}-{k}"), "namespace": ns}, "data": {"k": k.to_string()}}}))
+        .collect();
+    json!({"serviceAccountName": "flow", "steps": steps})
+}
+
+/// `VmHWM` (peak resident set) of a process, in KiB.
+fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
+}
+
+pub async fn run(
+    env: &TestEnv,
+    client: &Client,
+    dir: &Path,
+    flows: usize,
+    timeout: Duration,
+) -> Vec<Row> {
+    let ns = FlowNamespace::new("scale")
+        .rules(json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "patch"]}]))
+        .create(env, client)
+        .await;
+    let controller = common::sibling_binary(
+        "pseudoflow-controller",
+        "cargo build --release -p pseudoflow-controller --bin pseudoflow-controller",
+    );
+    let log = std::fs::File::create(dir.join("scale-controller.log")).unwrap();
+    let mut cmd = tokio::process::Command::new(&controller);
+    cmd.args(["--image", IMAGE, "--namespace", &ns])
+        .args(["--metrics-addr", "127.0.0.1:0"])
+        .env("KUBECONFIG", env.kubeconfig_path())
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::from(log.try_clone().unwrap()))
+        .stderr(Stdio::from(log))
+        .kill_on_drop(true);
+    // Dies with the bench, even when the bench is killed.
+    pseudoflow_testenv::procs::own_group_and_die_with_parent(&mut cmd);
+    let mut child = cmd.spawn().unwrap();
+    let pid = child.id().unwrap();
+    let counter = JobCounter::start(client, &ns).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let idle_kib = peak_rss_kib(pid).unwrap_or(0);
+
+    let t = Instant::now();
+    let client2 = client.clone();
+    stream::iter(0..flows)
+        .map(|i| {
+            let (client, ns) = (client2.clone(), ns.clone());
+            async move {
+                apply::apply_value(&client, json!({"apiVersion": "ops.example.com/v1alpha1", "kind": "PseudoFlow",
+                    "metadata": {"name": format!("scale-{i}"), "namespace": ns}, "spec": spec(&ns, i)}), None)
+                    .await
+                    .unwrap();
+            }
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<()>>()
+        .await;
+    let created = t.elapsed();
+    println!(
+        "scale: {flows} flows created in {:.1} s",
+        created.as_secs_f64()
+    );
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &flow_resource());
+    let (mut succeeded, mut failed) = (0, 0);
+    let mut last_print = Instant::now();
+    while t.elapsed() < timeout {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!(
+                "the controller exited ({status}); log: {}",
+                dir.join("scale-controller.log").display()
+            );
+        }
+        let list = api.list(&ListParams::default()).await.unwrap().items;
+        succeeded = list
+            .iter()
+            .filter(|f| f.data["status"]["phase"] == "Succeeded")
+            .count();
+        failed = list
+            .iter()
+            .filter(|f| f.data["status"]["phase"] == "Failed")
+            .count();
+        if succeeded + failed == flows {
+            break;
+        }
+        if last_print.elapsed() > Duration::from_secs(30) {
+            println!(
+                "scale: {succeeded}/{flows} Succeeded after {:.0} s, {} Jobs so far, controller VmHWM {} MiB",
+                t.elapsed().as_secs_f64(),
+                counter.total(),
+                peak_rss_kib(pid).unwrap_or(0) / 1024
+            );
+            last_print = Instant::now();
+        }
+        // Listing every flow is not free for the API server: once a second is enough.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let took = t.elapsed();
+    let peak = peak_rss_kib(pid).unwrap_or(0);
+    child.kill().await.ok();
+    assert_eq!(failed, 0, "{failed} of {flows} flows Failed");
+    let done = succeeded == flows;
+    let wall = if done {
+        common::secs(took)
+    } else {
+        format!(
+            "not done: {succeeded}/{flows} Succeeded after {}",
+            common::secs(took)
+        )
+    };
+    vec![Row {
+        workload: format!("4. {flows} flows of {STEPS} `apply` steps created at once"),
+        driver: "PseudoFlow (release `pseudoflow-controller` process)".into(),
+        wall,
+        jobs: counter.of_flows(|f| f.starts_with("scale-")).to_string(),
+        ratio: "-".into(),
+        notes: format!(
+            "controller peak RSS (VmHWM) {:.1} MiB ({:.1} MiB idle); all created in {}; until all Succeeded",
+            peak as f64 / 1024.0,
+            idle_kib as f64 / 1024.0,
+            common::secs(created)
+        ),
+    }]
+}

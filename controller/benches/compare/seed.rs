@@ -1,0 +1,62 @@
+//! Benchmark 2: the seed's NodeLocal DNS flow (examples/nodelocaldns.yaml, as written) on the
+//! cluster's 3 nodes, prepared like `make demo` prepares it (seed CRDs, artifacts, kubeadm-like
+//! node files, kube-system opted in to node steps). One run: the flow changes the nodes.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use kube::Client;
+use pseudoflow_controller::metrics::Metrics;
+use pseudoflow_controller::{run_controller, Context};
+use pseudoflow_testenv::apply::apply_text;
+use pseudoflow_testenv::{seed, TestEnv};
+
+use crate::common::{self, JobCounter, Row, IMAGE};
+
+const NS: &str = "kube-system";
+const FLOW: &str = "setup-nodelocaldns";
+
+pub async fn run(env: &TestEnv, client: &Client, repo: &Path) -> Vec<Row> {
+    seed::prepare(env, client, repo).await.unwrap();
+    apply_text(
+        client,
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: kube-system\n  labels: {pod-security.kubernetes.io/enforce: privileged}\n",
+        None,
+    )
+    .await
+    .unwrap();
+    let ctx = Context::new(client.clone(), IMAGE.into(), Arc::new(Metrics::default()))
+        .with_node_step_namespaces([NS].into_iter().collect());
+    let ctl = tokio::spawn(run_controller(Arc::new(ctx), Some(NS.into())));
+    let counter = JobCounter::start(client, NS).await;
+    let text = std::fs::read_to_string(repo.join("examples/nodelocaldns.yaml")).unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let t = Instant::now();
+    apply_text(client, &text, Some("default")).await.unwrap();
+    let status = common::wait_succeeded(client, NS, FLOW, 600).await;
+    let took = t.elapsed();
+    ctl.abort();
+    for node in env.nodes() {
+        let flags = std::fs::read_to_string(
+            env.node_root(node)
+                .join("var/lib/kubelet/kubeadm-flags.env"),
+        )
+        .unwrap();
+        assert!(
+            flags.contains("--resolv-conf=/etc/kubelet-resolv.conf"),
+            "{node}: {flags}"
+        );
+    }
+    let steps = status["steps"].as_array().map_or(0, Vec::len);
+    vec![Row {
+        workload: format!("2. seed NodeLocal DNS flow on {} nodes", env.nodes().len()),
+        driver: "PseudoFlow (examples/nodelocaldns.yaml as written)".into(),
+        wall: common::secs(took),
+        jobs: counter.of_flow(FLOW).to_string(),
+        ratio: "-".into(),
+        notes: format!(
+            "1 run; {steps} entries in status.steps; every node's kubeadm-flags.env checked"
+        ),
+    }]
+}
