@@ -302,3 +302,29 @@ async fn log_sleep_and_eval_between_api_steps_stay_in_the_segment_with_their_eff
     assert!(to - from >= 1, "{sleep:#}");
     ctl.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_steps_own_timeout_ends_it_inside_a_segment_and_the_rest_never_runs() {
+    let (client, ns, ctl) = setup("fusetimeout", json!([cm_rule()]), json!([])).await;
+    create_flow(&client, &ns, "slow", json!({
+        "serviceAccountName": "flow",
+        "steps": [
+            apply_cm("a", json!({})),
+            {"type": "waitFor", "resource": {"kind": "ConfigMap", "name": "never"}, "condition": "Exist", "timeoutSeconds": 2},
+            apply_cm("b", json!({})),
+        ]
+    }))
+    .await;
+    let status = wait_done(&client, &ns, "slow", 120).await;
+    assert_eq!(status["phase"], "Failed", "{status:#}");
+    assert_eq!(jobs(&client, &ns).await.len(), 1, "{status:#}");
+    assert_eq!(step(&status, "spec.steps[0]")["phase"], "Succeeded");
+    let waited = step(&status, "spec.steps[1]");
+    assert_eq!(waited["phase"], "Failed", "{waited:#}");
+    assert!(
+        message(waited).starts_with("timed out after 2s"),
+        "{waited:#}"
+    );
+    assert!(cm_data(&client, &ns, "b").await.is_none());
+    ctl.abort();
+}

@@ -174,3 +174,81 @@ fn logs_are_json_on_stderr() {
     let v: Value = serde_json::from_str(first).unwrap();
     assert_eq!(v["fields"]["message"], "starting");
 }
+
+/// A fused segment of node steps (configFile → execNode onlyIfChanged → execNode with its own
+/// timeout) as the controller sends it for one node.
+fn node_segment(dir: &Path, last_timeout: u32) -> ExecutorInput {
+    use pseudoflow_crd::protocol::SegmentStep;
+    let ran = dir.join("ran.log");
+    let member = |id: &str, step: Value, timeout: Option<u32>| SegmentStep {
+        node_id: id.into(),
+        path: format!("spec.steps[0].steps[{}]", &id[id.len() - 1..]),
+        step,
+        timeout_seconds: timeout,
+        continue_on_error: false,
+        error: None,
+        outcome: None,
+    };
+    let config = json!({"type": "configFile", "path": "/etc/x.conf", "content": "x=1\n"});
+    let mut i = input(Task::Run, config.clone(), Some("w1"), None);
+    i.instance = vec!["w1".into()];
+    i.segment = vec![
+        member("s0-s0", config, None),
+        member(
+            "s0-s1",
+            json!({"type": "execNode", "onlyIfChanged": true, "cmd": format!("echo restarted >> {}", ran.display())}),
+            None,
+        ),
+        member(
+            "s0-s2",
+            json!({"type": "execNode", "cmd": "sleep 3"}),
+            Some(last_timeout),
+        ),
+    ];
+    i
+}
+
+#[test]
+fn a_segment_runs_its_steps_in_order_with_only_if_changed_and_each_steps_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let ran = dir.path().join("ran.log");
+    let first = run(dir.path(), &node_segment(dir.path(), 10));
+    assert_eq!(first.code, 0, "{:?} {}", first.result, first.stderr);
+    let ids: Vec<&str> = first
+        .result
+        .segment
+        .iter()
+        .map(|m| m.node_id.as_str())
+        .collect();
+    assert_eq!(ids, ["s0-s0", "s0-s1", "s0-s2"]);
+    assert!(
+        first.result.segment[0].result.changed,
+        "the file was written"
+    );
+    assert_eq!(std::fs::read_to_string(&ran).unwrap(), "restarted\n");
+    assert!(first.result.segment[2].finished_ms - first.result.segment[2].started_ms >= 3000);
+
+    // Nothing changed on the node this time: the onlyIfChanged step is skipped, in the segment.
+    let second = run(dir.path(), &node_segment(dir.path(), 10));
+    assert_eq!(second.code, 0, "{:?}", second.result);
+    assert!(!second.result.segment[0].result.changed);
+    assert_eq!(
+        second.result.segment[1].result.message,
+        "skipped: nothing changed on this node"
+    );
+    assert_eq!(std::fs::read_to_string(&ran).unwrap(), "restarted\n");
+
+    // A step's own timeout fails that step, and the segment with it (exit 1: the Job fails).
+    let third = run(dir.path(), &node_segment(dir.path(), 1));
+    assert_eq!(third.code, 1, "{:?}", third.result);
+    let last = &third.result.segment[2].result;
+    assert!(
+        !last.ok && last.message.starts_with("timed out after 1s"),
+        "{last:?}"
+    );
+    assert!(
+        third.result.message.contains("step 3 of 3 (s0-s2) failed"),
+        "{}",
+        third.result.message
+    );
+}
