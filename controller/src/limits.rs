@@ -27,6 +27,10 @@ pub const MAX_EVENT_NOTE_CHARS: usize = 1000;
 /// Most node instances (steps times loop items) one run may hold.
 pub const MAX_INSTANCES: usize = 20_000;
 
+/// Flows reconciled at once (the others wait their turn): bounds the controller's memory when
+/// many flows are created together (`make bench`, its `scale` section).
+pub const MAX_CONCURRENT_RECONCILES: u16 = 16;
+
 /// `text` cut to at most `max` characters, ending in an ellipsis when cut.
 pub fn bounded(text: &str, max: usize) -> String {
     match text.char_indices().nth(max.saturating_sub(1)) {

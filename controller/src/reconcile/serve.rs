@@ -21,6 +21,7 @@ use tracing::{error, info_span, warn, Instrument};
 use super::{guard, reconcile_flow, refuse, Context, Error};
 use crate::backoff::{Backoff, WatchBackoff};
 use crate::depth::TooDeep;
+use crate::limits::MAX_CONCURRENT_RECONCILES;
 use crate::metrics::Metrics;
 use crate::raw::{DecodeError, RawFlow};
 
@@ -66,6 +67,11 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: Option<String>) {
         });
     let flows = reflector::reflector(writer, events).applied_objects();
     Controller::for_stream(flows, reader)
+        // Bounded: 1,000 flows created at once must not mean 1,000 reconciles in memory at once
+        // (each holds its compiled plan and its run's Jobs).
+        .with_config(
+            kube::runtime::controller::Config::default().concurrency(MAX_CONCURRENT_RECONCILES),
+        )
         .owns(
             jobs,
             watcher::Config::default().labels(&crate::labels::managed_by_selector()),
