@@ -45,8 +45,12 @@ pub async fn install_widget_crd(client: &Client) {
     }))
     .await;
     let widgets: Api<DynamicObject> = Api::all_with(client.clone(), &widget_resource());
-    eventually(30, "the Widget kind is served", || async {
+    let gvk = kube::api::GroupVersionKind::gvk(WIDGET_GROUP, "v1", "Widget");
+    // Served for LIST is not yet discoverable: `apply` resolves the kind through discovery,
+    // which may lag behind (seen as a 404 under load), so wait for both.
+    eventually(30, "the Widget kind is served and discoverable", || async {
         widgets.list(&ListParams::default().limit(1)).await.is_ok()
+            && kube::discovery::pinned_kind(client, &gvk).await.is_ok()
     })
     .await;
 }
