@@ -7,7 +7,8 @@
 //!    while a segment's Job runs and its journal is read; a segment's pod killed mid-way is in
 //!    `fusion.rs`);
 //! 2. kube-apiserver, then etcd, are killed and restarted on the same data mid-flow;
-//! 3. a node dies while its node step runs (with a step timeout, and without one);
+//! 3. a node dies while its node step runs (with a step timeout, and without one: the step
+//!    fails once the node is marked Unknown, its Job deleted);
 //! 4. the leader of two replicas is SIGKILLed mid-run;
 //! 5. the controller is SIGKILLed while a deleted flow's `onDelete` steps run.
 //!
@@ -503,11 +504,12 @@ async fn a_node_dying_mid_step_fails_the_step_naming_it_and_stops_the_rollout() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_node_step_without_a_timeout_waits_for_its_dead_node_and_fails_when_it_returns() {
+async fn a_node_step_without_a_timeout_fails_once_its_node_is_lost_and_never_reruns() {
     let _shared = cluster_lock().read().await;
     let env = env();
     let client = env.client().await.unwrap();
     let ns = namespace(&client, "chaos-node-back").await;
+    let ledger = Ledger::watch(&client, &ns).await;
     let mut controller = Controller::start("chaos-node-back", std::slice::from_ref(&ns), None);
     let file = marker_dir(&ns).join("ran.log");
     // No timeoutSeconds: the Job has no deadline. Healthy, the step takes 8 s.
@@ -527,26 +529,55 @@ async fn a_node_step_without_a_timeout_waits_for_its_dead_node_and_fails_when_it
         1,
         "the step's process died with the node"
     );
-    // Twice as long as the step takes healthy: nothing can end it while the node is down (this
-    // is the documented limitation, not a wish: see docs/operations.md).
-    tokio::time::sleep_until((started + Duration::from_secs(16)).into()).await;
-    let status = status_of(&client, &ns, "no-timeout").await.unwrap();
-    assert_eq!(status["phase"], "Running", "{status:#}");
-    // The node comes back: its kubelet reports the pod that died with it failed.
-    let back = Instant::now();
-    env.start_node("edge-1").await.unwrap();
-    let status = common::wait_done(&client, &ns, "no-timeout", 60).await;
+    // Nothing reports the pod's end any more; the step fails once the node-lifecycle
+    // controller marks the node Unknown (its grace period: about 45 s without heartbeats).
+    let status = common::wait_done(&client, &ns, "no-timeout", 120).await;
+    let failed_after = started.elapsed();
     assert_eq!(status["phase"], "Failed", "{status:#}");
     let message = status["message"].as_str().unwrap_or_default();
     assert!(
-        message.contains("edge-1"),
-        "the message names the node: {message}"
+        message.contains("node edge-1 is NotReady"),
+        "the message names the node and why: {message}"
     );
+    let nodes: Api<Node> = Api::all(client.clone());
+    let ready = node_ready(&nodes.get("edge-1").await.unwrap());
+    assert_eq!(
+        ready.as_deref(),
+        Some("Unknown"),
+        "failed because the node was lost, not before"
+    );
+    assert!(
+        failed_after < Duration::from_secs(90),
+        "failed {failed_after:?} after the step started"
+    );
+    // Its Job is deleted, so the node does not run it again when it comes back.
+    poll(
+        Duration::from_secs(30),
+        "the lost node's Job deleted",
+        || async {
+            common::pinned_nodes(&client, &ns)
+                .await
+                .is_empty()
+                .then_some(())
+        },
+    )
+    .await;
+    let back = Instant::now();
+    env.start_node("edge-1").await.unwrap();
+    poll(Duration::from_secs(30), "edge-1 Ready again", || async {
+        let n = nodes.get("edge-1").await.ok()?;
+        (node_ready(&n).as_deref() == Some("True")).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(lines(&file), ["ran"], "the step did not run again");
-    assert_status_agrees_with_jobs(&client, &ns, "no-timeout", &status).await;
+    let after = status_of(&client, &ns, "no-timeout").await.unwrap();
+    assert_eq!(after["phase"], "Failed", "{after:#}");
+    assert_eq!(after["message"], status["message"], "the verdict stands");
+    assert!(ledger.duplicates().is_empty(), "{:#?}", ledger.duplicates());
     controller.assert_running("at the end");
     eprintln!(
-        "node back: a step without timeout failed {:.1?} after its node returned; message: {message}",
+        "node lost: a step without timeout failed {failed_after:.1?} after it started (node back {:.1?} later); message: {message}",
         back.elapsed()
     );
     controller.kill().await;

@@ -7,6 +7,7 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::Client;
 use pseudoflow_compiler::expr::Engine;
 
+use super::node_health::NodeHealth;
 use super::pod_security;
 use crate::metrics::Metrics;
 
@@ -25,6 +26,8 @@ pub struct Context {
     /// Namespaces whose flows may run node steps (root on nodes), if also labelled
     /// `enforce=privileged`; empty unless set, so node steps fail closed.
     pub node_step_namespaces: pod_security::NodeStepNamespaces,
+    /// Which nodes can no longer report their node steps' pods (the controller's Node watch).
+    pub nodes: NodeHealth,
 }
 
 impl Context {
@@ -42,6 +45,7 @@ impl Context {
             metrics,
             engine: Engine::new(),
             node_step_namespaces: Default::default(),
+            nodes: NodeHealth::default(),
         }
     }
 

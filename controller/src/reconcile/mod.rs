@@ -8,6 +8,7 @@ mod error;
 mod finalizer;
 mod guard;
 mod launch;
+pub mod node_health;
 mod observe;
 pub mod pod_security;
 mod refuse;

@@ -99,6 +99,11 @@ pub async fn delete_owned_job(
     }
 }
 
+/// Deletes `job` as [`run_jobs`] listed it (so owned by the flow), if it is still that object.
+pub async fn delete_listed_job(client: &kube::Client, ns: &str, job: &Job) -> kube::Result<()> {
+    delete_job(&Api::namespaced(client.clone(), ns), job).await
+}
+
 async fn delete_job(jobs: &Api<Job>, job: &Job) -> kube::Result<()> {
     let dp = DeleteParams {
         propagation_policy: Some(PropagationPolicy::Background),

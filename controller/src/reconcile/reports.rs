@@ -14,6 +14,7 @@ use pseudoflow_compiler::result::StepResult;
 use pseudoflow_crd::protocol::journal::{journal_name, verified, JOURNAL_KEY};
 use pseudoflow_crd::protocol::{journal_key, MemberResult};
 
+use super::node_health::{self, NodeHealth};
 use super::observe;
 use crate::walk::StoredRun;
 
@@ -41,9 +42,12 @@ pub struct Reports {
 impl Reports {
     /// The report of Job `name` (looked up once per reconcile). `jobs` is the run's Jobs as
     /// listed; `segment` says whether the Job runs a fused segment.
+    /// `jobs` holds only Jobs this flow owns ([`observe::run_jobs`]). A running Job pinned to a node that can no longer report (`nodes`) has ended, failed:
+    /// see [`NodeHealth`].
     pub async fn of(
         &self,
         client: &kube::Client,
+        nodes: &NodeHealth,
         ns: &str,
         jobs: &HashMap<String, Job>,
         name: &str,
@@ -67,7 +71,22 @@ impl Reports {
                     }
                     Report::Ended(ended)
                 }
-                None => Report::Running(journal(client.clone()).await?),
+                None => {
+                    let recorded = journal(client.clone()).await?;
+                    match node_health::pinned_node(job).and_then(|n| nodes.lost(&n)) {
+                        Some(why) => {
+                            // Deleted, so a node that comes back does not go on running it.
+                            observe::delete_listed_job(client, ns, job).await?;
+                            let mut ended = StepResult::failed(format!(
+                                "{why} while the step ran: its pod can no longer report, so \
+                                 the step failed and its Job {name} was deleted"
+                            ));
+                            ended.segment = recorded;
+                            Report::Ended(ended)
+                        }
+                        None => Report::Running(recorded),
+                    }
+                }
             },
             // Not in the (cached) list: a consistent read tells a lagging cache from a Job
             // that is gone.

@@ -183,6 +183,8 @@ impl Driving<'_> {
             })
             .collect();
         if running.is_empty() {
+            ctx.nodes
+                .track(&flow_ref.namespace, &flow_ref.name, std::iter::empty());
             return Ok(());
         }
         let jobs = observe::run_jobs(
@@ -193,6 +195,9 @@ impl Driving<'_> {
             &run.run_id,
         )
         .await?;
+        // So that a node which stops reporting wakes this flow (see `NodeHealth`).
+        ctx.nodes
+            .track(&flow_ref.namespace, &flow_ref.name, jobs.values());
         for (node_id, key, inst) in running {
             let node = plan.node(&node_id).expect("from the plan");
             let job_node = inst.job_node.as_deref().unwrap_or(&node_id);
@@ -200,7 +205,14 @@ impl Driving<'_> {
             let secret = self.journal_secret(run).filter(|_| node.segment.is_some());
             let report = self
                 .reports
-                .of(&ctx.client, &flow_ref.namespace, &jobs, &job_name, secret)
+                .of(
+                    &ctx.client,
+                    &ctx.nodes,
+                    &flow_ref.namespace,
+                    &jobs,
+                    &job_name,
+                    secret,
+                )
                 .await?;
             if let Some((result, times)) = reports::outcome_of(&report, node, &job_name) {
                 self.fold(run, &node_id, &key, result, times).await;
@@ -423,8 +435,13 @@ impl Driving<'_> {
                 }
                 if node.placement == Placement::Node && task_of(node) == Some(Task::Run) {
                     if node_pods_refused.is_none() {
-                        let refused = pod_security::check(ctx, &flow_ref.namespace).await?;
-                        node_pods_refused = Some(refused.map(|r| r.to_string()));
+                        let refused = match ctx.nodes.blind() {
+                            Some(why) => Some(why),
+                            None => pod_security::check(ctx, &flow_ref.namespace)
+                                .await?
+                                .map(|r| r.to_string()),
+                        };
+                        node_pods_refused = Some(refused);
                     }
                     if let Some(Some(why)) = &node_pods_refused {
                         self.complete(run, node_id, key, failed(why)).await;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
@@ -66,6 +66,7 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: Option<String>) {
             }
         });
     let flows = reflector::reflector(writer, events).applied_objects();
+    let nodes = node_watch(&ctx);
     Controller::for_stream(flows, reader)
         // Bounded: 1,000 flows created at once must not mean 1,000 reconciles in memory at once
         // (each holds its compiled plan and its run's Jobs).
@@ -84,6 +85,12 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: Option<String>) {
             watcher::Config::default().labels(&format!("{LABEL_ROLE}={JOURNAL_ROLE}")),
             journal_owner,
         )
+        // A node that stops reporting: the flows with a step running on it look again (see
+        // `NodeHealth`), rather than wait for a pod that can never end.
+        .watches_stream(nodes, {
+            let ctx = ctx.clone();
+            move |node: Node| ctx.nodes.flows_on(&node)
+        })
         // One backoff for all watches of the controller: see `WatchBackoff`.
         .trigger_backoff(WatchBackoff::default())
         .run(reconcile, error_policy, shared)
@@ -93,6 +100,38 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: Option<String>) {
             }
         })
         .await;
+}
+
+/// The Nodes, mirrored into `ctx.nodes`; a refused watch is recorded there (node steps then
+/// fail closed) and retried with the others' backoff.
+fn node_watch(
+    ctx: &Arc<Context>,
+) -> impl futures::Stream<Item = Result<Node, watcher::Error>> + Send + 'static {
+    let (store, writer) = reflector::store::<Node>();
+    ctx.nodes.attach(store);
+    let health = ctx.clone();
+    let watch = watcher(
+        Api::<Node>::all(ctx.client.clone()),
+        watcher::Config::default(),
+    )
+    .backoff(WatchBackoff::default())
+    .inspect(move |ev| match ev {
+        Ok(_) => health.nodes.watch_refused(None),
+        Err(e) => health.nodes.watch_refused(refusal(e)),
+    });
+    reflector::reflector(writer, watch).touched_objects()
+}
+
+/// The API's refusal in a watch error (403, 401), if that is what it is.
+fn refusal(e: &watcher::Error) -> Option<String> {
+    let api = match e {
+        watcher::Error::InitialListFailed(kube::Error::Api(s))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(s))
+        | watcher::Error::WatchFailed(kube::Error::Api(s)) => s,
+        watcher::Error::WatchError(s) => s,
+        _ => return None,
+    };
+    matches!(api.code, 401 | 403).then(|| format!("{} {}", api.code, api.message))
 }
 
 /// The flow a journal ConfigMap belongs to (its PseudoFlow owner).
