@@ -131,6 +131,13 @@ async fn install(client: &Client, release: &str, docs: &[Value]) {
 
 /// Waits (by watching) until the flow's phase is final; `None` if it is not within `secs`.
 async fn final_phase(client: &Client, ns: &str, name: &str, secs: u64) -> Option<String> {
+    final_status(client, ns, name, secs)
+        .await
+        .and_then(|s| s["phase"].as_str().map(str::to_string))
+}
+
+/// The flow's status once its phase is final; `None` if it is not within `secs`.
+async fn final_status(client: &Client, ns: &str, name: &str, secs: u64) -> Option<Value> {
     let flows: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &flow_resource());
     let done = |o: Option<&DynamicObject>| {
         o.and_then(|f| f.data["status"]["phase"].as_str())
@@ -142,7 +149,7 @@ async fn final_phase(client: &Client, ns: &str, name: &str, secs: u64) -> Option
     )
     .await
     {
-        Ok(Ok(Some(f))) => f.data["status"]["phase"].as_str().map(str::to_string),
+        Ok(Ok(Some(f))) => Some(f.data["status"].clone()),
         _ => None,
     }
 }
@@ -151,6 +158,8 @@ async fn final_phase(client: &Client, ns: &str, name: &str, secs: u64) -> Option
 #[derive(Debug)]
 struct Outcome {
     phase: Option<String>,
+    /// What status said, to tell why a release failed.
+    message: Option<String>,
     events: usize,
     leader: Option<String>,
 }
@@ -187,7 +196,11 @@ spec:
 "#
     );
     apply_text(client, &flow, None).await.unwrap();
-    let phase = final_phase(client, &ns, "probe", 45).await;
+    let status = final_status(client, &ns, "probe", 45).await;
+    let phase = status
+        .as_ref()
+        .and_then(|s| s["phase"].as_str().map(str::to_string));
+    let message = status.and_then(|s| s["message"].as_str().map(str::to_string));
     let events = Api::<Event>::namespaced(client.clone(), &ns)
         .list(&ListParams::default())
         .await
@@ -204,6 +217,7 @@ spec:
         .filter(|h| !h.is_empty());
     Outcome {
         phase,
+        message,
         events,
         leader,
     }
@@ -226,7 +240,9 @@ async fn chart_rbac_runs_the_seed_flows_and_every_rule_is_needed() {
     let probe = trial(&client, "pf-full", &full).await;
     assert!(
         probe.all_good(),
-        "with the full chart the probe flow must succeed with Events under a leader: {probe:?}"
+        "with the full chart the probe flow must succeed with Events under a leader: {probe:?}; \
+         status said: {}",
+        probe.message.as_deref().unwrap_or("nothing")
     );
     for (ns, name) in &names {
         let phase = final_phase(&client, ns, name, 180).await;

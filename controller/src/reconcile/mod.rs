@@ -8,6 +8,7 @@ mod error;
 mod finalizer;
 mod guard;
 mod launch;
+mod narrate;
 pub mod node_health;
 mod observe;
 pub mod pod_security;

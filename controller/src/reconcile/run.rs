@@ -16,6 +16,7 @@ use pseudoflow_crd::{PseudoFlowSpec, StepKind, RUN_ANNOTATION};
 use serde_json::Value;
 use tracing::{info, warn};
 
+use super::narrate::Narrator;
 use super::report::publish;
 use super::reports::{self, Reports};
 use super::status::{said_at, step_at};
@@ -87,6 +88,8 @@ struct Driving<'a> {
     flow_ref: &'a FlowRef,
     /// What the run's Jobs reported, looked up once per reconcile.
     reports: &'a Reports,
+    /// Tells of every step this reconcile moved that no Event named yet.
+    narrator: &'a Narrator,
 }
 
 /// Observes, times out and drives one run with the spec it started with; returns that spec
@@ -110,6 +113,7 @@ pub(super) async fn advance_run(
     };
     let fetched = run.includes.len();
     let reports = Reports::default();
+    let narrator = Narrator::before(run);
     {
         let plan = plan_of(&compiled, deleting);
         let walker = Walker::new(plan);
@@ -120,6 +124,7 @@ pub(super) async fn advance_run(
             walker: &walker,
             flow_ref: &flow_ref,
             reports: &reports,
+            narrator: &narrator,
         };
         d.observe_jobs(run).await?;
     }
@@ -136,6 +141,7 @@ pub(super) async fn advance_run(
         walker: &walker,
         flow_ref: &flow_ref,
         reports: &reports,
+        narrator: &narrator,
     };
     // options.timeoutSeconds: the whole run; Failed with reason Timeout, running Jobs deleted.
     let timeout = compiled.spec.options.timeout_seconds;
@@ -150,6 +156,7 @@ pub(super) async fn advance_run(
         wake,
         deadline.filter(|_| run.state.phase == RunPhase::Running),
     );
+    narrator.tell(r, plan, run).await;
     finish_if_done(r, plan, run).await;
     Ok((compiled, wake))
 }
@@ -299,6 +306,7 @@ impl Driving<'_> {
         }
         let note = said_at(&step_at(&node.path, key), &c.message);
         self.r.publish(ty, reason, &note).await;
+        self.narrator.told(node_id, key);
         self.complete(run, node_id, key, c).await;
         if let Some((from, to)) = times {
             let inst = run.state.entry(node_id, key);
@@ -392,6 +400,7 @@ impl Driving<'_> {
                         self.r
                             .publish(EventType::Normal, "StepStarted", &note)
                             .await;
+                        self.narrator.told(node_id, key);
                         let known = self
                             .reports
                             .cached(&job)
@@ -409,7 +418,9 @@ impl Driving<'_> {
                         run.vars.insert(k, v);
                     }
                     if let Some(text) = res.event {
+                        // A `log`'s Event is what it logs.
                         self.r.publish(EventType::Normal, "Log", &text).await;
+                        self.narrator.told(node_id, key);
                     }
                     self.complete(run, node_id, key, res.completion.into())
                         .await;
@@ -502,6 +513,8 @@ impl Driving<'_> {
                 if fused {
                     run.state.entry(node_id, key).job_node = Some(node_id.clone());
                 }
+                // Adopted: the reconcile that created it told of it.
+                self.narrator.told(node_id, key);
                 let job = lowered.job.metadata.name.as_deref().unwrap_or_default();
                 if created {
                     let on = target

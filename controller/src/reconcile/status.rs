@@ -353,11 +353,12 @@ pub(super) fn failure_message(plan: &Plan, (id, msg): &(String, String)) -> Stri
 }
 
 /// `msg` said of the step at `at`: prefixed with it, unless the message already leads with it
-/// (API errors do) or with a nested step's path (a failed group); naming it twice helps nobody.
+/// (API errors do) or with a nested step's path (a failed group) or one of its instances (a node
+/// fan-out's `spec.steps[0] [edge-1]: ...`); naming it twice helps nobody.
 pub(super) fn said_at(at: &str, msg: &str) -> String {
     let named = msg
         .strip_prefix(at)
-        .is_some_and(|rest| rest.starts_with([':', '.', '[']));
+        .is_some_and(|rest| rest.starts_with([':', '.', '[']) || rest.starts_with(" ["));
     if named {
         msg.to_string()
     } else {
@@ -505,6 +506,11 @@ mod tests {
         assert_eq!(
             said_at(&at, "spec.steps[0]1 oddity"),
             "spec.steps[0]: spec.steps[0]1 oddity"
+        );
+        assert_eq!(
+            said_at(&at, "spec.steps[0] [edge-1]: node edge-1 is NotReady"),
+            "spec.steps[0] [edge-1]: node edge-1 is NotReady",
+            "a fan-out's failure names its instance"
         );
         let item = step_at("spec.steps[2].steps[0]", &["worker-0".into()]);
         assert_eq!(item, "spec.steps[2].steps[0] [worker-0]");
