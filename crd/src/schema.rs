@@ -78,7 +78,7 @@ fn common_properties() -> Value {
             "type": "integer",
             "minimum": 1,
             "maximum": crate::limits::MAX_DURATION_SECONDS,
-            "description": "Fail the step after this long (at most 7 days)."
+            "description": "Fail the step after this long (at most 7 days). On loop, loopNodes, parallel, retry and includeFlow: the whole body, every retry attempt included."
         },
         "isolate": {"type": "boolean", "description": "Run this step in an executor Job of its own, not fused with the steps next to it."}
     })

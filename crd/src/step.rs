@@ -18,7 +18,9 @@ pub struct Step {
     /// Record a failure of this step and go on with the next one.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub continue_on_error: bool,
-    /// Fail the step after this long.
+    /// Fail the step after this long. On a structural step (loop, loopNodes, parallel, retry,
+    /// includeFlow) it bounds the whole body, every attempt of a retry included: what still
+    /// runs inside is stopped. Not allowed on onError, which has no work of its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_seconds: Option<u32>,
     /// Run this step in an executor Job of its own instead of sharing one with the steps next

@@ -218,6 +218,13 @@ pub fn check_steps(steps: &[Value], ctx: &mut Ctx) {
             ),
             _ => {}
         }
+        if ty == "onError" && raw.get("timeoutSeconds").is_some() {
+            sctx.error(
+                "timeoutSeconds",
+                "onError has no work of its own to time out (it only routes a failure to its \
+                 steps): set timeoutSeconds on its steps, or wrap them in a parallel or retry",
+            );
+        }
         if let Some(step) = shallow_step(raw) {
             if step.name.as_deref().is_some_and(|n| n.trim().is_empty()) {
                 sctx.error("name", "must not be blank");

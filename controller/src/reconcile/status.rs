@@ -14,7 +14,7 @@ use serde_json::Value;
 use super::size::RUN_STATE_TOO_LARGE;
 use super::store::StoredRun;
 use crate::limits::{bounded, MAX_STATUS_MESSAGE_CHARS, MAX_STEP_MESSAGE_CHARS};
-use crate::walk::{split_instance_id, Phase, RunPhase};
+use crate::walk::{instance_id, split_instance_id, Phase, RunPhase};
 
 /// Unix seconds as the API's time (the epoch for a time it cannot represent).
 pub fn time(unix: i64) -> Time {
@@ -246,9 +246,25 @@ pub fn of_run(
         ),
     };
     let message = bounded(&message, MAX_STATUS_MESSAGE_CHARS);
+    // A structural step is shown by its opening node, but its outcome is its closing node's:
+    // a loop whose body failed (or timed out) is Failed, not "Succeeded: 3 items".
+    let closing: BTreeMap<&str, &str> = plan
+        .nodes()
+        .filter_map(|n| match &n.kind {
+            NodeKind::CompoundEnd { start, .. } => Some((start.as_str(), n.id.as_str())),
+            _ => None,
+        })
+        .collect();
     let mut steps = Vec::new();
     for n in &work_nodes {
-        let insts = by_node.get(&n.id).cloned().unwrap_or_default();
+        let insts: Vec<crate::walk::Instance> = match closing.get(n.id.as_str()) {
+            Some(end) => whole_of(run, &n.id, end),
+            None => by_node
+                .get(&n.id)
+                .map(|v| v.iter().map(|i| (*i).clone()).collect())
+                .unwrap_or_default(),
+        };
+        let insts: Vec<&crate::walk::Instance> = insts.iter().collect();
         if insts.is_empty() {
             continue;
         }
@@ -333,6 +349,37 @@ pub fn of_run(
         steps_omitted: Some(omitted as u32).filter(|n| *n > 0),
         queued_run: queued.map(|(id, generation)| queued_run(id, generation)),
     }
+}
+
+/// The instances of structural step `start` as a whole, up to its closing node `end`: Running
+/// while its body runs, then ending as the closing node did (with its message, if it says one).
+fn whole_of(run: &StoredRun, start: &str, end: &str) -> Vec<crate::walk::Instance> {
+    run.state
+        .instances
+        .iter()
+        .filter(|(id, _)| split_instance_id(id).0 == start)
+        .map(|(id, opened)| {
+            let mut whole = opened.clone();
+            let key = split_instance_id(id).1;
+            let closed = run.state.instances.get(&instance_id(end, &key));
+            match closed {
+                Some(c) if c.phase.settled() => {
+                    whole.phase = c.phase;
+                    whole.finished_at = c.finished_at;
+                    whole.changed |= c.changed;
+                    if !c.message.is_empty() {
+                        whole.message = c.message.clone();
+                    }
+                }
+                _ if opened.phase == Phase::Succeeded => {
+                    whole.phase = Phase::Running;
+                    whole.finished_at = None;
+                }
+                _ => {}
+            }
+            whole
+        })
+        .collect()
 }
 
 /// Where a step instance is, for people: its path, and the loop item of a loop's instance.

@@ -188,7 +188,10 @@ impl<'p> Walker<'p> {
             if state.phase != RunPhase::Running {
                 break;
             }
-            let mut progressed = false;
+            let mut progressed = self.time_out_bodies(state, now, &mut out);
+            if state.phase != RunPhase::Running {
+                break;
+            }
             let mut loop_cache: HashMap<String, LoopProgress> = HashMap::new();
             for id in &self.order {
                 let node = self.node(id);
@@ -456,6 +459,54 @@ impl<'p> Walker<'p> {
             return Err(NoRoom::Instances { items, body, total });
         }
         Ok(())
+    }
+
+    /// Structural steps whose `timeoutSeconds` passed while their body still runs: what runs
+    /// inside stops (its Jobs are deleted) and the step fails, handled as any failure of it
+    /// (`continueOnError`, an enclosing retry). The clock starts when the step starts and
+    /// covers every attempt of a retry. Returns whether one timed out.
+    fn time_out_bodies(&self, state: &mut RunState, now: i64, out: &mut Outcome) -> bool {
+        let mut timed_out = false;
+        for id in &self.order {
+            let node = self.node(id);
+            let Some((end, secs)) = body_timeout(node) else {
+                continue;
+            };
+            for key in self.keys(node, state) {
+                let start = state.get(id, &key);
+                let Some(started) = start.started_at else {
+                    continue;
+                };
+                if !matches!(start.phase, Phase::Running | Phase::Succeeded) {
+                    continue;
+                }
+                let end_key: Key = key[..self.node(end).loops.len()].to_vec();
+                if state.get(end, &end_key).phase.settled() {
+                    continue;
+                }
+                let deadline = started + i64::from(secs);
+                if now < deadline {
+                    out.wake_at = Some(out.wake_at.map_or(deadline, |w| w.min(deadline)));
+                    continue;
+                }
+                if start.phase == Phase::Running {
+                    // Still at its own work (listing nodes, fetching a flow).
+                    state.entry(id, &key).phase = Phase::Aborted;
+                    out.actions.push(Action::Abort {
+                        node: id.clone(),
+                        key: key.clone(),
+                    });
+                }
+                self.abort_inside(state, end, &end_key, out);
+                let message = format!("timed out after {secs}s (its timeoutSeconds)");
+                self.fail(state, end, &end_key, message, now, out);
+                timed_out = true;
+                if state.phase != RunPhase::Running {
+                    return true;
+                }
+            }
+        }
+        timed_out
     }
 
     /// Ends a running run as Failed because its `options.timeoutSeconds` passed; running
@@ -756,6 +807,24 @@ struct LoopProgress {
 }
 
 /// A `sleep` step's `timeoutSeconds` when it is shorter than the sleep (the sleep then fails).
+/// A structural step's closing node and the seconds its `timeoutSeconds` gives its body.
+fn body_timeout(node: &PlanNode) -> Option<(&str, u32)> {
+    let step = node.step.as_ref()?;
+    let secs = step.timeout_seconds?;
+    if !step.kind.params().times_its_body() {
+        return None;
+    }
+    let end = match &node.kind {
+        NodeKind::LoopStart { end, .. }
+        | NodeKind::Fork { end }
+        | NodeKind::RetryStart { end, .. }
+        | NodeKind::Include { end }
+        | NodeKind::IncludeFlow { end, .. } => end,
+        _ => return None,
+    };
+    Some((end.as_str(), secs))
+}
+
 fn sleep_timeout(node: &PlanNode) -> Option<u32> {
     match node.step.as_ref().map(|s| &s.kind) {
         Some(StepKind::Sleep(s)) => node.timeout_seconds.filter(|t| *t < s.seconds),

@@ -639,3 +639,105 @@ fn ending_a_run_aborts_what_runs_and_records_the_cause() {
     assert_eq!(s.failure, Some(("run-state".into(), "too large".into())));
     assert!(running.iter().all(|id| phase(&s, id) == Phase::Aborted));
 }
+
+#[test]
+fn a_loop_past_its_timeout_stops_its_body_and_fails_and_continue_on_error_goes_on() {
+    let c = plan(json!([
+        {"type": "loop", "forEach": ["x", "y"], "timeoutSeconds": 30, "continueOnError": true,
+         "steps": [apply_step("${item}")]},
+        apply_step("after")
+    ]));
+    let w = Walker::new(&c.plan);
+    let mut s = RunState::default();
+    assert_eq!(started(&w.advance(&mut s, 0)), ["s0"]);
+    w.complete(
+        &mut s,
+        "s0",
+        &[],
+        Completion {
+            items: items(&["x", "y"]),
+            ..ok()
+        },
+        0,
+    );
+    assert_eq!(started(&w.advance(&mut s, 0)), ["s0-s0@0"]);
+    let o = w.advance(&mut s, 29);
+    assert!(o.actions.is_empty(), "{o:?}");
+    assert_eq!(o.wake_at, Some(30), "woken when the loop's time is up");
+    let o = w.advance(&mut s, 30);
+    assert_eq!(aborted(&o), ["s0-s0@0"], "what ran inside is stopped");
+    assert_eq!(started(&o), ["s1"], "continueOnError: the flow goes on");
+    assert_eq!(phase(&s, "s0-end"), Phase::Failed);
+    assert_eq!(
+        s.instances["s0-end"].message,
+        "timed out after 30s (its timeoutSeconds)"
+    );
+    assert!(
+        !matches!(phase(&s, "s0-s0@1"), Phase::Running | Phase::Succeeded),
+        "the next item never ran"
+    );
+}
+
+#[test]
+fn a_retry_timeout_covers_every_attempt_and_fails_the_run_naming_it() {
+    let c = plan(json!([
+        {"type": "retry", "attempts": 5, "backoffSeconds": 10, "timeoutSeconds": 50,
+         "steps": [apply_step("a")]}
+    ]));
+    let w = Walker::new(&c.plan);
+    let mut s = RunState::default();
+    assert_eq!(started(&w.advance(&mut s, 0)), ["s0-s0"]);
+    w.complete(&mut s, "s0-s0", &[], failed("flaky"), 20);
+    assert!(started(&w.advance(&mut s, 20)).is_empty(), "backing off");
+    assert_eq!(started(&w.advance(&mut s, 30)), ["s0-s0"], "attempt 2");
+    let o = w.advance(&mut s, 50);
+    assert_eq!(aborted(&o), ["s0-s0"], "attempt 2 is stopped");
+    assert_eq!(s.phase, RunPhase::Failed);
+    let (_, why) = s.failure.clone().unwrap();
+    assert!(why.contains("timed out after 50s"), "{why}");
+}
+
+#[test]
+fn a_parallel_past_its_timeout_stops_every_branch() {
+    let c = plan(json!([
+        {"type": "parallel", "timeoutSeconds": 5,
+         "steps": [[apply_step("a")], [apply_step("b")]]}
+    ]));
+    let w = Walker::new(&c.plan);
+    let mut s = RunState::default();
+    let o = w.advance(&mut s, 0);
+    assert_eq!(started(&o).len(), 2, "{o:?}");
+    let mut stopped = aborted(&w.advance(&mut s, 5));
+    stopped.sort();
+    let mut both = started(&o);
+    both.sort();
+    assert_eq!(stopped, both);
+    assert_eq!(s.phase, RunPhase::Failed);
+}
+
+#[test]
+fn a_node_fan_out_times_each_node_not_the_whole_rollout() {
+    let c = plan(json!([
+        {"type": "execNode", "cmd": "true", "nodeSelector": "role=x", "timeoutSeconds": 10}
+    ]));
+    let w = Walker::new(&c.plan);
+    let mut s = RunState::default();
+    assert_eq!(started(&w.advance(&mut s, 0)), ["s0"]);
+    w.complete(
+        &mut s,
+        "s0",
+        &[],
+        Completion {
+            items: nodes(&["n1", "n2"]),
+            ..ok()
+        },
+        0,
+    );
+    let o = w.advance(&mut s, 1000);
+    assert!(aborted(&o).is_empty(), "{o:?}");
+    assert_eq!(
+        s.phase,
+        RunPhase::Running,
+        "the Jobs' own deadlines time each node"
+    );
+}

@@ -25,6 +25,10 @@ pub struct IncludeFlowStep {
 }
 
 impl StepParams for IncludeFlowStep {
+    fn times_its_body(&self) -> bool {
+        true
+    }
+
     fn placement(&self, _: bool) -> Placement {
         Placement::Structure
     }

@@ -37,6 +37,10 @@ fn for_each_schema(_: &mut SchemaGenerator) -> Schema {
 }
 
 impl StepParams for LoopStep {
+    fn times_its_body(&self) -> bool {
+        true
+    }
+
     fn placement(&self, _: bool) -> Placement {
         Placement::Structure
     }

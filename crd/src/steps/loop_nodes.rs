@@ -27,6 +27,10 @@ pub struct LoopNodesStep {
 }
 
 impl StepParams for LoopNodesStep {
+    fn times_its_body(&self) -> bool {
+        true
+    }
+
     fn placement(&self, _: bool) -> Placement {
         Placement::Structure
     }

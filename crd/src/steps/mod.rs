@@ -89,6 +89,12 @@ pub trait StepParams {
         None
     }
 
+    /// Whether `timeoutSeconds` bounds the step's whole body (a structural step: its nested
+    /// steps are stopped and the step fails once it passes) rather than one Job's work.
+    fn times_its_body(&self) -> bool {
+        false
+    }
+
     /// Whether the step asked to run only when earlier steps changed its node
     /// (`onlyIfChanged`); the controller skips it otherwise.
     fn only_if_changed(&self) -> bool {

@@ -26,6 +26,10 @@ fn default_true() -> bool {
 }
 
 impl StepParams for ParallelStep {
+    fn times_its_body(&self) -> bool {
+        true
+    }
+
     fn placement(&self, _: bool) -> Placement {
         Placement::Structure
     }

@@ -38,6 +38,10 @@ impl RetryStep {
 }
 
 impl StepParams for RetryStep {
+    fn times_its_body(&self) -> bool {
+        true
+    }
+
     fn placement(&self, _: bool) -> Placement {
         Placement::Structure
     }
