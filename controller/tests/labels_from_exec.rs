@@ -6,8 +6,6 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, ListParams};
 use kube::Client;
 use serde_json::{json, Value};
 
@@ -24,11 +22,8 @@ fn node_rules() -> Value {
 /// labels, annotations, spec and the non-status managedFields entries. Not the resourceVersion:
 /// the testenv kubelet's status heartbeat bumps it every 10 s, as a real kubelet's does.
 async fn nodes(client: &Client) -> BTreeMap<String, (Option<String>, String)> {
-    Api::<Node>::all(client.clone())
-        .list(&ListParams::default())
+    common::all_nodes(client)
         .await
-        .unwrap()
-        .items
         .into_iter()
         .map(|n| {
             let zone = n

@@ -4,8 +4,6 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, ListParams};
 use serde_json::json;
 
 mod common;
@@ -48,11 +46,8 @@ async fn structured_selectors_pick_the_same_nodes_as_their_string_form() {
     let st = wait_done(&client, &ns, "structured", 180).await;
     assert_eq!(st["phase"], "Succeeded", "{st:#}");
 
-    let labelled: BTreeMap<String, bool> = Api::<Node>::all(client.clone())
-        .list(&ListParams::default())
+    let labelled: BTreeMap<String, bool> = common::all_nodes(&client)
         .await
-        .unwrap()
-        .items
         .into_iter()
         .map(|n| {
             let has = n.metadata.labels.unwrap_or_default().get(&role) == Some(&"worker".into());

@@ -30,6 +30,15 @@ pub async fn apply(client: &Client, v: Value) {
         .unwrap();
 }
 
+/// Every Node of the cluster (what node steps, loopNodes and labelling steps act on).
+pub async fn all_nodes(client: &Client) -> Vec<k8s_openapi::api::core::v1::Node> {
+    Api::all(client.clone())
+        .list(&kube::api::ListParams::default())
+        .await
+        .unwrap()
+        .items
+}
+
 /// Installs (or updates) the PseudoFlow CRD and waits until it is served.
 pub async fn install_crd(client: &Client) {
     let crd: CustomResourceDefinition =
