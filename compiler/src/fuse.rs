@@ -111,10 +111,8 @@ fn fusable(n: &PlanNode) -> Option<Fusable> {
             None
         }
         (_, Placement::Api | Placement::Node) => Some(Fusable::Job),
-        (
-            StepKind::Log(_) | StepKind::Eval(_) | StepKind::Sleep(_) | StepKind::Template(_),
-            Placement::Controller,
-        ) => Some(Fusable::Local),
+        // A leaf the controller does itself (log, eval, sleep, template to a variable).
+        (_, Placement::Controller) => Some(Fusable::Local),
         _ => None,
     }
 }

@@ -8,7 +8,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use pseudoflow_crd::protocol::{ExecutorInput, MemberResult, SegmentStep, StepResult};
-use pseudoflow_crd::{Step, StepKind};
+use pseudoflow_crd::Step;
 
 use crate::context::ExecCtx;
 use crate::error::StepError;
@@ -52,8 +52,8 @@ async fn run_member(ctx: &ExecCtx, m: &SegmentStep, changed_on_node: bool) -> St
     if step.kind.params().only_if_changed() && !changed_on_node {
         return StepResult::succeeded(false, "skipped: nothing changed on this node");
     }
-    if let StepKind::Sleep(sleep) = &step.kind {
-        return pause(sleep.seconds, m.timeout_seconds).await;
+    if let Some(seconds) = step.kind.params().waits_seconds() {
+        return pause(seconds, m.timeout_seconds).await;
     }
     let member = ctx.derive(member_input(&ctx.input, m));
     match crate::execute(&member, &step).await {

@@ -478,9 +478,13 @@ impl Driving<'_> {
                     match m.step_kind() {
                         // Controller-local work between Job steps: done now (it reads nothing
                         // the segment sets), reported by the Job in its turn.
-                        Some(k) if task_of(m).is_none() && !matches!(k, StepKind::Sleep(_)) => Ok(
-                            fuse::Prepared::Done(local_result(local::run(&ctx.engine, m, &sc))),
-                        ),
+                        Some(k) if task_of(m).is_none() && k.params().waits_seconds().is_none() => {
+                            Ok(fuse::Prepared::Done(local_result(local::run(
+                                &ctx.engine,
+                                m,
+                                &sc,
+                            ))))
+                        }
                         _ => prepare_payload(&ctx.engine, m, &sc)
                             .map(|(p, _)| fuse::Prepared::Step(p))
                             .map_err(|e| e.to_string()),

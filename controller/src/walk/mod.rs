@@ -219,10 +219,7 @@ impl<'p> Walker<'p> {
                             }
                         }
                         // A sleep fused into a segment waits in its Job's pod instead.
-                        Phase::Running
-                            if node.segment.is_none()
-                                && matches!(node.step_kind(), Some(StepKind::Sleep(_))) =>
-                        {
+                        Phase::Running if node.segment.is_none() && waits(node).is_some() => {
                             match inst.not_before {
                                 Some(t) if t <= now => {
                                     if let Some(secs) = sleep_timeout(node) {
@@ -288,10 +285,10 @@ impl<'p> Walker<'p> {
             }
             _ => {
                 inst.phase = Phase::Running;
-                if let Some(StepKind::Sleep(s)) = node.step.as_ref().map(|s| &s.kind) {
+                if let Some(seconds) = waits(node) {
                     if node.kind == NodeKind::Action && node.segment.is_none() {
                         // A timeout shorter than the sleep ends it early, as a failure.
-                        let secs = sleep_timeout(node).unwrap_or(s.seconds);
+                        let secs = sleep_timeout(node).unwrap_or(seconds);
                         let at = now + i64::from(secs);
                         inst.not_before = Some(at);
                         out.wake_at = Some(out.wake_at.map_or(at, |w| w.min(at)));
@@ -826,10 +823,13 @@ fn body_timeout(node: &PlanNode) -> Option<(&str, u32)> {
 }
 
 fn sleep_timeout(node: &PlanNode) -> Option<u32> {
-    match node.step.as_ref().map(|s| &s.kind) {
-        Some(StepKind::Sleep(s)) => node.timeout_seconds.filter(|t| *t < s.seconds),
-        _ => None,
-    }
+    let seconds = waits(node)?;
+    node.timeout_seconds.filter(|t| *t < seconds)
+}
+
+/// How long `node` only waits (a `sleep`), if that is all it does.
+fn waits(node: &PlanNode) -> Option<u32> {
+    node.step_kind()?.params().waits_seconds()
 }
 
 fn edge(kind: EdgeKind, inst: &Instance) -> Edge {

@@ -89,6 +89,12 @@ pub trait StepParams {
         None
     }
 
+    /// For a step that only waits: how long. Nothing runs it; the controller keeps a timer (or,
+    /// fused into a segment, its Job's pod waits) — no type name needs checking for this.
+    fn waits_seconds(&self) -> Option<u32> {
+        None
+    }
+
     /// Whether `timeoutSeconds` bounds the step's whole body (a structural step: its nested
     /// steps are stopped and the step fails once it passes) rather than one Job's work.
     fn times_its_body(&self) -> bool {

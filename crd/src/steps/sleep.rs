@@ -21,4 +21,8 @@ impl StepParams for SleepStep {
     fn placement(&self, _: bool) -> Placement {
         Placement::Controller
     }
+
+    fn waits_seconds(&self) -> Option<u32> {
+        Some(self.seconds)
+    }
 }
