@@ -7,6 +7,7 @@ mod context;
 mod error;
 mod finalizer;
 mod guard;
+mod invalid;
 mod launch;
 mod narrate;
 pub mod node_health;
@@ -31,7 +32,6 @@ use std::time::Duration;
 use kube::api::{Api, DynamicObject};
 use kube::discovery::ApiResource;
 use kube::runtime::controller::Action;
-use kube::runtime::events::EventType;
 use kube::ResourceExt;
 use pseudoflow_compiler::plan::Plan;
 use pseudoflow_compiler::{compile, Compiled, FlowId};
@@ -39,7 +39,7 @@ use pseudoflow_crd::RUN_ANNOTATION;
 use serde_json::Value;
 use tracing::warn;
 
-use crate::limits::{bounded, MAX_RUN_STATE_BYTES, MAX_STATUS_MESSAGE_CHARS};
+use crate::limits::MAX_RUN_STATE_BYTES;
 use crate::walk::fold::earliest;
 use crate::walk::select::{select, wanted_id};
 use crate::walk::{RunPhase, StoredRun};
@@ -84,22 +84,7 @@ async fn reconcile_flow(
     let compiled = match compile(&r.flow_id, &raw_spec) {
         Ok(c) => c,
         Err(diags) => {
-            let errors: Vec<String> = diags
-                .errors()
-                .map(|d| format!("{}: {}", d.path, d.message))
-                .collect();
-            let message = format!("{} problem(s): {}", errors.len(), errors.join("; "));
-            let message = bounded(&message, MAX_STATUS_MESSAGE_CHARS);
-            if !status::already_failed(&previous, generation, "InvalidSpec") {
-                r.publish(EventType::Warning, "InvalidSpec", &message).await;
-                ctx.metrics.run_finished(&r.key(), "Failed");
-            }
-            let invalid = status::invalid(&previous, generation, &message, r.now);
-            patch_status(&flows, name, status::to_patch(&invalid)).await?;
-            if deleting {
-                // Nothing valid to run before deletion: let it go.
-                finalizer::remove(&flows, flow).await?;
-            }
+            invalid::spec(&r, &flows, &previous, &diags, deleting).await?;
             return Ok(Action::await_change());
         }
     };
@@ -118,18 +103,7 @@ async fn reconcile_flow(
         // Nothing in it is trusted: the next save replaces it.
         store::Loaded::NotOurs(rv) => (None, Some(rv)),
         store::Loaded::Unreadable(_, why) => {
-            // Starting afresh would re-run every step on every reconcile.
-            let message = format!(
-                "the stored state of this flow's run (Secret {}) cannot be read: {why}; delete \
-                 that Secret to start a new run",
-                store::name(name)
-            );
-            if previous["reason"] != "RunStateUnreadable" {
-                r.publish(EventType::Warning, "RunStateUnreadable", &message)
-                    .await;
-            }
-            let unreadable = status::failed_with("RunStateUnreadable", &message);
-            patch_status(&flows, name, status::to_patch(&unreadable)).await?;
+            invalid::run_state(&r, &flows, &previous, &why).await?;
             return Ok(Action::await_change());
         }
     };

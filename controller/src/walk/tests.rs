@@ -650,17 +650,16 @@ fn a_loop_past_its_timeout_stops_its_body_and_fails_and_continue_on_error_goes_o
     let w = Walker::new(&c.plan);
     let mut s = RunState::default();
     assert_eq!(started(&w.advance(&mut s, 0)), ["s0"]);
-    w.complete(
+    let o = finish(
+        &w,
         &mut s,
         "s0",
-        &[],
         Completion {
             items: items(&["x", "y"]),
             ..ok()
         },
-        0,
     );
-    assert_eq!(started(&w.advance(&mut s, 0)), ["s0-s0@0"]);
+    assert_eq!(started(&o), ["s0-s0@0"]);
     let o = w.advance(&mut s, 29);
     assert!(o.actions.is_empty(), "{o:?}");
     assert_eq!(o.wake_at, Some(30), "woken when the loop's time is up");
@@ -723,15 +722,14 @@ fn a_node_fan_out_times_each_node_not_the_whole_rollout() {
     let w = Walker::new(&c.plan);
     let mut s = RunState::default();
     assert_eq!(started(&w.advance(&mut s, 0)), ["s0"]);
-    w.complete(
+    finish(
+        &w,
         &mut s,
         "s0",
-        &[],
         Completion {
             items: nodes(&["n1", "n2"]),
             ..ok()
         },
-        0,
     );
     let o = w.advance(&mut s, 1000);
     assert!(aborted(&o).is_empty(), "{o:?}");
