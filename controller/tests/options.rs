@@ -20,7 +20,7 @@ mod common;
 use common::api::{eventually, unix};
 use common::{
     apply, create_flow, created, finished, flow_events, flows, job_node, jobs, prepare,
-    request_run, setup, start_controller_with, step, wait_done, wait_status,
+    request_run, setup, start_controller_with, step, wait_done, wait_status, work_ended,
 };
 
 /// What the flows of these tests may do in their namespace: ConfigMaps, read and write.
@@ -106,18 +106,13 @@ async fn retry_reruns_its_steps_after_doubling_backoff_until_they_succeed() {
     for n in 0..3 {
         assert!(cm(&client, &ns, &format!("attempt-{n}")).await.is_some());
     }
-    // Backoff before attempt 2 is 2 s, before attempt 3 it doubles to 4 s.
-    let gap = |a: &Job, b: &Job| created(b) - finished(a).expect("earlier attempts finished");
-    assert!(
-        gap(&jobs[0], &jobs[1]) >= 2,
-        "gap 1: {}s",
-        gap(&jobs[0], &jobs[1])
-    );
-    assert!(
-        gap(&jobs[1], &jobs[2]) >= 4,
-        "gap 2: {}s",
-        gap(&jobs[1], &jobs[2])
-    );
+    // Backoff before attempt 2 is 2 s, before attempt 3 it doubles to 4 s: counted from the end
+    // of the attempt's work (its pod), which the controller sees no earlier.
+    for (i, backoff) in [(0, 2), (1, 4)] {
+        let ended = work_ended(&client, &jobs[i]).await;
+        let gap = created(&jobs[i + 1]) - ended.expect("earlier attempts finished");
+        assert!(gap >= backoff, "gap {}: {gap}s", i + 1);
+    }
     ctl.abort();
 }
 
@@ -377,7 +372,7 @@ async fn loop_runs_its_steps_for_each_item_of_an_evaluated_list() {
     assert_eq!(instances, ["0", "1", "2"], "one Job per item, in order");
     for pair in jobs.windows(2) {
         assert!(
-            created(&pair[1]) >= finished(&pair[0]).unwrap(),
+            created(&pair[1]) >= work_ended(&client, &pair[0]).await.unwrap(),
             "items run one after another"
         );
     }
@@ -721,11 +716,10 @@ async fn forbid_queues_a_new_run_until_the_running_one_ends() {
         (2, 2, 4),
         "the whole first run, then the whole second"
     );
-    let first_end = first_jobs
-        .iter()
-        .map(|j| finished(j).unwrap())
-        .max()
-        .unwrap();
+    let mut first_end = 0;
+    for j in &first_jobs {
+        first_end = first_end.max(work_ended(client, j).await.unwrap());
+    }
     let second_start = second_jobs.iter().map(|j| created(j)).min().unwrap();
     assert!(
         second_start >= first_end,

@@ -2,6 +2,7 @@
 //! itself (node, annotations, times, identity, pinned node).
 
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use kube::Client;
 
@@ -84,4 +85,24 @@ pub async fn pinned_nodes(client: &Client, ns: &str) -> Vec<String> {
         .into_iter()
         .filter_map(|j| j.spec?.template.spec?.node_name)
         .collect()
+}
+
+/// Unix seconds the work of a finished Job ended: the latest `finishedAt` of its pods'
+/// containers. The controller acts on a step's end as soon as its pod has terminated, which can
+/// be before kube-controller-manager marks the Job Complete or Failed (under load, seconds
+/// before), so "B started after A ended" is checked against this time, not the Job condition's.
+pub async fn work_ended(client: &Client, j: &Job) -> Option<i64> {
+    let ns = j.metadata.namespace.as_deref()?;
+    let name = j.metadata.name.as_deref()?;
+    let pods = Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(&format!("job-name={name}")))
+        .await
+        .ok()?;
+    pods.items
+        .iter()
+        .filter_map(|p| p.status.as_ref()?.container_statuses.as_ref())
+        .flatten()
+        .filter_map(|c| c.state.as_ref()?.terminated.as_ref()?.finished_at.as_ref())
+        .map(|t| t.0.as_second())
+        .max()
 }
