@@ -102,6 +102,27 @@ impl NodeHealth {
     }
 }
 
+/// The part of a Node the view reads: its name and its `Ready` condition. The watch keeps only
+/// this, so a cluster's Nodes (images, addresses, labels, managedFields — tens of KiB each) do
+/// not sit in the controller's memory (issue #12's 1,000-flow RSS budget).
+pub fn keep_readiness(node: &mut Node) {
+    let name = node.metadata.name.take();
+    let version = node.metadata.resource_version.take();
+    node.metadata = Default::default();
+    node.metadata.name = name;
+    node.metadata.resource_version = version;
+    node.spec = None;
+    let ready = node
+        .status
+        .take()
+        .and_then(|s| s.conditions)
+        .and_then(|cs| cs.into_iter().find(|c| c.type_ == "Ready"));
+    node.status = ready.map(|c| k8s_openapi::api::core::v1::NodeStatus {
+        conditions: Some(vec![c]),
+        ..Default::default()
+    });
+}
+
 /// The node a Job's pod is pinned to (node steps set `nodeName`).
 pub fn pinned_node(job: &Job) -> Option<String> {
     job.spec.as_ref()?.template.spec.as_ref()?.node_name.clone()
@@ -206,5 +227,36 @@ mod tests {
         assert!(h.blind().unwrap().contains("nodes list and watch"));
         h.watch_refused(None);
         assert_eq!(h.blind(), None);
+    }
+
+    #[test]
+    fn the_watch_keeps_only_a_nodes_name_and_readiness_and_still_tells_a_lost_node() {
+        let mut full: Node = serde_json::from_value(json!({
+            "metadata": {"name": "c", "resourceVersion": "7",
+                "labels": {"kubernetes.io/hostname": "c"},
+                "managedFields": [{"manager": "kubelet", "operation": "Update"}]},
+            "spec": {"podCIDR": "10.0.0.0/24"},
+            "status": {
+                "conditions": [
+                    {"type": "MemoryPressure", "status": "False"},
+                    {"type": "Ready", "status": "Unknown", "message": "Kubelet stopped posting node status."}
+                ],
+                "images": [{"names": ["registry.k8s.io/pause:3.10"], "sizeBytes": 1}],
+                "addresses": [{"type": "InternalIP", "address": "10.0.0.3"}]
+            }
+        }))
+        .unwrap();
+        keep_readiness(&mut full);
+        assert_eq!(
+            serde_json::to_value(&full).unwrap(),
+            json!({
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": "c", "resourceVersion": "7"},
+                "status": {"conditions": [{"type": "Ready", "status": "Unknown",
+                    "message": "Kubelet stopped posting node status."}]}
+            })
+        );
+        let h = health(&[full]);
+        assert!(h.lost("c").unwrap().contains("stopped posting"));
     }
 }

@@ -115,6 +115,7 @@ fn node_watch(
         watcher::Config::default(),
     )
     .backoff(WatchBackoff::default())
+    .modify(super::node_health::keep_readiness)
     .inspect(move |ev| match ev {
         Ok(_) => health.nodes.watch_refused(None),
         Err(e) => health.nodes.watch_refused(refusal(e)),
