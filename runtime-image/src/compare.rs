@@ -8,7 +8,7 @@ use serde_json::Value;
 /// Compares what a jsonPath found (`None` when the object or the path is missing) with the
 /// expected value. Missing is false for every op except `notEquals`, where it is true.
 /// `greaterThan`/`lessThan` on values that are not numbers or quantities is an error.
-pub fn compare(op: Op, actual: Option<&str>, expected: &str) -> Result<bool, String> {
+pub fn compare(op: Op, actual: Option<&str>, expected: &str) -> Result<bool, CompareError> {
     let Some(actual) = actual else {
         return Ok(op == Op::NotEquals);
     };
@@ -27,14 +27,34 @@ pub fn compare(op: Op, actual: Option<&str>, expected: &str) -> Result<bool, Str
     })
 }
 
-fn numbers(op: Op, actual: &str, expected: &str) -> Result<(f64, f64), String> {
+fn numbers(op: Op, actual: &str, expected: &str) -> Result<(f64, f64), CompareError> {
     let parse = |s: &str| parse_number_or_quantity(s);
     match (parse(actual), parse(expected)) {
         (Some(a), Some(b)) => Ok((a, b)),
-        _ => Err(format!(
-            "{op:?} compares numbers or quantities, but got {actual:?} and {expected:?}"
-        )),
+        _ => Err(CompareError::NotNumbers {
+            op,
+            actual: actual.to_string(),
+            expected: expected.to_string(),
+        }),
     }
+}
+
+/// Why a condition could not be evaluated (as opposed to evaluating to false).
+#[derive(Debug, thiserror::Error)]
+pub enum CompareError {
+    /// An order comparison of values that are neither numbers nor quantities.
+    #[error("{op:?} compares numbers or quantities, but got {actual:?} and {expected:?}")]
+    NotNumbers {
+        /// The comparison asked for.
+        op: Op,
+        /// What the jsonPath found.
+        actual: String,
+        /// What the condition expects.
+        expected: String,
+    },
+    /// The condition's jsonPath does not parse.
+    #[error(transparent)]
+    Path(#[from] pseudoflow_crd::jsonpath::JsonPathError),
 }
 
 /// Evaluates `jsonPath op value` on an object (`None` = the object does not exist).
@@ -43,8 +63,8 @@ pub fn evaluate(
     json_path: &str,
     op: Op,
     expected: &str,
-) -> Result<(bool, Option<String>), String> {
-    let path = JsonPath::parse(json_path).map_err(|e| e.to_string())?;
+) -> Result<(bool, Option<String>), CompareError> {
+    let path = JsonPath::parse(json_path)?;
     let actual = object.and_then(|o| path.eval_text(o));
     let holds = compare(op, actual.as_deref(), expected)?;
     Ok((holds, actual))
@@ -75,7 +95,7 @@ mod tests {
     #[test]
     fn non_numbers_are_an_error_not_a_string_comparison() {
         let e = compare(Op::GreaterThan, Some("ten"), "2").unwrap_err();
-        assert!(e.contains("\"ten\""), "{e}");
+        assert!(e.to_string().contains("\"ten\""), "{e}");
         assert!(compare(Op::LessThan, Some("1"), "x").is_err());
     }
 

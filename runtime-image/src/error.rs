@@ -16,13 +16,13 @@ pub enum StepError {
 
 impl StepError {
     /// A step failure with a message.
-    pub fn failed(message: impl Into<String>) -> Self {
-        StepError::Failed(message.into())
+    pub fn failed(message: impl std::fmt::Display) -> Self {
+        StepError::Failed(message.to_string())
     }
 
     /// Bad input with a message.
-    pub fn input(message: impl Into<String>) -> Self {
-        StepError::Input(message.into())
+    pub fn input(message: impl std::fmt::Display) -> Self {
+        StepError::Input(message.to_string())
     }
 }
 

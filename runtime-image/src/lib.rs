@@ -39,7 +39,7 @@ pub use error::StepError;
 /// privileged) step pod does. Without an expected digest (a local run) nothing is checked.
 ///
 /// [`INPUT_DIGEST_ENV`]: pseudoflow_crd::protocol::INPUT_DIGEST_ENV
-pub fn check_input_digest(text: &str, expected: Option<&str>) -> Result<(), String> {
+pub fn check_input_digest(text: &str, expected: Option<&str>) -> Result<(), ForeignInput> {
     let Some(expected) = expected.filter(|e| !e.is_empty()) else {
         return Ok(());
     };
@@ -47,11 +47,24 @@ pub fn check_input_digest(text: &str, expected: Option<&str>) -> Result<(), Stri
     if actual == expected {
         Ok(())
     } else {
-        Err(format!(
-            "the input document is not the one this Job was made for (SHA-256 {actual}, the Job \
-             expects {expected}): refusing to run it"
-        ))
+        Err(ForeignInput {
+            actual,
+            expected: expected.to_string(),
+        })
     }
+}
+
+/// An input document other than the one the Job was made for (planted or changed).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the input document is not the one this Job was made for (SHA-256 {actual}, the Job expects \
+     {expected}): refusing to run it"
+)]
+pub struct ForeignInput {
+    /// The digest of the document found.
+    pub actual: String,
+    /// The digest the Job's spec carries.
+    pub expected: String,
 }
 
 /// Parses the input document and its step; any problem is bad input (exit code 2).
@@ -119,7 +132,7 @@ mod input_digest_tests {
         assert!(check_input_digest(doc, Some(&content_digest(doc.as_bytes()))).is_ok());
         let planted = r#"{"step": {"type": "configFile"}}"#;
         let err = check_input_digest(planted, Some(&content_digest(doc.as_bytes()))).unwrap_err();
-        assert!(err.contains("not the one this Job was made for"), "{err}");
+        assert!(err.to_string().contains("not the one this Job was made for"), "{err}");
         assert!(
             check_input_digest(planted, None).is_ok(),
             "local runs check nothing"

@@ -87,7 +87,7 @@ async fn main() -> ExitCode {
         Err(e) => return report_bad_input(format!("cannot read {path}: {e}")),
     };
     if let Err(why) = check_input_digest(&text, std::env::var(INPUT_DIGEST_ENV).ok().as_deref()) {
-        return report_bad_input(why);
+        return report_bad_input(why.to_string());
     }
     let (input, step) = match parse_input(&text) {
         Ok(v) => v,

@@ -14,6 +14,7 @@ use pseudoflow_crd::protocol::{JOB_NAME_ENV, LABEL_FLOW, LABEL_MANAGED_BY, LABEL
 use serde_json::json;
 
 use crate::context::ExecCtx;
+use crate::error::StepError;
 
 /// Key of the full result in the result ConfigMap.
 pub const RESULT_KEY: &str = "result.json";
@@ -106,8 +107,8 @@ pub async fn deliver(ctx: &ExecCtx, result: &StepResult) -> bool {
     ok
 }
 
-async fn store(ctx: &ExecCtx, name: &str, full: String) -> Result<(), String> {
-    let client = ctx.client().await.map_err(|e| e.to_string())?;
+async fn store(ctx: &ExecCtx, name: &str, full: String) -> Result<(), StepError> {
+    let client = ctx.client().await?;
     let ns = ctx.namespace();
     let api: Api<ConfigMap> = Api::namespaced(client, ns);
     let mut labels = BTreeMap::new();
@@ -144,7 +145,6 @@ async fn store(ctx: &ExecCtx, name: &str, full: String) -> Result<(), String> {
                 namespace: Some(ns),
             },
         )
-        .to_string()
     })
 }
 

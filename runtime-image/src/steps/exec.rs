@@ -54,7 +54,7 @@ fn kubectl_namespace_env(ns: &str) -> Result<Vec<(String, String)>, StepError> {
         ))
     };
     let text = std::fs::read_to_string(first).map_err(|e| fail(e.to_string()))?;
-    let changed = with_context_namespace(&text, ns).map_err(fail)?;
+    let changed = with_context_namespace(&text, ns).map_err(|e| fail(e.to_string()))?;
     let dir = std::env::temp_dir().join(format!("pseudoflow-exec-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| fail(e.to_string()))?;
     let copy = dir.join("kubeconfig");
@@ -64,18 +64,29 @@ fn kubectl_namespace_env(ns: &str) -> Result<Vec<(String, String)>, StepError> {
 }
 
 /// A kubeconfig's text with its current context's namespace set to `ns`.
-fn with_context_namespace(text: &str, ns: &str) -> Result<String, String> {
-    let mut cfg: serde_json::Value = serde_yaml::from_str(text).map_err(|e| e.to_string())?;
+fn with_context_namespace(text: &str, ns: &str) -> Result<String, KubeconfigError> {
+    let mut cfg: serde_json::Value = serde_yaml::from_str(text)?;
     let current = cfg["current-context"]
         .as_str()
-        .ok_or("it names no current-context")?
+        .ok_or(KubeconfigError::NoCurrentContext)?
         .to_string();
     let context = cfg["contexts"]
         .as_array_mut()
         .and_then(|cs| cs.iter_mut().find(|c| c["name"] == current.as_str()))
-        .ok_or_else(|| format!("it has no context {current:?}"))?;
+        .ok_or(KubeconfigError::NoSuchContext(current))?;
     context["context"]["namespace"] = Value::String(ns.to_string());
-    serde_json::to_string(&cfg).map_err(|e| e.to_string())
+    Ok(cfg.to_string())
+}
+
+/// Why exec's `namespace` could not be set in the pod's kubeconfig.
+#[derive(Debug, thiserror::Error)]
+enum KubeconfigError {
+    #[error(transparent)]
+    Yaml(#[from] serde_yaml::Error),
+    #[error("it names no current-context")]
+    NoCurrentContext,
+    #[error("it has no context {0:?}")]
+    NoSuchContext(String),
 }
 
 /// Runs an API-context `script` with bash in the executor's pod.
@@ -175,8 +186,8 @@ mod tests {
         assert_eq!(out["contexts"][0]["context"]["namespace"], "a");
         assert_eq!(out["users"][0]["user"]["tokenFile"], "/t");
         let e = with_context_namespace("contexts: []\n", "x").unwrap_err();
-        assert!(e.contains("no current-context"), "{e}");
+        assert!(e.to_string().contains("no current-context"), "{e}");
         let e = with_context_namespace("current-context: gone\ncontexts: []\n", "x").unwrap_err();
-        assert!(e.contains("no context \"gone\""), "{e}");
+        assert!(e.to_string().contains("no context \"gone\""), "{e}");
     }
 }
