@@ -132,7 +132,11 @@ mod input_digest_tests {
         assert!(check_input_digest(doc, Some(&content_digest(doc.as_bytes()))).is_ok());
         let planted = r#"{"step": {"type": "configFile"}}"#;
         let err = check_input_digest(planted, Some(&content_digest(doc.as_bytes()))).unwrap_err();
-        assert!(err.to_string().contains("not the one this Job was made for"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("not the one this Job was made for"),
+            "{err}"
+        );
         assert!(
             check_input_digest(planted, None).is_ok(),
             "local runs check nothing"
