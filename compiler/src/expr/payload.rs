@@ -1,8 +1,10 @@
 //! Preparing a node's payload at run time: `${...}` substituted, a `template` rendered,
-//! `patchLabel`'s variable attached — what the controller lowers into the step's input.
+//! `patchLabel`'s variable attached, the variables a run-time body may use sent along — what
+//! the controller lowers into the step's input.
 
 use pseudoflow_crd::steps::apply::manifest_objects;
 use pseudoflow_crd::validate::join;
+use pseudoflow_crd::steps::Placement;
 use pseudoflow_crd::{PseudoFlowSpec, StepKind};
 use serde_json::Value;
 
@@ -40,8 +42,21 @@ pub fn prepare_payload(
                 scope.get(var).cloned().unwrap_or(Value::Null),
             );
         }
+        if reads_body(node) {
+            obj.insert(BODY_VARS.into(), Value::Object(scope.clone().into_iter().collect()));
+        }
     }
     Ok((value, warnings))
+}
+
+/// The payload field carrying the run's variables to a step that reads a body at run time.
+pub const BODY_VARS: &str = "bodyVars";
+
+/// Whether the executor will read a YAML body for this node (see
+/// [`pseudoflow_crd::steps::StepParams::reads_body`]); a node-context `deleteFile` deletes a node file
+/// and reads none.
+fn reads_body(node: &PlanNode) -> bool {
+    node.placement != Placement::Node && node.step_kind().is_some_and(|k| k.params().reads_body())
 }
 
 /// `apply.manifests` given as YAML text becomes the list of its objects *before* substitution,
@@ -82,7 +97,7 @@ pub fn substitute_flow_vars(node: &PlanNode, spec: &PseudoFlowSpec) -> Value {
 mod tests {
     use serde_json::json;
 
-    use super::super::tests::flow;
+    use super::super::test_flow as flow;
     use super::*;
 
     #[test]

@@ -22,6 +22,10 @@ impl StepParams for ApplyFileStep {
     fn validate(&self, ctx: &mut Ctx) {
         check_artifact_path(ctx, "path", &self.path);
     }
+
+    fn reads_body(&self) -> bool {
+        true
+    }
 }
 
 /// Artifact paths stay inside the artifact root: relative, no `..`, not empty.

@@ -45,6 +45,10 @@ impl StepParams for DeleteFileStep {
         }
     }
 
+    fn reads_body(&self) -> bool {
+        true
+    }
+
     fn node_targeting(&self) -> Option<(&LabelSelector, RunOn)> {
         self.node_selector.as_ref().map(|s| (s, RunOn::All))
     }

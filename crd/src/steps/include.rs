@@ -89,6 +89,12 @@ impl StepParams for IncludeStep {
             },
         }
     }
+
+    /// Included manifests are a body; included steps are not (they are compiled, and their
+    /// fields substituted, like any step's).
+    fn reads_body(&self) -> bool {
+        true
+    }
 }
 
 fn check_ref(ctx: &mut Ctx, field: &str, r: &KeyRef) {
