@@ -38,15 +38,20 @@ async fn artifacts(client: &Client, ns: &str, files: Value) {
 async fn apply_file_substitutes_vars_and_step_outputs_inside_the_artifact() {
     let (client, ns, ctl) = setup("body-apply", json!([cm_rule()]), json!([])).await;
     artifacts(&client, &ns, json!({"app.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app-${who}\n  namespace: ${ns}\ndata:\n  replicas: ${replicas}\n  greeting: hello ${who}\n  computed: n=${count}\n"})).await;
-    create_flow(&client, &ns, "apply", json!({
-        "serviceAccountName": "flow",
-        "artifacts": [{"configMap": "arts"}],
-        "vars": {"who": "team-a", "ns": ns, "replicas": "3"},
-        "steps": [
-            {"type": "eval", "expression": "1 + 2", "var": "count"},
-            {"type": "applyFile", "path": "app.yaml"},
-        ]
-    }))
+    create_flow(
+        &client,
+        &ns,
+        "apply",
+        json!({
+            "serviceAccountName": "flow",
+            "artifacts": [{"configMap": "arts"}],
+            "vars": {"who": "team-a", "ns": ns, "replicas": "3"},
+            "steps": [
+                {"type": "eval", "expression": "1 + 2", "var": "count"},
+                {"type": "applyFile", "path": "app.yaml"},
+            ]
+        }),
+    )
     .await;
     let st = wait_done(&client, &ns, "apply", 90).await;
     assert_eq!(st["phase"], "Succeeded", "{st:#}");
@@ -72,12 +77,17 @@ async fn delete_file_substitutes_the_names_it_deletes() {
     apply(&client, json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "doomed-team-a", "namespace": ns}})).await;
     apply(&client, json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kept", "namespace": ns}})).await;
     artifacts(&client, &ns, json!({"doomed.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: doomed-${who}\n  namespace: ${ns}\n"})).await;
-    create_flow(&client, &ns, "delete", json!({
-        "serviceAccountName": "flow",
-        "artifacts": [{"configMap": "arts"}],
-        "vars": {"who": "team-a", "ns": ns},
-        "steps": [{"type": "deleteFile", "path": "doomed.yaml"}]
-    }))
+    create_flow(
+        &client,
+        &ns,
+        "delete",
+        json!({
+            "serviceAccountName": "flow",
+            "artifacts": [{"configMap": "arts"}],
+            "vars": {"who": "team-a", "ns": ns},
+            "steps": [{"type": "deleteFile", "path": "doomed.yaml"}]
+        }),
+    )
     .await;
     let st = wait_done(&client, &ns, "delete", 90).await;
     assert_eq!(st["phase"], "Succeeded", "{st:#}");
@@ -119,12 +129,17 @@ async fn a_value_cannot_inject_yaml_into_a_body_nor_be_evaluated_again() {
         "x\n  kind: Secret\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: injected\n  namespace: {ns}\n"
     );
     artifacts(&client, &ns, json!({"app.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: target\ndata:\n  a: ${evil}\n  b: before ${other} after\n"})).await;
-    create_flow(&client, &ns, "inject", json!({
-        "serviceAccountName": "flow",
-        "artifacts": [{"configMap": "arts"}],
-        "vars": {"evil": evil, "other": "${evil}", "who": "w"},
-        "steps": [{"type": "applyFile", "path": "app.yaml"}]
-    }))
+    create_flow(
+        &client,
+        &ns,
+        "inject",
+        json!({
+            "serviceAccountName": "flow",
+            "artifacts": [{"configMap": "arts"}],
+            "vars": {"evil": evil, "other": "${evil}", "who": "w"},
+            "steps": [{"type": "applyFile", "path": "app.yaml"}]
+        }),
+    )
     .await;
     let st = wait_done(&client, &ns, "inject", 90).await;
     assert_eq!(st["phase"], "Succeeded", "{st:#}");
@@ -155,15 +170,20 @@ async fn double_dollar_is_a_literal_and_other_shell_syntax_fails_naming_the_fiel
         "bad.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: never\ndata:\n  run.sh: echo ${HOME:-/root}\n",
     }))
     .await;
-    create_flow(&client, &ns, "esc", json!({
-        "serviceAccountName": "flow",
-        "artifacts": [{"configMap": "arts"}],
-        "vars": {"who": "w"},
-        "steps": [
-            {"type": "applyFile", "path": "ok.yaml"},
-            {"type": "applyFile", "path": "bad.yaml"},
-        ]
-    }))
+    create_flow(
+        &client,
+        &ns,
+        "esc",
+        json!({
+            "serviceAccountName": "flow",
+            "artifacts": [{"configMap": "arts"}],
+            "vars": {"who": "w"},
+            "steps": [
+                {"type": "applyFile", "path": "ok.yaml"},
+                {"type": "applyFile", "path": "bad.yaml"},
+            ]
+        }),
+    )
     .await;
     let st = wait_done(&client, &ns, "esc", 90).await;
     assert_eq!(st["phase"], "Failed", "{st:#}");

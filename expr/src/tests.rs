@@ -191,7 +191,8 @@ fn templates_keep_their_trailing_newline() {
     let sc = scope(&[("ip", json!("10.0.0.1"))]);
     let e = Engine::new();
     assert_eq!(
-        e.render_template("nameserver {{ ip }}\n", &sc, "p").unwrap(),
+        e.render_template("nameserver {{ ip }}\n", &sc, "p")
+            .unwrap(),
         "nameserver 10.0.0.1\n"
     );
     assert_eq!(e.render_template("a\n\n", &sc, "p").unwrap(), "a\n\n");

@@ -86,7 +86,9 @@ mod tests {
         assert_eq!(out[0]["metadata"]["name"], "cm-team");
         assert_eq!(
             out[0]["data"]["a"],
-            json!("v\n  kind: Secret\n---\napiVersion: v1\nkind: Secret\nmetadata: {name: injected}")
+            json!(
+                "v\n  kind: Secret\n---\napiVersion: v1\nkind: Secret\nmetadata: {name: injected}"
+            )
         );
         assert_eq!(
             out[0]["data"]["b"],
@@ -111,7 +113,10 @@ mod tests {
         assert!(err.to_string().contains("x.yaml[0].data.a"), "{err}");
         assert!(err.to_string().contains("HOME:-x"), "{err}");
         let err = substitute(objs, &Scope::new(), "Secret s key k", true).unwrap_err();
-        assert!(err.to_string().contains("Secret s key k[0].data.a"), "{err}");
+        assert!(
+            err.to_string().contains("Secret s key k[0].data.a"),
+            "{err}"
+        );
         assert!(!err.to_string().contains("HOME"), "{err}");
     }
 

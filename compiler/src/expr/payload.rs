@@ -3,8 +3,8 @@
 //! the controller lowers into the step's input.
 
 use pseudoflow_crd::steps::apply::manifest_objects;
-use pseudoflow_crd::validate::join;
 use pseudoflow_crd::steps::Placement;
+use pseudoflow_crd::validate::join;
 use pseudoflow_crd::{PseudoFlowSpec, StepKind};
 use serde_json::Value;
 
@@ -43,7 +43,10 @@ pub fn prepare_payload(
             );
         }
         if reads_body(node) {
-            obj.insert(BODY_VARS.into(), Value::Object(scope.clone().into_iter().collect()));
+            obj.insert(
+                BODY_VARS.into(),
+                Value::Object(scope.clone().into_iter().collect()),
+            );
         }
     }
     Ok((value, warnings))

@@ -14,7 +14,8 @@ const NODES: [&str; 3] = ["cp-0", "worker-0", "worker-1"];
 /// controller allowed to run node steps in it.
 async fn node_setup(prefix: &str) -> (Client, String, tokio::task::JoinHandle<()>) {
     let cms = json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch", "create", "patch", "delete"]}]);
-    let nodes = json!([{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}]);
+    let nodes =
+        json!([{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}]);
     let (client, ns) = prepare(prefix, cms, nodes).await;
     let ctl = start_node_controller(&client, &ns).await;
     (client, ns, ctl)
@@ -70,19 +71,19 @@ async fn template_renders_into_a_node_file_and_into_a_variable() {
         "rendered on the selected node, trailing newline kept"
     );
     let mode = std::os::unix::fs::PermissionsExt::mode(
-        &std::fs::metadata(env().node_root("worker-0").join(file.trim_start_matches('/')))
-            .unwrap()
-            .permissions(),
+        &std::fs::metadata(
+            env()
+                .node_root("worker-0")
+                .join(file.trim_start_matches('/')),
+        )
+        .unwrap()
+        .permissions(),
     );
     assert_eq!(mode & 0o777, 0o600);
     for node in ["cp-0", "worker-1"] {
         assert_eq!(read(node, &file), None, "{node} is not selected");
     }
-    assert_eq!(
-        work(&st, "spec.steps[1]")["phase"],
-        "Succeeded",
-        "{st:#}"
-    );
+    assert_eq!(work(&st, "spec.steps[1]")["phase"], "Succeeded", "{st:#}");
     assert_eq!(
         read("worker-1", &copy).as_deref(),
         Some("hello ops\n"),
@@ -177,21 +178,30 @@ async fn exec_node_run_on_any_and_first_and_var_per_node() {
 async fn delete_file_on_a_node_removes_only_that_nodes_file() {
     let (client, ns, ctl) = node_setup("delfile").await;
     let file = format!("/etc/pseudoflow/{ns}-doomed");
-    create_flow(&client, &ns, "del", json!({
-        "serviceAccountName": "flow",
-        "steps": [
-            {"type": "configFile", "path": file, "nodeSelector": "", "content": "x\n"},
-            {"type": "deleteFile", "path": file, "nodeSelector": on("worker-0")},
-            // Deleting what is gone changes nothing.
-            {"type": "deleteFile", "path": file, "nodeSelector": on("worker-0")},
-        ]
-    }))
+    create_flow(
+        &client,
+        &ns,
+        "del",
+        json!({
+            "serviceAccountName": "flow",
+            "steps": [
+                {"type": "configFile", "path": file, "nodeSelector": "", "content": "x\n"},
+                {"type": "deleteFile", "path": file, "nodeSelector": on("worker-0")},
+                // Deleting what is gone changes nothing.
+                {"type": "deleteFile", "path": file, "nodeSelector": on("worker-0")},
+            ]
+        }),
+    )
     .await;
     let st = wait_done(&client, &ns, "del", 120).await;
     assert_eq!(st["phase"], "Succeeded", "{st:#}");
     assert_eq!(read("worker-0", &file), None, "deleted on worker-0");
     for node in ["cp-0", "worker-1"] {
-        assert_eq!(read(node, &file).as_deref(), Some("x\n"), "{node} untouched");
+        assert_eq!(
+            read(node, &file).as_deref(),
+            Some("x\n"),
+            "{node} untouched"
+        );
     }
     assert_eq!(work(&st, "spec.steps[1]")["changed"], true, "{st:#}");
     assert_eq!(work(&st, "spec.steps[2]")["changed"], false, "{st:#}");

@@ -90,7 +90,12 @@ async fn run_flow(client: &Client, file: &str) -> Value {
     let api: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), "kube-system", &flow_resource());
     let done = |o: Option<&DynamicObject>| {
-        o.is_some_and(|f| matches!(f.data["status"]["phase"].as_str(), Some("Succeeded" | "Failed")))
+        o.is_some_and(|f| {
+            matches!(
+                f.data["status"]["phase"].as_str(),
+                Some("Succeeded" | "Failed")
+            )
+        })
     };
     let f = tokio::time::timeout(Duration::from_secs(240), await_condition(api, &name, done))
         .await
@@ -158,11 +163,13 @@ async fn nodelocaldns_is_removed_after_the_install_example() {
         .await
         .unwrap()
         .is_none());
-    assert!(Api::<ServiceAccount>::namespaced(client.clone(), "kube-system")
-        .get_opt("nodelocaldns")
-        .await
-        .unwrap()
-        .is_none());
+    assert!(
+        Api::<ServiceAccount>::namespaced(client.clone(), "kube-system")
+            .get_opt("nodelocaldns")
+            .await
+            .unwrap()
+            .is_none()
+    );
     let services = Api::<Service>::namespaced(client.clone(), "kube-system");
     for svc in ["nodelocaldns", "nodelocaldns-metrics"] {
         assert!(services.get_opt(svc).await.unwrap().is_none(), "{svc}");

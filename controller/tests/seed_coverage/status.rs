@@ -10,10 +10,15 @@ use crate::common::{create_flow, request_run, setup, wait_done};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn last_run_time_is_when_the_latest_run_started() {
     let (client, ns, ctl) = setup("lastrun", json!([]), json!([])).await;
-    create_flow(&client, &ns, "f", json!({
-        "serviceAccountName": "flow",
-        "steps": [{"type": "log", "message": "hello"}]
-    }))
+    create_flow(
+        &client,
+        &ns,
+        "f",
+        json!({
+            "serviceAccountName": "flow",
+            "steps": [{"type": "log", "message": "hello"}]
+        }),
+    )
     .await;
     let first = wait_done(&client, &ns, "f", 60).await;
     assert_eq!(first["phase"], "Succeeded", "{first:#}");
@@ -23,7 +28,10 @@ async fn last_run_time_is_when_the_latest_run_started() {
     request_run(&client, &ns, "f", "again").await;
     let second = wait_next_run(&client, &ns, "f", &first["run"]["id"]).await;
     assert_eq!(second["phase"], "Succeeded", "{second:#}");
-    assert_eq!(second["lastRunTime"], second["run"]["startedAt"], "{second:#}");
+    assert_eq!(
+        second["lastRunTime"], second["run"]["startedAt"],
+        "{second:#}"
+    );
     assert!(
         unix(&second["lastRunTime"]) > unix(&first["lastRunTime"]),
         "{} then {}",
@@ -40,7 +48,13 @@ async fn status_steps_are_capped_and_the_rest_counted() {
     let steps: Vec<_> = (0..MAX_STEP_ENTRIES + extra)
         .map(|i| json!({"type": "log", "message": format!("step {i}")}))
         .collect();
-    create_flow(&client, &ns, "many", json!({"serviceAccountName": "flow", "steps": steps})).await;
+    create_flow(
+        &client,
+        &ns,
+        "many",
+        json!({"serviceAccountName": "flow", "steps": steps}),
+    )
+    .await;
     let st = wait_done(&client, &ns, "many", 120).await;
     assert_eq!(st["phase"], "Succeeded", "{}", st["message"]);
     let entries = st["steps"].as_array().unwrap();

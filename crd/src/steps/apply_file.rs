@@ -7,6 +7,8 @@ use super::{Placement, StepParams};
 use crate::validate::Ctx;
 
 /// Applies the objects in the artifact file `path`.
+///
+/// `${...}` in the file is substituted inside its parsed string values (docs/expressions.md).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ApplyFileStep {

@@ -54,6 +54,9 @@ pub enum IncludeAs {
 }
 
 /// Includes a document: objects are applied, steps are run in place.
+///
+/// `${...}` in included objects is substituted inside their parsed string values; included
+/// steps are substituted like any step (docs/expressions.md).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct IncludeStep {
