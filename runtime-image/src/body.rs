@@ -5,13 +5,11 @@
 //! fields: single pass (an inserted value is never scanned again), `$${` for a literal `${`,
 //! an unknown plain name left as is.
 
+use pseudoflow_crd::protocol::BODY_VARS;
 use pseudoflow_expr::{Engine, Scope};
 use serde_json::Value;
 
 use crate::error::StepError;
-
-/// The payload field holding the variables (`pseudoflow_compiler::expr::BODY_VARS`).
-pub const BODY_VARS: &str = "bodyVars";
 
 /// The variables a body may use, from the step's payload; none when the controller sent none.
 pub fn vars(step: &Value) -> Scope {
