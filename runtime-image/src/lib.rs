@@ -6,6 +6,7 @@
 #![warn(missing_docs)]
 
 pub mod api;
+pub mod body;
 pub mod compare;
 pub mod context;
 pub mod error;

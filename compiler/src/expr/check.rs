@@ -224,7 +224,7 @@ fn is_builtin(name: &str) -> bool {
 mod tests {
     use serde_json::json;
 
-    use super::super::tests::flow;
+    use super::super::test_flow as flow;
     use crate::Compiled;
 
     fn warnings(c: &Compiled) -> Vec<String> {

@@ -1,26 +1,25 @@
-//! `${...}` expressions (rules in `docs/expressions.md`): [`scan`] finds them, [`Engine`]
-//! evaluates them with minijinja — single pass, no I/O, bounded work; [`check_expressions`]
-//! checks a whole flow's at compile time and [`prepare_payload`] substitutes a node's at run time.
+//! `${...}` expressions in a flow: the engine lives in `pseudoflow-expr` (re-exported here);
+//! [`check_expressions`] checks a whole flow's at compile time and [`prepare_payload`]
+//! substitutes a node's at run time.
 
-mod budget;
 mod check;
-mod cost;
-mod depth;
-mod engine;
-mod guard;
 mod payload;
-mod scan;
-mod shell;
 
-pub use budget::MAX_WORK_BYTES;
 pub use check::check_expressions;
-pub use depth::{check_depth, DepthError, MAX_DEPTH};
-pub use engine::{
-    Engine, ExprRef, Scope, SubstError, Warning, FUEL, MAX_EXPRESSION_BYTES, MAX_RESULT_BYTES,
-};
 pub use payload::{prepare_payload, substitute_flow_vars};
-pub use scan::{has_expressions, scan, ScanError, Segment};
-pub use shell::{is_quoted, quote as shell_quote};
+pub use pseudoflow_expr::*;
 
+/// Flow `ns/f` with `vars: {name: n1}` and these steps, compiled: what the check and payload
+/// tests start from.
 #[cfg(test)]
-mod tests;
+pub(crate) fn test_flow(steps: serde_json::Value) -> crate::Compiled {
+    let id = crate::FlowId {
+        name: "f",
+        namespace: Some("ns"),
+    };
+    crate::compile(
+        &id,
+        &serde_json::json!({"vars": {"name": "n1"}, "steps": steps}),
+    )
+    .expect("valid flow")
+}

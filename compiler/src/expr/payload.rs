@@ -1,12 +1,16 @@
 //! Preparing a node's payload at run time: `${...}` substituted, a `template` rendered,
-//! `patchLabel`'s variable attached — what the controller lowers into the step's input.
+//! `patchLabel`'s variable attached, the variables a run-time body may use sent along — what
+//! the controller lowers into the step's input.
 
+use pseudoflow_crd::protocol::{Task, BODY_VARS};
 use pseudoflow_crd::steps::apply::manifest_objects;
+use pseudoflow_crd::steps::Placement;
 use pseudoflow_crd::validate::join;
 use pseudoflow_crd::{PseudoFlowSpec, StepKind};
 use serde_json::Value;
 
 use super::{Engine, Scope, SubstError, Warning};
+use crate::lower::task_of;
 use crate::plan::PlanNode;
 
 /// The node's payload as it will run, given the scope: `${...}` substituted, a `template`
@@ -40,8 +44,25 @@ pub fn prepare_payload(
                 scope.get(var).cloned().unwrap_or(Value::Null),
             );
         }
+        if reads_body(node) {
+            obj.insert(
+                BODY_VARS.into(),
+                Value::Object(scope.clone().into_iter().collect()),
+            );
+        }
     }
     Ok((value, warnings))
+}
+
+/// Whether the executor will read a YAML body for this node (see
+/// [`pseudoflow_crd::steps::StepParams::reads_body`]): the step's own work (not the node
+/// listing that opens a fan-out), and not a node-context `deleteFile`, which deletes a node
+/// file and reads none.
+fn reads_body(node: &PlanNode) -> bool {
+    let works = matches!(task_of(node), Some(Task::Run | Task::FetchInclude));
+    works
+        && node.placement != Placement::Node
+        && node.step_kind().is_some_and(|k| k.params().reads_body())
 }
 
 /// `apply.manifests` given as YAML text becomes the list of its objects *before* substitution,
@@ -82,7 +103,7 @@ pub fn substitute_flow_vars(node: &PlanNode, spec: &PseudoFlowSpec) -> Value {
 mod tests {
     use serde_json::json;
 
-    use super::super::tests::flow;
+    use super::super::test_flow as flow;
     use super::*;
 
     #[test]
@@ -106,6 +127,43 @@ mod tests {
             objects[0]["data"]["n"],
             json!(3),
             "a whole-scalar expression keeps its type"
+        );
+    }
+
+    #[test]
+    fn the_run_variables_go_only_to_steps_that_read_a_body() {
+        let c = flow(json!([
+            {"type": "applyFile", "path": "a.yaml"},
+            {"type": "deleteFile", "path": "a.yaml"},
+            {"type": "include", "source": {"configMapRef": {"name": "c", "key": "k"}}},
+            {"type": "deleteFile", "path": "/etc/x", "nodeSelector": ""},
+            {"type": "apply", "manifests": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "m"}}},
+        ]));
+        let scope: Scope = [("v".to_string(), json!("1"))].into();
+        let sent: Vec<(String, bool)> = c
+            .plan
+            .nodes()
+            .filter(|n| n.step.is_some() && n.path.matches('[').count() == 1)
+            .map(|n| {
+                let (p, _) = prepare_payload(&Engine::new(), n, &scope).unwrap();
+                (n.path.clone(), p.get(BODY_VARS) == Some(&json!({"v": "1"})))
+            })
+            .collect();
+        for (path, expected) in [
+            ("spec.steps[0]", true),
+            ("spec.steps[1]", true),
+            ("spec.steps[2]", true),
+            ("spec.steps[4]", false),
+        ] {
+            assert!(
+                sent.contains(&(path.to_string(), expected)),
+                "{path}: {sent:?}"
+            );
+        }
+        // A node deleteFile deletes a node file and reads no body: none of its nodes get them.
+        assert!(
+            !sent.contains(&("spec.steps[3]".to_string(), true)),
+            "{sent:?}"
         );
     }
 

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
-use pseudoflow_compiler::plan::{NodeKind, Plan};
+use pseudoflow_compiler::plan::{NodeKind, Plan, PlanNode};
+use pseudoflow_crd::common::RunOn;
 use pseudoflow_crd::status::{InstanceCounts, RunStatus, MAX_STEP_ENTRIES};
 use pseudoflow_crd::{FlowPhase, PseudoFlowStatus, StepStatus};
 use serde_json::Value;
@@ -271,6 +272,9 @@ pub fn of_run(
         let count = |p: Phase| insts.iter().filter(|i| i.phase == p).count() as u32;
         let phase = if count(Phase::Running) > 0 {
             Phase::Running
+        } else if tolerates_failures(plan, n) && count(Phase::Succeeded) > 0 {
+            // `runOn: any`: one node's success is the step's; the failures are counted.
+            Phase::Succeeded
         } else if count(Phase::Failed) > 0 {
             Phase::Failed
         } else if count(Phase::Aborted) > 0 {
@@ -349,6 +353,23 @@ pub fn of_run(
         steps_omitted: Some(omitted as u32).filter(|n| *n > 0),
         queued_run: queued.map(|(id, generation)| queued_run(id, generation)),
     }
+}
+
+/// Whether `node`'s instances join an any-of end (`runOn: any`), where the step succeeds when
+/// one of them does — as the run does: the walker lets the join decide.
+fn tolerates_failures(plan: &Plan, node: &PlanNode) -> bool {
+    node.parent
+        .as_deref()
+        .and_then(|end| plan.node(end))
+        .is_some_and(|end| {
+            matches!(
+                end.kind,
+                NodeKind::CompoundEnd {
+                    run_on: Some(RunOn::Any),
+                    ..
+                }
+            )
+        })
 }
 
 /// The instances of structural step `start` as a whole, up to its closing node `end`: Running
@@ -535,6 +556,30 @@ mod tests {
             failure_message(&c.plan, &failure),
             "spec.steps[1].steps[0] [0]: timed out"
         );
+    }
+
+    #[test]
+    fn only_a_run_on_any_fan_out_tolerates_failed_nodes() {
+        let work_node = |run_on: &str| {
+            let c = pseudoflow_compiler::compile(
+                &pseudoflow_compiler::FlowId {
+                    name: "f",
+                    namespace: Some("ns"),
+                },
+                &json!({"steps": [{"type": "execNode", "nodeSelector": "", "runOn": run_on, "cmd": "true"}]}),
+            )
+            .unwrap();
+            let node = c
+                .plan
+                .nodes()
+                .find(|n| n.step_type == "execNode" && n.parent.is_some())
+                .expect("the fan-out's work node")
+                .clone();
+            tolerates_failures(&c.plan, &node)
+        };
+        assert!(work_node("any"));
+        assert!(!work_node("all"));
+        assert!(!work_node("first"));
     }
 
     #[test]

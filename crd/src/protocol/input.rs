@@ -106,3 +106,8 @@ pub struct SegmentStep {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome: Option<crate::protocol::StepResult>,
 }
+
+/// The field of a step's payload (`ExecutorInput::step`) holding the run's variables, for a
+/// step that reads a YAML body at run time ([`crate::steps::StepParams::reads_body`]): the
+/// executor substitutes `${...}` inside the body's values with them.
+pub const BODY_VARS: &str = "bodyVars";

@@ -7,6 +7,8 @@ use super::{Placement, StepParams};
 use crate::validate::Ctx;
 
 /// Applies the objects in the artifact file `path`.
+///
+/// `${...}` in the file is substituted inside its parsed string values (docs/expressions.md).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ApplyFileStep {
@@ -21,6 +23,10 @@ impl StepParams for ApplyFileStep {
 
     fn validate(&self, ctx: &mut Ctx) {
         check_artifact_path(ctx, "path", &self.path);
+    }
+
+    fn reads_body(&self) -> bool {
+        true
     }
 }
 

@@ -11,6 +11,9 @@ use crate::steps::apply_file::check_artifact_path;
 use crate::validate::Ctx;
 
 /// Deletes the objects of an artifact file, or a file on nodes.
+///
+/// `${...}` in an artifact file is substituted inside its parsed string values
+/// (docs/expressions.md).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DeleteFileStep {
@@ -43,6 +46,10 @@ impl StepParams for DeleteFileStep {
         } else {
             check_artifact_path(ctx, "path", &self.path);
         }
+    }
+
+    fn reads_body(&self) -> bool {
+        true
     }
 
     fn node_targeting(&self) -> Option<(&LabelSelector, RunOn)> {

@@ -54,6 +54,9 @@ pub enum IncludeAs {
 }
 
 /// Includes a document: objects are applied, steps are run in place.
+///
+/// `${...}` in included objects is substituted inside their parsed string values; included
+/// steps are substituted like any step (docs/expressions.md).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct IncludeStep {
@@ -88,6 +91,12 @@ impl StepParams for IncludeStep {
                 (None, Some(r)) => check_ref(ctx, "source.secretRef", r),
             },
         }
+    }
+
+    /// Included manifests are a body; included steps are not (they are compiled, and their
+    /// fields substituted, like any step's).
+    fn reads_body(&self) -> bool {
+        true
     }
 }
 

@@ -112,6 +112,13 @@ pub trait StepParams {
     fn input_var(&self) -> Option<&str> {
         None
     }
+
+    /// Whether the step reads a YAML body at run time (an artifact file, an included
+    /// document): the executor substitutes `${...}` inside that body's parsed string values, so
+    /// the controller sends the run's variables with the step (as `bodyVars`).
+    fn reads_body(&self) -> bool {
+        false
+    }
 }
 
 /// Checks a node-file path: absolute, no `..`, not the root itself.

@@ -1,6 +1,7 @@
 //! `applyFile` and API-context `deleteFile`: a manifest file from the flow's artifacts
 //! (ConfigMaps whose keys are file names, or http(s) base URLs, searched in order), applied or
-//! deleted object by object. Paths that could escape the artifact root are refused.
+//! deleted object by object, `${...}` substituted inside the parsed values. Paths that could
+//! escape the artifact root are refused.
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
@@ -91,13 +92,16 @@ pub async fn fetch(ctx: &ExecCtx, path: &str) -> Result<String, StepError> {
     )))
 }
 
-fn objects(text: String, path: &str) -> Result<Vec<Value>, StepError> {
-    manifest_objects(&Value::String(text)).map_err(|e| StepError::failed(format!("{path}: {e}")))
+/// The file's objects, `${...}` substituted inside their string values (crate::body).
+fn objects(ctx: &ExecCtx, text: String, path: &str) -> Result<Vec<Value>, StepError> {
+    let objs = manifest_objects(&Value::String(text))
+        .map_err(|e| StepError::failed(format!("{path}: {e}")))?;
+    crate::body::substitute(objs, &crate::body::vars(&ctx.input.step), path, false)
 }
 
 /// Runs `applyFile`.
 pub async fn apply_file(ctx: &ExecCtx, path: &str) -> Result<StepResult, StepError> {
-    let objs = objects(fetch(ctx, path).await?, path)?;
+    let objs = objects(ctx, fetch(ctx, path).await?, path)?;
     let applied = apply::apply_objects(ctx, objs).await?;
     Ok(StepResult::succeeded(
         applied.changed,
@@ -107,7 +111,7 @@ pub async fn apply_file(ctx: &ExecCtx, path: &str) -> Result<StepResult, StepErr
 
 /// Runs API-context `deleteFile`: deletes the file's objects in reverse order.
 pub async fn delete_file(ctx: &ExecCtx, path: &str) -> Result<StepResult, StepError> {
-    let objs = objects(fetch(ctx, path).await?, path)?;
+    let objs = objects(ctx, fetch(ctx, path).await?, path)?;
     let mut deleted = Vec::new();
     for obj in objs.iter().rev() {
         let s = |p: &str| obj.pointer(p).and_then(Value::as_str);

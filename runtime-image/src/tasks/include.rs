@@ -1,6 +1,6 @@
 //! `Task::FetchInclude`: fetch an `include` source (http(s) URL, ConfigMap key, Secret key),
 //! decide whether it holds Kubernetes objects or steps (`as` overrides the guess), apply the
-//! objects, and return steps raw for the controller to compile. Secret content never appears
+//! objects (`${...}` substituted inside their values, crate::body), and return steps raw for the controller to compile. Secret content never appears
 //! in a message, nor in the result: steps from a Secret are reported by reference and digest
 //! (the controller reads them again and checks the digest), because the result travels through
 //! the pod's termination message, which whoever may read pods can read.
@@ -182,6 +182,16 @@ pub async fn run(ctx: &ExecCtx, step: &Step) -> Result<StepResult, StepError> {
             Ok(r)
         }
         Classified::Manifests(objs) => {
+            let origin = match &inc.source {
+                IncludeSource::Url(url) => url.clone(),
+                IncludeSource::Ref(_) if secret => "the included Secret key".into(),
+                IncludeSource::Ref(refs) => refs.config_map_ref.as_ref().map_or_else(
+                    || "the included document".into(),
+                    |r| format!("ConfigMap {} key {}", r.name, r.key),
+                ),
+            };
+            let vars = crate::body::vars(&ctx.input.step);
+            let objs = crate::body::substitute(objs, &vars, &origin, secret)?;
             let applied = apply::apply_objects(ctx, objs).await?;
             let mut r = StepResult::succeeded(applied.changed, apply::summary(&applied));
             r.include = Some(IncludedDocument::Manifests {

@@ -5,16 +5,6 @@ use super::*;
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
-/// Flow `ns/f` with `vars: {name: n1}` and these steps, compiled: what the check and payload
-/// tests start from.
-pub(super) fn flow(steps: Value) -> crate::Compiled {
-    let id = crate::FlowId {
-        name: "f",
-        namespace: Some("ns"),
-    };
-    crate::compile(&id, &json!({"vars": {"name": "n1"}, "steps": steps})).expect("valid flow")
-}
-
 fn scope(pairs: &[(&str, Value)]) -> Scope {
     pairs
         .iter()
@@ -193,6 +183,20 @@ fn templates_render_with_the_scope() {
         .render_template("{% for n in nodes %}{{ n }};{% endfor %}", &sc, "p")
         .unwrap();
     assert_eq!(out, "a;b;");
+}
+
+#[test]
+fn templates_keep_their_trailing_newline() {
+    // A file written from a template ends like the template does (resolv.conf, flags files).
+    let sc = scope(&[("ip", json!("10.0.0.1"))]);
+    let e = Engine::new();
+    assert_eq!(
+        e.render_template("nameserver {{ ip }}\n", &sc, "p")
+            .unwrap(),
+        "nameserver 10.0.0.1\n"
+    );
+    assert_eq!(e.render_template("a\n\n", &sc, "p").unwrap(), "a\n\n");
+    assert_eq!(e.render_template("a", &sc, "p").unwrap(), "a");
 }
 
 #[test]

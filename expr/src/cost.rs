@@ -1,4 +1,4 @@
-//! Size estimates made *before* an operation runs, so that the [`super::budget`] can refuse it
+//! Size estimates made *before* an operation runs, so that the [`crate::budget`] can refuse it
 //! without allocating: roughly the heap bytes of a value (a fixed cost per value plus the bytes
 //! of its strings, every element counted even when shared) and, per operator, filter and
 //! method, an upper bound of what the call will make from its arguments.

@@ -14,8 +14,8 @@ use minijinja::syntax::SyntaxConfig;
 use minijinja::value::{Object, Value};
 use minijinja::{Environment, Error, ErrorKind, State, UndefinedBehavior};
 
-use super::budget::{self, MAX_WORK_BYTES};
-use super::cost::{self, NODE};
+use crate::budget::{self, MAX_WORK_BYTES};
+use crate::cost::{self, NODE};
 
 /// Builtin filters and the shell-quoting filter, each guarded.
 const FILTERS: &[&str] = &[
@@ -255,7 +255,7 @@ pub(crate) type CompiledTemplate<'s> = (Instructions<'s>, BTreeMap<&'s str, Inst
 
 /// Compiles a template into guarded instructions.
 pub(crate) fn compile_template(source: &str) -> Result<CompiledTemplate<'_>, Error> {
-    let ast = parse(source, "<template>", SyntaxConfig::default())?;
+    let ast = parse(source, "<template>", template_syntax())?;
     let mut failed = Ok(());
     visit_stmt(&ast, &mut |e| {
         if failed.is_ok() {
@@ -288,9 +288,18 @@ pub(crate) fn check_constants(e: &Expr<'_>) -> Result<(), Error> {
     failed
 }
 
+/// Template syntax: minijinja's, except that a template's trailing newline is kept — a
+/// `template` step writes files (`resolv.conf`, flags files) that must end as the template does.
+fn template_syntax() -> SyntaxConfig {
+    SyntaxConfig::builder()
+        .keep_trailing_newline(true)
+        .build()
+        .expect("the default syntax with one whitespace option is valid")
+}
+
 /// Checks the constants of every expression in a parsed template.
 pub(crate) fn check_template_constants(source: &str) -> Result<(), Error> {
-    let ast = parse(source, "<template>", SyntaxConfig::default())?;
+    let ast = parse(source, "<template>", template_syntax())?;
     let mut failed = Ok(());
     visit_stmt(&ast, &mut |e| {
         if failed.is_ok() {

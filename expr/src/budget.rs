@@ -7,7 +7,7 @@ use std::cell::Cell;
 
 use minijinja::{Error, ErrorKind};
 
-use super::engine::MAX_RESULT_BYTES;
+use crate::engine::MAX_RESULT_BYTES;
 
 /// Most bytes one evaluation may produce in intermediate values and output, all together.
 pub const MAX_WORK_BYTES: usize = 8 * MAX_RESULT_BYTES;

@@ -1,6 +1,6 @@
 //! The expression engine behind `${...}`: minijinja expressions over the run's variables, with
 //! Python-like methods (`.split(' ')`) and `json()`, no loader (no files), no I/O functions,
-//! bounded by fuel, by a work budget checked before each operation allocates ([`super::budget`]),
+//! bounded by fuel, by a work budget checked before each operation allocates ([`crate::budget`]),
 //! by a cap on result size and by a cap on nesting depth.
 
 use std::collections::BTreeMap;
@@ -10,10 +10,10 @@ use minijinja::value::Value as JinjaValue;
 use minijinja::{AutoEscape, Environment, Error, ErrorKind, UndefinedBehavior};
 use serde_json::Value;
 
-use super::budget::{Evaluation, MAX_WORK_BYTES};
-use super::depth::{check_depth, MAX_DEPTH};
-use super::guard;
-use super::scan::{scan, Segment};
+use crate::budget::{Evaluation, MAX_WORK_BYTES};
+use crate::depth::{check_depth, MAX_DEPTH};
+use crate::guard;
+use crate::scan::{scan, Segment};
 
 /// Most instructions one expression may execute.
 pub const FUEL: u64 = 100_000;
@@ -85,9 +85,9 @@ fn configure(env: &mut Environment<'_>) {
     env.set_unknown_method_callback(method_fn);
     env.add_filter("split", split_filter);
     env.add_function("json", json_fn);
-    env.add_filter("shq", super::shell::shq);
+    env.add_filter("shq", crate::shell::shq);
     env.remove_global("debug");
-    super::guard::install(env);
+    crate::guard::install(env);
 }
 
 /// Python's string methods, except that an empty string splits into no items: `''.split(' ')`
@@ -122,8 +122,8 @@ fn split_filter(
 /// (every `,`, `:`, `[` and `{` may start a value).
 fn json_fn(text: String) -> Result<JinjaValue, Error> {
     let values = text.bytes().filter(|b| b",:[{".contains(b)).count() + 1;
-    let estimate = text.len() + values.saturating_mul(4 * super::cost::NODE);
-    super::budget::ensure_room("json()", estimate)?;
+    let estimate = text.len() + values.saturating_mul(4 * crate::cost::NODE);
+    crate::budget::ensure_room("json()", estimate)?;
     let v: Value = serde_json::from_str(&text).map_err(|e| {
         Error::new(
             ErrorKind::InvalidOperation,
@@ -131,7 +131,7 @@ fn json_fn(text: String) -> Result<JinjaValue, Error> {
         )
     })?;
     let out = JinjaValue::from(minijinja::value::Serde(&v));
-    super::budget::charge("json()", estimate)?;
+    crate::budget::charge("json()", estimate)?;
     Ok(out)
 }
 
@@ -168,7 +168,7 @@ impl Engine {
         }
         // Measured before converting: a list holding one large string many times is small
         // in memory but not once copied out.
-        if super::cost::cost(&v, MAX_WORK_BYTES) > MAX_WORK_BYTES {
+        if crate::cost::cost(&v, MAX_WORK_BYTES) > MAX_WORK_BYTES {
             return Err(format!("result larger than {MAX_RESULT_BYTES} bytes"));
         }
         let json = serde_json::to_value(&v).map_err(|e| e.to_string())?;
