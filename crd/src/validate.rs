@@ -177,8 +177,28 @@ pub fn validate_spec(raw: &Value) -> (Option<PseudoFlowSpec>, Diagnostics) {
     for (i, a) in spec.artifacts.iter().enumerate() {
         a.validate(&mut ctx.at(&format!("artifacts[{i}]")));
     }
+    check_schedule(&spec, &mut ctx);
     let ok = !diags.has_errors();
     (ok.then_some(spec), diags)
+}
+
+/// `schedule` parses in `timeZone`; `timeZone` and `startingDeadlineSeconds` only beside it.
+fn check_schedule(spec: &PseudoFlowSpec, ctx: &mut Ctx) {
+    match spec.parsed_schedule() {
+        Some(Err(e)) => ctx.error(e.field(), e.to_string()),
+        Some(Ok(_)) => {}
+        None => {
+            if spec.time_zone.is_some() {
+                ctx.error("timeZone", "a time zone needs spec.schedule");
+            }
+            if spec.starting_deadline_seconds.is_some() {
+                ctx.error(
+                    "startingDeadlineSeconds",
+                    "a starting deadline needs spec.schedule",
+                );
+            }
+        }
+    }
 }
 
 /// Semantic checks of one raw list of steps and of every nested list below it: list rules
