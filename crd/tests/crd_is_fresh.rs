@@ -32,7 +32,7 @@ fn crd_schema_is_structural() {
             .as_array()
             .unwrap()
             .len(),
-        26
+        27
     );
     // One CEL rule per step type with a required field of a declared type (CEL cannot test
     // open fields such as `condition`, which differs between if/when and waitFor, or
