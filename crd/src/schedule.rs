@@ -131,3 +131,17 @@ mod tests {
         assert!(Schedule::parse(&"1,".repeat(200), None).is_err());
     }
 }
+
+#[cfg(test)]
+mod abuse {
+    use super::*;
+
+    #[test]
+    fn a_schedule_that_never_matches_answers_quickly_with_no_slot() {
+        let never = Schedule::parse("0 0 30 2 *", None).unwrap();
+        let t0 = std::time::Instant::now();
+        assert_eq!(never.next_after(1_767_607_650), None);
+        assert_eq!(never.latest_until(1_767_607_650), None);
+        assert!(t0.elapsed().as_secs() < 3, "{:?}", t0.elapsed());
+    }
+}

@@ -398,6 +398,44 @@ mod tests {
     }
 
     #[test]
+    fn a_bad_schedule_or_time_zone_is_an_error_naming_its_field() {
+        use serde_json::json;
+        let errors = |extra: Value| {
+            let mut spec = serde_json::json!({"steps": [{"type": "log", "message": "x"}]});
+            spec.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            let (ok, diags) = validate_spec(&spec);
+            let paths: Vec<String> = diags.errors().map(|d| d.path.clone()).collect();
+            (ok.is_some(), paths)
+        };
+        assert_eq!(
+            errors(json!({"schedule": "*/5 * * * *", "timeZone": "Europe/Berlin"})),
+            (true, vec![])
+        );
+        assert_eq!(
+            errors(json!({"schedule": "*/10 * * * * *", "suspend": true})),
+            (true, vec![])
+        );
+        assert_eq!(
+            errors(json!({"schedule": "every day"})),
+            (false, vec!["spec.schedule".to_string()])
+        );
+        assert_eq!(
+            errors(json!({"schedule": "* * * * *", "timeZone": "Nowhere/City"})),
+            (false, vec!["spec.timeZone".to_string()])
+        );
+        assert_eq!(
+            errors(json!({"timeZone": "Etc/UTC"})),
+            (false, vec!["spec.timeZone".to_string()])
+        );
+        assert_eq!(
+            errors(json!({"startingDeadlineSeconds": 10})),
+            (false, vec!["spec.startingDeadlineSeconds".to_string()])
+        );
+    }
+
+    #[test]
     fn paths_join_fields_and_indexes() {
         assert_eq!(join("spec.steps", "[3]"), "spec.steps[3]");
         assert_eq!(join("spec.steps[3]", "then"), "spec.steps[3].then");
