@@ -145,6 +145,10 @@ async fn reconcile_flow(
             patch_status(&flows, name, status::to_patch(&queued)).await?;
             return Ok(Action::requeue(Duration::from_secs(5)));
         }
+        if wanted.run_id == run.run_id {
+            // No new run is wanted (suspended, or between slots): nothing more to drive.
+            return Ok(requeue_at(sched.next, r.now));
+        }
         save(flow, ctx, &wanted, rv.as_deref()).await?;
         return Ok(Action::requeue(Duration::from_millis(10)));
     }

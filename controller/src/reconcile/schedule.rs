@@ -110,7 +110,11 @@ pub fn for_flow(
 ) -> Decision {
     let (flow, now) = (r.flow, r.now);
     let trigger = flow.annotations().get(RUN_ANNOTATION).cloned();
-    let running = stored.is_some_and(|s| s.state.phase == RunPhase::Running);
+    // A run stored before runs kept their spec, of an older generation, is never driven again
+    // (reconcile/mod.rs waits for its Jobs only): it does not hold a slot back under Forbid.
+    let generation = flow.metadata.generation.unwrap_or(0);
+    let stale = |s: &StoredRun| s.spec.is_none() && s.generation != generation;
+    let running = stored.is_some_and(|s| s.state.phase == RunPhase::Running && !stale(s));
     let created = flow.metadata.creation_timestamp.as_ref();
     let created = created.map_or(now, |t| t.0.as_second());
     let mut d = decide(
