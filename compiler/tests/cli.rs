@@ -30,6 +30,22 @@ fn valid_flow_prints_the_tree_and_exits_0() {
 }
 
 #[test]
+fn a_scheduled_flow_shows_its_schedule_and_its_copy_step() {
+    let (code, out, err) = run(&["examples/kopf/secret-sync.yaml"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.starts_with(
+            "secret-sync (schedule \"*/5 * * * *\" in UTC, concurrencyPolicy Forbid)\n"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("s0") && out.contains("copy") && out.contains("job"),
+        "{out}"
+    );
+}
+
+#[test]
 fn json_format_has_nodes_with_id_and_type_and_edges_with_from_to_kind() {
     let (code, out, _) = run(&["examples/apiserver-vip.yaml", "--format", "json"]);
     assert_eq!(code, 0);

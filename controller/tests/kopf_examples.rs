@@ -27,11 +27,23 @@ fn example(path: &str) -> PathBuf {
 
 /// Every document of `path`, moved into `ns`.
 fn documents_in(path: &str, ns: &str) -> Vec<Value> {
-    let text = std::fs::read_to_string(example(path)).unwrap();
+    documents_renamed(path, ns, &[])
+}
+
+/// [`documents_in`], with each `(from, to)` text replaced first (other namespaces the example
+/// names, such as the targets of seed 002's copy, made unique to this test).
+fn documents_renamed(path: &str, ns: &str, renames: &[(&str, &str)]) -> Vec<Value> {
+    let mut text = std::fs::read_to_string(example(path)).unwrap();
+    for (from, to) in renames {
+        text = text.replace(from, to);
+    }
     let mut docs = Vec::new();
     for doc in serde_yaml::Deserializer::from_str(&text) {
         let mut v: Value = serde::Deserialize::deserialize(doc).unwrap();
-        v["metadata"]["namespace"] = json!(ns);
+        let here = &v["metadata"]["namespace"];
+        if here.is_null() || here == "default" {
+            v["metadata"]["namespace"] = json!(ns);
+        }
         let subjects = v.get_mut("subjects").and_then(Value::as_array_mut);
         for subject in subjects.into_iter().flatten() {
             subject["namespace"] = json!(ns);
@@ -51,7 +63,12 @@ async fn credentials(client: &kube::Client, ns: &str, instance: &str, password: 
 
 #[test]
 fn every_kopf_example_compiles() {
-    for file in ["database.yaml", "mysql.yaml"] {
+    for file in [
+        "database.yaml",
+        "mysql.yaml",
+        "secret-sync.yaml",
+        "werf-bundle.yaml",
+    ] {
         let flow = &documents_in(file, "default")[0];
         let id = FlowId {
             name: flow["metadata"]["name"].as_str().unwrap(),
@@ -260,5 +277,130 @@ async fn the_mysql_operator_of_seed_004_backs_up_on_delete_and_restores_on_creat
         second_volume, first_volume,
         "the rows came back from the backup, not from the old data volume"
     );
+    ctl.abort();
+}
+
+/// A seed's scheduled flow with its schedule shortened to every `seconds` seconds (a sixth,
+/// seconds field), so the test sees several slots without waiting minutes.
+fn every_seconds(mut flow: Value, seconds: u32) -> Value {
+    assert!(
+        flow["spec"]["schedule"].is_string(),
+        "the example is scheduled"
+    );
+    flow["spec"]["schedule"] = json!(format!("*/{seconds} * * * * *"));
+    flow
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_secret_sync_controller_of_seed_002_copies_and_resyncs_without_exposing_the_secret() {
+    use k8s_openapi::api::core::v1::Secret;
+    let (client, ns) = prepare("kopf-sync", json!([]), json!([])).await;
+    let (a, b) = (format!("{ns}-a"), format!("{ns}-b"));
+    for target in [&a, &b] {
+        apply(
+            &client,
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": target}}),
+        )
+        .await;
+    }
+    let renames = [("team-a", a.as_str()), ("team-b", b.as_str())];
+    for doc in documents_renamed("rbac/secret-sync.yaml", &ns, &renames) {
+        apply_value(&client, doc, None).await.unwrap();
+    }
+    apply(&client, json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/dockerconfigjson",
+        "metadata": {"name": "registry-credentials", "namespace": ns},
+        "stringData": {".dockerconfigjson": "{\"auths\":{\"r.example\":{\"auth\":\"c3luYy1jYW5hcnk=\"}}}"}})).await;
+    let ctl = start_controller(&client, &ns);
+    let flow = documents_renamed("secret-sync.yaml", &ns, &renames).remove(0);
+    apply(&client, every_seconds(flow, 3)).await;
+    let status = common::wait_status(&client, &ns, "secret-sync", 60, "a run", |s| {
+        s["phase"] == "Succeeded" || s["phase"] == "Failed"
+    })
+    .await;
+    assert_eq!(status["phase"], "Succeeded", "{status:#}");
+    assert!(
+        !status.to_string().contains("c3luYy1jYW5hcnk"),
+        "{status:#}"
+    );
+    for target in [&a, &b] {
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), target);
+        let copy = secrets.get("registry-credentials").await.unwrap();
+        assert_eq!(
+            copy.type_.as_deref(),
+            Some("kubernetes.io/dockerconfigjson")
+        );
+        let data = copy.data.unwrap_or_default();
+        assert!(String::from_utf8_lossy(&data[".dockerconfigjson"].0).contains("c3luYy1jYW5hcnk="));
+    }
+    // A copy deleted by hand comes back on a later slot, as the reconciler re-created it.
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &a);
+    secrets
+        .delete("registry-credentials", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(30, "the deleted copy is back", || async {
+        secrets
+            .get_opt("registry-credentials")
+            .await
+            .unwrap()
+            .is_some()
+    })
+    .await;
+    for message in event_messages(&client, &ns, "secret-sync").await {
+        assert!(!message.contains("c3luYy1jYW5hcnk"), "{message}");
+    }
+    ctl.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_werf_bundle_operator_of_seed_003_applies_the_bundle_with_its_values_on_a_schedule() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::Service;
+    let (client, ns) = prepare("kopf-werf", json!([]), json!([])).await;
+    for doc in documents_in("rbac/werf-bundle.yaml", &ns) {
+        apply_value(&client, doc, None).await.unwrap();
+    }
+    apply(&client, documents_in("bundles/myapp.yaml", &ns).remove(0)).await;
+    let ctl = start_controller(&client, &ns);
+    let flow = every_seconds(documents_in("werf-bundle.yaml", &ns).remove(0), 5);
+    apply(&client, flow.clone()).await;
+    let status = common::wait_status(&client, &ns, "werf-bundle", 120, "a deploy", |s| {
+        s["phase"] == "Succeeded" || s["phase"] == "Failed"
+    })
+    .await;
+    assert_eq!(status["phase"], "Succeeded", "{status:#}");
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    let image = |d: &Deployment| {
+        d.spec
+            .as_ref()
+            .unwrap()
+            .template
+            .spec
+            .as_ref()
+            .unwrap()
+            .containers[0]
+            .image
+            .clone()
+    };
+    let d = deployments.get("myapp").await.unwrap();
+    assert_eq!(image(&d).as_deref(), Some("nginx:1.27"));
+    assert_eq!(d.spec.as_ref().unwrap().replicas, Some(2));
+    Api::<Service>::namespaced(client.clone(), &ns)
+        .get("myapp")
+        .await
+        .unwrap();
+    // New values: the next slot deploys them (a spec change alone starts no run).
+    let mut updated = flow;
+    updated["spec"]["vars"]["image"] = json!("nginx:1.28");
+    apply(&client, updated).await;
+    eventually(60, "the next slot deploys nginx:1.28", || async {
+        image(&deployments.get("myapp").await.unwrap()).as_deref() == Some("nginx:1.28")
+    })
+    .await;
+    let status = common::wait_status(&client, &ns, "werf-bundle", 60, "the deploy ends", |s| {
+        s["phase"] == "Succeeded" && s["observedGeneration"] == json!(2)
+    })
+    .await;
+    assert!(status["lastScheduleTime"].is_string(), "{status:#}");
     ctl.abort();
 }

@@ -13,6 +13,7 @@ pub mod jsonpath;
 pub mod limits;
 pub mod protocol;
 pub mod resource;
+pub mod schedule;
 pub mod schema;
 pub mod selector;
 pub mod spec;

@@ -26,6 +26,7 @@ use crate::validate::{is_dns_subdomain, Ctx};
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"Step","type":"string","jsonPath":".status.currentStep"}"#,
     printcolumn = r#"{"name":"Progress","type":"string","jsonPath":".status.progress"}"#,
+    printcolumn = r#"{"name":"Last Schedule","type":"date","jsonPath":".status.lastScheduleTime"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     printcolumn = r#"{"name":"Message","type":"string","jsonPath":".status.message"}"#
 )]
@@ -50,6 +51,22 @@ pub struct PseudoFlowSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = crate::limits::MAX_STEPS))]
     pub on_delete: Option<Vec<Step>>,
+    /// Runs start on this cron schedule instead of on every spec change (docs/schedules.md):
+    /// 5 fields as CronJob's, or 6 with seconds first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = crate::schedule::MAX_SCHEDULE_CHARS))]
+    pub schedule: Option<String>,
+    /// IANA time zone `schedule` is read in (default UTC), e.g. `Europe/Berlin`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub time_zone: Option<String>,
+    /// A slot missed by more than this many seconds (controller down, Forbid) does not start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = crate::limits::MAX_DURATION_SECONDS))]
+    pub starting_deadline_seconds: Option<u32>,
+    /// No new run starts (scheduled or from a spec change); a running run finishes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspend: bool,
 }
 
 /// Run-wide options.
@@ -85,6 +102,17 @@ pub enum ConcurrencyPolicy {
 pub const DEFAULT_ARTIFACTS_CONFIGMAP: &str = "pseudoflow-artifacts";
 
 impl PseudoFlowSpec {
+    /// The parsed `schedule` in `timeZone`, if the flow has one.
+    pub fn parsed_schedule(
+        &self,
+    ) -> Option<Result<crate::schedule::Schedule, crate::schedule::ScheduleError>> {
+        let cron = self.schedule.as_deref()?;
+        Some(crate::schedule::Schedule::parse(
+            cron,
+            self.time_zone.as_deref(),
+        ))
+    }
+
     /// Where `applyFile`/`deleteFile` look, in order: `spec.artifacts`, or the default ConfigMap.
     pub fn artifact_sources(&self) -> Vec<ArtifactSource> {
         if self.artifacts.is_empty() {

@@ -90,6 +90,12 @@ pub struct PseudoFlowStatus {
     /// Entries left out of `steps` to keep the object small.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub steps_omitted: Option<u32>,
+    /// The latest `spec.schedule` slot a run was started for (or skipped under Forbid).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_schedule_time: Option<Time>,
+    /// The next `spec.schedule` slot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_schedule_time: Option<Time>,
 }
 
 /// Identity of one run: what started it and when.

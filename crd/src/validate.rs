@@ -177,8 +177,28 @@ pub fn validate_spec(raw: &Value) -> (Option<PseudoFlowSpec>, Diagnostics) {
     for (i, a) in spec.artifacts.iter().enumerate() {
         a.validate(&mut ctx.at(&format!("artifacts[{i}]")));
     }
+    check_schedule(&spec, &mut ctx);
     let ok = !diags.has_errors();
     (ok.then_some(spec), diags)
+}
+
+/// `schedule` parses in `timeZone`; `timeZone` and `startingDeadlineSeconds` only beside it.
+fn check_schedule(spec: &PseudoFlowSpec, ctx: &mut Ctx) {
+    match spec.parsed_schedule() {
+        Some(Err(e)) => ctx.error(e.field(), e.to_string()),
+        Some(Ok(_)) => {}
+        None => {
+            if spec.time_zone.is_some() {
+                ctx.error("timeZone", "a time zone needs spec.schedule");
+            }
+            if spec.starting_deadline_seconds.is_some() {
+                ctx.error(
+                    "startingDeadlineSeconds",
+                    "a starting deadline needs spec.schedule",
+                );
+            }
+        }
+    }
 }
 
 /// Semantic checks of one raw list of steps and of every nested list below it: list rules
@@ -375,6 +395,44 @@ mod tests {
             Some("configFile")
         );
         assert_eq!(suggest("kubernetes", step_type_names()), None);
+    }
+
+    #[test]
+    fn a_bad_schedule_or_time_zone_is_an_error_naming_its_field() {
+        use serde_json::json;
+        let errors = |extra: Value| {
+            let mut spec = serde_json::json!({"steps": [{"type": "log", "message": "x"}]});
+            spec.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            let (ok, diags) = validate_spec(&spec);
+            let paths: Vec<String> = diags.errors().map(|d| d.path.clone()).collect();
+            (ok.is_some(), paths)
+        };
+        assert_eq!(
+            errors(json!({"schedule": "*/5 * * * *", "timeZone": "Europe/Berlin"})),
+            (true, vec![])
+        );
+        assert_eq!(
+            errors(json!({"schedule": "*/10 * * * * *", "suspend": true})),
+            (true, vec![])
+        );
+        assert_eq!(
+            errors(json!({"schedule": "every day"})),
+            (false, vec!["spec.schedule".to_string()])
+        );
+        assert_eq!(
+            errors(json!({"schedule": "* * * * *", "timeZone": "Nowhere/City"})),
+            (false, vec!["spec.timeZone".to_string()])
+        );
+        assert_eq!(
+            errors(json!({"timeZone": "Etc/UTC"})),
+            (false, vec!["spec.timeZone".to_string()])
+        );
+        assert_eq!(
+            errors(json!({"startingDeadlineSeconds": 10})),
+            (false, vec!["spec.startingDeadlineSeconds".to_string()])
+        );
     }
 
     #[test]

@@ -103,7 +103,7 @@ fn main() -> ExitCode {
                     }
                     let out = match &args.emit {
                         None => render(
-                            &doc.name,
+                            &title(&doc.name, &compiled.spec, args.format),
                             &compiled.plan,
                             compiled.on_delete.as_ref(),
                             args.format,
@@ -169,4 +169,23 @@ fn emit(
     let node_name = args.node.as_deref().unwrap_or("NODE");
     let lowered = emit_node(compiled, &flow, node_id, node_name, &opts)?;
     Ok(to_yaml(&lowered))
+}
+
+/// The tree's title: the flow's name, with its schedule and whether it is suspended.
+fn title(name: &str, spec: &pseudoflow_crd::PseudoFlowSpec, format: Format) -> String {
+    let mut notes = Vec::new();
+    if let Some(cron) = &spec.schedule {
+        let tz = spec.time_zone.as_deref().unwrap_or("UTC");
+        let policy = spec.options.concurrency_policy;
+        notes.push(format!(
+            "schedule {cron:?} in {tz}, concurrencyPolicy {policy:?}"
+        ));
+    }
+    if spec.suspend {
+        notes.push("suspended: no new run starts".to_string());
+    }
+    if notes.is_empty() || format != Format::Tree {
+        return name.to_string();
+    }
+    format!("{name} ({})", notes.join("; "))
 }

@@ -146,6 +146,7 @@ pub fn run(engine: &Engine, node: &PlanNode, scope: &Scope) -> LocalOutcome {
                 | StepKind::SetLabel(_)
                 | StepKind::RemoveLabel(_)
                 | StepKind::PatchLabel(_)
+                | StepKind::Copy(_)
                 | StepKind::Loop(_)
                 | StepKind::LoopNodes(_)
                 | StepKind::Parallel(_)

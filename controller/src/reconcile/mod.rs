@@ -17,8 +17,10 @@ mod refuse;
 mod report;
 mod reports;
 mod run;
+mod schedule;
 mod serve;
 mod size;
+mod start;
 mod status;
 pub mod store;
 mod timing;
@@ -32,10 +34,9 @@ use std::time::Duration;
 use kube::api::{Api, DynamicObject};
 use kube::discovery::ApiResource;
 use kube::runtime::controller::Action;
-use kube::ResourceExt;
+use kube::runtime::events::EventType;
 use pseudoflow_compiler::plan::Plan;
 use pseudoflow_compiler::{compile, Compiled, FlowId};
-use pseudoflow_crd::RUN_ANNOTATION;
 use serde_json::Value;
 use tracing::warn;
 
@@ -45,6 +46,7 @@ use crate::walk::select::{select, wanted_id};
 use crate::walk::{RunPhase, StoredRun};
 use report::patch_status;
 use run::{advance_run, finish_if_done, Reconciling};
+use start::{give_secrets, new_run, requeue_at};
 
 /// The PseudoFlow resource as seen untyped: a flow with a broken nested step must still be read,
 /// so the controller can report `InvalidSpec` instead of failing to deserialize it.
@@ -110,9 +112,23 @@ async fn reconcile_flow(
     // What is stored now, to skip writes that would change nothing.
     let stored_json = stored.as_ref().map(|r| serde_json::to_value(r).ok());
     // 3. Select the run to drive; stop the runs it replaces.
-    let trigger = flow.annotations().get(RUN_ANNOTATION).cloned();
-    let id = wanted_id(r.uid, generation, trigger.as_deref(), deleting);
-    let wanted = new_run(&id, generation, trigger, &raw_spec, r.now);
+    // spec.suspend and spec.schedule decide whether a new run starts (deletion always does).
+    let sched = schedule::for_flow(&r, &compiled.spec, stored.as_ref(), &previous, deleting);
+    let wanted = match (sched.start.clone(), &stored) {
+        (Some(trigger), _) => {
+            let id = wanted_id(r.uid, generation, trigger.as_deref(), deleting);
+            new_run(&id, generation, trigger, &raw_spec, r.now)
+        }
+        (None, Some(stored)) => stored.clone(),
+        (None, None) => {
+            let idle = schedule::idle(&compiled.spec, &sched, generation);
+            patch_status(&flows, name, status::to_patch(&idle)).await?;
+            return Ok(requeue_at(sched.next, r.now));
+        }
+    };
+    if let Some(note) = sched.skipped_note() {
+        r.publish(EventType::Normal, "ScheduleSkipped", &note).await;
+    }
     let policy = compiled.spec.options.concurrency_policy;
     let selection = select(stored, wanted.clone(), policy, deleting);
     for old in &selection.aborted {
@@ -125,9 +141,13 @@ async fn reconcile_flow(
     if run.spec.is_none() && run.generation != generation {
         // Queued behind a run of an older spec: wait for its Jobs, then start the new run.
         if r.jobs_running(&run.run_id).await? {
-            let queued = status::queued(&id, generation);
+            let queued = status::queued(&wanted.run_id, generation);
             patch_status(&flows, name, status::to_patch(&queued)).await?;
             return Ok(Action::requeue(Duration::from_secs(5)));
+        }
+        if wanted.run_id == run.run_id {
+            // No new run is wanted (suspended, or between slots): nothing more to drive.
+            return Ok(requeue_at(sched.next, r.now));
         }
         save(flow, ctx, &wanted, rv.as_deref()).await?;
         return Ok(Action::requeue(Duration::from_millis(10)));
@@ -167,7 +187,7 @@ async fn reconcile_flow(
     if stored_json != Some(serde_json::to_value(&run).ok()) {
         save(flow, ctx, &run, rv.as_deref()).await?;
     }
-    let status = status::of_run(
+    let mut status = status::of_run(
         &previous,
         plan_of(&compiled, deleting),
         &run,
@@ -175,6 +195,7 @@ async fn reconcile_flow(
         queued.as_deref().map(|id| (id, generation)),
         r.now,
     );
+    schedule::stamp(&mut status, &sched);
     let patch = status::replacing(&previous, &status);
     if status::without_nulls(&patch) != previous {
         patch_status(&flows, name, patch).await?;
@@ -189,12 +210,10 @@ async fn reconcile_flow(
     if deleting && run.state.phase == RunPhase::Succeeded {
         finalizer::remove(&flows, flow).await?;
     }
+    let wake = earliest(wake, sched.next);
     Ok(match wake {
-        Some(at) => Action::requeue(Duration::from_secs(
-            u64::try_from((at - r.now).max(1)).unwrap_or(1),
-        )),
         None if queued.is_some() => Action::requeue(Duration::from_secs(5)),
-        None => Action::await_change(),
+        wake => requeue_at(wake, r.now),
     })
 }
 
@@ -204,34 +223,6 @@ fn plan_of(compiled: &Compiled, deleting: bool) -> &Plan {
         (Some(on_delete), true) => on_delete,
         _ => &compiled.plan,
     }
-}
-
-/// A run as it starts: nothing done yet, the spec it will be driven with kept.
-fn new_run(id: &str, generation: i64, trigger: Option<String>, spec: &Value, t: i64) -> StoredRun {
-    StoredRun {
-        run_id: id.to_string(),
-        generation,
-        trigger,
-        spec: Some(spec.clone()),
-        started_at: t,
-        ..Default::default()
-    }
-}
-
-/// Gives `run` (and the runs beside it) a random secret where it has none; true when it did.
-fn give_secrets(run: &mut StoredRun) -> bool {
-    let mut gave = false;
-    for r in run.beside.iter_mut() {
-        if r.secret.is_empty() {
-            r.secret = crate::secret::random_hex();
-            gave = true;
-        }
-    }
-    if run.secret.is_empty() {
-        run.secret = crate::secret::random_hex();
-        gave = true;
-    }
-    gave
 }
 
 /// Saves `run` as the flow's run state, owned by the flow object.

@@ -352,6 +352,9 @@ pub fn of_run(
         steps,
         steps_omitted: Some(omitted as u32).filter(|n| *n > 0),
         queued_run: queued.map(|(id, generation)| queued_run(id, generation)),
+        // Set by the reconcile for a scheduled flow (reconcile/schedule.rs).
+        last_schedule_time: None,
+        next_schedule_time: None,
     }
 }
 

@@ -8,6 +8,7 @@ use crate::validate::Ctx;
 pub mod apply;
 pub mod apply_file;
 pub mod config_file;
+pub mod copy;
 pub mod delete;
 pub mod delete_file;
 pub mod eval;

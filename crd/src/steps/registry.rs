@@ -77,4 +77,5 @@ step_registry! {
     OnError => on_error::OnErrorStep = "onError",
     IncludeFlow => include_flow::IncludeFlowStep = "includeFlow",
     Eval => eval::EvalStep = "eval",
+    Copy => copy::CopyStep = "copy",
 }

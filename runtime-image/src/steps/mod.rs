@@ -4,6 +4,7 @@
 
 pub mod apply;
 pub mod artifacts;
+pub mod copy;
 pub mod delete;
 pub mod exec;
 pub mod exec_node;
@@ -45,6 +46,7 @@ pub async fn run(ctx: &ExecCtx, step: &Step) -> Result<StepResult, StepError> {
         StepKind::PatchLabel(s) => {
             labels::patch(ctx, &s.target, ctx.input.step.get("fromVarValue")).await
         }
+        StepKind::Copy(s) => copy::run(ctx, s).await,
         StepKind::Exec(s) => exec::run(ctx, s).await,
         StepKind::Script(s) if on_node => {
             exec_node::run(ctx, &s.code, true, s.var.as_deref(), None).await
@@ -106,6 +108,7 @@ pub fn has_executor(kind: &StepKind) -> bool {
         | StepKind::SetLabel(_)
         | StepKind::RemoveLabel(_)
         | StepKind::PatchLabel(_)
+        | StepKind::Copy(_)
         | StepKind::Exec(_)
         | StepKind::Script(_)
         | StepKind::ExecNode(_)

@@ -1,0 +1,294 @@
+//! Whether a reconcile starts a run: `spec.suspend`, `spec.schedule` and, for a scheduled flow,
+//! which slot is due (docs/schedules.md). Pure: the reconcile builds the run it names and writes
+//! the times into status. As CronJob does, missed slots (a controller that was down) collapse
+//! into one catch-up run for the latest of them, which does not start when it is older than
+//! `startingDeadlineSeconds`; `status.lastScheduleTime` is what says which slots were served.
+
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use pseudoflow_crd::schedule::Schedule;
+use pseudoflow_crd::{
+    ConcurrencyPolicy, FlowPhase, PseudoFlowSpec, PseudoFlowStatus, RUN_ANNOTATION,
+};
+use serde_json::Value;
+
+use super::run::Reconciling;
+use super::status::time;
+use crate::walk::{RunPhase, StoredRun};
+
+/// The slot a schedule wants started now, if any.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Due {
+    /// Start a run for this slot.
+    Start(i64),
+    /// This slot was missed by more than `startingDeadlineSeconds`: it does not start.
+    TooLate(i64),
+    /// No slot since the last one served.
+    Wait,
+}
+
+/// The due slot: the latest slot after `last` (or after the flow's creation), up to `now`.
+pub fn due(s: &Schedule, last: Option<i64>, created: i64, now: i64, deadline: Option<u32>) -> Due {
+    let since = last.unwrap_or(created);
+    match s.latest_until(now) {
+        Some(slot) if slot > since => match deadline {
+            Some(d) if now - slot > i64::from(d) => Due::TooLate(slot),
+            _ => Due::Start(slot),
+        },
+        _ => Due::Wait,
+    }
+}
+
+/// What this reconcile does about new runs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Decision {
+    /// Start a new run with this trigger; `None`: only drive the stored run, if any.
+    pub start: Option<Option<String>>,
+    /// `status.lastScheduleTime` after this reconcile.
+    pub last: Option<i64>,
+    /// `status.nextScheduleTime` (none while suspended).
+    pub next: Option<i64>,
+    /// A due slot not started because a run is active under `concurrencyPolicy: Forbid`.
+    pub skipped: Option<i64>,
+}
+
+/// Decides from the spec, the run annotation's value, whether the stored run is still running,
+/// the last slot served (from status), the flow's creation and now.
+pub fn decide(
+    spec: &PseudoFlowSpec,
+    trigger: Option<String>,
+    running: bool,
+    last: Option<i64>,
+    created: i64,
+    now: i64,
+) -> Decision {
+    let schedule = match spec.parsed_schedule() {
+        None if spec.suspend => return Decision::default(),
+        None => {
+            return Decision {
+                start: Some(trigger),
+                ..Decision::default()
+            }
+        }
+        // The validator rejects a schedule that does not parse; nothing starts from one.
+        Some(Err(_)) => return Decision::default(),
+        Some(Ok(s)) => s,
+    };
+    let mut d = Decision {
+        last,
+        ..Decision::default()
+    };
+    if spec.suspend {
+        return d;
+    }
+    d.next = schedule.next_after(now);
+    if let Due::Start(slot) = due(
+        &schedule,
+        last,
+        created,
+        now,
+        spec.starting_deadline_seconds,
+    ) {
+        d.last = Some(slot);
+        if running && spec.options.concurrency_policy == ConcurrencyPolicy::Forbid {
+            d.skipped = Some(slot);
+        } else {
+            d.start = Some(Some(format!("schedule {}", time(slot).0)));
+        }
+    }
+    d
+}
+
+/// [`decide`] for `flow` as it is now, given its stored run and its last status. A flow being
+/// deleted always starts its `onDelete` run, whatever its schedule or `suspend` say.
+pub fn for_flow(
+    r: &Reconciling<'_>,
+    spec: &PseudoFlowSpec,
+    stored: Option<&StoredRun>,
+    previous: &Value,
+    deleting: bool,
+) -> Decision {
+    let (flow, now) = (r.flow, r.now);
+    let trigger = flow.annotations().get(RUN_ANNOTATION).cloned();
+    // A run stored before runs kept their spec, of an older generation, is never driven again
+    // (reconcile/mod.rs waits for its Jobs only): it does not hold a slot back under Forbid.
+    let generation = flow.metadata.generation.unwrap_or(0);
+    let stale = |s: &StoredRun| s.spec.is_none() && s.generation != generation;
+    let running = stored.is_some_and(|s| s.state.phase == RunPhase::Running && !stale(s));
+    let created = flow.metadata.creation_timestamp.as_ref();
+    let created = created.map_or(now, |t| t.0.as_second());
+    let mut d = decide(
+        spec,
+        trigger.clone(),
+        running,
+        last_of(previous),
+        created,
+        now,
+    );
+    if deleting {
+        d.start = Some(trigger);
+    }
+    d
+}
+
+impl Decision {
+    /// The Event note for a slot skipped under Forbid, if one was.
+    pub fn skipped_note(&self) -> Option<String> {
+        let slot = self.skipped?;
+        Some(format!(
+            "slot {} skipped: a run is active (concurrencyPolicy Forbid)",
+            time(slot).0
+        ))
+    }
+}
+
+/// `status.lastScheduleTime` as unix seconds.
+pub fn last_of(previous: &Value) -> Option<i64> {
+    previous["lastScheduleTime"]
+        .as_str()
+        .and_then(|t| t.parse::<Timestamp>().ok())
+        .map(|t| t.as_second())
+}
+
+/// Writes the decision's times into a status.
+pub fn stamp(status: &mut PseudoFlowStatus, d: &Decision) {
+    status.last_schedule_time = d.last.map(time);
+    status.next_schedule_time = d.next.map(time);
+}
+
+/// Status of a flow with no run at all yet: waiting for its first slot, or suspended.
+pub fn idle(spec: &PseudoFlowSpec, d: &Decision, generation: i64) -> PseudoFlowStatus {
+    let message = match d.next {
+        _ if spec.suspend => "suspended: no run starts while spec.suspend is true".to_string(),
+        Some(next) => format!("waiting for the schedule: next run at {}", time(next).0),
+        None => "the schedule has no further slot".to_string(),
+    };
+    let mut status = PseudoFlowStatus {
+        observed_generation: Some(generation),
+        phase: Some(FlowPhase::Pending),
+        message: Some(message),
+        ..Default::default()
+    };
+    stamp(&mut status, d);
+    status
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // 2026-01-05T10:07:30Z.
+    const NOW: i64 = 1_767_607_650;
+
+    fn every_minute() -> Schedule {
+        Schedule::parse("* * * * *", None).unwrap()
+    }
+
+    fn spec(schedule: Option<&str>, policy: ConcurrencyPolicy, suspend: bool) -> PseudoFlowSpec {
+        let mut s: PseudoFlowSpec =
+            serde_json::from_value(serde_json::json!({"steps": [{"type": "log", "message": "x"}]}))
+                .unwrap();
+        s.schedule = schedule.map(String::from);
+        s.options.concurrency_policy = policy;
+        s.suspend = suspend;
+        s
+    }
+
+    #[test]
+    fn nothing_is_due_before_the_first_slot_after_creation() {
+        let s = every_minute();
+        assert_eq!(due(&s, None, NOW - 20, NOW, None), Due::Wait);
+        assert_eq!(due(&s, None, NOW - 31, NOW, None), Due::Start(NOW - 30));
+    }
+
+    #[test]
+    fn missed_slots_collapse_into_one_run_for_the_latest() {
+        let s = every_minute();
+        // Down for ten minutes: one run, for the latest slot, not ten.
+        let last = NOW - 30 - 600;
+        assert_eq!(due(&s, Some(last), 0, NOW, None), Due::Start(NOW - 30));
+        // Once served, nothing more is due until the next slot.
+        assert_eq!(due(&s, Some(NOW - 30), 0, NOW, None), Due::Wait);
+    }
+
+    #[test]
+    fn a_slot_older_than_the_starting_deadline_does_not_start() {
+        let s = every_minute();
+        assert_eq!(due(&s, Some(0), 0, NOW, Some(10)), Due::TooLate(NOW - 30));
+        assert_eq!(due(&s, Some(0), 0, NOW, Some(30)), Due::Start(NOW - 30));
+    }
+
+    #[test]
+    fn an_unscheduled_flow_starts_the_run_its_spec_and_annotation_want() {
+        let d = decide(
+            &spec(None, ConcurrencyPolicy::Allow, false),
+            Some("t1".into()),
+            true,
+            None,
+            0,
+            NOW,
+        );
+        assert_eq!(d.start, Some(Some("t1".into())));
+        assert_eq!((d.last, d.next), (None, None));
+    }
+
+    #[test]
+    fn suspend_starts_nothing_scheduled_or_not() {
+        for schedule in [None, Some("* * * * *")] {
+            let d = decide(
+                &spec(schedule, ConcurrencyPolicy::Allow, true),
+                None,
+                false,
+                Some(0),
+                0,
+                NOW,
+            );
+            assert_eq!(d.start, None, "{schedule:?}");
+            assert_eq!(d.next, None);
+        }
+    }
+
+    #[test]
+    fn a_due_slot_starts_a_run_named_after_it_and_is_recorded() {
+        let d = decide(
+            &spec(Some("* * * * *"), ConcurrencyPolicy::Allow, false),
+            None,
+            true,
+            Some(0),
+            0,
+            NOW,
+        );
+        assert_eq!(d.start, Some(Some("schedule 2026-01-05T10:07:00Z".into())));
+        assert_eq!(d.last, Some(NOW - 30));
+        assert_eq!(d.next, Some(NOW + 30));
+        assert_eq!(d.skipped, None);
+    }
+
+    #[test]
+    fn forbid_skips_a_slot_that_comes_while_a_run_is_active() {
+        let s = spec(Some("* * * * *"), ConcurrencyPolicy::Forbid, false);
+        let d = decide(&s, None, true, Some(0), 0, NOW);
+        assert_eq!(
+            (d.start.clone(), d.skipped, d.last),
+            (None, Some(NOW - 30), Some(NOW - 30))
+        );
+        // Not running: the slot starts.
+        let d = decide(&s, None, false, Some(0), 0, NOW);
+        assert!(d.start.is_some() && d.skipped.is_none());
+    }
+
+    #[test]
+    fn between_slots_only_the_stored_run_is_driven() {
+        let s = spec(Some("* * * * *"), ConcurrencyPolicy::Replace, false);
+        let d = decide(&s, Some("ignored".into()), true, Some(NOW - 30), 0, NOW);
+        assert_eq!(d.start, None);
+        assert_eq!(d.last, Some(NOW - 30));
+    }
+
+    #[test]
+    fn last_schedule_time_is_read_back_from_status() {
+        let status = serde_json::json!({"lastScheduleTime": "2026-01-05T10:07:00Z"});
+        assert_eq!(last_of(&status), Some(NOW - 30));
+        assert_eq!(last_of(&Value::Null), None);
+    }
+}
