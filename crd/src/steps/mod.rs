@@ -8,8 +8,10 @@ use crate::validate::Ctx;
 pub mod apply;
 pub mod apply_file;
 pub mod config_file;
+pub mod cordon;
 pub mod delete;
 pub mod delete_file;
+pub mod drain;
 pub mod eval;
 pub mod exec;
 pub mod exec_node;
@@ -30,6 +32,7 @@ pub mod script;
 pub mod set_label;
 pub mod sleep;
 pub mod template;
+pub mod uncordon;
 pub mod wait_for;
 pub mod when;
 

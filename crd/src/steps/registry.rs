@@ -77,4 +77,7 @@ step_registry! {
     OnError => on_error::OnErrorStep = "onError",
     IncludeFlow => include_flow::IncludeFlowStep = "includeFlow",
     Eval => eval::EvalStep = "eval",
+    Cordon => cordon::CordonStep = "cordon",
+    Drain => drain::DrainStep = "drain",
+    Uncordon => uncordon::UncordonStep = "uncordon",
 }
