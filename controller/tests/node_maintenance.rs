@@ -10,7 +10,8 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::Client;
 use pseudoflow_crd::steps::cordon::CORDONED_BY_ANNOTATION;
 use serde_json::{json, Value};
@@ -22,8 +23,35 @@ use common::{create_flow, eventually, prepare, start_controller, wait_done};
 /// One test at a time touches the nodes.
 static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// Every node schedulable again, without a cordon mark.
+/// The label on every workload pod and budget these tests make, so leftovers of a failed test
+/// (a budget blocking every later drain) are removed before the next one.
+const WORKLOAD_LABEL: &str = "e2e-node-maintenance";
+
+/// Every node schedulable again, without a cordon mark; this file's workloads and budgets gone.
 async fn reset_nodes(client: &Client) {
+    let selector = ListParams::default().labels(WORKLOAD_LABEL);
+    let pdbs: Api<PodDisruptionBudget> = Api::all(client.clone());
+    for b in pdbs.list(&selector).await.unwrap().items {
+        let ns = b.metadata.namespace.unwrap();
+        let _ = Api::<PodDisruptionBudget>::namespaced(client.clone(), &ns)
+            .delete(&b.metadata.name.unwrap(), &DeleteParams::default())
+            .await;
+    }
+    let pods: Api<Pod> = Api::all(client.clone());
+    for p in pods.list(&selector).await.unwrap().items {
+        let ns = p.metadata.namespace.unwrap();
+        let _ = Api::<Pod>::namespaced(client.clone(), &ns)
+            .delete(
+                &p.metadata.name.unwrap(),
+                &DeleteParams::default().grace_period(0),
+            )
+            .await;
+    }
+    eventually(60, "this file's workload pods are gone", || {
+        let (pods, selector) = (pods.clone(), selector.clone());
+        async move { pods.list(&selector).await.unwrap().items.is_empty() }
+    })
+    .await;
     let nodes: Api<Node> = Api::all(client.clone());
     for n in ["cp-0", "worker-0", "worker-1"] {
         let patch = json!({"metadata": {"annotations": {CORDONED_BY_ANNOTATION: null,
@@ -64,7 +92,8 @@ fn maintainer_rules(evict: bool) -> Value {
 }
 
 /// A pod bound to `node` whose image the testenv kubelet reports Running and Ready at once.
-async fn workload(client: &Client, ns: &str, name: &str, node: &str, labels: Value) -> Pod {
+async fn workload(client: &Client, ns: &str, name: &str, node: &str, mut labels: Value) -> Pod {
+    labels[WORKLOAD_LABEL] = json!("yes");
     let pod: Pod = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "labels": labels},
         "spec": {"nodeName": node, "containers": [{"name": "app", "image": "example/app:1"}]}}))
@@ -124,7 +153,6 @@ async fn drain_evicts_the_nodes_pods_and_keeps_skipped_ones() {
     ]}))
     .await;
     let status = wait_done(&client, &ns, "drain", 120).await;
-    reset_nodes(&client).await;
 
     assert_eq!(status["phase"], "Succeeded", "{status:#}");
     assert!(
@@ -148,6 +176,7 @@ async fn drain_evicts_the_nodes_pods_and_keeps_skipped_ones() {
         drained.contains("cordoned") && drained.contains(&format!("{ns}/web")),
         "{drained}"
     );
+    reset_nodes(&client).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -167,13 +196,12 @@ async fn a_disruption_budget_blocks_drain_until_its_timeout_and_is_named() {
     common::apply(
         &client,
         json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-        "metadata": {"name": "keep-one", "namespace": ns},
+        "metadata": {"name": "keep-one", "namespace": ns, "labels": {WORKLOAD_LABEL: "yes"}},
         "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}}}),
     )
     .await;
     // The disruption controller has counted the pod: the budget allows no disruption.
-    let pdbs: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
-        Api::namespaced(client.clone(), &ns);
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), &ns);
     eventually(30, "the budget is observed", || {
         let pdbs = pdbs.clone();
         async move {
@@ -195,7 +223,6 @@ async fn a_disruption_budget_blocks_drain_until_its_timeout_and_is_named() {
     let started = std::time::Instant::now();
     let status = wait_done(&client, &ns, "blocked", 120).await;
     let after = node(&client, "worker-0").await;
-    reset_nodes(&client).await;
 
     assert_eq!(status["phase"], "Failed", "{status:#}");
     let msg = message(&status);
@@ -214,6 +241,7 @@ async fn a_disruption_budget_blocks_drain_until_its_timeout_and_is_named() {
         "the failed drain lifted the cordon it made: {:?}",
         after.spec
     );
+    reset_nodes(&client).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -247,7 +275,6 @@ async fn uncordon_leaves_a_node_someone_else_cordoned() {
         node(&client, "worker-0").await,
         node(&client, "worker-1").await,
     );
-    reset_nodes(&client).await;
 
     assert_eq!(status["phase"], "Succeeded", "{status:#}");
     assert!(
@@ -260,6 +287,7 @@ async fn uncordon_leaves_a_node_someone_else_cordoned() {
         "worker-1, cordoned by someone else, stays cordoned"
     );
     assert_eq!(mark(&w1), None, "and the flow did not claim it");
+    reset_nodes(&client).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -289,7 +317,6 @@ async fn loop_nodes_drain_cordons_before_the_steps_and_uncordons_after() {
         node(&client, "worker-0").await,
         node(&client, "worker-1").await,
     ];
-    reset_nodes(&client).await;
 
     assert_eq!(
         status["phase"], "Succeeded",
@@ -302,6 +329,7 @@ async fn loop_nodes_drain_cordons_before_the_steps_and_uncordons_after() {
         !pod_exists(&client, &ns, "w1-app").await,
         "worker-1's pod was evicted"
     );
+    reset_nodes(&client).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -316,8 +344,8 @@ async fn a_failed_gate_stops_the_rollout_naming_the_node_and_the_condition() {
     let _ctl = start_controller(&client, &ns);
     create_flow(&client, &ns, "gated", json!({"serviceAccountName": "flow", "steps": [
         {"type": "loopNodes", "selector": "!node-role.kubernetes.io/control-plane", "maxParallel": 1,
-            "steps": [{"type": "apply", "manifest": {"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": "touched-${node}"}}}],
+            "steps": [{"type": "apply", "manifests": [{"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "touched-${node}"}}]}],
             "gate": {"timeoutSeconds": 5, "conditions": [
                 {"resource": {"kind": "Node", "name": "${node}"}, "condition": "Ready"},
                 {"resource": {"kind": "ConfigMap", "name": "healthy-${node}"}, "condition": "Exist"}
@@ -340,6 +368,7 @@ async fn a_failed_gate_stops_the_rollout_naming_the_node_and_the_condition() {
         cms.get_opt("touched-worker-1").await.unwrap().is_none(),
         "the rollout stopped before worker-1"
     );
+    reset_nodes(&client).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -360,7 +389,6 @@ async fn without_eviction_rights_drain_fails_forbidden_and_leaves_no_cordon_of_i
     .await;
     let status = wait_done(&client, &ns, "sneaky", 120).await;
     let after = node(&client, "worker-0").await;
-    reset_nodes(&client).await;
 
     assert_eq!(status["phase"], "Failed", "{status:#}");
     let msg = message(&status);
@@ -380,4 +408,5 @@ async fn without_eviction_rights_drain_fails_forbidden_and_leaves_no_cordon_of_i
         after.spec,
         after.metadata.annotations
     );
+    reset_nodes(&client).await;
 }
