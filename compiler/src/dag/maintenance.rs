@@ -213,8 +213,7 @@ mod tests {
             "drain": {"skipSelector": "app in (", "gracePeriodSeconds": 99999},
             "gate": {"conditions": []}
         })))
-        .err()
-        .expect("invalid");
+        .expect_err("invalid");
         let text = d.to_string();
         for path in [
             "spec.steps[0].drain.skipSelector",
@@ -225,8 +224,7 @@ mod tests {
         }
         let d = flow(rolling(json!({"gate": {"conditions": [
             {"resource": {"kind": "Node", "name": "${nod}"}, "condition": "Custom"}]}})))
-        .err()
-        .expect("invalid");
+        .expect_err("invalid");
         assert!(
             d.to_string()
                 .contains("spec.steps[0].gate.conditions[0].jsonPath"),

@@ -42,8 +42,12 @@ impl DrainPods {
     }
 }
 
-/// Cordons `node` (recording this flow as the cordon's owner when it made the change) and
-/// evicts its pods; waits until the evicted pods are gone.
+/// Cordons `node` (marking the cordon as this flow's when it made the change) and evicts its
+/// pods through the Eviction API, so PodDisruptionBudgets hold; waits until they are gone.
+/// DaemonSet pods, mirror pods, finished pods and the drain's own pod stay. An eviction a budget
+/// blocks is retried until shortly before `timeoutSeconds` (default 600), then the step fails
+/// naming the pod and the budget; a failed drain lifts the cordon it made. The flow's
+/// ServiceAccount needs nodes get/patch, pods get/list/watch and pods/eviction create.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DrainStep {

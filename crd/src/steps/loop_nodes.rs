@@ -15,7 +15,9 @@ use crate::selector::LabelSelector;
 use crate::step::Step;
 use crate::validate::Ctx;
 
-/// Runs `steps` per matching node; a failed node stops the rollout.
+/// Runs `steps` per matching node; a failed node stops the rollout. With `drain:` each node is
+/// drained before its steps and uncordoned after them; with `gate:` the rollout goes on only
+/// once the gate's conditions hold after each node. Per node: drain → steps → uncordon → gate.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LoopNodesStep {
