@@ -410,3 +410,50 @@ async fn without_eviction_rights_drain_fails_forbidden_and_leaves_no_cordon_of_i
     );
     reset_nodes(&client).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cordon_marks_only_a_cordon_it_made() {
+    let _lock = LOCK.lock().await;
+    let (client, ns) = prepare("mark", json!([]), maintainer_rules(false)).await;
+    reset_nodes(&client).await;
+    Api::<Node>::all(client.clone())
+        .patch(
+            "worker-0",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"unschedulable": true}})),
+        )
+        .await
+        .unwrap();
+    let _ctl = start_controller(&client, &ns);
+    create_flow(
+        &client,
+        &ns,
+        "mark",
+        json!({"serviceAccountName": "flow", "steps": [
+            {"type": "cordon", "node": "worker-0", "isolate": true},
+            {"type": "uncordon", "node": "worker-0", "isolate": true},
+            {"type": "cordon", "node": "worker-1", "isolate": true}
+        ]}),
+    )
+    .await;
+    let status = wait_done(&client, &ns, "mark", 120).await;
+    let (w0, w1) = (
+        node(&client, "worker-0").await,
+        node(&client, "worker-1").await,
+    );
+
+    assert_eq!(status["phase"], "Succeeded", "{status:#}");
+    assert!(
+        cordoned(&w0) && mark(&w0).is_none(),
+        "a hand-made cordon is neither claimed nor lifted"
+    );
+    let said = step_messages(&status, "spec.steps[1]");
+    assert!(said.contains("stays cordoned"), "{said}");
+    assert!(cordoned(&w1));
+    assert_eq!(
+        mark(&w1).as_deref(),
+        Some(format!("{ns}/mark").as_str()),
+        "a cordon the flow made carries its mark"
+    );
+    reset_nodes(&client).await;
+}

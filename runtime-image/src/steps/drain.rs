@@ -299,3 +299,38 @@ async fn wait_gone(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(v: serde_json::Value) -> kube::core::Status {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn a_blocked_eviction_names_the_budget_from_the_servers_answer() {
+        // What kube-apiserver answers when a budget allows no disruption.
+        let s = status(
+            serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+            "message": "Cannot evict pod as it would violate the pod's disruption budget.",
+            "reason": "TooManyRequests", "code": 429,
+            "details": {"causes": [{"reason": "DisruptionBudget",
+                "message": "The disruption budget keep-one needs 1 healthy pods and has 1 currently"}]}}),
+        );
+        assert_eq!(
+            blocked_by(&s),
+            "PodDisruptionBudget keep-one blocks it (The disruption budget keep-one needs 1 \
+             healthy pods and has 1 currently)"
+        );
+        let bare = status(serde_json::json!({"message": "too many requests", "code": 429}));
+        assert_eq!(blocked_by(&bare), "too many requests");
+    }
+
+    #[test]
+    fn long_pod_lists_are_cut() {
+        let pods: Vec<String> = (0..12).map(|i| format!("ns/p{i}")).collect();
+        let shown = names(&pods);
+        assert!(shown.ends_with("ns/p9 and 2 more"), "{shown}");
+    }
+}
