@@ -14,6 +14,8 @@ use crate::compile::Expansions;
 use crate::limits::{PlanLimits, MAX_RUN_ITERATIONS, MAX_STEP_DEPTH};
 use crate::plan::{EdgeKind, LoopOver, NodeKind, Plan, PlanNode};
 
+mod maintenance;
+
 /// What a flow's plans (its steps and its onDelete) have used of the limits so far, and the
 /// problems found: one budget is shared by both plans.
 pub struct Budget {
@@ -379,19 +381,15 @@ impl Builder<'_> {
                     selector: p.selector.text().into_owned(),
                     run_on: Default::default(),
                 };
-                self.body_compound(
-                    step,
-                    scope,
-                    NodeKind::LoopStart {
-                        over,
-                        max_parallel: p.max_parallel,
-                        end: end_id.clone(),
-                    },
-                    Placement::Api,
-                    &p.steps,
-                    true,
-                    true,
-                )
+                let kind = NodeKind::LoopStart {
+                    over,
+                    max_parallel: p.max_parallel,
+                    end: end_id.clone(),
+                };
+                if p.drain.is_some() || p.gate.is_some() {
+                    return self.maintained_loop(step, scope, kind, p);
+                }
+                self.body_compound(step, scope, kind, Placement::Api, &p.steps, true, true)
             }
             StepKind::Retry(p) => {
                 let kind = NodeKind::RetryStart {

@@ -73,7 +73,7 @@ async fn the_crd_is_served_and_its_rules_reject_bad_steps_at_apply_time() {
             admitted += 1;
         }
     }
-    assert_eq!(admitted, 36);
+    assert_eq!(admitted, 39);
 
     // A sleep without seconds: the CEL rule for `sleep` rejects it, naming the field.
     let err = api

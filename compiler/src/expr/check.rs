@@ -104,7 +104,9 @@ impl Checker<'_> {
                     return;
                 }
                 let mut vars = loop_vars.to_vec();
-                if kind.params().node_targeting().is_some() {
+                // A loopNodes' gate is checked per node: `${node}` is the node just changed.
+                let gate = matches!(kind, StepKind::LoopNodes(_)) && path.contains(".gate.");
+                if kind.params().node_targeting().is_some() || gate {
                     vars.push("node");
                 }
                 let segments = match super::scan(s) {

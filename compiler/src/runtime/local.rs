@@ -153,7 +153,10 @@ pub fn run(engine: &Engine, node: &PlanNode, scope: &Scope) -> LocalOutcome {
                 | StepKind::WaitFor(_)
                 | StepKind::Retry(_)
                 | StepKind::OnError(_)
-                | StepKind::IncludeFlow(_),
+                | StepKind::IncludeFlow(_)
+                | StepKind::Cordon(_)
+                | StepKind::Drain(_)
+                | StepKind::Uncordon(_),
             ),
         ) => {
             out.completion = failed(format!(

@@ -9,8 +9,10 @@ pub mod apply;
 pub mod apply_file;
 pub mod config_file;
 pub mod copy;
+pub mod cordon;
 pub mod delete;
 pub mod delete_file;
+pub mod drain;
 pub mod eval;
 pub mod exec;
 pub mod exec_node;
@@ -31,6 +33,7 @@ pub mod script;
 pub mod set_label;
 pub mod sleep;
 pub mod template;
+pub mod uncordon;
 pub mod wait_for;
 pub mod when;
 

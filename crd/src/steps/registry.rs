@@ -78,4 +78,7 @@ step_registry! {
     IncludeFlow => include_flow::IncludeFlowStep = "includeFlow",
     Eval => eval::EvalStep = "eval",
     Copy => copy::CopyStep = "copy",
+    Cordon => cordon::CordonStep = "cordon",
+    Drain => drain::DrainStep = "drain",
+    Uncordon => uncordon::UncordonStep = "uncordon",
 }

@@ -5,7 +5,10 @@
 pub mod apply;
 pub mod artifacts;
 pub mod copy;
+pub mod cordon;
 pub mod delete;
+pub mod drain;
+pub mod drain_pods;
 pub mod exec;
 pub mod exec_node;
 pub mod labels;
@@ -48,6 +51,9 @@ pub async fn run(ctx: &ExecCtx, step: &Step) -> Result<StepResult, StepError> {
         }
         StepKind::Copy(s) => copy::run(ctx, s).await,
         StepKind::Exec(s) => exec::run(ctx, s).await,
+        StepKind::Cordon(s) => cordon::run_cordon(ctx, &s.node).await,
+        StepKind::Uncordon(s) => cordon::run_uncordon(ctx, &s.node).await,
+        StepKind::Drain(s) => drain::run(ctx, s, crate::timeout_of(&ctx.input, step)).await,
         StepKind::Script(s) if on_node => {
             exec_node::run(ctx, &s.code, true, s.var.as_deref(), None).await
         }
@@ -114,7 +120,10 @@ pub fn has_executor(kind: &StepKind) -> bool {
         | StepKind::ExecNode(_)
         | StepKind::ConfigFile(_)
         | StepKind::PatchFile(_)
-        | StepKind::Template(_) => true,
+        | StepKind::Template(_)
+        | StepKind::Cordon(_)
+        | StepKind::Drain(_)
+        | StepKind::Uncordon(_) => true,
         // Tasks other than Run (tasks/): a condition, a node list, a fetched include.
         StepKind::If(_)
         | StepKind::When(_)
