@@ -2,7 +2,7 @@
 //! (`pseudoflow-compile --emit`) or a snapshot test can see exactly what would be created.
 
 use crate::compile::Compiled;
-use crate::lower::{lower, task_of, FlowRef, LowerOptions, Lowered, NodeInstance};
+use crate::lower::{lower, task_of, FlowRef, LowerError, LowerOptions, Lowered, NodeInstance};
 use crate::names;
 use crate::plan::{LoopOver, NodeKind};
 
@@ -13,22 +13,22 @@ pub fn emit_node(
     node_id: &str,
     node_name: &str,
     opts: &LowerOptions,
-) -> Result<Lowered, String> {
+) -> Result<Lowered, EmitError> {
     let plan = [Some(&compiled.plan), compiled.on_delete.as_ref()]
         .into_iter()
         .flatten()
         .find(|p| p.node(node_id).is_some())
-        .ok_or_else(|| format!("no node {node_id:?}; see the ids in the tree output"))?;
+        .ok_or_else(|| EmitError::NoSuchNode(node_id.to_string()))?;
     let node = plan.node(node_id).expect("found above");
     // A fused step runs in its segment's Job: show that Job, launched by the segment's head.
     let node = plan
         .node(plan.job_node(node))
         .expect("heads are plan nodes");
     if task_of(node).is_none() {
-        return Err(format!(
-            "node {node_id} ({}) runs in the controller and has no Job",
-            node.step_type
-        ));
+        return Err(EmitError::NoJob {
+            node: node_id.to_string(),
+            step_type: node.step_type.clone(),
+        });
     }
     let instance: Vec<String> = node
         .loops
@@ -63,7 +63,26 @@ pub fn emit_node(
         changed_before: false,
         run_secret: None,
     };
-    lower(&inst, opts).map_err(|e| e.to_string())
+    Ok(lower(&inst, opts)?)
+}
+
+/// Why a node cannot be shown as a Job.
+#[derive(Debug, thiserror::Error)]
+pub enum EmitError {
+    /// The id names no node of the flow (nor of its onDelete steps).
+    #[error("no node {0:?}; see the ids in the tree output")]
+    NoSuchNode(String),
+    /// The node is walked by the controller (a branch point, sleep, log, ...).
+    #[error("node {node} ({step_type}) runs in the controller and has no Job")]
+    NoJob {
+        /// The node's id.
+        node: String,
+        /// Its step type.
+        step_type: String,
+    },
+    /// Lowering the node failed.
+    #[error(transparent)]
+    Lower(#[from] LowerError),
 }
 
 /// The input Secret and Job as one YAML stream (the Secret's input as readable `stringData`).

@@ -167,7 +167,8 @@ fn emit(
         opts.image = image.clone();
     }
     let node_name = args.node.as_deref().unwrap_or("NODE");
-    let lowered = emit_node(compiled, &flow, node_id, node_name, &opts)?;
+    let lowered =
+        emit_node(compiled, &flow, node_id, node_name, &opts).map_err(|e| e.to_string())?;
     Ok(to_yaml(&lowered))
 }
 

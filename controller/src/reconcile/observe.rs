@@ -184,7 +184,7 @@ pub enum SecretStepsError {
     NoSteps,
     /// It cannot be parsed.
     #[error("the included Secret key: {0}")]
-    Unreadable(String),
+    Unreadable(pseudoflow_crd::protocol::ClassifyError),
 }
 
 /// The outcome of `job`, or None while it runs.

@@ -18,7 +18,7 @@ pub enum Classified {
 }
 
 /// Parses every YAML document of `text` (empty ones dropped).
-fn documents(text: &str) -> Result<Vec<Value>, String> {
+fn documents(text: &str) -> Result<Vec<Value>, ClassifyError> {
     let mut docs = Vec::new();
     for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
         let v = Value::deserialize(doc).map_err(|e| {
@@ -26,7 +26,10 @@ fn documents(text: &str) -> Result<Vec<Value>, String> {
                 .location()
                 .map(|l| format!(" at line {}", l.line()))
                 .unwrap_or_default();
-            format!("YAML document {} is not valid{at}", i + 1)
+            ClassifyError::NotYaml {
+                document: i + 1,
+                at,
+            }
         })?;
         if !v.is_null() {
             docs.push(v);
@@ -59,12 +62,12 @@ fn as_steps(docs: &[Value], forced: bool) -> Option<Value> {
 }
 
 /// Classifies a fetched document; `as_` overrides the guess. Errors never quote the content.
-pub fn classify(text: &str, as_: Option<IncludeAs>) -> Result<Classified, String> {
+pub fn classify(text: &str, as_: Option<IncludeAs>) -> Result<Classified, ClassifyError> {
     let docs = documents(text)?;
     if docs.is_empty() {
-        return Err("the document is empty".into());
+        return Err(ClassifyError::Empty);
     }
-    let manifests = || -> Result<Classified, String> {
+    let manifests = || -> Result<Classified, ClassifyError> {
         let flat: Vec<Value> = docs
             .iter()
             .flat_map(|d| match d {
@@ -72,27 +75,50 @@ pub fn classify(text: &str, as_: Option<IncludeAs>) -> Result<Classified, String
                 other => vec![other.clone()],
             })
             .collect();
-        let objs = manifest_objects(&Value::Array(flat))?;
+        let objs = manifest_objects(&Value::Array(flat)).map_err(ClassifyError::NotManifests)?;
         match objs.iter().position(|o| !is_object_manifest(o)) {
-            Some(i) => Err(format!(
+            Some(i) => Err(ClassifyError::NotManifests(format!(
                 "item {} is not a Kubernetes object (no apiVersion/kind)",
                 i + 1
-            )),
+            ))),
             None => Ok(Classified::Manifests(objs)),
         }
     };
     match as_ {
-        Some(IncludeAs::Steps) => as_steps(&docs, true).map(Classified::Steps).ok_or_else(|| {
-            "as: steps, but the document is not a list of steps (or a map with steps:)".into()
-        }),
+        Some(IncludeAs::Steps) => as_steps(&docs, true)
+            .map(Classified::Steps)
+            .ok_or(ClassifyError::NotSteps),
         Some(IncludeAs::Manifests) => manifests(),
         None => match as_steps(&docs, false) {
             Some(steps) => Ok(Classified::Steps(steps)),
-            None => manifests().map_err(|e| {
-                format!("cannot tell whether the document holds manifests or steps ({e}); set `as`")
-            }),
+            None => manifests().map_err(|e| ClassifyError::Unclear(Box::new(e))),
         },
     }
+}
+
+/// Why an included document cannot be used; never quotes the content (it may be a Secret's).
+#[derive(Debug, thiserror::Error)]
+pub enum ClassifyError {
+    /// A YAML document does not parse (`at`: " at line N", when known).
+    #[error("YAML document {document} is not valid{at}")]
+    NotYaml {
+        /// Its position in the stream, from 1.
+        document: usize,
+        /// Where, without the content.
+        at: String,
+    },
+    /// Nothing but empty documents.
+    #[error("the document is empty")]
+    Empty,
+    /// `as: steps` given, but the document holds no step list.
+    #[error("as: steps, but the document is not a list of steps (or a map with steps:)")]
+    NotSteps,
+    /// Not a list of Kubernetes objects (which item, why).
+    #[error("{0}")]
+    NotManifests(String),
+    /// Without `as`, neither steps nor manifests (why it is not manifests).
+    #[error("cannot tell whether the document holds manifests or steps ({0}); set `as`")]
+    Unclear(Box<ClassifyError>),
 }
 
 #[cfg(test)]
@@ -146,10 +172,10 @@ mod tests {
     #[test]
     fn errors_do_not_quote_the_content() {
         let secretish = "password: hunter2\n";
-        let e = classify(secretish, None).unwrap_err();
+        let e = classify(secretish, None).unwrap_err().to_string();
         assert!(!e.contains("hunter2"), "{e}");
         let broken = "a: [hunter2\n";
-        let e = classify(broken, None).unwrap_err();
+        let e = classify(broken, None).unwrap_err().to_string();
         assert!(!e.contains("hunter2") && e.contains("line"), "{e}");
         assert!(classify("", None).is_err());
     }

@@ -10,7 +10,7 @@ pub mod journal;
 pub mod names;
 pub mod result;
 
-pub use included::{classify, Classified};
+pub use included::{classify, Classified, ClassifyError};
 pub use input::{ExecutorInput, FlowRef, SegmentStep, Task, BODY_VARS};
 pub use names::{content_digest, journal_key, label_value};
 pub use result::{IncludedDocument, MemberResult, StepResult, TERMINATION_MESSAGE_LIMIT};
