@@ -29,29 +29,8 @@ fn identity() -> String {
     format!("{host}-{}-{nanos:08x}", std::process::id())
 }
 
-/// glibc's malloc gives each thread that allocates under contention an arena of its own (up to
-/// 8 per core) and rarely returns their free pages; a controller whose work is short reconciles
-/// on a few threads gains nothing from them but resident memory (issue #12's 1,000-flow budget).
-/// Set before any thread starts. `MALLOC_ARENA_MAX` in the environment still wins.
-fn limit_malloc_arenas() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
-        // SAFETY: mallopt only adjusts allocator parameters; called before other threads exist.
-        unsafe {
-            libc::mallopt(libc::M_ARENA_MAX, 2);
-        }
-    }
-}
-
-fn main() -> anyhow::Result<()> {
-    limit_malloc_arenas();
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?
-        .block_on(run())
-}
-
-async fn run() -> anyhow::Result<()> {
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
     let filter =
         tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
     tracing_subscriber::fmt().with_env_filter(filter).init();
