@@ -162,3 +162,66 @@ async fn steps_stopped_by_the_flow_timeout_are_told_aborted() {
     );
     ctl.abort();
 }
+
+/// The controller's Event publisher against the real API: three identical Events are one object
+/// whose series counts 3 (what kube's Recorder did, without keeping whole Events in memory); an
+/// Event with another action is an object of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_event_is_one_object_with_a_counted_series_and_another_is_its_own() {
+    use k8s_openapi::api::core::v1::ObjectReference;
+    use kube::api::{Api, ListParams};
+    use pseudoflow_controller::reconcile::events::{EventPublisher, EventType, NewEvent};
+
+    let (client, ns) = common::prepare("ev-series", json!([]), json!([])).await;
+    let publisher = EventPublisher::new(client.clone(), "pseudoflow-controller", None);
+    let about = ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("ConfigMap".into()),
+        name: Some("thing".into()),
+        namespace: Some(ns.clone()),
+        uid: Some("00000000-0000-0000-0000-00000000e7e7".into()),
+        ..Default::default()
+    };
+    let same = NewEvent {
+        type_: EventType::Normal,
+        reason: "Tested",
+        action: "Tested-1",
+        note: "first",
+    };
+    for _ in 0..3 {
+        publisher.publish(&same, &about).await.unwrap();
+    }
+    let other = NewEvent {
+        action: "Tested-2",
+        note: "second",
+        ..same.clone()
+    };
+    publisher.publish(&other, &about).await.unwrap();
+
+    let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client, &ns);
+    let events = api.list(&ListParams::default()).await.unwrap().items;
+    let with = |note: &str| {
+        let found: Vec<_> = events
+            .iter()
+            .filter(|e| e.note.as_deref() == Some(note))
+            .collect();
+        assert_eq!(found.len(), 1, "one object for {note:?}: {events:#?}");
+        found[0].clone()
+    };
+    let first = with("first");
+    assert_eq!(
+        first.series.as_ref().map(|s| s.count),
+        Some(3),
+        "{first:#?}"
+    );
+    assert_eq!(
+        first.reporting_controller.as_deref(),
+        Some("pseudoflow-controller")
+    );
+    assert_eq!(
+        first.regarding.as_ref().and_then(|r| r.name.as_deref()),
+        Some("thing")
+    );
+    assert!(with("second").series.is_none());
+    assert_eq!(events.len(), 2, "{events:#?}");
+}

@@ -3,10 +3,10 @@
 
 use std::sync::Arc;
 
-use kube::runtime::events::{Recorder, Reporter};
 use kube::Client;
 use pseudoflow_compiler::expr::Engine;
 
+use super::events::EventPublisher;
 use super::node_health::NodeHealth;
 use super::pod_security;
 use crate::metrics::Metrics;
@@ -20,7 +20,7 @@ pub struct Context {
     /// Prometheus series every reconcile updates.
     pub metrics: Arc<Metrics>,
     /// Publishes the flow's Events.
-    pub recorder: Recorder,
+    pub events: EventPublisher,
     /// The expression engine for controller-local steps (bounded; see docs/expressions.md).
     pub engine: Engine,
     /// Namespaces whose flows may run node steps (root on nodes), if also labelled
@@ -34,12 +34,9 @@ impl Context {
     /// A context reporting Events as `pseudoflow-controller`, allowing node steps nowhere (see
     /// [`Context::with_node_step_namespaces`]).
     pub fn new(client: Client, image: String, metrics: Arc<Metrics>) -> Self {
-        let reporter = Reporter {
-            controller: "pseudoflow-controller".into(),
-            instance: std::env::var("HOSTNAME").ok(),
-        };
+        let instance = std::env::var("HOSTNAME").ok();
         Context {
-            recorder: Recorder::new(client.clone(), reporter),
+            events: EventPublisher::new(client.clone(), "pseudoflow-controller", instance),
             client,
             image,
             metrics,

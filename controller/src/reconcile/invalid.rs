@@ -1,8 +1,8 @@
 //! The two ways a reconcile stops before driving a run: the spec does not compile, or the stored
 //! run state cannot be read. Both end in a Failed status that says what to do, told once.
 
+use super::events::EventType;
 use kube::api::{Api, DynamicObject};
-use kube::runtime::events::EventType;
 use pseudoflow_crd::Diagnostics;
 use serde_json::Value;
 

@@ -5,6 +5,7 @@
 
 mod context;
 mod error;
+pub mod events;
 mod finalizer;
 mod guard;
 mod invalid;
@@ -31,10 +32,10 @@ pub use serve::run_controller;
 
 use std::time::Duration;
 
+use events::EventType;
 use kube::api::{Api, DynamicObject};
 use kube::discovery::ApiResource;
 use kube::runtime::controller::Action;
-use kube::runtime::events::EventType;
 use pseudoflow_compiler::plan::Plan;
 use pseudoflow_compiler::{compile, Compiled, FlowId};
 use serde_json::Value;

@@ -8,7 +8,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 
-use kube::runtime::events::EventType;
+use super::events::EventType;
 use pseudoflow_compiler::plan::{NodeKind, Plan};
 
 use super::run::Reconciling;

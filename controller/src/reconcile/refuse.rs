@@ -2,8 +2,8 @@
 //! whose reconcile panicked — from what is known without its spec: the status patch needs only
 //! the name, and goes through the raw type so that the answer (the whole flow) still decodes.
 
+use super::events::EventType;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::events::EventType;
 use kube::ResourceExt;
 use serde_json::{json, Value};
 

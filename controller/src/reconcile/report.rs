@@ -1,8 +1,8 @@
 //! What a reconcile tells the world: Events about a flow and its status subresource.
 
+use super::events::{EventType, NewEvent};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
-use kube::runtime::events::{Event, EventType};
 use kube::Resource;
 use serde_json::{json, Value};
 use tracing::warn;
@@ -44,20 +44,21 @@ async fn publish_about(
     reason: &str,
     note: &str,
 ) {
-    let ev = Event {
+    let note = bounded(note, MAX_EVENT_NOTE_CHARS);
+    // Events with the same reason and action fold into one series that keeps the first note;
+    // an action per distinct note keeps every message (identical ones still fold into a
+    // counted series).
+    let action = format!(
+        "{reason}-{:016x}",
+        pseudoflow_compiler::names::stable_hash(&[&note])
+    );
+    let ev = NewEvent {
         type_: ty,
-        reason: reason.into(),
-        note: Some(bounded(note, MAX_EVENT_NOTE_CHARS)),
-        // The recorder folds Events with the same reason and action into one series that keeps
-        // the first note; an action per distinct note keeps every message (identical ones still
-        // fold into a counted series).
-        action: format!(
-            "{reason}-{:016x}",
-            pseudoflow_compiler::names::stable_hash(&[note])
-        ),
-        secondary: None,
+        reason,
+        action: &action,
+        note: &note,
     };
-    if let Err(e) = ctx.recorder.publish(&ev, about).await {
+    if let Err(e) = ctx.events.publish(&ev, about).await {
         warn!("event: {e}");
     }
 }

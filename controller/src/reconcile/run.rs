@@ -1,9 +1,9 @@
 //! Driving one run: fold finished Jobs into it, let the walker decide, launch what it says, and
 //! report its end. [`advance_run`] is all a reconcile calls per run; the rest is its machinery.
 
+use super::events::EventType;
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, DynamicObject, ListParams};
-use kube::runtime::events::EventType;
 use pseudoflow_compiler::expr::{prepare_payload, Scope};
 use pseudoflow_compiler::lower::{lower, task_of, FlowRef, LowerOptions, NodeInstance, Task};
 use pseudoflow_compiler::names::job_name;
