@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 pub mod backoff;
+pub mod http;
 pub mod labels;
 pub mod leader;
 pub mod limits;
@@ -16,6 +17,7 @@ pub mod raw;
 pub mod reconcile;
 pub mod secret;
 pub mod walk;
+pub mod webhook;
 
 use std::sync::Arc;
 

@@ -1,5 +1,6 @@
 //! `pseudoflow-controller`: watches PseudoFlows (all namespaces, or each `--namespace`), runs
-//! them, and serves Prometheus metrics on `--metrics-addr`. Node steps (root on nodes) run only
+//! them, and serves Prometheus metrics and the `/healthz` and `/readyz` probes on
+//! `--metrics-addr`, and with `--webhook-addr` the validating admission webhook over TLS. Node steps (root on nodes) run only
 //! in namespaces listed in `--node-step-namespaces` (repeatable or comma-separated) that are also
 //! labelled `pod-security.kubernetes.io/enforce=privileged`; without the flag, nowhere. With `--leader-election` only the
 //! replica holding the Lease works; losing it exits (the Deployment restarts the pod), and
@@ -8,14 +9,17 @@
 use std::sync::Arc;
 
 use pseudoflow_controller::leader::{self, LeaseConfig};
-use pseudoflow_controller::metrics::{serve, Metrics};
+use pseudoflow_controller::metrics::Metrics;
 use pseudoflow_controller::reconcile::pod_security::NodeStepNamespaces;
+use pseudoflow_controller::{http, webhook};
 use pseudoflow_controller::{run_controllers, Context};
 use tokio::signal::unix::{signal, SignalKind};
 
 const USAGE: &str = "usage: pseudoflow-controller [--image IMAGE] [--namespace NS]... \
 [--node-step-namespaces NS[,NS]]... [--metrics-addr ADDR] [--leader-election] \
-[--leader-election-namespace NS]";
+[--leader-election-namespace NS] [--webhook-addr ADDR [--webhook-cert-dir DIR | \
+--webhook-cert-names NAME[,NAME]... [--webhook-cert-secret NAME] \
+[--webhook-configuration NAME]]]";
 
 /// A name unique to this process: the pod name (or host name) plus the pid and start time.
 fn identity() -> String {
@@ -40,6 +44,11 @@ async fn main() -> anyhow::Result<()> {
     let mut metrics_addr: std::net::SocketAddr = "127.0.0.1:8080".parse()?;
     let mut leader_election = false;
     let mut lease_namespace = std::env::var("POD_NAMESPACE").ok();
+    let mut webhook_addr: Option<std::net::SocketAddr> = None;
+    let mut cert_dir: Option<std::path::PathBuf> = None;
+    let mut cert_names: Vec<String> = Vec::new();
+    let mut cert_secret = "pseudoflow-webhook-tls".to_string();
+    let mut webhook_configuration: Option<String> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let (flag, inline) = match a.split_once('=') {
@@ -59,17 +68,71 @@ async fn main() -> anyhow::Result<()> {
             "--metrics-addr" => metrics_addr = value()?.parse()?,
             "--leader-election" => leader_election = true,
             "--leader-election-namespace" => lease_namespace = Some(value()?),
+            "--webhook-addr" => webhook_addr = Some(value()?.parse()?),
+            "--webhook-cert-dir" => cert_dir = Some(value()?.into()),
+            "--webhook-cert-names" => cert_names.extend(
+                value()?
+                    .split(',')
+                    .filter(|n| !n.is_empty())
+                    .map(str::to_string),
+            ),
+            "--webhook-cert-secret" => cert_secret = value()?,
+            "--webhook-configuration" => webhook_configuration = Some(value()?),
             other => anyhow::bail!("unknown argument {other}; {USAGE}"),
         }
     }
     let client = kube::Client::try_default().await?;
     let metrics = Arc::new(Metrics::default());
-    tokio::spawn(serve(metrics_addr, metrics.clone()));
     let allowed: Vec<&str> = node_step_namespaces.names().collect();
     tracing::info!("node steps allowed in namespaces {allowed:?} labelled enforce=privileged");
-    let ctx = Context::new(client.clone(), image, metrics)
+    let ctx = Context::new(client.clone(), image, metrics.clone())
         .with_node_step_namespaces(node_step_namespaces);
     let ctx = Arc::new(ctx);
+    let mut state = http::State::new(metrics);
+    state.readiness = ctx.readiness.clone();
+    if leader_election {
+        // A standby replica serves the webhook; only the leader's watches must sync.
+        state.readiness.set_standby();
+    }
+    if let Some(addr) = webhook_addr {
+        let cert = match cert_dir {
+            Some(dir) => http::WebhookCert::Files(dir),
+            None => {
+                let namespace = std::env::var("POD_NAMESPACE").map_err(|_| {
+                    anyhow::anyhow!("--webhook-addr without --webhook-cert-dir needs POD_NAMESPACE")
+                })?;
+                anyhow::ensure!(
+                    !cert_names.is_empty(),
+                    "--webhook-addr without --webhook-cert-dir needs --webhook-cert-names"
+                );
+                http::WebhookCert::SelfSigned(http::tls::SelfSigned {
+                    namespace,
+                    secret: cert_secret,
+                    webhook_configuration,
+                    names: cert_names,
+                    validity: http::tls::VALIDITY_SECONDS,
+                })
+            }
+        };
+        state.webhook = Some(webhook::Webhook::new(client.clone()));
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let router = http::router(state.clone());
+        let client = client.clone();
+        tokio::spawn(async move {
+            if let Err(e) = http::serve_webhook(client, listener, router, cert).await {
+                // Without its webhook the controller would refuse every flow change (failure
+                // policy Fail): exit so that the Deployment restarts it and the probes say so.
+                tracing::error!("webhook server: {e}");
+                std::process::exit(1);
+            }
+        });
+    }
+    let plain = http::router(state);
+    tokio::spawn(async move {
+        if let Err(e) = http::serve_plain(metrics_addr, plain).await {
+            tracing::error!("metrics server on {metrics_addr}: {e}");
+        }
+    });
     let mut term = signal(SignalKind::terminate())?;
     if !leader_election {
         tokio::select! {

@@ -4,7 +4,6 @@
 //! `pseudoflow_active_flows`, `pseudoflow_reconcile_errors_total{error}`.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt::Write;
 use std::sync::Mutex;
 
 /// Histogram bucket bounds (seconds) for step durations: controller-local steps take
@@ -190,67 +189,146 @@ impl Metrics {
         out
     }
 
-    /// The text exposition format.
+    /// The text exposition format (Prometheus text 0.0.4), encoded by `prometheus-client` from
+    /// a snapshot of the series taken under the locks, one at a time.
     pub fn render(&self) -> String {
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register_collector(Box::new(self.snapshot(unix_now())));
         let mut out = String::new();
-        out.push_str("# HELP pseudoflow_runs_total Runs finished, by flow and final status.\n# TYPE pseudoflow_runs_total counter\n");
-        for ((flow, status), n) in self.runs.lock().unwrap().iter() {
-            let _ = writeln!(
-                out,
-                "pseudoflow_runs_total{{flow=\"{flow}\",status=\"{status}\"}} {n}"
-            );
-        }
-        out.push_str("# HELP pseudoflow_step_duration_seconds Duration of finished steps.\n# TYPE pseudoflow_step_duration_seconds histogram\n");
-        for ((flow, ty), h) in self.steps.lock().unwrap().iter() {
-            for (i, b) in BUCKETS.iter().enumerate() {
-                let _ = writeln!(out, "pseudoflow_step_duration_seconds_bucket{{flow=\"{flow}\",step_type=\"{ty}\",le=\"{b}\"}} {}", h.counts[i]);
-            }
-            let _ = writeln!(out, "pseudoflow_step_duration_seconds_bucket{{flow=\"{flow}\",step_type=\"{ty}\",le=\"+Inf\"}} {}", h.count);
-            let _ = writeln!(
-                out,
-                "pseudoflow_step_duration_seconds_sum{{flow=\"{flow}\",step_type=\"{ty}\"}} {}",
-                h.sum
-            );
-            let _ = writeln!(
-                out,
-                "pseudoflow_step_duration_seconds_count{{flow=\"{flow}\",step_type=\"{ty}\"}} {}",
-                h.count
-            );
-        }
-        out.push_str("# HELP pseudoflow_step_running_seconds How long the oldest step still running has run, by flow and step type.\n# TYPE pseudoflow_step_running_seconds gauge\n");
-        let now = unix_now();
-        let mut oldest: BTreeMap<(&str, &str), f64> = BTreeMap::new();
-        let clock = self.clock.lock().unwrap();
-        for (flow, steps) in clock.iter() {
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &registry);
+        out
+    }
+
+    /// Every series as it is at `now` (unix seconds).
+    fn snapshot(&self, now: f64) -> Snapshot {
+        let runs = self.runs.lock().unwrap().clone();
+        let steps = self
+            .steps
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(k, h)| {
+                // Per-bucket counts: the encoder accumulates them.
+                let mut below = 0;
+                let buckets = BUCKETS
+                    .iter()
+                    .zip(h.counts)
+                    .map(|(b, cumulative)| {
+                        let n = cumulative - below;
+                        below = cumulative;
+                        (*b, n)
+                    })
+                    .collect();
+                (k.clone(), (h.sum, h.count, buckets))
+            })
+            .collect();
+        let mut running: BTreeMap<(String, String), f64> = BTreeMap::new();
+        for (flow, steps) in self.clock.lock().unwrap().iter() {
             for w in steps.values().filter(|w| !w.finished) {
                 let age = (now - w.start).max(0.0);
-                let e = oldest.entry((flow, &w.step_type)).or_insert(age);
+                let e = running
+                    .entry((flow.clone(), w.step_type.clone()))
+                    .or_insert(age);
                 *e = e.max(age);
             }
         }
-        for ((flow, ty), age) in oldest {
-            let _ = writeln!(
-                out,
-                "pseudoflow_step_running_seconds{{flow=\"{flow}\",step_type=\"{ty}\"}} {age:.3}"
-            );
-        }
-        drop(clock);
         let active = self
             .active
             .lock()
             .unwrap()
             .values()
             .filter(|(_, a)| *a)
-            .count();
-        let _ = writeln!(out, "# HELP pseudoflow_active_flows Flows with a run in progress.\n# TYPE pseudoflow_active_flows gauge\npseudoflow_active_flows {active}");
-        out.push_str("# HELP pseudoflow_reconcile_errors_total Failed reconciles (retried), by cause.\n# TYPE pseudoflow_reconcile_errors_total counter\n");
-        for (error, n) in self.reconcile_errors.lock().unwrap().iter() {
-            let _ = writeln!(
-                out,
-                "pseudoflow_reconcile_errors_total{{error=\"{error}\"}} {n}"
-            );
+            .count() as i64;
+        let reconcile_errors = self.reconcile_errors.lock().unwrap().clone();
+        Snapshot {
+            runs,
+            steps,
+            running,
+            active,
+            reconcile_errors,
         }
-        out
+    }
+}
+
+/// One histogram's sum, count and per-bucket (not cumulative) counts.
+type HistSnapshot = (f64, u64, Vec<(f64, u64)>);
+
+/// The series of [`Metrics`] at one instant, as a `prometheus-client` collector.
+#[derive(Debug)]
+struct Snapshot {
+    runs: BTreeMap<(String, String), u64>,
+    steps: BTreeMap<(String, String), HistSnapshot>,
+    running: BTreeMap<(String, String), f64>,
+    active: i64,
+    reconcile_errors: BTreeMap<&'static str, u64>,
+}
+
+impl prometheus_client::collector::Collector for Snapshot {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        use prometheus_client::metrics::MetricType;
+        let no_exemplar: Option<
+            &prometheus_client::metrics::exemplar::Exemplar<
+                prometheus_client::encoding::NoLabelSet,
+                u64,
+            >,
+        > = None;
+        // Counters get their `_total` suffix from the encoder.
+        let mut m = encoder.encode_descriptor(
+            "pseudoflow_runs",
+            "Runs finished, by flow and final status.",
+            None,
+            MetricType::Counter,
+        )?;
+        for ((flow, status), n) in &self.runs {
+            let labels = [("flow", flow.as_str()), ("status", status.as_str())];
+            m.encode_family(&labels)?.encode_counter(n, no_exemplar)?;
+        }
+        let mut m = encoder.encode_descriptor(
+            "pseudoflow_step_duration_seconds",
+            "Duration of finished steps.",
+            None,
+            MetricType::Histogram,
+        )?;
+        for ((flow, ty), (sum, count, buckets)) in &self.steps {
+            let labels = [("flow", flow.as_str()), ("step_type", ty.as_str())];
+            m.encode_family(&labels)?
+                .encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+                    *sum, *count, buckets, None,
+                )?;
+        }
+        let mut m = encoder.encode_descriptor(
+            "pseudoflow_step_running_seconds",
+            "How long the oldest step still running has run, by flow and step type.",
+            None,
+            MetricType::Gauge,
+        )?;
+        for ((flow, ty), age) in &self.running {
+            let labels = [("flow", flow.as_str()), ("step_type", ty.as_str())];
+            m.encode_family(&labels)?.encode_gauge(age)?;
+        }
+        encoder
+            .encode_descriptor(
+                "pseudoflow_active_flows",
+                "Flows with a run in progress.",
+                None,
+                MetricType::Gauge,
+            )?
+            .encode_gauge(&self.active)?;
+        let mut m = encoder.encode_descriptor(
+            "pseudoflow_reconcile_errors",
+            "Failed reconciles (retried), by cause.",
+            None,
+            MetricType::Counter,
+        )?;
+        for (error, n) in &self.reconcile_errors {
+            m.encode_family(&[("error", *error)])?
+                .encode_counter(n, no_exemplar)?;
+        }
+        Ok(())
     }
 }
 
@@ -262,29 +340,15 @@ pub fn unix_now() -> f64 {
         .unwrap_or_default()
 }
 
-/// Serves `/metrics` on `addr` with a minimal HTTP/1.1 responder (no other paths).
+/// Serves `/metrics`, `/healthz` and `/readyz` (always ready) on `addr` over plain HTTP: the
+/// [`crate::http`] server without the webhook.
 pub async fn serve(
     addr: std::net::SocketAddr,
     metrics: std::sync::Arc<Metrics>,
 ) -> std::io::Result<()> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    loop {
-        let (mut sock, _) = listener.accept().await?;
-        let metrics = metrics.clone();
-        tokio::spawn(async move {
-            let mut buf = [0u8; 1024];
-            let n = sock.read(&mut buf).await.unwrap_or(0);
-            let req = String::from_utf8_lossy(&buf[..n]);
-            let (code, body) = if req.starts_with("GET /metrics") {
-                ("200 OK", metrics.render())
-            } else {
-                ("404 Not Found", String::new())
-            };
-            let resp = format!("HTTP/1.1 {code}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
-            let _ = sock.write_all(resp.as_bytes()).await;
-        });
-    }
+    let state = crate::http::State::new(metrics);
+    state.readiness.set_standby();
+    crate::http::serve_plain(addr, crate::http::router(state)).await
 }
 
 #[cfg(test)]

@@ -800,7 +800,8 @@ async fn http_get(port: u16, path: &str) -> String {
         match tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
             Ok(mut sock) => {
                 sock.write_all(
-                    format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").as_bytes(),
+                    format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+                        .as_bytes(),
                 )
                 .await
                 .unwrap();

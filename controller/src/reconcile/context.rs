@@ -28,6 +28,8 @@ pub struct Context {
     pub node_step_namespaces: pod_security::NodeStepNamespaces,
     /// Which nodes can no longer report their node steps' pods (the controller's Node watch).
     pub nodes: NodeHealth,
+    /// Whether the watches have synced (`/readyz`).
+    pub readiness: Arc<crate::http::Readiness>,
 }
 
 impl Context {
@@ -43,6 +45,7 @@ impl Context {
             engine: Engine::new(),
             node_step_namespaces: Default::default(),
             nodes: NodeHealth::default(),
+            readiness: Arc::default(),
         }
     }
 

@@ -51,6 +51,13 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: Option<String>) {
     });
     let writer = Writer::<RawFlow>::default();
     let reader = writer.as_reader();
+    let synced = ctx.readiness.watch_started();
+    let store = reader.clone();
+    tokio::spawn(async move {
+        if store.wait_until_ready().await.is_ok() {
+            synced.done();
+        }
+    });
     let mut gone = Gone::new(namespace);
     let on_event = shared.clone();
     let events = watcher(flows, watcher::Config::default())

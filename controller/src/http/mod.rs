@@ -1,0 +1,259 @@
+//! The controller's one HTTP server (axum on hyper): `/metrics` (Prometheus text, encoded by
+//! `prometheus-client`), `/healthz` (the process answers), `/readyz` (its watches have synced,
+//! or it is a standby replica waiting for the lease, which can still serve the webhook) and the
+//! validating admission webhook (`/validate`). The same router is served on a plain listener
+//! (metrics and probes, `--metrics-addr`) and on a TLS listener (`--webhook-addr`), whose
+//! certificate [`tls`] makes, stores, reuses and rotates.
+
+pub mod tls;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use axum::extract::State as Extract;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use axum::Router;
+
+use crate::metrics::Metrics;
+
+/// Whether the process can serve: every watch it started has synced, or it stands by for the
+/// lease (the webhook still works there, and only the leader runs controllers).
+#[derive(Debug, Default)]
+pub struct Readiness {
+    /// Watches started and not yet synced.
+    pending: AtomicUsize,
+    /// Some watch was started, or the process stands by.
+    started: AtomicBool,
+}
+
+impl Readiness {
+    /// A watch starts: not ready until [`Synced::done`] is called on what this returns.
+    pub fn watch_started(self: &Arc<Self>) -> Synced {
+        self.pending.fetch_add(1, Ordering::SeqCst);
+        self.started.store(true, Ordering::SeqCst);
+        Synced(self.clone())
+    }
+
+    /// The process stands by (leader election, no lease yet): ready to serve the webhook.
+    pub fn set_standby(&self) {
+        self.started.store(true, Ordering::SeqCst);
+    }
+
+    /// Ready: something started and nothing is still syncing.
+    pub fn is_ready(&self) -> bool {
+        self.started.load(Ordering::SeqCst) && self.pending.load(Ordering::SeqCst) == 0
+    }
+}
+
+/// One watch's initial sync (see [`Readiness::watch_started`]).
+#[derive(Debug)]
+pub struct Synced(Arc<Readiness>);
+
+impl Synced {
+    /// The watch has listed everything once.
+    pub fn done(self) {
+        self.0.pending.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// What the handlers share.
+#[derive(Clone)]
+pub struct State {
+    /// The controller's metrics.
+    pub metrics: Arc<Metrics>,
+    /// See [`Readiness`].
+    pub readiness: Arc<Readiness>,
+    /// Authorizes approvals; `None` serves no webhook (404).
+    pub webhook: Option<Arc<crate::webhook::Webhook>>,
+}
+
+impl State {
+    /// State for `metrics`, not ready yet, without a webhook.
+    pub fn new(metrics: Arc<Metrics>) -> Self {
+        State {
+            metrics,
+            readiness: Arc::default(),
+            webhook: None,
+        }
+    }
+}
+
+/// The routes: `/metrics`, `/healthz`, `/readyz`, `/validate`.
+pub fn router(state: State) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/validate", post(crate::webhook::handle))
+        .with_state(state)
+}
+
+async fn metrics(Extract(state): Extract<State>) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
+        )],
+        state.metrics.render(),
+    )
+}
+
+async fn readyz(Extract(state): Extract<State>) -> impl IntoResponse {
+    if state.readiness.is_ready() {
+        (StatusCode::OK, "ok")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "watches not synced")
+    }
+}
+
+/// Serves `router` over plain HTTP on `addr` until the process stops.
+pub async fn serve_plain(addr: SocketAddr, router: Router) -> std::io::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    axum::serve(listener, router).await
+}
+
+/// Serves `router` over TLS on `listener`, with the certificate `certs` holds at each handshake
+/// (so a rotated one is used from the next connection on).
+pub async fn serve_tls(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    certs: Arc<tls::Current>,
+) -> std::io::Result<()> {
+    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(std::io::Error::other)?
+    .with_no_client_auth()
+    .with_cert_resolver(certs);
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    loop {
+        let (sock, _) = listener.accept().await?;
+        let acceptor = acceptor.clone();
+        let router = router.clone();
+        tokio::spawn(async move {
+            // A handshake that never finishes must not hold a task forever.
+            let tls =
+                tokio::time::timeout(std::time::Duration::from_secs(10), acceptor.accept(sock))
+                    .await;
+            let Ok(Ok(tls)) = tls else { return };
+            let service = hyper_util::service::TowerToHyperService::new(router);
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                .await;
+        });
+    }
+}
+
+/// Where the webhook's serving certificate comes from.
+#[derive(Debug, Clone)]
+pub enum WebhookCert {
+    /// Made, stored and rotated by the controller (see [`tls::SelfSigned`]).
+    SelfSigned(tls::SelfSigned),
+    /// `tls.crt` and `tls.key` in this directory (cert-manager), reloaded every minute.
+    Files(std::path::PathBuf),
+}
+
+/// Loads (or makes) the webhook's certificate, then serves `router` over TLS on `listener`,
+/// keeping the certificate current. Returns an error only if the first certificate cannot be
+/// had or the listener fails.
+pub async fn serve_webhook(
+    client: kube::Client,
+    listener: tokio::net::TcpListener,
+    router: Router,
+    cert: WebhookCert,
+) -> anyhow::Result<()> {
+    let current = match cert {
+        WebhookCert::SelfSigned(cfg) => {
+            let bundle = cfg.ensure(&client, tls::unix_now()).await?;
+            let current = tls::Current::new(bundle.certified_key()?);
+            tokio::spawn(cfg.keep(
+                client,
+                current.clone(),
+                bundle,
+                std::time::Duration::from_secs(3600),
+            ));
+            current
+        }
+        WebhookCert::Files(dir) => {
+            let current = tls::Current::new(tls::load_files(&dir)?);
+            tokio::spawn(tls::watch_files(
+                dir,
+                current.clone(),
+                std::time::Duration::from_secs(60),
+            ));
+            current
+        }
+    };
+    serve_tls(listener, router, current).await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use axum::http::Request;
+    use tower::ServiceExt;
+
+    async fn get(router: &Router, path: &str) -> (StatusCode, String, Option<String>) {
+        let resp = router
+            .clone()
+            .oneshot(Request::get(path).body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let status = resp.status();
+        let ct = resp
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .map(|v| v.to_str().unwrap().to_string());
+        let body = axum::body::to_bytes(resp.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        (status, String::from_utf8(body.to_vec()).unwrap(), ct)
+    }
+
+    #[tokio::test]
+    async fn metrics_healthz_and_readyz_until_every_watch_synced() {
+        let metrics = Arc::new(Metrics::default());
+        metrics.run_finished("ns/a", "Succeeded");
+        let state = State::new(metrics.clone());
+        let readiness = state.readiness.clone();
+        let router = router(state);
+        let (code, body, ct) = get(&router, "/metrics").await;
+        assert_eq!(code, StatusCode::OK);
+        assert_eq!(body, metrics.render());
+        assert!(body.contains("pseudoflow_runs_total{flow=\"ns/a\",status=\"Succeeded\"} 1\n"));
+        assert_eq!(
+            ct.as_deref(),
+            Some("text/plain; version=0.0.4; charset=utf-8")
+        );
+        assert_eq!(get(&router, "/healthz").await.0, StatusCode::OK);
+        // Nothing started: not ready.
+        assert_eq!(
+            get(&router, "/readyz").await.0,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        let a = readiness.watch_started();
+        let b = readiness.watch_started();
+        a.done();
+        assert_eq!(
+            get(&router, "/readyz").await.0,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        b.done();
+        assert_eq!(get(&router, "/readyz").await.0, StatusCode::OK);
+        assert_eq!(get(&router, "/nope").await.0, StatusCode::NOT_FOUND);
+    }
+
+    #[tokio::test]
+    async fn a_standby_replica_is_ready() {
+        let state = State::new(Arc::default());
+        state.readiness.set_standby();
+        assert_eq!(get(&router(state), "/readyz").await.0, StatusCode::OK);
+    }
+}

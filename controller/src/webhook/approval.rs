@@ -1,0 +1,172 @@
+//! Who may approve: setting `ops.example.com/approve` or `ops.example.com/reject` on a
+//! PseudoFlow — on an update, or already on a create (a flow must not arrive pre-approved by
+//! someone who may not approve) — is refused unless the requesting user may `approve`
+//! `pseudoflows` in that namespace, as the API server's own authorizer answers a
+//! SubjectAccessReview for the user, groups and extra the API server put in the request (a
+//! client cannot forge them). `approve` is a verb of its own: edit rights alone do not approve.
+//! Removing the annotation needs no right: it withdraws a decision, it does not make one.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
+use kube::api::{Api, PostParams};
+use kube::core::admission::{AdmissionRequest, Operation};
+use kube::core::DynamicObject;
+
+/// The annotation that approves the approval step it names.
+pub const APPROVE: &str = "ops.example.com/approve";
+/// The annotation that rejects the approval step it names (the run fails).
+pub const REJECT: &str = "ops.example.com/reject";
+/// The verb a user needs on `pseudoflows` to approve or reject.
+pub const VERB: &str = "approve";
+
+fn annotations(o: Option<&DynamicObject>) -> BTreeMap<String, String> {
+    o.and_then(|o| o.metadata.annotations.clone())
+        .unwrap_or_default()
+}
+
+/// The approval annotations this request sets or changes (key, new value).
+pub fn decisions(req: &AdmissionRequest<DynamicObject>) -> Vec<(&'static str, String)> {
+    if !matches!(req.operation, Operation::Create | Operation::Update) || req.sub_resource.is_some()
+    {
+        return Vec::new();
+    }
+    let new = annotations(req.object.as_ref());
+    let old = match req.operation {
+        Operation::Update => annotations(req.old_object.as_ref()),
+        _ => BTreeMap::new(),
+    };
+    [APPROVE, REJECT]
+        .into_iter()
+        .filter_map(|k| {
+            let v = new.get(k)?;
+            (old.get(k) != Some(v)).then(|| (k, v.clone()))
+        })
+        .collect()
+}
+
+/// Refuses (with the reason) a request making an approval decision unless its user may
+/// `approve` pseudoflows in the namespace; a failed review refuses too.
+pub async fn authorize(
+    client: &kube::Client,
+    req: &AdmissionRequest<DynamicObject>,
+) -> Result<(), String> {
+    let decisions = decisions(req);
+    let Some((key, step)) = decisions.first() else {
+        return Ok(());
+    };
+    let user = &req.user_info;
+    let namespace = req.namespace.clone().unwrap_or_default();
+    let sar = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: user.username.clone(),
+            groups: user.groups.clone(),
+            uid: user.uid.clone(),
+            extra: user.extra.clone(),
+            resource_attributes: Some(ResourceAttributes {
+                group: Some("ops.example.com".into()),
+                resource: Some("pseudoflows".into()),
+                verb: Some(VERB.into()),
+                namespace: Some(namespace.clone()),
+                name: Some(req.name.clone()).filter(|n| !n.is_empty()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let who = user.username.as_deref().unwrap_or("(unknown user)");
+    let answer = Api::<SubjectAccessReview>::all(client.clone())
+        .create(&PostParams::default(), &sar)
+        .await
+        .map_err(|e| format!("cannot check whether {who} may approve: {e}"))?;
+    if answer.status.as_ref().is_some_and(|s| s.allowed) {
+        return Ok(());
+    }
+    let action = if *key == APPROVE { "approve" } else { "reject" };
+    Err(format!(
+        "{who} may not {action} step {step:?} of PseudoFlow {:?}: setting {key} needs the \
+         \"{VERB}\" verb on pseudoflows.ops.example.com in namespace {namespace:?} (edit rights \
+         do not approve)",
+        req.name
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{json, Value};
+
+    use super::*;
+
+    fn req(
+        op: &str,
+        ann: Value,
+        old_ann: Option<Value>,
+        sub: Option<&str>,
+    ) -> AdmissionRequest<DynamicObject> {
+        let obj = |a: Value| {
+            json!({"apiVersion": "ops.example.com/v1alpha1", "kind": "PseudoFlow",
+            "metadata": {"name": "f", "namespace": "team", "annotations": a}, "spec": {}})
+        };
+        let review: kube::core::admission::AdmissionReview<DynamicObject> = serde_json::from_value(json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {
+                "uid": "u", "name": "f", "namespace": "team", "operation": op, "subResource": sub,
+                "kind": {"group": "ops.example.com", "version": "v1alpha1", "kind": "PseudoFlow"},
+                "resource": {"group": "ops.example.com", "version": "v1alpha1", "resource": "pseudoflows"},
+                "userInfo": {"username": "mallory"},
+                "object": obj(ann), "oldObject": old_ann.map(obj),
+            }
+        })).unwrap();
+        review.try_into().unwrap()
+    }
+
+    #[test]
+    fn a_create_already_carrying_an_approval_is_a_decision() {
+        let r = req("CREATE", json!({APPROVE: "gate"}), None, None);
+        assert_eq!(decisions(&r), vec![(APPROVE, "gate".to_string())]);
+    }
+
+    #[test]
+    fn setting_or_changing_is_a_decision_keeping_or_removing_is_not() {
+        let set = req("UPDATE", json!({REJECT: "gate"}), Some(json!({})), None);
+        assert_eq!(decisions(&set), vec![(REJECT, "gate".to_string())]);
+        let changed = req(
+            "UPDATE",
+            json!({APPROVE: "b"}),
+            Some(json!({APPROVE: "a"})),
+            None,
+        );
+        assert_eq!(decisions(&changed), vec![(APPROVE, "b".to_string())]);
+        let kept = req(
+            "UPDATE",
+            json!({APPROVE: "a", "x": "1"}),
+            Some(json!({APPROVE: "a"})),
+            None,
+        );
+        assert!(decisions(&kept).is_empty());
+        let removed = req("UPDATE", json!({}), Some(json!({APPROVE: "a"})), None);
+        assert!(decisions(&removed).is_empty());
+        let other = req(
+            "UPDATE",
+            json!({"ops.example.com/run": "2"}),
+            Some(json!({})),
+            None,
+        );
+        assert!(decisions(&other).is_empty());
+    }
+
+    #[test]
+    fn deletes_and_status_are_not_decisions() {
+        assert!(decisions(&req("DELETE", json!({APPROVE: "a"}), Some(json!({})), None)).is_empty());
+        assert!(decisions(&req(
+            "UPDATE",
+            json!({APPROVE: "a"}),
+            Some(json!({})),
+            Some("status")
+        ))
+        .is_empty());
+    }
+}

@@ -1,0 +1,140 @@
+//! The validating admission webhook for PseudoFlows (`POST /validate`): a flow is created or
+//! its spec changed only if it compiles, with every problem the compiler finds reported at once,
+//! each with its path — the same diagnostics as `pseudoflow-compile` — so `kubectl apply`,
+//! `--dry-run=server` and an Argo CD sync refuse a bad flow instead of showing it green and
+//! failing it later as `InvalidSpec`.
+//!
+//! Never blocked: deletes, the status subresource, and updates that leave the spec as it was
+//! (labels, annotations, finalizers: a flow that became invalid under a stricter release must
+//! still be deletable, and the controller must still be able to remove its finalizer).
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::Json;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use kube::core::DynamicObject;
+use pseudoflow_compiler::{compile, FlowId};
+use serde_json::Value;
+
+pub mod approval;
+
+/// At most this many problems are listed in a refusal (the rest are counted).
+pub const MAX_LISTED: usize = 50;
+
+/// The webhook's shared state.
+#[derive(Clone)]
+pub struct Webhook {
+    /// The controller's client: asks the API server whether a user may approve.
+    pub client: kube::Client,
+}
+
+impl Webhook {
+    /// A webhook asking authorization questions through `client`.
+    pub fn new(client: kube::Client) -> Arc<Webhook> {
+        Arc::new(Webhook { client })
+    }
+}
+
+/// `POST /validate`: an AdmissionReview in, the same with its response out. 404 when the
+/// server runs without the webhook.
+pub async fn handle(
+    State(state): State<crate::http::State>,
+    Json(review): Json<AdmissionReview<DynamicObject>>,
+) -> Result<Json<AdmissionReview<DynamicObject>>, axum::http::StatusCode> {
+    if state.webhook.is_none() {
+        return Err(axum::http::StatusCode::NOT_FOUND);
+    }
+    let webhook = state.webhook.clone().expect("checked above");
+    let request: Result<AdmissionRequest<DynamicObject>, _> = review.try_into();
+    let response = match request {
+        Ok(req) => {
+            let spec = review_request(&req);
+            if !spec.allowed {
+                spec
+            } else {
+                match approval::authorize(&webhook.client, &req).await {
+                    Ok(()) => spec,
+                    Err(refusal) => spec.deny(refusal),
+                }
+            }
+        }
+        Err(e) => AdmissionResponse::invalid(e),
+    };
+    Ok(Json(response.into_review()))
+}
+
+/// The webhook's decision on one request.
+pub fn review_request(req: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
+    let allow = AdmissionResponse::from(req);
+    if !matches!(req.operation, Operation::Create | Operation::Update) || req.sub_resource.is_some()
+    {
+        return allow;
+    }
+    let Some(obj) = &req.object else {
+        return allow.deny("no object in the request");
+    };
+    if obj.metadata.deletion_timestamp.is_some() {
+        return allow;
+    }
+    let spec = obj.data.get("spec").cloned().unwrap_or(Value::Null);
+    if req.operation == Operation::Update {
+        let old_spec = req
+            .old_object
+            .as_ref()
+            .and_then(|o| o.data.get("spec"))
+            .cloned()
+            .unwrap_or(Value::Null);
+        if old_spec == spec {
+            return allow;
+        }
+    }
+    let name = obj.metadata.name.as_deref().unwrap_or(req.name.as_str());
+    let namespace = obj
+        .metadata
+        .namespace
+        .as_deref()
+        .or(req.namespace.as_deref());
+    let id = FlowId { name, namespace };
+    match compile(&id, &spec) {
+        Ok(compiled) => {
+            let mut allow = allow;
+            let warnings: Vec<String> = compiled
+                .warnings
+                .warnings()
+                .map(|d| format!("{}: {}", d.path, d.message))
+                .collect();
+            if !warnings.is_empty() {
+                allow.warnings = Some(warnings);
+            }
+            allow
+        }
+        Err(diags) => {
+            let errors: Vec<String> = diags
+                .errors()
+                .map(|d| format!("{}: {}", d.path, d.message))
+                .collect();
+            allow.deny(refusal(name, &errors))
+        }
+    }
+}
+
+/// The refusal message: how many problems, then each on its own line with its path.
+pub fn refusal(name: &str, errors: &[String]) -> String {
+    let n = errors.len();
+    let mut out = format!(
+        "PseudoFlow {name:?} is invalid ({n} problem{}):",
+        if n == 1 { "" } else { "s" }
+    );
+    for e in errors.iter().take(MAX_LISTED) {
+        out.push_str("\n  ");
+        out.push_str(e);
+    }
+    if n > MAX_LISTED {
+        out.push_str(&format!("\n  ... and {} more", n - MAX_LISTED));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

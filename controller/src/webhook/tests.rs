@@ -1,0 +1,141 @@
+use serde_json::json;
+
+use super::*;
+
+fn flow(name: &str, spec: Value) -> Value {
+    json!({
+        "apiVersion": "ops.example.com/v1alpha1",
+        "kind": "PseudoFlow",
+        "metadata": {"name": name, "namespace": "team"},
+        "spec": spec,
+    })
+}
+
+fn request(
+    operation: &str,
+    sub: Option<&str>,
+    object: Value,
+    old: Option<Value>,
+) -> AdmissionRequest<DynamicObject> {
+    let review: AdmissionReview<DynamicObject> = serde_json::from_value(json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "u-1",
+            "kind": {"group": "ops.example.com", "version": "v1alpha1", "kind": "PseudoFlow"},
+            "resource": {"group": "ops.example.com", "version": "v1alpha1", "resource": "pseudoflows"},
+            "subResource": sub,
+            "name": object["metadata"]["name"],
+            "namespace": "team",
+            "operation": operation,
+            "userInfo": {"username": "alice", "groups": ["devs"]},
+            "object": object,
+            "oldObject": old,
+            "dryRun": false,
+        }
+    }))
+    .unwrap();
+    review.try_into().unwrap()
+}
+
+/// A flow with two typos, one nested inside a loop's `steps:` where the CRD schema cannot reach.
+fn bad() -> Value {
+    flow(
+        "bad",
+        json!({"steps": [
+            {"type": "loop", "forEach": ["a"], "steps": [
+                {"type": "sleep", "seconds": "ten"},
+                {"type": "aply", "manifests": []}
+            ]},
+        ]}),
+    )
+}
+
+fn good() -> Value {
+    flow("good", json!({"steps": [{"type": "sleep", "seconds": 1}]}))
+}
+
+#[test]
+fn a_bad_flow_is_refused_with_every_problem_and_its_path() {
+    let resp = review_request(&request("CREATE", None, bad(), None));
+    assert!(!resp.allowed);
+    assert_eq!(resp.uid, "u-1");
+    let msg = &resp.result.message;
+    assert!(
+        msg.starts_with("PseudoFlow \"bad\" is invalid (2 problems):"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("\n  spec.steps[0].steps[0].seconds: "),
+        "{msg}"
+    );
+    assert!(msg.contains("\n  spec.steps[0].steps[1].type: "), "{msg}");
+    assert!(msg.contains("apply"), "the suggestion: {msg}");
+}
+
+#[test]
+fn the_same_diagnostics_as_the_compiler() {
+    let obj = bad();
+    let errors: Vec<String> = compile(
+        &FlowId {
+            name: "bad",
+            namespace: Some("team"),
+        },
+        &obj["spec"],
+    )
+    .err()
+    .unwrap()
+    .errors()
+    .map(|d| format!("{}: {}", d.path, d.message))
+    .collect();
+    let resp = review_request(&request("CREATE", None, obj, None));
+    assert_eq!(resp.result.message, refusal("bad", &errors));
+}
+
+#[test]
+fn a_good_flow_passes_on_create_and_update() {
+    assert!(review_request(&request("CREATE", None, good(), None)).allowed);
+    let mut changed = good();
+    changed["spec"]["steps"][0]["seconds"] = json!(2);
+    assert!(review_request(&request("UPDATE", None, changed, Some(good()))).allowed);
+}
+
+#[test]
+fn an_update_making_a_good_flow_bad_is_refused() {
+    let mut b = bad();
+    b["metadata"]["name"] = json!("good");
+    assert!(!review_request(&request("UPDATE", None, b, Some(good()))).allowed);
+}
+
+#[test]
+fn status_updates_deletes_and_spec_preserving_updates_are_never_blocked() {
+    // The status subresource, even of an invalid flow.
+    assert!(review_request(&request("UPDATE", Some("status"), bad(), Some(bad()))).allowed);
+    // A delete.
+    assert!(review_request(&request("DELETE", None, bad(), Some(bad()))).allowed);
+    // Removing a finalizer or adding a label to a flow that is already invalid.
+    let mut labelled = bad();
+    labelled["metadata"]["labels"] = json!({"team": "a"});
+    assert!(review_request(&request("UPDATE", None, labelled, Some(bad()))).allowed);
+    // A flow being deleted.
+    let mut deleting = bad();
+    deleting["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+    deleting["spec"]["steps"] = json!([{"type": "nope"}]);
+    assert!(review_request(&request("UPDATE", None, deleting, Some(bad()))).allowed);
+}
+
+#[test]
+fn a_flow_without_a_spec_is_refused() {
+    let mut obj = good();
+    obj.as_object_mut().unwrap().remove("spec");
+    assert!(!review_request(&request("CREATE", None, obj, None)).allowed);
+}
+
+#[test]
+fn a_long_list_is_cut_and_counted() {
+    let errors: Vec<String> = (0..60).map(|i| format!("spec.steps[{i}]: x")).collect();
+    let msg = refusal("f", &errors);
+    assert!(msg.contains("(60 problems)"), "{msg}");
+    assert!(msg.ends_with("... and 10 more"), "{msg}");
+    assert_eq!(msg.lines().count(), 1 + MAX_LISTED + 1);
+}

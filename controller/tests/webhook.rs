@@ -1,0 +1,449 @@
+//! The validating admission webhook, called by the real kube-apiserver of testenv: the controller
+//! makes its CA and serving certificate, stores them in a Secret, writes the CA into the
+//! ValidatingWebhookConfiguration (`url:` client config to its loopback address), and then
+//! `kubectl apply` and `kubectl apply --dry-run=server` refuse a flow with typos nested inside a
+//! loop's `steps:` (where the CRD schema cannot reach), every problem with its path.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::Client;
+use pseudoflow_controller::http::{self, tls};
+use pseudoflow_controller::metrics::Metrics;
+use pseudoflow_controller::webhook::Webhook;
+use serde_json::{json, Value};
+
+/// A webhook server for `ns` on a free loopback port, registered in a configuration named after
+/// the namespace that only matches flows there; returns the configuration's name.
+async fn start_webhook(client: &Client, ns: &str) -> (String, tls::SelfSigned) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let name = format!("pseudoflow-{ns}");
+    let vwc: ValidatingWebhookConfiguration = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [{
+            "name": "pseudoflows.ops.example.com",
+            "clientConfig": {"url": format!("https://127.0.0.1:{port}/validate")},
+            "rules": [{
+                "apiGroups": ["ops.example.com"],
+                "apiVersions": ["*"],
+                "operations": ["CREATE", "UPDATE"],
+                "resources": ["pseudoflows"],
+                "scope": "Namespaced",
+            }],
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+            "failurePolicy": "Fail",
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "timeoutSeconds": 10,
+        }],
+    }))
+    .unwrap();
+    Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .create(&PostParams::default(), &vwc)
+        .await
+        .unwrap();
+    let cfg = tls::SelfSigned {
+        namespace: ns.to_string(),
+        secret: "pseudoflow-webhook-tls".into(),
+        webhook_configuration: Some(name.clone()),
+        names: vec!["127.0.0.1".into()],
+        validity: tls::VALIDITY_SECONDS,
+    };
+    let mut state = http::State::new(Arc::new(Metrics::default()));
+    state.webhook = Some(Webhook::new(client.clone()));
+    state.readiness.set_standby();
+    let router = http::router(state);
+    tokio::spawn(http::serve_webhook(
+        client.clone(),
+        listener,
+        router,
+        http::WebhookCert::SelfSigned(cfg.clone()),
+    ));
+    (name, cfg)
+}
+
+/// `kubectl` with `args`, `yaml` on stdin (off the runtime).
+async fn kubectl_stdin(args: &[&str], yaml: String) -> (bool, String) {
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        use std::io::Write;
+        let mut child =
+            std::process::Command::new(pseudoflow_testenv::binaries::bin_dir().join("kubectl"))
+                .arg("--kubeconfig")
+                .arg(env().kubeconfig_path())
+                .args(&args)
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(yaml.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    })
+    .await
+    .unwrap()
+}
+
+async fn kubectl_async(args: &[&str]) -> (bool, String) {
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        kubectl(&args)
+    })
+    .await
+    .unwrap()
+}
+
+fn flow_json(ns: &str, name: &str, spec: Value) -> Value {
+    json!({
+        "apiVersion": "ops.example.com/v1alpha1",
+        "kind": "PseudoFlow",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": spec,
+    })
+}
+
+fn flow_yaml(ns: &str, name: &str, spec: Value) -> String {
+    serde_yaml::to_string(&flow_json(ns, name, spec)).unwrap()
+}
+
+/// Three typos inside a loop's `steps:`, where the CRD schema cannot reach: four problems (the
+/// misspelt `message` is unknown, and `message` is missing), each with its path.
+fn bad_spec() -> Value {
+    json!({"serviceAccountName": "flow", "steps": [
+        {"type": "loop", "forEach": ["a"], "steps": [
+            {"type": "sleep", "seconds": "ten"},
+            {"type": "aply", "manifests": []},
+            {"type": "log", "mesage": "hi"}
+        ]}
+    ]})
+}
+
+/// Waits until the API server calls the webhook (its configuration and CA have propagated):
+/// a server-side dry run of a bad flow is refused by it.
+async fn wait_webhook_active(ns: &str) {
+    let yaml = flow_yaml(ns, "probe", bad_spec());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (ok, out) =
+            kubectl_stdin(&["apply", "--dry-run=server", "-f", "-"], yaml.clone()).await;
+        if !ok && out.contains("denied the request") {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the webhook never refused: {ok} {out}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_apply_and_server_dry_run_refuse_a_nested_typo_with_every_path_and_a_valid_flow_passes(
+) {
+    let (client, ns) = prepare("webhook", json!([]), json!([])).await;
+    let ctl = start_controller(&client, &ns);
+    // A flow from before the webhook, already invalid: its status and metadata stay writable.
+    create_flow(&client, &ns, "legacy", bad_spec()).await;
+    let legacy = wait_done(&client, &ns, "legacy", 30).await;
+    assert_eq!(legacy["phase"], "Failed", "{legacy:#}");
+
+    let (vwc, _) = start_webhook(&client, &ns).await;
+    wait_webhook_active(&ns).await;
+
+    let bad = flow_yaml(&ns, "bad", bad_spec());
+    for args in [
+        &["apply", "-f", "-"][..],
+        &["apply", "--dry-run=server", "-f", "-"][..],
+        &["create", "-f", "-"][..],
+    ] {
+        let (ok, out) = kubectl_stdin(args, bad.clone()).await;
+        assert!(!ok, "kubectl {args:?} accepted a bad flow: {out}");
+        for needle in [
+            "admission webhook \"pseudoflows.ops.example.com\" denied the request",
+            "PseudoFlow \"bad\" is invalid (4 problems)",
+            "spec.steps[0].steps[0].seconds: ",
+            "spec.steps[0].steps[1].type: ",
+            "spec.steps[0].steps[2].mesage: unknown field (did you mean \"message\"?)",
+            "spec.steps[0].steps[2]: missing required field \"message\"",
+        ] {
+            assert!(
+                out.contains(needle),
+                "kubectl {args:?}: no {needle:?} in:\n{out}"
+            );
+        }
+    }
+    assert!(
+        flows(&client, &ns).get_opt("bad").await.unwrap().is_none(),
+        "nothing was stored"
+    );
+
+    // A valid flow passes and runs: the controller's own status writes are not blocked.
+    let good = flow_yaml(
+        &ns,
+        "good",
+        json!({"serviceAccountName": "flow", "steps": [
+            {"type": "loop", "forEach": ["a"], "steps": [{"type": "log", "message": "hi"}]}
+        ]}),
+    );
+    let (ok, out) = kubectl_stdin(&["apply", "--dry-run=server", "-f", "-"], good.clone()).await;
+    assert!(ok, "{out}");
+    let (ok, out) = kubectl_stdin(&["apply", "-f", "-"], good).await;
+    assert!(ok, "{out}");
+    let st = wait_done(&client, &ns, "good", 30).await;
+    assert_eq!(st["phase"], "Succeeded", "{st:#}");
+
+    // Breaking the good flow by an update is refused too.
+    let (ok, out) = kubectl_async(&[
+        "patch",
+        "pf",
+        "good",
+        "-n",
+        &ns,
+        "--type=json",
+        "-p",
+        r#"[{"op":"replace","path":"/spec/steps/0/steps/0/type","value":"lgo"}]"#,
+    ])
+    .await;
+    assert!(
+        !ok && out.contains("spec.steps[0].steps[0].type: "),
+        "{out}"
+    );
+
+    // The invalid flow from before: a status update, a label and its deletion all pass.
+    let (ok, out) = kubectl_async(&[
+        "patch",
+        "pf",
+        "legacy",
+        "-n",
+        &ns,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"message":"written by hand"}}"#,
+    ])
+    .await;
+    assert!(ok, "status update blocked: {out}");
+    let (ok, out) = kubectl_async(&["label", "pf", "legacy", "-n", &ns, "team=a"]).await;
+    assert!(ok, "label blocked: {out}");
+    flows(&client, &ns)
+        .delete("legacy", &DeleteParams::default())
+        .await
+        .unwrap();
+
+    Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .delete(&vwc, &DeleteParams::default())
+        .await
+        .unwrap();
+    ctl.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_certificate_is_stored_reused_and_rotated_with_both_cas_trusted() {
+    let (client, ns) = prepare("webhook-tls", json!([]), json!([])).await;
+    let (vwc, cfg) = start_webhook(&client, &ns).await;
+    wait_webhook_active(&ns).await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let stored = secrets.get(&cfg.secret).await.unwrap();
+    let first = tls::Bundle::from_secret(&stored).expect("a whole bundle in the Secret");
+    assert_eq!(stored.type_.as_deref(), Some("kubernetes.io/tls"));
+    let vwcs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let ca_bundle = |v: &ValidatingWebhookConfiguration| {
+        String::from_utf8(
+            v.webhooks.as_ref().unwrap()[0]
+                .client_config
+                .ca_bundle
+                .clone()
+                .unwrap()
+                .0,
+        )
+        .unwrap()
+    };
+    assert_eq!(ca_bundle(&vwcs.get(&vwc).await.unwrap()), first.ca_pem);
+
+    // A restart reuses it.
+    let again = cfg.ensure(&client, tls::unix_now()).await.unwrap();
+    assert_eq!(again, first);
+
+    // Close to expiry it is renewed: the new CA is trusted beside the old one.
+    let later = first.not_after - tls::VALIDITY_SECONDS / 4;
+    let renewed = cfg.ensure(&client, later).await.unwrap();
+    assert_ne!(renewed.ca_pem, first.ca_pem);
+    assert_ne!(renewed.cert_pem, first.cert_pem);
+    let bundle = ca_bundle(&vwcs.get(&vwc).await.unwrap());
+    assert!(bundle.starts_with(&renewed.ca_pem), "{bundle}");
+    assert!(bundle.contains(&first.ca_pem), "{bundle}");
+    assert_eq!(
+        tls::Bundle::from_secret(&secrets.get(&cfg.secret).await.unwrap()),
+        Some(renewed.clone())
+    );
+    // The server still serves the first certificate (its keeper checks hourly): the API server
+    // trusts it through the old CA, still in the bundle.
+    wait_webhook_active(&ns).await;
+
+    // The keys are never in an Event of the namespace.
+    let events = kubectl_async(&["get", "events", "-n", &ns, "-o", "yaml"])
+        .await
+        .1;
+    assert!(!events.contains("PRIVATE KEY"), "{events}");
+
+    vwcs.delete(&vwc, &DeleteParams::default()).await.unwrap();
+}
+
+/// `tenant` may edit flows in `ns`; `boss` may edit and `approve`.
+async fn editor_and_approver(client: &Client, ns: &str) {
+    let rbac = format!(
+        r#"apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {{name: flow-editor, namespace: {ns}}}
+rules:
+  - apiGroups: [ops.example.com]
+    resources: [pseudoflows]
+    verbs: [get, list, watch, create, update, patch, delete]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {{name: flow-approver, namespace: {ns}}}
+rules:
+  - apiGroups: [ops.example.com]
+    resources: [pseudoflows]
+    verbs: [approve]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: editors, namespace: {ns}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: flow-editor}}
+subjects:
+  - {{apiGroup: rbac.authorization.k8s.io, kind: User, name: tenant}}
+  - {{apiGroup: rbac.authorization.k8s.io, kind: User, name: boss}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: approvers, namespace: {ns}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: flow-approver}}
+subjects:
+  - {{apiGroup: rbac.authorization.k8s.io, kind: User, name: boss}}
+"#
+    );
+    pseudoflow_testenv::apply::apply_text(client, &rbac, None)
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_user_who_may_approve_can_set_the_approve_or_reject_annotation() {
+    let (client, ns) = prepare("webhook-approve", json!([]), json!([])).await;
+    editor_and_approver(&client, &ns).await;
+    let (vwc, _) = start_webhook(&client, &ns).await;
+    wait_webhook_active(&ns).await;
+    let spec = json!({"serviceAccountName": "flow", "steps": [{"type": "log", "message": "hi"}]});
+
+    // The tenant may create and edit the flow...
+    let (ok, out) = kubectl_stdin(
+        &["apply", "--as=tenant", "-f", "-"],
+        flow_yaml(&ns, "gated", spec.clone()),
+    )
+    .await;
+    assert!(ok, "the tenant may edit: {out}");
+    let (ok, out) = kubectl_async(&[
+        "annotate",
+        "pf",
+        "gated",
+        "-n",
+        &ns,
+        "--as=tenant",
+        "team=a",
+    ])
+    .await;
+    assert!(ok, "{out}");
+    // ...but not approve or reject it, by annotate or by a dry run.
+    for (what, extra) in [
+        ("ops.example.com/approve=gate", None),
+        ("ops.example.com/reject=gate", None),
+        ("ops.example.com/approve=gate", Some("--dry-run=server")),
+    ] {
+        let mut args = vec!["annotate", "pf", "gated", "-n", &ns, "--as=tenant", what];
+        args.extend(extra);
+        let (ok, out) = kubectl_async(&args).await;
+        assert!(!ok, "the tenant set {what}: {out}");
+        assert!(
+            out.contains("tenant may not") && out.contains("\"approve\" verb on pseudoflows"),
+            "{out}"
+        );
+    }
+    // Nor create a flow that arrives already approved.
+    let mut pre = flow_json(&ns, "pre", spec.clone());
+    pre["metadata"]["annotations"] = json!({"ops.example.com/approve": "gate"});
+    let pre_yaml = serde_yaml::to_string(&pre).unwrap();
+    let (ok, out) = kubectl_stdin(&["create", "--as=tenant", "-f", "-"], pre_yaml.clone()).await;
+    assert!(!ok && out.contains("tenant may not approve"), "{out}");
+    assert!(flows(&client, &ns).get_opt("pre").await.unwrap().is_none());
+
+    // The approver may, on an existing flow and on a new one.
+    let (ok, out) = kubectl_async(&[
+        "annotate",
+        "pf",
+        "gated",
+        "-n",
+        &ns,
+        "--as=boss",
+        "ops.example.com/approve=gate",
+    ])
+    .await;
+    assert!(ok, "the approver was refused: {out}");
+    let (ok, out) = kubectl_stdin(&["create", "--as=boss", "-f", "-"], pre_yaml).await;
+    assert!(ok, "{out}");
+    // Once set, the tenant may still edit other things (the decision is not theirs to repeat)...
+    let (ok, out) = kubectl_async(&[
+        "annotate",
+        "pf",
+        "gated",
+        "-n",
+        &ns,
+        "--as=tenant",
+        "--overwrite",
+        "team=b",
+    ])
+    .await;
+    assert!(ok, "{out}");
+    // ...but not change it.
+    let (ok, out) = kubectl_async(&[
+        "annotate",
+        "pf",
+        "gated",
+        "-n",
+        &ns,
+        "--as=tenant",
+        "--overwrite",
+        "ops.example.com/approve=other",
+    ])
+    .await;
+    assert!(!ok && out.contains("tenant may not approve"), "{out}");
+
+    Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .delete(&vwc, &DeleteParams::default())
+        .await
+        .unwrap();
+}
