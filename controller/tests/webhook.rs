@@ -180,6 +180,7 @@ async fn kubectl_apply_and_server_dry_run_refuse_a_nested_typo_with_every_path_a
         &["create", "-f", "-"][..],
     ] {
         let (ok, out) = kubectl_stdin(args, bad.clone()).await;
+        eprintln!("kubectl {args:?}:\n{out}");
         assert!(!ok, "kubectl {args:?} accepted a bad flow: {out}");
         for needle in [
             "admission webhook \"pseudoflows.ops.example.com\" denied the request",
