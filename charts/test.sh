@@ -12,6 +12,19 @@ out="$(mktemp -d)"
 "$HELM" template pf "$CHART" --namespace pseudoflow-system "${ALL[@]}" > "$out/all.yaml"
 "$HELM" template pf "$CHART" --namespace pseudoflow-system > "$out/defaults.yaml"
 "$HELM" template pf "$CHART" --namespace pseudoflow-system --set-json 'nodeSteps.namespaces=[]' > "$out/no-node-steps.yaml"
+"$HELM" template pf "$CHART" --namespace pseudoflow-system --set webhook.certManager.enabled=true > "$out/cert-manager.yaml"
+python3 - "$out/cert-manager.yaml" <<'PY'
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+kinds = {d["kind"] for d in docs}
+assert {"Certificate", "Issuer", "ValidatingWebhookConfiguration"} <= kinds, kinds
+vwc = next(d for d in docs if d["kind"] == "ValidatingWebhookConfiguration")
+assert vwc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == "pseudoflow-system/pf-pseudoflow-webhook", vwc
+dep = next(d for d in docs if d["kind"] == "Deployment")
+assert "--webhook-cert-dir=/tls" in dep["spec"]["template"]["spec"]["containers"][0]["args"]
+role = next(d for d in docs if d["kind"] == "ClusterRole")
+assert not any(r["resources"] == ["validatingwebhookconfigurations"] for r in role["rules"]), "cert-manager injects the CA"
+PY
 # The admission policy refuses to render without an allowed ServiceAccount (it would refuse every flow).
 if "$HELM" template pf "$CHART" --set admissionPolicy.enabled=true > /dev/null 2> "$out/err"; then
   echo "admissionPolicy.enabled without serviceAccounts must fail to render" >&2; exit 1
@@ -31,7 +44,7 @@ python3 - "$out/all.yaml" tests/rendered-rules.yaml <<'PY'
 import sys, yaml
 docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
 kinds = sorted({d["kind"] for d in docs})
-want = {"ClusterRole", "ClusterRoleBinding", "ConfigMap", "CustomResourceDefinition", "Deployment", "PrometheusRule", "Role", "RoleBinding", "Service", "ServiceAccount", "ServiceMonitor", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+want = {"ClusterRole", "ClusterRoleBinding", "ConfigMap", "CustomResourceDefinition", "Deployment", "PrometheusRule", "Role", "RoleBinding", "Service", "ServiceAccount", "ServiceMonitor", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ValidatingWebhookConfiguration"}
 missing = want - set(kinds)
 assert not missing, f"rendered chart lacks {missing}"
 dep = next(d for d in docs if d["kind"] == "Deployment")
@@ -39,6 +52,23 @@ args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
 assert "--image=ghcr.io/example/pseudoflow-runtime:0.1.0" in args, args
 assert "--namespace=a" in args and "--namespace=b" in args, args
 assert "--node-step-namespaces=node-ops,infra" in args, args
+# The webhook: its own CA by default, written into its own configuration only.
+assert "--webhook-addr=0.0.0.0:9443" in args, args
+assert "--webhook-cert-names=pf-pseudoflow-webhook.pseudoflow-system.svc,pf-pseudoflow-webhook.pseudoflow-system.svc.cluster.local" in args, args
+assert "--webhook-configuration=pf-pseudoflow" in args, args
+c = dep["spec"]["template"]["spec"]["containers"][0]
+assert c["readinessProbe"]["httpGet"]["path"] == "/readyz", c
+assert c["livenessProbe"]["httpGet"]["path"] == "/healthz", c
+vwc = next(d for d in docs if d["kind"] == "ValidatingWebhookConfiguration")
+hook = vwc["webhooks"][0]
+assert hook["failurePolicy"] == "Fail", hook
+assert hook["rules"][0]["resources"] == ["pseudoflows"], hook
+assert sorted(hook["rules"][0]["operations"]) == ["CREATE", "UPDATE"], hook
+assert hook["clientConfig"]["service"] == {"name": "pf-pseudoflow-webhook", "namespace": "pseudoflow-system", "path": "/validate", "port": 443}, hook
+assert hook["namespaceSelector"]["matchExpressions"][0]["values"] == ["a", "b"], hook
+role = next(d for d in docs if d["kind"] == "ClusterRole")
+vwc_rule = next(r for r in role["rules"] if r["resources"] == ["validatingwebhookconfigurations"])
+assert vwc_rule["resourceNames"] == ["pf-pseudoflow"] and vwc_rule["verbs"] == ["get", "patch"], vwc_rule
 policy = next(d for d in docs if d["kind"] == "ValidatingAdmissionPolicy")
 binding = next(d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding")
 assert binding["spec"]["policyName"] == policy["metadata"]["name"], binding

@@ -7,7 +7,9 @@
 //! flows run to Succeeded. Then, for every rule of those roles, a release with that one rule
 //! removed runs a small flow (an object, a node step, a log line), and the test shows something
 //! observable breaks: the flow does not succeed, no Events are recorded, or no leader holds the
-//! lease. The apiserver enforces OwnerReferencesPermissionEnforcement, as hardened clusters do.
+//! lease, or the webhook stops answering (it must refuse a flow with a typo nested in a loop's `steps:`
+//! and let an admin's approval annotation through, which takes a SubjectAccessReview). The
+//! apiserver enforces OwnerReferencesPermissionEnforcement, as hardened clusters do.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -72,12 +74,17 @@ fn free_port() -> u16 {
 fn render(release: &str, watch: &[&str], node_steps: &[&str]) -> Vec<Value> {
     let (c_repo, c_tag) = CONTROLLER_IMAGE.split_once(':').unwrap();
     let (r_repo, r_tag) = RUNTIME_IMAGE.split_once(':').unwrap();
+    let webhook = free_port();
     let mut sets = vec![
         format!("image.controller.repository={c_repo}"),
         format!("image.controller.tag={c_tag}"),
         format!("image.runtime.repository={r_repo}"),
         format!("image.runtime.tag={r_tag}"),
         format!("metrics.port={}", free_port()),
+        // No service network here: the API server calls the webhook on the loopback address.
+        format!("webhook.port={webhook}"),
+        format!("webhook.url=https://127.0.0.1:{webhook}/validate"),
+        "webhook.certNames={127.0.0.1}".into(),
         "crds.install=false".into(),
         "logLevel=info".into(),
     ];
@@ -157,6 +164,10 @@ async fn final_status(client: &Client, ns: &str, name: &str, secs: u64) -> Optio
 /// What a release managed to do for a small probe flow.
 #[derive(Debug)]
 struct Outcome {
+    /// Its webhook refused a flow with a typo nested in a loop's `steps:`, naming the path.
+    refuses_bad: bool,
+    /// Its webhook let an approval by a user who may approve through.
+    approves: bool,
     phase: Option<String>,
     /// What status said, to tell why a release failed.
     message: Option<String>,
@@ -166,7 +177,11 @@ struct Outcome {
 
 impl Outcome {
     fn all_good(&self) -> bool {
-        self.phase.as_deref() == Some("Succeeded") && self.events > 0 && self.leader.is_some()
+        self.refuses_bad
+            && self.approves
+            && self.phase.as_deref() == Some("Succeeded")
+            && self.events > 0
+            && self.leader.is_some()
     }
 }
 
@@ -195,7 +210,29 @@ spec:
       message: probe done
 "#
     );
-    apply_text(client, &flow, None).await.unwrap();
+    let refuses_bad = webhook_refuses(client, &ns, 45).await;
+    // Created once the webhook answers (failure policy Fail: refused until then).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while let Err(e) = apply_text(client, &flow, None).await {
+        if tokio::time::Instant::now() > deadline {
+            eprintln!("{release}: the probe flow was never accepted: {e:#}");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // An approval decision by a user who may approve (the admin) is let through: the webhook
+    // asked the API server (a SubjectAccessReview).
+    let approves = Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &flow_resource())
+        .patch(
+            "probe",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!(
+                {"metadata": {"annotations": {"ops.example.com/approve": "none"}}}
+            )),
+        )
+        .await
+        .map_err(|e| eprintln!("{release}: the admin's approval was refused: {e}"))
+        .is_ok();
     let status = final_status(client, &ns, "probe", 45).await;
     let phase = status
         .as_ref()
@@ -216,10 +253,49 @@ spec:
         .and_then(|l| l.spec?.holder_identity)
         .filter(|h| !h.is_empty());
     Outcome {
+        refuses_bad,
+        approves,
         phase,
         message,
         events,
         leader,
+    }
+}
+
+/// Whether, within `secs`, the release's webhook refuses (server-side dry run) a flow in `ns`
+/// with a typo nested inside a loop's `steps:`, naming its path. False if it lets it through or never
+/// answers.
+async fn webhook_refuses(client: &Client, ns: &str, secs: u64) -> bool {
+    let flows: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &flow_resource());
+    let bad: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "ops.example.com/v1alpha1",
+        "kind": "PseudoFlow",
+        "metadata": {"name": "typo", "namespace": ns},
+        "spec": {"steps": [{"type": "loop", "forEach": ["a"], "steps": [{"type": "lgo"}]}]},
+    }))
+    .unwrap();
+    let params = kube::api::PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        match flows.create(&params, &bad).await {
+            Ok(_) => return false,
+            Err(kube::Error::Api(e))
+                if e.message.contains("denied the request")
+                    && e.message.contains("spec.steps[0].steps[0].type") =>
+            {
+                return true
+            }
+            Err(_) if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(500)).await
+            }
+            Err(e) => {
+                eprintln!("{ns}: the webhook never refused: {e}");
+                return false;
+            }
+        }
     }
 }
 

@@ -24,3 +24,12 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "pseudoflow.runtimeImage" -}}
 {{ .Values.image.runtime.repository }}:{{ .Values.image.runtime.tag | default .Chart.AppVersion }}
 {{- end -}}
+{{- define "pseudoflow.webhookService" -}}
+{{ include "pseudoflow.fullname" . }}-webhook
+{{- end -}}
+{{- /* The self-made serving certificate's names: the webhook Service's, then certNames. */ -}}
+{{- define "pseudoflow.webhookCertNames" -}}
+{{- $svc := include "pseudoflow.webhookService" . -}}
+{{- $names := list (printf "%s.%s.svc" $svc .Release.Namespace) (printf "%s.%s.svc.cluster.local" $svc .Release.Namespace) -}}
+{{- join "," (concat $names .Values.webhook.certNames) -}}
+{{- end -}}
