@@ -87,7 +87,12 @@ pub fn router(state: State) -> Router {
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
-        .route("/validate", post(crate::webhook::handle))
+        // An AdmissionReview carries the object twice (old and new), each up to the API
+        // server's 1.5 MiB request limit, and JSON-escaped: more than axum's 2 MiB default.
+        .route(
+            "/validate",
+            post(crate::webhook::handle).layer(axum::extract::DefaultBodyLimit::max(8 << 20)),
+        )
         .with_state(state)
 }
 
@@ -248,6 +253,57 @@ mod tests {
         b.done();
         assert_eq!(get(&router, "/readyz").await.0, StatusCode::OK);
         assert_eq!(get(&router, "/nope").await.0, StatusCode::NOT_FOUND);
+    }
+
+    #[tokio::test]
+    async fn the_webhook_reads_a_review_larger_than_axums_default_limit() {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let mut state = State::new(Arc::default());
+        state.webhook = Some(crate::webhook::Webhook::new(
+            kube::Client::try_from(config).unwrap(),
+        ));
+        let big = "x".repeat(3 << 20);
+        let review = serde_json::json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {
+                "uid": "u", "name": "f", "namespace": "t", "operation": "CREATE",
+                "kind": {"group": "ops.example.com", "version": "v1alpha1", "kind": "PseudoFlow"},
+                "resource": {"group": "ops.example.com", "version": "v1alpha1", "resource": "pseudoflows"},
+                "userInfo": {"username": "u"},
+                "object": {"apiVersion": "ops.example.com/v1alpha1", "kind": "PseudoFlow",
+                    "metadata": {"name": "f", "namespace": "t"},
+                    "spec": {"steps": [{"type": "log", "message": big}]}},
+            }
+        });
+        let resp = router(state)
+            .oneshot(
+                Request::post("/validate")
+                    .header(header::CONTENT_TYPE, "application/json")
+                    .body(Body::from(serde_json::to_vec(&review).unwrap()))
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        let body = axum::body::to_bytes(resp.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        let answer: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(answer["response"]["uid"], "u", "{answer}");
+    }
+
+    #[tokio::test]
+    async fn without_a_webhook_validate_is_not_found() {
+        let resp = router(State::new(Arc::default()))
+            .oneshot(
+                Request::post("/validate")
+                    .header(header::CONTENT_TYPE, "application/json")
+                    .body(Body::from("{}"))
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_ne!(resp.status(), StatusCode::OK);
     }
 
     #[tokio::test]
