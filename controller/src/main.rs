@@ -127,7 +127,12 @@ async fn main() -> anyhow::Result<()> {
             }
         });
     }
-    let plain = http::router(state);
+    // Metrics and probes only: the webhook (which asks the API server authorization
+    // questions) is served over TLS alone.
+    let plain = http::router(http::State {
+        webhook: None,
+        ..state
+    });
     tokio::spawn(async move {
         if let Err(e) = http::serve_plain(metrics_addr, plain).await {
             tracing::error!("metrics server on {metrics_addr}: {e}");
