@@ -448,3 +448,75 @@ async fn only_a_user_who_may_approve_can_set_the_approve_or_reject_annotation() 
         .await
         .unwrap();
 }
+
+/// Completes a TLS handshake with `127.0.0.1:port` trusting only the CA `ca_pem`.
+async fn handshake(port: u16, ca_pem: &str) -> Result<(), String> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots
+            .add(cert.map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| e.to_string())?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let sock = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .map_err(|e| e.to_string())?;
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, sock)
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_server_switches_to_the_renewed_certificate_before_the_old_one_expires() {
+    let (client, ns) = prepare("webhook-rotate", json!([]), json!([])).await;
+    // Valid 6 s: renewed once less than 2 s are left.
+    let cfg = tls::SelfSigned {
+        namespace: ns.clone(),
+        secret: "short-lived".into(),
+        webhook_configuration: None,
+        names: vec!["127.0.0.1".into()],
+        validity: 6,
+    };
+    let first = cfg.ensure(&client, tls::unix_now()).await.unwrap();
+    let current = tls::Current::new(first.certified_key().unwrap());
+    tokio::spawn(cfg.clone().keep(
+        client.clone(),
+        current.clone(),
+        first.clone(),
+        Duration::from_millis(300),
+    ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let state = http::State::new(Arc::new(Metrics::default()));
+    tokio::spawn(http::serve_tls(listener, http::router(state), current));
+    handshake(port, &first.ca_pem).await.unwrap();
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let stored = tls::Bundle::from_secret(&secrets.get(&cfg.secret).await.unwrap()).unwrap();
+        if stored != first && handshake(port, &stored.ca_pem).await.is_ok() {
+            // The new certificate is served, before the first one expired.
+            assert!(tls::unix_now() <= first.not_after, "renewed too late");
+            assert!(
+                handshake(port, &first.ca_pem).await.is_err(),
+                "still the old one"
+            );
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never served a renewed certificate"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
