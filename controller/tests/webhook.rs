@@ -216,6 +216,37 @@ async fn kubectl_apply_and_server_dry_run_refuse_a_nested_typo_with_every_path_a
     let st = wait_done(&client, &ns, "good", 30).await;
     assert_eq!(st["phase"], "Succeeded", "{st:#}");
 
+    // What the webhook adds to a create (server-side dry runs, in this namespace and in one
+    // it does not match): printed, not asserted (timing on a shared machine).
+    let (_, other) = prepare("webhook-none", json!([]), json!([])).await;
+    for namespace in [&ns, &other] {
+        let api = flows(&client, namespace);
+        let mut obj: kube::api::DynamicObject = serde_json::from_value(flow_json(
+            namespace,
+            "timed",
+            json!({"steps": [{"type": "loop", "forEach": ["a"], "steps": [{"type": "log", "message": "hi"}]}]}),
+        ))
+        .unwrap();
+        obj.metadata.namespace = Some(namespace.clone());
+        let params = PostParams {
+            dry_run: true,
+            ..Default::default()
+        };
+        let start = std::time::Instant::now();
+        for _ in 0..50 {
+            api.create(&params, &obj).await.unwrap();
+        }
+        eprintln!(
+            "dry-run create in {namespace} ({}): {:?} each",
+            if *namespace == ns {
+                "webhook"
+            } else {
+                "no webhook"
+            },
+            start.elapsed() / 50
+        );
+    }
+
     // Breaking the good flow by an update is refused too.
     let (ok, out) = kubectl_async(&[
         "patch",
