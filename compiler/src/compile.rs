@@ -127,7 +127,7 @@ fn check_self_include(flow: &FlowId, steps: &[Step], path: &str, diags: &mut Dia
             check_self_include(
                 flow,
                 children,
-                &pseudoflow_crd::validate::join(&here, &field),
+                &pseudoflow_crd::text::join(&here, &field),
                 diags,
             );
         }

@@ -5,10 +5,12 @@
 //! its semantic validation; [`steps::registry`] is the one list that ties them together.
 #![warn(missing_docs)]
 
+pub mod check;
 pub mod common;
 pub mod depth;
 pub mod diagnostics;
 pub mod docs;
+pub mod enum_schema;
 pub mod jsonpath;
 pub mod limits;
 pub mod protocol;
@@ -20,6 +22,7 @@ pub mod spec;
 pub mod status;
 pub mod step;
 pub mod steps;
+pub mod text;
 pub mod validate;
 
 pub use diagnostics::{Diagnostic, Diagnostics, Severity};

@@ -14,7 +14,7 @@ use serde_json::{json, Map, Value};
 use crate::diagnostics::Diagnostics;
 use crate::spec::PseudoFlow;
 use crate::steps::registry::{params_schema, STEP_TYPES};
-use crate::validate::{join, suggest};
+use crate::text::{join, suggest};
 
 /// A path into the flow as a chain of borrowed segments: walking allocates nothing, and the
 /// `spec.steps[3].cmd` text is only built when a problem is reported.
@@ -335,26 +335,7 @@ fn check(value: &Value, schema: &Value, path: &Path, diags: &mut Diagnostics) {
     }
     match schema.get(NESTED_MARK).and_then(Value::as_str) {
         Some("list") => return check_step_list(value, path, diags),
-        Some("branches") => {
-            let Some(branches) = value.as_array() else {
-                diags.error(
-                    path.render(),
-                    format!(
-                        "expected a list of branches (each a list of steps), got {}",
-                        describe(value)
-                    ),
-                );
-                return;
-            };
-            for (i, b) in branches.iter().enumerate() {
-                if !b.is_array() {
-                    diags.error(path.index(i).render(), format!("expected a branch (a list of steps), got {}; write each branch as `- - type: ...`", describe(b)));
-                } else {
-                    check_step_list(b, &path.index(i), diags);
-                }
-            }
-            return;
-        }
+        Some("branches") => return check_branches(value, path, diags),
         _ => {}
     }
     if value.is_null() && schema.get("nullable") == Some(&Value::Bool(true)) {
@@ -372,31 +353,9 @@ fn check(value: &Value, schema: &Value, path: &Path, diags: &mut Diagnostics) {
             return;
         }
     }
-    if !value_allowed(schema, value) {
-        if let Some(allowed) = allowed_values(schema) {
-            let names: Vec<String> = allowed
-                .iter()
-                .map(|v| {
-                    v.as_str()
-                        .map(str::to_string)
-                        .unwrap_or_else(|| v.to_string())
-                })
-                .collect();
-            let hint = value
-                .as_str()
-                .and_then(|s| suggest(s, names.iter().map(String::as_str)))
-                .map(|s| format!(" (did you mean {s:?}?)"))
-                .unwrap_or_default();
-            diags.error(
-                path.render(),
-                format!(
-                    "{} is not one of: {}{hint}",
-                    describe(value),
-                    names.join(", ")
-                ),
-            );
-            return;
-        }
+    if let Some(message) = not_allowed(schema, value) {
+        diags.error(path.render(), message);
+        return;
     }
     if let Some(message) = out_of_range(schema, value) {
         diags.error(path.render(), message);
@@ -412,6 +371,53 @@ fn check(value: &Value, schema: &Value, path: &Path, diags: &mut Diagnostics) {
         }
         _ => {}
     }
+}
+
+/// `parallel`'s branches: a list of step lists.
+fn check_branches(value: &Value, path: &Path, diags: &mut Diagnostics) {
+    let Some(branches) = value.as_array() else {
+        diags.error(
+            path.render(),
+            format!(
+                "expected a list of branches (each a list of steps), got {}",
+                describe(value)
+            ),
+        );
+        return;
+    };
+    for (i, b) in branches.iter().enumerate() {
+        if !b.is_array() {
+            diags.error(path.index(i).render(), format!("expected a branch (a list of steps), got {}; write each branch as `- - type: ...`", describe(b)));
+        } else {
+            check_step_list(b, &path.index(i), diags);
+        }
+    }
+}
+
+/// Why a value is not one the schema's enum allows, listing them (with a "did you mean" for a
+/// near typo); `None` when it is allowed or the schema has no enum.
+fn not_allowed(schema: &Value, value: &Value) -> Option<String> {
+    if value_allowed(schema, value) {
+        return None;
+    }
+    let names: Vec<String> = allowed_values(schema)?
+        .iter()
+        .map(|v| {
+            v.as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| v.to_string())
+        })
+        .collect();
+    let hint = value
+        .as_str()
+        .and_then(|s| suggest(s, names.iter().map(String::as_str)))
+        .map(|s| format!(" (did you mean {s:?}?)"))
+        .unwrap_or_default();
+    Some(format!(
+        "{} is not one of: {}{hint}",
+        describe(value),
+        names.join(", ")
+    ))
 }
 
 /// Why a number is outside the schema's `minimum`/`maximum`, naming both bounds when there are
@@ -673,43 +679,24 @@ pub fn crd_yaml() -> String {
     )
 }
 
-/// A `#[schemars(transform = ...)]` for enums of unit variants: schemars turns documented
-/// variants into a `oneOf` of constants, which the CRD's structural schema cannot keep (the field
-/// lost its enum and accepted anything). This makes it `{type: string, enum: [...]}` again, so
-/// variants can carry their doc comments and the API server still refuses a wrong value.
-pub fn plain_enum(schema: &mut Schema) {
-    let Some(branches) = schema.get("oneOf").and_then(Value::as_array) else {
-        return;
+/// The fields of a step type that hold nested step lists, from its schema's markers.
+pub(crate) fn nested_fields(ty: &str) -> Vec<(String, &'static str)> {
+    let Some(schema) = step_schemas().get(ty) else {
+        return vec![];
     };
-    let values: Option<Vec<Value>> = branches
-        .iter()
-        .map(
-            |b| match (b.get("const"), b.get("enum").and_then(Value::as_array)) {
-                (Some(c), _) => Some(c.clone()),
-                (None, Some(e)) if e.len() == 1 => Some(e[0].clone()),
-                _ => None,
-            },
-        )
-        .collect();
-    let Some(values) = values else { return };
-    if let Some(obj) = schema.as_object_mut() {
-        obj.remove("oneOf");
-        obj.insert("type".into(), json!("string"));
-        obj.insert("enum".into(), Value::Array(values));
-    }
-}
-
-#[cfg(test)]
-mod plain_enum_tests {
-    use crate::common::RunOn;
-
-    #[test]
-    fn documented_unit_variants_keep_an_enum_schema() {
-        let schema = schemars::schema_for!(RunOn);
-        assert_eq!(
-            schema.get("enum"),
-            Some(&serde_json::json!(["all", "any", "first"]))
-        );
-        assert!(schema.get("oneOf").is_none(), "{schema:?}");
-    }
+    schema["properties"]
+        .as_object()
+        .map(|props| {
+            props
+                .iter()
+                .filter_map(
+                    |(k, v)| match v.get("x-pseudoflow-steps").and_then(Value::as_str) {
+                        Some("list") => Some((k.clone(), "list")),
+                        Some("branches") => Some((k.clone(), "branches")),
+                        _ => None,
+                    },
+                )
+                .collect()
+        })
+        .unwrap_or_default()
 }
