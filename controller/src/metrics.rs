@@ -64,7 +64,7 @@ impl Metrics {
         *self
             .runs
             .lock()
-            .unwrap()
+            .expect("not poisoned")
             .entry((flow.into(), status.into()))
             .or_default() += 1;
     }
@@ -78,7 +78,7 @@ impl Metrics {
         if self.is_gone(flow, uid) {
             return;
         }
-        let mut clock = self.clock.lock().unwrap();
+        let mut clock = self.clock.lock().expect("not poisoned");
         let mut before = clock.remove(flow).unwrap_or_default();
         let mut after = BTreeMap::new();
         let mut ended = Vec::new();
@@ -122,7 +122,7 @@ impl Metrics {
 
     /// A step of `flow` took `seconds`.
     pub fn step_finished(&self, flow: &str, step_type: &str, seconds: f64) {
-        let mut steps = self.steps.lock().unwrap();
+        let mut steps = self.steps.lock().expect("not poisoned");
         let h = steps.entry((flow.into(), step_type.into())).or_default();
         for (i, b) in BUCKETS.iter().enumerate() {
             if seconds <= *b {
@@ -138,7 +138,7 @@ impl Metrics {
         *self
             .reconcile_errors
             .lock()
-            .unwrap()
+            .expect("not poisoned")
             .entry(error)
             .or_default() += 1;
     }
@@ -151,14 +151,14 @@ impl Metrics {
         }
         self.active
             .lock()
-            .unwrap()
+            .expect("not poisoned")
             .insert(flow.into(), (uid.into(), active));
     }
 
     /// Whether `flow` was deleted as the object `uid`; a flow created again under the same name
     /// (another uid) is not.
     fn is_gone(&self, flow: &str, uid: &str) -> bool {
-        let mut gone = self.gone.lock().unwrap();
+        let mut gone = self.gone.lock().expect("not poisoned");
         match gone.get(flow) {
             Some(u) if u == uid => true,
             Some(_) => {
@@ -172,21 +172,53 @@ impl Metrics {
     /// Drops every series of `flow` (`namespace/name`): it was deleted (as object `uid`, when
     /// known), and a gauge or counter of a flow that no longer exists would be reported forever.
     pub fn forget(&self, flow: &str, uid: Option<&str>) {
-        self.runs.lock().unwrap().retain(|(f, _), _| f != flow);
-        self.steps.lock().unwrap().retain(|(f, _), _| f != flow);
-        self.clock.lock().unwrap().remove(flow);
-        let last = self.active.lock().unwrap().remove(flow).map(|(u, _)| u);
+        self.runs
+            .lock()
+            .expect("not poisoned")
+            .retain(|(f, _), _| f != flow);
+        self.steps
+            .lock()
+            .expect("not poisoned")
+            .retain(|(f, _), _| f != flow);
+        self.clock.lock().expect("not poisoned").remove(flow);
+        let last = self
+            .active
+            .lock()
+            .expect("not poisoned")
+            .remove(flow)
+            .map(|(u, _)| u);
         if let Some(uid) = uid.map(str::to_string).or(last) {
-            self.gone.lock().unwrap().insert(flow.into(), uid);
+            self.gone
+                .lock()
+                .expect("not poisoned")
+                .insert(flow.into(), uid);
         }
     }
 
     /// Every flow some series is kept for.
     pub fn flows(&self) -> BTreeSet<String> {
-        let mut out: BTreeSet<String> = self.active.lock().unwrap().keys().cloned().collect();
-        out.extend(self.clock.lock().unwrap().keys().cloned());
-        out.extend(self.runs.lock().unwrap().keys().map(|(f, _)| f.clone()));
-        out.extend(self.steps.lock().unwrap().keys().map(|(f, _)| f.clone()));
+        let mut out: BTreeSet<String> = self
+            .active
+            .lock()
+            .expect("not poisoned")
+            .keys()
+            .cloned()
+            .collect();
+        out.extend(self.clock.lock().expect("not poisoned").keys().cloned());
+        out.extend(
+            self.runs
+                .lock()
+                .expect("not poisoned")
+                .keys()
+                .map(|(f, _)| f.clone()),
+        );
+        out.extend(
+            self.steps
+                .lock()
+                .expect("not poisoned")
+                .keys()
+                .map(|(f, _)| f.clone()),
+        );
         out
     }
 
@@ -194,14 +226,14 @@ impl Metrics {
     pub fn render(&self) -> String {
         let mut out = String::new();
         out.push_str("# HELP pseudoflow_runs_total Runs finished, by flow and final status.\n# TYPE pseudoflow_runs_total counter\n");
-        for ((flow, status), n) in self.runs.lock().unwrap().iter() {
+        for ((flow, status), n) in self.runs.lock().expect("not poisoned").iter() {
             let _ = writeln!(
                 out,
                 "pseudoflow_runs_total{{flow=\"{flow}\",status=\"{status}\"}} {n}"
             );
         }
         out.push_str("# HELP pseudoflow_step_duration_seconds Duration of finished steps.\n# TYPE pseudoflow_step_duration_seconds histogram\n");
-        for ((flow, ty), h) in self.steps.lock().unwrap().iter() {
+        for ((flow, ty), h) in self.steps.lock().expect("not poisoned").iter() {
             for (i, b) in BUCKETS.iter().enumerate() {
                 let _ = writeln!(out, "pseudoflow_step_duration_seconds_bucket{{flow=\"{flow}\",step_type=\"{ty}\",le=\"{b}\"}} {}", h.counts[i]);
             }
@@ -220,7 +252,7 @@ impl Metrics {
         out.push_str("# HELP pseudoflow_step_running_seconds How long the oldest step still running has run, by flow and step type.\n# TYPE pseudoflow_step_running_seconds gauge\n");
         let now = unix_now();
         let mut oldest: BTreeMap<(&str, &str), f64> = BTreeMap::new();
-        let clock = self.clock.lock().unwrap();
+        let clock = self.clock.lock().expect("not poisoned");
         for (flow, steps) in clock.iter() {
             for w in steps.values().filter(|w| !w.finished) {
                 let age = (now - w.start).max(0.0);
@@ -238,13 +270,13 @@ impl Metrics {
         let active = self
             .active
             .lock()
-            .unwrap()
+            .expect("not poisoned")
             .values()
             .filter(|(_, a)| *a)
             .count();
         let _ = writeln!(out, "# HELP pseudoflow_active_flows Flows with a run in progress.\n# TYPE pseudoflow_active_flows gauge\npseudoflow_active_flows {active}");
         out.push_str("# HELP pseudoflow_reconcile_errors_total Failed reconciles (retried), by cause.\n# TYPE pseudoflow_reconcile_errors_total counter\n");
-        for (error, n) in self.reconcile_errors.lock().unwrap().iter() {
+        for (error, n) in self.reconcile_errors.lock().expect("not poisoned").iter() {
             let _ = writeln!(
                 out,
                 "pseudoflow_reconcile_errors_total{{error=\"{error}\"}} {n}"
