@@ -17,7 +17,7 @@ use proptest::test_runner::{Config, TestRunner};
 use pseudoflow_compiler::emit::emit_node;
 use pseudoflow_compiler::lower::{task_of, FlowRef, LowerOptions};
 use pseudoflow_compiler::{compile, FlowId};
-use pseudoflow_crd::schema::step_schemas;
+use pseudoflow_crd::step_schema::step_schemas;
 use pseudoflow_crd::steps::registry::STEP_TYPES;
 use serde_json::{json, Map, Value};
 

@@ -21,6 +21,7 @@ pub mod selector;
 pub mod spec;
 pub mod status;
 pub mod step;
+pub mod step_schema;
 pub mod steps;
 pub mod text;
 pub mod validate;

@@ -9,9 +9,9 @@ use serde_json::Value;
 
 use crate::check::Ctx;
 use crate::diagnostics::Diagnostics;
-use crate::schema::nested_fields;
 use crate::spec::PseudoFlowSpec;
 use crate::step::Step;
+use crate::step_schema::nested_fields;
 use crate::steps::registry;
 use crate::text::is_dns_subdomain;
 
