@@ -50,8 +50,8 @@ chart-test:
 	bash charts/test.sh
 
 ## bench: the compiler benchmark (10,000-step flow against the YAML-parse baseline), the
-## orchestration gap (50-step flow on testenv against a kubectl apply+wait loop), then issue
-## #12's comparison on one testenv, printed as one markdown table: 50 ConfigMaps by PseudoFlow vs
+## orchestration gap (50-step flow on testenv against a kubectl apply+wait loop), then the
+## comparison with the alternatives on one testenv, printed as one markdown table: 50 ConfigMaps by PseudoFlow vs
 ## ansible-playbook (pinned, into its own venv by bench/setup-ansible.sh) vs a kubectl loop; the
 ## seed NodeLocal DNS flow; a 100-node fan-out vs kubectl under xargs -P; 1,000 flows at once
 ## (PSEUDOFLOW_BENCH_SCALE_FLOWS), the controller's peak RSS. See controller/benches/compare/.

@@ -1,13 +1,11 @@
 //! `compile`: validation (structure, semantics, expressions, include cycles) then DAG
 //! construction. Pure and deterministic: the same spec gives the same plan, byte for byte.
 
-use std::collections::BTreeMap;
-
 use pseudoflow_crd::validate::validate_spec;
 use pseudoflow_crd::{Diagnostics, PseudoFlowSpec, Step};
 use serde_json::Value;
 
-use crate::dag::{build_plan, Budget};
+use crate::dag::{build_plan, Budget, Expansions};
 use crate::limits::PlanLimits;
 use crate::plan::Plan;
 
@@ -32,11 +30,6 @@ pub struct FlowId<'a> {
     /// Its namespace (None offline): an `includeFlow` without one means this namespace.
     pub namespace: Option<&'a str>,
 }
-
-/// Steps fetched at run time by an `include` or `includeFlow`, by the node id of the step that
-/// fetched them. Compiling again with them makes them that step's body; node ids elsewhere do not
-/// change, so the run state stays valid.
-pub type Expansions = BTreeMap<String, Vec<Step>>;
 
 /// Validates `raw_spec` and builds its plan; on any error returns every diagnostic found.
 pub fn compile(flow: &FlowId, raw_spec: &Value) -> Result<Compiled, Diagnostics> {
@@ -127,7 +120,7 @@ fn check_self_include(flow: &FlowId, steps: &[Step], path: &str, diags: &mut Dia
             check_self_include(
                 flow,
                 children,
-                &pseudoflow_crd::validate::join(&here, &field),
+                &pseudoflow_crd::text::join(&here, &field),
                 diags,
             );
         }

@@ -5,16 +5,27 @@
 //! Building also enforces the plan's size ([`Budget`]): steps counted in document order, step
 //! depth with included steps in place, and the iterations of literal loops.
 
+use std::collections::BTreeMap;
+
 use petgraph::graph::{DiGraph, NodeIndex};
+use pseudoflow_crd::common::RunOn;
+use pseudoflow_crd::steps::loop_nodes::LoopNodesStep;
+use pseudoflow_crd::steps::parallel::ParallelStep;
+use pseudoflow_crd::steps::r#if::IfStep;
+use pseudoflow_crd::steps::r#loop::LoopStep;
 use pseudoflow_crd::steps::Placement;
 use pseudoflow_crd::{Diagnostics, Step, StepKind};
 use serde_json::Value;
 
-use crate::compile::Expansions;
 use crate::limits::{PlanLimits, MAX_RUN_ITERATIONS, MAX_STEP_DEPTH};
 use crate::plan::{EdgeKind, LoopOver, NodeKind, Plan, PlanNode};
 
 mod maintenance;
+
+/// Steps fetched at run time by an `include` or `includeFlow`, by the node id of the step that
+/// fetched them. Compiling again with them makes them that step's body; node ids elsewhere do not
+/// change, so the run state stays valid.
+pub type Expansions = BTreeMap<String, Vec<Step>>;
 
 /// What a flow's plans (its steps and its onDelete) have used of the limits so far, and the
 /// problems found: one budget is shared by both plans.
@@ -309,190 +320,201 @@ impl Builder<'_> {
 
     /// One step (not `when`/`onError`, which pair with neighbours): its entry and unit node.
     fn step(&mut self, step: &Step, scope: &Scope) -> (NodeIndex, NodeIndex) {
-        let id = scope.id_prefix.clone();
-        let end_id = format!("{id}-end");
-        let compound_end = |start: &str, wait_for_all: bool, run_on| NodeKind::CompoundEnd {
-            start: start.to_string(),
-            wait_for_all,
-            run_on,
-        };
         if scope.depth > MAX_STEP_DEPTH {
-            // Only included steps get here: validation bounds the depth of the flow's own.
-            if !std::mem::replace(&mut self.budget.too_deep, true) {
-                self.budget.diags.error(
-                    scope.path.clone(),
-                    format!(
-                        "steps nested deeper than {MAX_STEP_DEPTH} levels (included steps counted)"
-                    ),
-                );
-            }
-            let n = self.node(step, scope, NodeKind::Action, Placement::Structure);
-            return (n, n);
+            return self.too_deep(step, scope);
         }
+        let end = format!("{}-end", scope.id_prefix);
         match &step.kind {
-            StepKind::If(p) => {
-                let cond = self.node(step, scope, NodeKind::Condition, Placement::Api);
-                self.g[cond].parent = Some(end_id.clone());
-                let then = self.list(
-                    &p.then,
-                    &self.inner(scope, &end_id, "then", "then", None, false),
-                );
-                self.g.add_edge(cond, then.entry, EdgeKind::Then);
-                let els = p.else_.as_ref().map(|e| {
-                    self.list(e, &self.inner(scope, &end_id, "else", "else", None, false))
-                });
-                let end = self.end_node(step, scope, compound_end(&id, true, None));
-                self.connect(&then.exits, end);
-                match els {
-                    Some(els) => {
-                        self.g.add_edge(cond, els.entry, EdgeKind::Else);
-                        self.connect(&els.exits, end);
-                    }
-                    None => {
-                        self.g.add_edge(cond, end, EdgeKind::Else);
-                    }
-                }
-                (cond, end)
-            }
-            StepKind::Loop(p) => {
-                let over = LoopOver::Items(p.for_each.clone());
-                let mut scope = scope.clone();
-                if let Value::Array(items) = &p.for_each {
-                    let n = scope.runs.saturating_mul(items.len());
-                    self.budget.iterations(&scope.path, n);
-                    scope.runs = n;
-                }
-                self.body_compound(
-                    step,
-                    &scope,
-                    NodeKind::LoopStart {
-                        over,
-                        max_parallel: p.max_parallel,
-                        end: end_id.clone(),
-                    },
-                    Placement::Controller,
-                    &p.steps,
-                    true,
-                    false,
-                )
-            }
-            StepKind::LoopNodes(p) => {
-                let over = LoopOver::Nodes {
-                    selector: p.selector.text().into_owned(),
-                    run_on: Default::default(),
-                };
-                let kind = NodeKind::LoopStart {
-                    over,
-                    max_parallel: p.max_parallel,
-                    end: end_id.clone(),
-                };
-                if p.drain.is_some() || p.gate.is_some() {
-                    return self.maintained_loop(step, scope, kind, p);
-                }
-                self.body_compound(step, scope, kind, Placement::Api, &p.steps, true, true)
-            }
+            StepKind::If(p) => self.if_compound(step, scope, p),
+            StepKind::Loop(p) => self.loop_compound(step, scope, p),
+            StepKind::LoopNodes(p) => self.loop_nodes_compound(step, scope, p),
             StepKind::Retry(p) => {
                 let kind = NodeKind::RetryStart {
                     attempts: p.attempts,
                     backoff_seconds: p.backoff_seconds,
-                    end: end_id.clone(),
+                    end,
                 };
-                self.body_compound(
-                    step,
-                    scope,
-                    kind,
-                    Placement::Controller,
-                    &p.steps,
-                    false,
-                    false,
-                )
+                let body = Body::steps(&p.steps);
+                self.body_compound(step, scope, kind, Placement::Controller, body)
             }
-            StepKind::Parallel(p) => {
-                let fork = self.node(
-                    step,
-                    scope,
-                    NodeKind::Fork {
-                        end: end_id.clone(),
-                    },
-                    Placement::Structure,
-                );
-                let mut branches = Vec::new();
-                for (b, branch) in p.steps.iter().enumerate() {
-                    let bscope = self.inner(
-                        scope,
-                        &end_id,
-                        &format!("steps[{b}]"),
-                        &format!("b{b}"),
-                        None,
-                        false,
-                    );
-                    let f = self.list(branch, &bscope);
-                    self.g.add_edge(fork, f.entry, EdgeKind::Branch);
-                    branches.push(f);
-                }
-                let end = self.end_node(step, scope, compound_end(&id, p.wait_for_all, None));
-                for f in branches {
-                    self.connect(&f.exits, end);
-                }
-                (fork, end)
-            }
-            StepKind::Include(_) => {
-                let kind = NodeKind::Include {
-                    end: end_id.clone(),
-                };
-                self.fetched_compound(step, scope, kind)
-            }
+            StepKind::Parallel(p) => self.parallel_compound(step, scope, p),
+            StepKind::Include(_) => self.fetched_compound(step, scope, NodeKind::Include { end }),
             StepKind::IncludeFlow(p) => {
                 let kind = NodeKind::IncludeFlow {
                     flow: step.name.clone().unwrap_or_default(),
                     namespace: p.namespace.clone(),
                     inherit_vars: p.inherit_vars,
-                    end: end_id.clone(),
+                    end,
                 };
                 self.fetched_compound(step, scope, kind)
             }
-            _ => {
-                let params = step.kind.params();
-                let placement = params.placement(scope.on_node);
-                match params
-                    .node_targeting()
-                    .filter(|_| placement == Placement::Node && !scope.on_node)
-                {
-                    // A node step outside loopNodes fans out over the nodes it selects.
-                    Some((selector, run_on)) => {
-                        let over = LoopOver::Nodes {
-                            selector: selector.text().into_owned(),
-                            run_on,
-                        };
-                        let start = self.node(
-                            step,
-                            scope,
-                            NodeKind::LoopStart {
-                                over,
-                                max_parallel: None,
-                                end: end_id.clone(),
-                            },
-                            Placement::Api,
-                        );
-                        self.g[start].step_type = format!("{}-nodes", step.kind.type_name());
-                        let mut action_scope =
-                            self.inner(scope, &end_id, "", "node", Some(&id), true);
-                        action_scope.path = scope.path.clone();
-                        let action =
-                            self.node(step, &action_scope, NodeKind::Action, Placement::Node);
-                        self.g[action].continue_on_error = false;
-                        let end = self.end_node(step, scope, compound_end(&id, true, Some(run_on)));
-                        self.g.add_edge(start, action, EdgeKind::Body);
-                        self.g.add_edge(action, end, EdgeKind::Next);
-                        (start, end)
-                    }
-                    None => {
-                        let n = self.node(step, scope, NodeKind::Action, placement);
-                        (n, n)
-                    }
-                }
+            _ => self.leaf(step, scope),
+        }
+    }
+
+    /// A step nested deeper than [`MAX_STEP_DEPTH`] (only included steps get here: validation
+    /// bounds the depth of the flow's own): reported once, and built as a leaf so building
+    /// never recurses deeper.
+    fn too_deep(&mut self, step: &Step, scope: &Scope) -> (NodeIndex, NodeIndex) {
+        if !std::mem::replace(&mut self.budget.too_deep, true) {
+            self.budget.diags.error(
+                scope.path.clone(),
+                format!(
+                    "steps nested deeper than {MAX_STEP_DEPTH} levels (included steps counted)"
+                ),
+            );
+        }
+        let n = self.node(step, scope, NodeKind::Action, Placement::Structure);
+        (n, n)
+    }
+
+    /// `if`: a condition node, `then` (and `else`) in branches, joined at an end node.
+    fn if_compound(&mut self, step: &Step, scope: &Scope, p: &IfStep) -> (NodeIndex, NodeIndex) {
+        let end_id = format!("{}-end", scope.id_prefix);
+        let cond = self.node(step, scope, NodeKind::Condition, Placement::Api);
+        self.g[cond].parent = Some(end_id.clone());
+        let then_scope = self.inner(scope, &end_id, "then", "then", None, false);
+        let then = self.list(&p.then, &then_scope);
+        self.g.add_edge(cond, then.entry, EdgeKind::Then);
+        let els = p.else_.as_ref().map(|e| {
+            let else_scope = self.inner(scope, &end_id, "else", "else", None, false);
+            self.list(e, &else_scope)
+        });
+        let end = self.compound_end(step, scope, true, None);
+        self.connect(&then.exits, end);
+        match els {
+            Some(els) => {
+                self.g.add_edge(cond, els.entry, EdgeKind::Else);
+                self.connect(&els.exits, end);
+            }
+            None => {
+                self.g.add_edge(cond, end, EdgeKind::Else);
             }
         }
+        (cond, end)
+    }
+
+    /// `loop`: its body once per item; a literal item list counts towards the run's iterations.
+    fn loop_compound(
+        &mut self,
+        step: &Step,
+        scope: &Scope,
+        p: &LoopStep,
+    ) -> (NodeIndex, NodeIndex) {
+        let mut scope = scope.clone();
+        if let Value::Array(items) = &p.for_each {
+            let n = scope.runs.saturating_mul(items.len());
+            self.budget.iterations(&scope.path, n);
+            scope.runs = n;
+        }
+        let kind = NodeKind::LoopStart {
+            over: LoopOver::Items(p.for_each.clone()),
+            max_parallel: p.max_parallel,
+            end: format!("{}-end", scope.id_prefix),
+        };
+        let body = Body::looped(&p.steps, false);
+        self.body_compound(step, &scope, kind, Placement::Controller, body)
+    }
+
+    /// `loopNodes`: its body once per selected node, around it the drain and gate if it has them.
+    fn loop_nodes_compound(
+        &mut self,
+        step: &Step,
+        scope: &Scope,
+        p: &LoopNodesStep,
+    ) -> (NodeIndex, NodeIndex) {
+        let kind = NodeKind::LoopStart {
+            over: LoopOver::Nodes {
+                selector: p.selector.text().into_owned(),
+                run_on: Default::default(),
+            },
+            max_parallel: p.max_parallel,
+            end: format!("{}-end", scope.id_prefix),
+        };
+        if p.drain.is_some() || p.gate.is_some() {
+            return self.maintained_loop(step, scope, kind, p);
+        }
+        self.body_compound(
+            step,
+            scope,
+            kind,
+            Placement::Api,
+            Body::looped(&p.steps, true),
+        )
+    }
+
+    /// `parallel`: a fork into one branch per step list, joined at an end node.
+    fn parallel_compound(
+        &mut self,
+        step: &Step,
+        scope: &Scope,
+        p: &ParallelStep,
+    ) -> (NodeIndex, NodeIndex) {
+        let end_id = format!("{}-end", scope.id_prefix);
+        let kind = NodeKind::Fork {
+            end: end_id.clone(),
+        };
+        let fork = self.node(step, scope, kind, Placement::Structure);
+        let mut branches = Vec::new();
+        for (b, branch) in p.steps.iter().enumerate() {
+            let field = format!("steps[{b}]");
+            let bscope = self.inner(scope, &end_id, &field, &format!("b{b}"), None, false);
+            let f = self.list(branch, &bscope);
+            self.g.add_edge(fork, f.entry, EdgeKind::Branch);
+            branches.push(f);
+        }
+        let end = self.compound_end(step, scope, p.wait_for_all, None);
+        for f in branches {
+            self.connect(&f.exits, end);
+        }
+        (fork, end)
+    }
+
+    /// A leaf step: one node where its placement says, except a node step outside `loopNodes`,
+    /// which fans out over the nodes it selects.
+    fn leaf(&mut self, step: &Step, scope: &Scope) -> (NodeIndex, NodeIndex) {
+        let params = step.kind.params();
+        let placement = params.placement(scope.on_node);
+        match params
+            .node_targeting()
+            .filter(|_| placement == Placement::Node && !scope.on_node)
+        {
+            Some((selector, run_on)) => {
+                self.fanned_out(step, scope, selector.text().into_owned(), run_on)
+            }
+            None => {
+                let n = self.node(step, scope, NodeKind::Action, placement);
+                (n, n)
+            }
+        }
+    }
+
+    /// A node step outside `loopNodes`: a node loop over `selector` around one action, joined
+    /// as `run_on` says.
+    fn fanned_out(
+        &mut self,
+        step: &Step,
+        scope: &Scope,
+        selector: String,
+        run_on: RunOn,
+    ) -> (NodeIndex, NodeIndex) {
+        let id = scope.id_prefix.clone();
+        let end_id = format!("{id}-end");
+        let kind = NodeKind::LoopStart {
+            over: LoopOver::Nodes { selector, run_on },
+            max_parallel: None,
+            end: end_id.clone(),
+        };
+        let start = self.node(step, scope, kind, Placement::Api);
+        self.g[start].step_type = format!("{}-nodes", step.kind.type_name());
+        let mut action_scope = self.inner(scope, &end_id, "", "node", Some(&id), true);
+        action_scope.path = scope.path.clone();
+        let action = self.node(step, &action_scope, NodeKind::Action, Placement::Node);
+        self.g[action].continue_on_error = false;
+        let end = self.compound_end(step, scope, true, Some(run_on));
+        self.g.add_edge(start, action, EdgeKind::Body);
+        self.g.add_edge(action, end, EdgeKind::Next);
+        (start, end)
     }
 
     /// `include`/`includeFlow`: a fetch Job, then (once fetched) the steps it brought, at
@@ -504,75 +526,39 @@ impl Builder<'_> {
         kind: NodeKind,
     ) -> (NodeIndex, NodeIndex) {
         match self.expansions.get(&scope.id_prefix) {
-            Some(body) => self.body_compound_at(
-                step,
-                scope,
-                kind,
-                Placement::Api,
-                body,
-                "included",
-                false,
-                false,
-            ),
+            Some(steps) => {
+                let body = Body {
+                    field: "included",
+                    ..Body::steps(steps)
+                };
+                self.body_compound(step, scope, kind, Placement::Api, body)
+            }
             None => self.opaque_compound(step, scope, kind, Placement::Api),
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// A start node, `body` (at `<path>.<field>`) and an end node.
     fn body_compound(
         &mut self,
         step: &Step,
         scope: &Scope,
         kind: NodeKind,
         placement: Placement,
-        body: &[Step],
-        is_loop: bool,
-        on_node: bool,
-    ) -> (NodeIndex, NodeIndex) {
-        self.body_compound_at(
-            step, scope, kind, placement, body, "steps", is_loop, on_node,
-        )
-    }
-
-    /// A start node, `body` (at `<path>.<field>`) and an end node.
-    #[allow(clippy::too_many_arguments)]
-    fn body_compound_at(
-        &mut self,
-        step: &Step,
-        scope: &Scope,
-        kind: NodeKind,
-        placement: Placement,
-        body: &[Step],
-        field: &str,
-        is_loop: bool,
-        on_node: bool,
+        body: Body,
     ) -> (NodeIndex, NodeIndex) {
         let id = scope.id_prefix.clone();
         let end_id = format!("{id}-end");
         let start = self.node(step, scope, kind, placement);
-        let inner = self.inner(
-            scope,
-            &end_id,
-            field,
-            "",
-            is_loop.then_some(id.as_str()),
-            on_node,
-        );
-        let f = self.list(body, &inner);
-        let end = self.end_node(
-            step,
-            scope,
-            NodeKind::CompoundEnd {
-                start: id.clone(),
-                wait_for_all: true,
-                run_on: None,
-            },
-        );
+        let loop_id = body.is_loop.then_some(id.as_str());
+        let inner = self.inner(scope, &end_id, body.field, "", loop_id, body.on_node);
+        let f = self.list(body.steps, &inner);
+        let end = self.compound_end(step, scope, true, None);
         self.g.add_edge(start, f.entry, EdgeKind::Body);
         self.connect(&f.exits, end);
         (start, end)
     }
 
+    /// A start node and an end node with nothing between them yet (an include not fetched).
     fn opaque_compound(
         &mut self,
         step: &Step,
@@ -580,18 +566,59 @@ impl Builder<'_> {
         kind: NodeKind,
         placement: Placement,
     ) -> (NodeIndex, NodeIndex) {
-        let id = scope.id_prefix.clone();
         let start = self.node(step, scope, kind, placement);
-        let end = self.end_node(
-            step,
-            scope,
-            NodeKind::CompoundEnd {
-                start: id,
-                wait_for_all: true,
-                run_on: None,
-            },
-        );
+        let end = self.compound_end(step, scope, true, None);
         self.g.add_edge(start, end, EdgeKind::Body);
         (start, end)
+    }
+
+    /// The end node closing the compound step that starts at `scope`'s node: it waits for every
+    /// branch (or, unless `wait_for_all`, the first), as `run_on` says for a node fan-out.
+    fn compound_end(
+        &mut self,
+        step: &Step,
+        scope: &Scope,
+        wait_for_all: bool,
+        run_on: Option<RunOn>,
+    ) -> NodeIndex {
+        let kind = NodeKind::CompoundEnd {
+            start: scope.id_prefix.clone(),
+            wait_for_all,
+            run_on,
+        };
+        self.end_node(step, scope, kind)
+    }
+}
+
+/// A compound step's body: its steps and how they sit inside it.
+#[derive(Clone, Copy)]
+struct Body<'s> {
+    steps: &'s [Step],
+    /// The field the body is at (`steps`, or `included` for fetched steps).
+    field: &'static str,
+    /// Whether the body runs once per item: its nodes carry the loop's id in `loops`.
+    is_loop: bool,
+    /// Whether the body runs on a node (`loopNodes`).
+    on_node: bool,
+}
+
+impl<'s> Body<'s> {
+    /// `steps`, run once.
+    fn steps(steps: &'s [Step]) -> Self {
+        Body {
+            steps,
+            field: "steps",
+            is_loop: false,
+            on_node: false,
+        }
+    }
+
+    /// `steps`, run once per item (on each node when `on_node`).
+    fn looped(steps: &'s [Step], on_node: bool) -> Self {
+        Body {
+            is_loop: true,
+            on_node,
+            ..Body::steps(steps)
+        }
     }
 }

@@ -87,7 +87,7 @@ pub enum EmitError {
 
 /// The input Secret and Job as one YAML stream (the Secret's input as readable `stringData`).
 pub fn to_yaml(lowered: &Lowered) -> String {
-    let cm = serde_yaml::to_string(&lowered.input).expect("Secret renders");
+    let input = serde_yaml::to_string(&lowered.input).expect("Secret renders");
     let job = serde_yaml::to_string(&lowered.job).expect("Job renders");
-    format!("{cm}---\n{job}")
+    format!("{input}---\n{job}")
 }

@@ -85,7 +85,7 @@ fn collect(from: &FlowKey, steps: &[Step], path: &str, out: &mut Vec<IncludeEdge
             collect(
                 from,
                 children,
-                &pseudoflow_crd::validate::join(&here, &field),
+                &pseudoflow_crd::text::join(&here, &field),
                 out,
             );
         }

@@ -17,7 +17,7 @@ use petgraph::graph::{DiGraph, NodeIndex};
 use petgraph::visit::EdgeRef;
 use petgraph::Direction;
 use pseudoflow_crd::steps::Placement;
-use pseudoflow_crd::validate::join;
+use pseudoflow_crd::text::join;
 use pseudoflow_crd::StepKind;
 use serde_json::Value;
 

@@ -1,6 +1,6 @@
 //! The PseudoFlow compiler: validates a flow, reporting every problem with its path, and lowers
-//! it into a DAG ([`plan::Plan`]) whose nodes become executor Jobs and ConfigMaps
-//! ([`lower::lower`]). Pure and deterministic — no I/O — so the controller can recompile on
+//! it into a DAG ([`plan::Plan`]) whose nodes become executor Jobs, each with its input in a
+//! Secret ([`lower::lower`]). Pure and deterministic — no I/O — so the controller can recompile on
 //! every reconcile and get the same node ids and Job names.
 #![warn(missing_docs)]
 
@@ -20,9 +20,8 @@ pub mod result;
 pub mod runtime;
 pub mod source;
 
-pub use compile::{
-    compile, compile_expanded, compile_with, validate_included, Compiled, Expansions, FlowId,
-};
+pub use compile::{compile, compile_expanded, compile_with, validate_included, Compiled, FlowId};
+pub use dag::Expansions;
 pub use expr::{prepare_payload, Engine, Scope};
 pub use lower::{lower, FlowRef, LowerOptions, Lowered, NodeInstance};
 pub use names::{job_name, run_id};

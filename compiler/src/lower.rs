@@ -151,30 +151,9 @@ pub fn lower(inst: &NodeInstance, opts: &LowerOptions) -> Result<Lowered, LowerE
         inst.instance,
         inst.attempt,
     );
-    let (timeout, deadline) = if inst.segment.is_empty() {
-        (timeout_of(node), timeout_of(node))
-    } else {
-        (None, segment_timeout(&inst.segment))
-    };
-    let input = ExecutorInput {
-        flow: inst.flow.clone(),
-        run_id: inst.run_id.to_string(),
-        node_id: node.id.clone(),
-        path: node.path.clone(),
-        instance: inst.instance.to_vec(),
-        attempt: inst.attempt,
-        task,
-        step: inst.step.clone(),
-        target_node: inst.target_node.map(str::to_string).filter(|_| on_node),
-        timeout_seconds: timeout,
-        artifacts: inst.artifacts.to_vec(),
-        segment: inst.segment.clone(),
-        changed_before: inst.changed_before && !inst.segment.is_empty(),
-        journal_key: inst
-            .run_secret
-            .filter(|_| !inst.segment.is_empty())
-            .map(|secret| pseudoflow_crd::protocol::journal_key(secret, &name)),
-    };
+    let input = executor_input(inst, task, on_node, &name);
+    let input_json = serde_json::to_string_pretty(&input).expect("input serialises");
+    let digest = content_digest(input_json.as_bytes());
     let labels = json!({
         LABEL_MANAGED_BY: MANAGED_BY,
         LABEL_APP_NAME: "pseudoflow-step",
@@ -182,30 +161,7 @@ pub fn lower(inst: &NodeInstance, opts: &LowerOptions) -> Result<Lowered, LowerE
         LABEL_RUN: inst.run_id,
         LABEL_NODE: label_value(&node.id),
     });
-    let input_json = serde_json::to_string_pretty(&input).expect("input serialises");
-    let digest = content_digest(input_json.as_bytes());
-    let annotations = json!({
-        INPUT_DIGEST_ANNOTATION: digest,
-        "ops.example.com/node-id": node.id,
-        "ops.example.com/step-path": node.path,
-        "ops.example.com/instance": inst.instance.join("/"),
-        "ops.example.com/attempt": inst.attempt.to_string(),
-    });
-    let owner = json!([{
-        "apiVersion": "ops.example.com/v1alpha1",
-        "kind": "PseudoFlow",
-        "name": inst.flow.name,
-        "uid": inst.flow.uid,
-        "controller": true,
-        "blockOwnerDeletion": true,
-    }]);
-    let metadata = json!({
-        "name": name,
-        "namespace": inst.flow.namespace,
-        "labels": labels,
-        "annotations": annotations,
-        "ownerReferences": owner,
-    });
+    let metadata = object_metadata(inst, &name, &labels, &digest);
     let secret = json!({
         "apiVersion": "v1",
         "kind": "Secret",
@@ -213,23 +169,11 @@ pub fn lower(inst: &NodeInstance, opts: &LowerOptions) -> Result<Lowered, LowerE
         "type": INPUT_SECRET_TYPE,
         "stringData": { INPUT_KEY: input_json },
     });
-    // A segment's pod that dies (killed, evicted, its node lost) is replaced by the Job
-    // controller, and the replacement resumes after the steps its journal records. A step that
-    // failed (exit 1) or bad input (exit 2) ends the Job at once.
-    let (backoff, failure_policy) = if inst.segment.is_empty() {
-        (0, Value::Null)
+    let (backoff, failure_policy) = pod_failure_handling(inst);
+    let deadline = if inst.segment.is_empty() {
+        timeout_of(node)
     } else {
-        (
-            SEGMENT_POD_RETRIES,
-            json!({"rules": [{
-                "action": "FailJob",
-                "onExitCodes": {
-                    "containerName": own_container_name(inst).unwrap_or("step"),
-                    "operator": "In",
-                    "values": [1, 2],
-                },
-            }]}),
-        )
+        segment_timeout(&inst.segment)
     };
     let job = json!({
         "apiVersion": "batch/v1",
@@ -249,6 +193,80 @@ pub fn lower(inst: &NodeInstance, opts: &LowerOptions) -> Result<Lowered, LowerE
         input_document: input_json,
         input_digest: digest,
     })
+}
+
+/// What the executor reads: the substituted step and where it runs; for a segment, every
+/// member and its journal's key. A segment's members keep their own timeouts (the Job's
+/// deadline bounds their sum).
+fn executor_input(inst: &NodeInstance, task: Task, on_node: bool, name: &str) -> ExecutorInput {
+    let node = inst.node;
+    let fused = !inst.segment.is_empty();
+    ExecutorInput {
+        flow: inst.flow.clone(),
+        run_id: inst.run_id.to_string(),
+        node_id: node.id.clone(),
+        path: node.path.clone(),
+        instance: inst.instance.to_vec(),
+        attempt: inst.attempt,
+        task,
+        step: inst.step.clone(),
+        target_node: inst.target_node.map(str::to_string).filter(|_| on_node),
+        timeout_seconds: if fused { None } else { timeout_of(node) },
+        artifacts: inst.artifacts.to_vec(),
+        segment: inst.segment.clone(),
+        changed_before: inst.changed_before && fused,
+        journal_key: inst
+            .run_secret
+            .filter(|_| fused)
+            .map(|secret| pseudoflow_crd::protocol::journal_key(secret, name)),
+    }
+}
+
+/// The metadata the input Secret and the Job share: the name, the labels, the input's digest
+/// and where in the flow the step is, owned by the flow (so deleting it collects them).
+fn object_metadata(inst: &NodeInstance, name: &str, labels: &Value, digest: &str) -> Value {
+    let node = inst.node;
+    let annotations = json!({
+        INPUT_DIGEST_ANNOTATION: digest,
+        "ops.example.com/node-id": node.id,
+        "ops.example.com/step-path": node.path,
+        "ops.example.com/instance": inst.instance.join("/"),
+        "ops.example.com/attempt": inst.attempt.to_string(),
+    });
+    let owner = json!([{
+        "apiVersion": "ops.example.com/v1alpha1",
+        "kind": "PseudoFlow",
+        "name": inst.flow.name,
+        "uid": inst.flow.uid,
+        "controller": true,
+        "blockOwnerDeletion": true,
+    }]);
+    json!({
+        "name": name,
+        "namespace": inst.flow.namespace,
+        "labels": labels,
+        "annotations": annotations,
+        "ownerReferences": owner,
+    })
+}
+
+/// The Job's `backoffLimit` and `podFailurePolicy`. A segment's pod that dies (killed,
+/// evicted, its node lost) is replaced by the Job controller, and the replacement resumes after
+/// the steps its journal records. A step that failed (exit 1) or bad input (exit 2) ends the
+/// Job at once; a single step's Job is never retried.
+fn pod_failure_handling(inst: &NodeInstance) -> (u32, Value) {
+    if inst.segment.is_empty() {
+        return (0, Value::Null);
+    }
+    let policy = json!({"rules": [{
+        "action": "FailJob",
+        "onExitCodes": {
+            "containerName": own_container_name(inst).unwrap_or("step"),
+            "operator": "In",
+            "values": [1, 2],
+        },
+    }]});
+    (SEGMENT_POD_RETRIES, policy)
 }
 
 fn pod_template(

@@ -141,10 +141,10 @@ impl LineRecorder {
                 Some(p)
             }
             Some(Frame::Map { path, key }) => match key.take() {
-                Some(k) => Some(pseudoflow_crd::validate::join(path, &k)),
+                Some(k) => Some(pseudoflow_crd::text::join(path, &k)),
                 None => {
                     if let Some(k) = scalar_key {
-                        let p = pseudoflow_crd::validate::join(path, k);
+                        let p = pseudoflow_crd::text::join(path, k);
                         lines.insert(p, line);
                         *key = Some(k.to_string());
                     }

@@ -1,4 +1,4 @@
-//! Bounded input (#10): durations and counts have maxima, values and steps have a bounded depth,
+//! Bounded input (a bad flow must hurt only itself): durations and counts have maxima, values and steps have a bounded depth,
 //! and a plan a bounded size — each refusal names the path of the field that exceeds it.
 
 use pseudoflow_compiler::lower::{FlowRef, LowerOptions, NodeInstance};

@@ -22,7 +22,7 @@ pub struct Backoff {
 impl Backoff {
     /// Counts one more failure of `flow`; returns how long to wait before retrying it.
     pub fn failed(&self, flow: &str) -> Duration {
-        let mut failures = self.failures.lock().unwrap();
+        let mut failures = self.failures.lock().expect("not poisoned");
         let n = failures.entry(flow.to_string()).or_default();
         let delay = FIRST.saturating_mul(2u32.saturating_pow(*n)).min(MAX);
         *n = n.saturating_add(1);
@@ -31,7 +31,7 @@ impl Backoff {
 
     /// `flow` reconciled (or is gone): its next failure waits [`FIRST`] again.
     pub fn reset(&self, flow: &str) {
-        self.failures.lock().unwrap().remove(flow);
+        self.failures.lock().expect("not poisoned").remove(flow);
     }
 }
 

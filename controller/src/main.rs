@@ -33,87 +33,127 @@ fn identity() -> String {
     format!("{host}-{}-{nanos:08x}", std::process::id())
 }
 
+/// The command line, parsed once, so that `main` reads as the steps of a start.
+struct Args {
+    image: String,
+    namespaces: Vec<String>,
+    node_step_namespaces: NodeStepNamespaces,
+    metrics_addr: std::net::SocketAddr,
+    leader_election: bool,
+    lease_namespace: Option<String>,
+    webhook_addr: Option<std::net::SocketAddr>,
+    cert_dir: Option<std::path::PathBuf>,
+    cert_names: Vec<String>,
+    cert_secret: String,
+    webhook_configuration: Option<String>,
+}
+
+impl Args {
+    fn parse() -> anyhow::Result<Args> {
+        let mut out = Args {
+            image: pseudoflow_compiler::lower::LowerOptions::default().image,
+            namespaces: Vec::new(),
+            node_step_namespaces: NodeStepNamespaces::default(),
+            metrics_addr: "127.0.0.1:8080".parse()?,
+            leader_election: false,
+            lease_namespace: std::env::var("POD_NAMESPACE").ok(),
+            webhook_addr: None,
+            cert_dir: None,
+            cert_names: Vec::new(),
+            cert_secret: "pseudoflow-webhook-tls".to_string(),
+            webhook_configuration: None,
+        };
+        let mut args = std::env::args().skip(1);
+        while let Some(a) = args.next() {
+            let (flag, inline) = match a.split_once('=') {
+                Some((f, v)) => (f.to_string(), Some(v.to_string())),
+                None => (a.clone(), None),
+            };
+            let mut value = || {
+                inline
+                    .clone()
+                    .or_else(|| args.next())
+                    .ok_or_else(|| anyhow::anyhow!("{flag} needs a value; {USAGE}"))
+            };
+            match flag.as_str() {
+                "--image" => out.image = value()?,
+                "--namespace" => out.namespaces.push(value()?),
+                "--node-step-namespaces" => out.node_step_namespaces.add_flag_value(&value()?),
+                "--metrics-addr" => out.metrics_addr = value()?.parse()?,
+                "--leader-election" => out.leader_election = true,
+                "--leader-election-namespace" => out.lease_namespace = Some(value()?),
+                "--webhook-addr" => out.webhook_addr = Some(value()?.parse()?),
+                "--webhook-cert-dir" => out.cert_dir = Some(value()?.into()),
+                "--webhook-cert-names" => out.cert_names.extend(
+                    value()?
+                        .split(',')
+                        .filter(|n| !n.is_empty())
+                        .map(str::to_string),
+                ),
+                "--webhook-cert-secret" => out.cert_secret = value()?,
+                "--webhook-configuration" => out.webhook_configuration = Some(value()?),
+                other => anyhow::bail!("unknown argument {other}; {USAGE}"),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Where the webhook's serving certificate comes from: files mounted by cert-manager, or
+    /// made and rotated by the controller itself.
+    fn webhook_cert(&self) -> anyhow::Result<http::WebhookCert> {
+        if let Some(dir) = &self.cert_dir {
+            return Ok(http::WebhookCert::Files(dir.clone()));
+        }
+        let namespace = std::env::var("POD_NAMESPACE").map_err(|_| {
+            anyhow::anyhow!("--webhook-addr without --webhook-cert-dir needs POD_NAMESPACE")
+        })?;
+        anyhow::ensure!(
+            !self.cert_names.is_empty(),
+            "--webhook-addr without --webhook-cert-dir needs --webhook-cert-names"
+        );
+        Ok(http::WebhookCert::SelfSigned(http::tls::SelfSigned {
+            namespace,
+            secret: self.cert_secret.clone(),
+            webhook_configuration: self.webhook_configuration.clone(),
+            names: self.cert_names.clone(),
+            validity: http::tls::VALIDITY_SECONDS,
+        }))
+    }
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let filter =
         tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
     tracing_subscriber::fmt().with_env_filter(filter).init();
-    let mut image = pseudoflow_compiler::lower::LowerOptions::default().image;
-    let mut namespaces = Vec::new();
-    let mut node_step_namespaces = NodeStepNamespaces::default();
-    let mut metrics_addr: std::net::SocketAddr = "127.0.0.1:8080".parse()?;
-    let mut leader_election = false;
-    let mut lease_namespace = std::env::var("POD_NAMESPACE").ok();
-    let mut webhook_addr: Option<std::net::SocketAddr> = None;
-    let mut cert_dir: Option<std::path::PathBuf> = None;
-    let mut cert_names: Vec<String> = Vec::new();
-    let mut cert_secret = "pseudoflow-webhook-tls".to_string();
-    let mut webhook_configuration: Option<String> = None;
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        let (flag, inline) = match a.split_once('=') {
-            Some((f, v)) => (f.to_string(), Some(v.to_string())),
-            None => (a.clone(), None),
-        };
-        let mut value = || {
-            inline
-                .clone()
-                .or_else(|| args.next())
-                .ok_or_else(|| anyhow::anyhow!("{flag} needs a value; {USAGE}"))
-        };
-        match flag.as_str() {
-            "--image" => image = value()?,
-            "--namespace" => namespaces.push(value()?),
-            "--node-step-namespaces" => node_step_namespaces.add_flag_value(&value()?),
-            "--metrics-addr" => metrics_addr = value()?.parse()?,
-            "--leader-election" => leader_election = true,
-            "--leader-election-namespace" => lease_namespace = Some(value()?),
-            "--webhook-addr" => webhook_addr = Some(value()?.parse()?),
-            "--webhook-cert-dir" => cert_dir = Some(value()?.into()),
-            "--webhook-cert-names" => cert_names.extend(
-                value()?
-                    .split(',')
-                    .filter(|n| !n.is_empty())
-                    .map(str::to_string),
-            ),
-            "--webhook-cert-secret" => cert_secret = value()?,
-            "--webhook-configuration" => webhook_configuration = Some(value()?),
-            other => anyhow::bail!("unknown argument {other}; {USAGE}"),
-        }
-    }
+    let args = Args::parse()?;
     let client = kube::Client::try_default().await?;
     let metrics = Arc::new(Metrics::default());
-    let allowed: Vec<&str> = node_step_namespaces.names().collect();
+    let allowed: Vec<&str> = args.node_step_namespaces.names().collect();
     tracing::info!("node steps allowed in namespaces {allowed:?} labelled enforce=privileged");
-    let ctx = Context::new(client.clone(), image, metrics.clone())
-        .with_node_step_namespaces(node_step_namespaces);
+    let ctx = Context::new(client.clone(), args.image.clone(), metrics.clone())
+        .with_node_step_namespaces(args.node_step_namespaces.clone());
     let ctx = Arc::new(ctx);
     let mut state = http::State::new(metrics);
     state.readiness = ctx.readiness.clone();
-    if leader_election {
+    if args.leader_election {
         // A standby replica serves the webhook; only the leader's watches must sync.
         state.readiness.set_standby();
     }
-    if let Some(addr) = webhook_addr {
-        let cert = match cert_dir {
-            Some(dir) => http::WebhookCert::Files(dir),
-            None => {
-                let namespace = std::env::var("POD_NAMESPACE").map_err(|_| {
-                    anyhow::anyhow!("--webhook-addr without --webhook-cert-dir needs POD_NAMESPACE")
-                })?;
-                anyhow::ensure!(
-                    !cert_names.is_empty(),
-                    "--webhook-addr without --webhook-cert-dir needs --webhook-cert-names"
-                );
-                http::WebhookCert::SelfSigned(http::tls::SelfSigned {
-                    namespace,
-                    secret: cert_secret,
-                    webhook_configuration,
-                    names: cert_names,
-                    validity: http::tls::VALIDITY_SECONDS,
-                })
-            }
-        };
+    serve_http(&args, &client, state).await?;
+    run(args, client, ctx).await
+}
+
+/// Starts the HTTP servers: the webhook over TLS (when asked for) and, on the plain port,
+/// metrics and probes only (the webhook asks the API server authorization questions, so it is
+/// served over TLS alone).
+async fn serve_http(
+    args: &Args,
+    client: &kube::Client,
+    mut state: http::State,
+) -> anyhow::Result<()> {
+    if let Some(addr) = args.webhook_addr {
+        let cert = args.webhook_cert()?;
         state.webhook = Some(webhook::Webhook::new(client.clone()));
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let router = http::router(state.clone());
@@ -127,26 +167,32 @@ async fn main() -> anyhow::Result<()> {
             }
         });
     }
-    // Metrics and probes only: the webhook (which asks the API server authorization
-    // questions) is served over TLS alone.
     let plain = http::router(http::State {
         webhook: None,
         ..state
     });
+    let metrics_addr = args.metrics_addr;
     tokio::spawn(async move {
         if let Err(e) = http::serve_plain(metrics_addr, plain).await {
             tracing::error!("metrics server on {metrics_addr}: {e}");
         }
     });
+    Ok(())
+}
+
+/// Runs the controllers until SIGTERM: at once, or with `--leader-election` only while this
+/// replica holds the Lease (losing it exits; SIGTERM releases it for a successor).
+async fn run(args: Args, client: kube::Client, ctx: Arc<Context>) -> anyhow::Result<()> {
+    let namespaces = args.namespaces;
     let mut term = signal(SignalKind::terminate())?;
-    if !leader_election {
+    if !args.leader_election {
         tokio::select! {
             _ = run_controllers(ctx, namespaces) => {}
             _ = term.recv() => {}
         }
         return Ok(());
     }
-    let lease_namespace = lease_namespace.ok_or_else(|| {
+    let lease_namespace = args.lease_namespace.ok_or_else(|| {
         anyhow::anyhow!("--leader-election needs POD_NAMESPACE or --leader-election-namespace")
     })?;
     let cfg = LeaseConfig::new(&lease_namespace, &identity());

@@ -63,7 +63,7 @@ impl Metrics {
         *self
             .runs
             .lock()
-            .unwrap()
+            .expect("not poisoned")
             .entry((flow.into(), status.into()))
             .or_default() += 1;
     }
@@ -77,7 +77,7 @@ impl Metrics {
         if self.is_gone(flow, uid) {
             return;
         }
-        let mut clock = self.clock.lock().unwrap();
+        let mut clock = self.clock.lock().expect("not poisoned");
         let mut before = clock.remove(flow).unwrap_or_default();
         let mut after = BTreeMap::new();
         let mut ended = Vec::new();
@@ -121,7 +121,7 @@ impl Metrics {
 
     /// A step of `flow` took `seconds`.
     pub fn step_finished(&self, flow: &str, step_type: &str, seconds: f64) {
-        let mut steps = self.steps.lock().unwrap();
+        let mut steps = self.steps.lock().expect("not poisoned");
         let h = steps.entry((flow.into(), step_type.into())).or_default();
         for (i, b) in BUCKETS.iter().enumerate() {
             if seconds <= *b {
@@ -137,7 +137,7 @@ impl Metrics {
         *self
             .reconcile_errors
             .lock()
-            .unwrap()
+            .expect("not poisoned")
             .entry(error)
             .or_default() += 1;
     }
@@ -150,14 +150,14 @@ impl Metrics {
         }
         self.active
             .lock()
-            .unwrap()
+            .expect("not poisoned")
             .insert(flow.into(), (uid.into(), active));
     }
 
     /// Whether `flow` was deleted as the object `uid`; a flow created again under the same name
     /// (another uid) is not.
     fn is_gone(&self, flow: &str, uid: &str) -> bool {
-        let mut gone = self.gone.lock().unwrap();
+        let mut gone = self.gone.lock().expect("not poisoned");
         match gone.get(flow) {
             Some(u) if u == uid => true,
             Some(_) => {
@@ -171,21 +171,53 @@ impl Metrics {
     /// Drops every series of `flow` (`namespace/name`): it was deleted (as object `uid`, when
     /// known), and a gauge or counter of a flow that no longer exists would be reported forever.
     pub fn forget(&self, flow: &str, uid: Option<&str>) {
-        self.runs.lock().unwrap().retain(|(f, _), _| f != flow);
-        self.steps.lock().unwrap().retain(|(f, _), _| f != flow);
-        self.clock.lock().unwrap().remove(flow);
-        let last = self.active.lock().unwrap().remove(flow).map(|(u, _)| u);
+        self.runs
+            .lock()
+            .expect("not poisoned")
+            .retain(|(f, _), _| f != flow);
+        self.steps
+            .lock()
+            .expect("not poisoned")
+            .retain(|(f, _), _| f != flow);
+        self.clock.lock().expect("not poisoned").remove(flow);
+        let last = self
+            .active
+            .lock()
+            .expect("not poisoned")
+            .remove(flow)
+            .map(|(u, _)| u);
         if let Some(uid) = uid.map(str::to_string).or(last) {
-            self.gone.lock().unwrap().insert(flow.into(), uid);
+            self.gone
+                .lock()
+                .expect("not poisoned")
+                .insert(flow.into(), uid);
         }
     }
 
     /// Every flow some series is kept for.
     pub fn flows(&self) -> BTreeSet<String> {
-        let mut out: BTreeSet<String> = self.active.lock().unwrap().keys().cloned().collect();
-        out.extend(self.clock.lock().unwrap().keys().cloned());
-        out.extend(self.runs.lock().unwrap().keys().map(|(f, _)| f.clone()));
-        out.extend(self.steps.lock().unwrap().keys().map(|(f, _)| f.clone()));
+        let mut out: BTreeSet<String> = self
+            .active
+            .lock()
+            .expect("not poisoned")
+            .keys()
+            .cloned()
+            .collect();
+        out.extend(self.clock.lock().expect("not poisoned").keys().cloned());
+        out.extend(
+            self.runs
+                .lock()
+                .expect("not poisoned")
+                .keys()
+                .map(|(f, _)| f.clone()),
+        );
+        out.extend(
+            self.steps
+                .lock()
+                .expect("not poisoned")
+                .keys()
+                .map(|(f, _)| f.clone()),
+        );
         out
     }
 
@@ -202,11 +234,11 @@ impl Metrics {
 
     /// Every series as it is at `now` (unix seconds).
     fn snapshot(&self, now: f64) -> Snapshot {
-        let runs = self.runs.lock().unwrap().clone();
+        let runs = self.runs.lock().expect("not poisoned").clone();
         let steps = self
             .steps
             .lock()
-            .unwrap()
+            .expect("not poisoned")
             .iter()
             .map(|(k, h)| {
                 // Per-bucket counts: the encoder accumulates them.
@@ -224,7 +256,7 @@ impl Metrics {
             })
             .collect();
         let mut running: BTreeMap<(String, String), f64> = BTreeMap::new();
-        for (flow, steps) in self.clock.lock().unwrap().iter() {
+        for (flow, steps) in self.clock.lock().expect("not poisoned").iter() {
             for w in steps.values().filter(|w| !w.finished) {
                 let age = (now - w.start).max(0.0);
                 let e = running
@@ -236,11 +268,11 @@ impl Metrics {
         let active = self
             .active
             .lock()
-            .unwrap()
+            .expect("not poisoned")
             .values()
             .filter(|(_, a)| *a)
             .count() as i64;
-        let reconcile_errors = self.reconcile_errors.lock().unwrap().clone();
+        let reconcile_errors = self.reconcile_errors.lock().expect("not poisoned").clone();
         Snapshot {
             runs,
             steps,

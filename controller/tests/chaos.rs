@@ -1,6 +1,6 @@
-//! The chaos suite (issue #13): the real `pseudoflow-controller` binary as a child process of the
-//! test, on testenv (real kube-apiserver, etcd, kube-controller-manager and kube-scheduler,
-//! simulated kubelets), while things fail mid-flow:
+//! The chaos suite, so surviving failures is shown, not assumed: the real `pseudoflow-controller`
+//! binary as a child process of the test, on testenv (real kube-apiserver, etcd,
+//! kube-controller-manager and kube-scheduler, simulated kubelets), while things fail mid-flow:
 //!
 //! 1. the controller is SIGKILLed at seeded random points across a mix of flows, and restarted
 //!    (their consecutive steps are fused — docs/decisions.md#step-fusion — so kills also land

@@ -60,6 +60,45 @@ fn leaked(v: &impl serde::Serialize) -> bool {
     text.contains(CANARY) || text.contains(CANARY_B64)
 }
 
+/// A copy flow that ran to its end: where it copied to, and what its status says.
+struct CopyRun {
+    client: Client,
+    ns: String,
+    /// Each target namespace with the name the copy gets there.
+    targets: [(String, &'static str); 2],
+    status: Value,
+    ctl: tokio::task::JoinHandle<()>,
+}
+
+/// Runs the copy flow in a fresh namespace whose ServiceAccount `flow` has `rules` there, into
+/// two target namespaces, and waits for it to end.
+async fn run_copy(prefix: &str, rules: Value) -> CopyRun {
+    let (client, ns) = prepare(prefix, rules, json!([])).await;
+    let (a, b) = (
+        target_namespace(&client, &ns, "a").await,
+        target_namespace(&client, &ns, "b").await,
+    );
+    source_secret(&client, &ns).await;
+    let ctl = start_controller(&client, &ns);
+    create_flow(&client, &ns, "share", copy_flow(&a, &b)).await;
+    let status = wait_done(&client, &ns, "share", 120).await;
+    CopyRun {
+        client,
+        ns,
+        targets: [(a, "db"), (b, "db-copy")],
+        status,
+        ctl,
+    }
+}
+
+/// The Secret `name` in `target`, if the copy wrote it.
+async fn copied(client: &Client, target: &str, name: &str) -> Option<Secret> {
+    Api::<Secret>::namespaced(client.clone(), target)
+        .get_opt(name)
+        .await
+        .unwrap()
+}
+
 /// Everything in `ns` a reader of the flow could look at that holds the value, by name.
 async fn leaks(client: &Client, ns: &str, flow: &str) -> Vec<String> {
     let mut out = Vec::new();
@@ -121,31 +160,22 @@ async fn leaks(client: &Client, ns: &str, flow: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn copies_selected_keys_renamed_into_two_namespaces_without_exposing_the_value() {
-    let (client, ns) = prepare(
-        "copy",
-        json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]),
-        json!([]),
-    )
-    .await;
-    let (a, b) = (
-        target_namespace(&client, &ns, "a").await,
-        target_namespace(&client, &ns, "b").await,
-    );
-    source_secret(&client, &ns).await;
-    let ctl = start_controller(&client, &ns);
-    create_flow(&client, &ns, "share", copy_flow(&a, &b)).await;
-    let status = wait_done(&client, &ns, "share", 120).await;
+    let may_read = json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]);
+    let CopyRun {
+        client,
+        ns,
+        targets,
+        status,
+        ctl,
+    } = run_copy("copy", may_read).await;
     assert_eq!(status["phase"], "Succeeded", "{status:#}");
     let message = status["steps"][0]["message"].as_str().unwrap_or_default();
     assert!(
         message.contains("password, user→username") && message.contains("2 changed"),
         "{status:#}"
     );
-    for (target, name) in [(&a, "db"), (&b, "db-copy")] {
-        let copy = Api::<Secret>::namespaced(client.clone(), target)
-            .get(name)
-            .await
-            .unwrap();
+    for (target, name) in &targets {
+        let copy = copied(&client, target, name).await.expect("copied");
         let data = copy.data.unwrap_or_default();
         let keys: Vec<&str> = data.keys().map(String::as_str).collect();
         assert_eq!(keys, ["password", "username"], "{target}/{name}");
@@ -165,15 +195,13 @@ async fn copies_selected_keys_renamed_into_two_namespaces_without_exposing_the_v
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_service_account_that_may_not_read_the_source_fails_naming_the_step_and_writes_nothing() {
     // `flow` may write Secrets in the targets but not read the source.
-    let (client, ns) = prepare("copy-denied", json!([]), json!([])).await;
-    let (a, b) = (
-        target_namespace(&client, &ns, "a").await,
-        target_namespace(&client, &ns, "b").await,
-    );
-    source_secret(&client, &ns).await;
-    let ctl = start_controller(&client, &ns);
-    create_flow(&client, &ns, "share", copy_flow(&a, &b)).await;
-    let status = wait_done(&client, &ns, "share", 120).await;
+    let CopyRun {
+        client,
+        ns,
+        targets,
+        status,
+        ctl,
+    } = run_copy("copy-denied", json!([])).await;
     assert_eq!(status["phase"], "Failed", "{status:#}");
     let message = status["message"].as_str().unwrap_or_default();
     assert!(message.contains("spec.steps[0]"), "{status:#}");
@@ -181,11 +209,8 @@ async fn a_service_account_that_may_not_read_the_source_fails_naming_the_step_an
         message.contains("forbidden") && message.contains("cannot get secrets \"db\""),
         "{status:#}"
     );
-    for (target, name) in [(&a, "db"), (&b, "db-copy")] {
-        let copy = Api::<Secret>::namespaced(client.clone(), target)
-            .get_opt(name)
-            .await
-            .unwrap();
+    for (target, name) in &targets {
+        let copy = copied(&client, target, name).await;
         assert!(copy.is_none(), "{target}/{name} was written");
     }
     let found = leaks(&client, &ns, "share").await;

@@ -63,6 +63,19 @@ async fn reset_nodes(client: &Client) {
     }
 }
 
+/// Cordons `name` as an operator does with `kubectl cordon`: unschedulable, without the mark a
+/// flow's cordon carries.
+async fn cordon_by_hand(client: &Client, name: &str) {
+    Api::<Node>::all(client.clone())
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"unschedulable": true}})),
+        )
+        .await
+        .unwrap();
+}
+
 async fn node(client: &Client, name: &str) -> Node {
     Api::<Node>::all(client.clone()).get(name).await.unwrap()
 }
@@ -250,14 +263,7 @@ async fn uncordon_leaves_a_node_someone_else_cordoned() {
     let (client, ns) = prepare("own", json!([]), maintainer_rules(true)).await;
     reset_nodes(&client).await;
     // An operator cordoned worker-1 by hand (kubectl cordon: no mark).
-    Api::<Node>::all(client.clone())
-        .patch(
-            "worker-1",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"unschedulable": true}})),
-        )
-        .await
-        .unwrap();
+    cordon_by_hand(&client, "worker-1").await;
     let _ctl = start_controller(&client, &ns);
     create_flow(
         &client,
@@ -416,14 +422,7 @@ async fn cordon_marks_only_a_cordon_it_made() {
     let _lock = LOCK.lock().await;
     let (client, ns) = prepare("mark", json!([]), maintainer_rules(false)).await;
     reset_nodes(&client).await;
-    Api::<Node>::all(client.clone())
-        .patch(
-            "worker-0",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"unschedulable": true}})),
-        )
-        .await
-        .unwrap();
+    cordon_by_hand(&client, "worker-0").await;
     let _ctl = start_controller(&client, &ns);
     create_flow(
         &client,

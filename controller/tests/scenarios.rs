@@ -5,132 +5,19 @@
 //! The seed flows name no ServiceAccount, so this test grants kube-system's `default` account
 //! cluster-admin, as a cluster operator running them would grant their flow identity.
 
-use std::collections::BTreeMap;
-use std::path::Path;
-use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Service};
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
-use kube::runtime::wait::await_condition;
+use k8s_openapi::api::core::v1::Service;
+use kube::api::Api;
 use kube::Client;
-use pseudoflow_controller::metrics::Metrics;
-use pseudoflow_controller::reconcile::flow_resource;
-use pseudoflow_controller::{run_controller, Context};
 use pseudoflow_testenv::TestEnv;
 use serde_json::{json, Value};
 
 mod common;
 
-use common::{env, label_privileged, IMAGE};
-
-fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap()
-}
-
-async fn apply_text(client: &Client, text: &str) {
-    pseudoflow_testenv::apply::apply_text(client, text, None)
-        .await
-        .unwrap();
-}
-
-const OLD_SERVER: &str = "https://10.0.0.11:6443";
-
-async fn prepare(env: &TestEnv, client: &Client) {
-    apply_text(
-        client,
-        &std::fs::read_to_string(repo().join("crd/pseudoflow.yaml")).unwrap(),
-    )
-    .await;
-    apply_text(
-        client,
-        &std::fs::read_to_string(repo().join("examples/artifacts/crds/third-party-crds.yaml"))
-            .unwrap(),
-    )
-    .await;
-    apply_text(
-        client,
-        "apiVersion: v1\nkind: Namespace\nmetadata: {name: metallb-system}\n",
-    )
-    .await;
-    apply_text(client, "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: seed-flows}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}\nsubjects: [{kind: ServiceAccount, name: default, namespace: kube-system}]\n").await;
-    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> = Api::all(client.clone());
-    for crd in [
-        "pseudoflows.ops.example.com",
-        "ipaddresspools.metallb.io",
-        "l2advertisements.metallb.io",
-        "servicemonitors.monitoring.coreos.com",
-    ] {
-        let established = await_condition(
-            crds.clone(),
-            crd,
-            kube::runtime::wait::conditions::is_crd_established(),
-        );
-        tokio::time::timeout(Duration::from_secs(30), established)
-            .await
-            .expect("CRD established")
-            .unwrap();
-    }
-    let mut data = BTreeMap::new();
-    for f in [
-        "nodelocaldns.yaml",
-        "servicemonitor-nodelocaldns.yaml",
-        "01-metallb-apiserver.yaml",
-        "02-kube-apiserver-lb-svc.yaml",
-    ] {
-        data.insert(
-            f.to_string(),
-            std::fs::read_to_string(repo().join("examples/artifacts").join(f)).unwrap(),
-        );
-    }
-    let cm: ConfigMap = serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "pseudoflow-artifacts", "namespace": "kube-system"}, "data": data})).unwrap();
-    Api::<ConfigMap>::namespaced(client.clone(), "kube-system")
-        .patch(
-            "pseudoflow-artifacts",
-            &PatchParams::apply("e2e").force(),
-            &Patch::Apply(&cm),
-        )
-        .await
-        .unwrap();
-    env.seed_kubeadm_files(OLD_SERVER).unwrap();
-}
-
-async fn run_flow(client: &Client, file: &str, patch: impl Fn(&mut Value)) -> Value {
-    let mut flow: Value =
-        serde_yaml::from_str(&std::fs::read_to_string(repo().join(file)).unwrap()).unwrap();
-    patch(&mut flow);
-    let name = flow["metadata"]["name"].as_str().unwrap().to_string();
-    apply_text(client, &serde_json::to_string(&flow).unwrap()).await;
-    wait_done(
-        client,
-        &name,
-        flow["metadata"]["annotations"]["ops.example.com/run"].as_str(),
-    )
-    .await
-}
-
-/// Waits (watching) for the run started by `trigger` (or the first run) to finish.
-async fn wait_done(client: &Client, name: &str, trigger: Option<&str>) -> Value {
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), "kube-system", &flow_resource());
-    let trig = trigger.map(str::to_string);
-    let done = move |o: Option<&DynamicObject>| {
-        o.is_some_and(|f| {
-            let st = &f.data["status"];
-            let this_run = trig
-                .as_ref()
-                .is_none_or(|t| st["run"]["trigger"] == json!(t));
-            this_run && matches!(st["phase"].as_str(), Some("Succeeded" | "Failed"))
-        })
-    };
-    let f = tokio::time::timeout(Duration::from_secs(240), await_condition(api, name, done))
-        .await
-        .expect("flow finished")
-        .unwrap()
-        .unwrap();
-    f.data["status"].clone()
-}
+use common::env;
+use common::seed::{kubelet_restarts, prepare_seed_cluster, run_seed_flow, start_seed_controller};
 
 fn read(env: &TestEnv, node: &str, path: &str) -> String {
     std::fs::read_to_string(env.node_root(node).join(path)).unwrap_or_default()
@@ -143,15 +30,6 @@ fn mtime(env: &TestEnv, node: &str, path: &str) -> SystemTime {
         .unwrap()
 }
 
-/// Unix times of the recorded `systemctl restart kubelet` calls on a node.
-fn restarts(env: &TestEnv, node: &str) -> Vec<f64> {
-    env.node_calls(node)
-        .iter()
-        .filter(|l| l.ends_with(" systemctl restart kubelet"))
-        .map(|l| l.split(' ').next().unwrap().parse().unwrap())
-        .collect()
-}
-
 fn secs(t: SystemTime) -> f64 {
     t.duration_since(SystemTime::UNIX_EPOCH)
         .unwrap()
@@ -162,17 +40,13 @@ fn secs(t: SystemTime) -> f64 {
 async fn the_seed_scenarios_run_end_to_end_and_rerun_changes_nothing() {
     let env = env();
     let client = env.client().await.unwrap();
-    prepare(env, &client).await;
+    prepare_seed_cluster(&client).await;
     // The seed flows run node steps in kube-system: opt it in, label and allow-list.
-    label_privileged(&client, "kube-system").await;
-    let ctx = Context::new(client.clone(), IMAGE.into(), Arc::new(Metrics::default()))
-        .with_node_step_namespaces(["kube-system"].into_iter().collect());
-    let ctx = Arc::new(ctx);
-    let ctl = tokio::spawn(run_controller(ctx, Some("kube-system".into())));
+    let ctl = start_seed_controller(&client).await;
     let nodes = ["cp-0", "worker-0", "worker-1"];
 
     // NodeLocal DNS.
-    let st = run_flow(&client, "examples/nodelocaldns.yaml", |_| {}).await;
+    let st = run_seed_flow(&client, "examples/nodelocaldns.yaml", |_| {}).await;
     assert_eq!(st["phase"], "Succeeded", "{st:#}");
     let ds = Api::<DaemonSet>::namespaced(client.clone(), "kube-system")
         .get("nodelocaldns")
@@ -195,7 +69,7 @@ async fn the_seed_scenarios_run_end_to_end_and_rerun_changes_nothing() {
             patched,
             "{node}"
         );
-        let r = restarts(env, node);
+        let r = kubelet_restarts(node);
         assert_eq!(r.len(), 1, "one kubelet restart on {node}: {r:?}");
         let files_written = secs(mtime(env, node, "var/lib/kubelet/kubeadm-flags.env"));
         assert!(r[0] >= files_written, "{node}: restart after its files");
@@ -207,7 +81,7 @@ async fn the_seed_scenarios_run_end_to_end_and_rerun_changes_nothing() {
     }
 
     // API VIP: control plane gets three kubeconfigs re-pointed, workers only kubelet.conf.
-    let st = run_flow(&client, "examples/apiserver-vip.yaml", |_| {}).await;
+    let st = run_seed_flow(&client, "examples/apiserver-vip.yaml", |_| {}).await;
     assert_eq!(st["phase"], "Succeeded", "{st:#}");
     let vip = "server: https://100.64.0.2:6443";
     for f in ["kubelet.conf", "controller-manager.conf", "scheduler.conf"] {
@@ -225,9 +99,9 @@ async fn the_seed_scenarios_run_end_to_end_and_rerun_changes_nothing() {
             .node_root(node)
             .join("etc/kubernetes/controller-manager.conf")
             .exists());
-        assert_eq!(restarts(env, node).len(), 2, "{node}: once per flow");
+        assert_eq!(kubelet_restarts(node).len(), 2, "{node}: once per flow");
     }
-    assert_eq!(restarts(env, "cp-0").len(), 2);
+    assert_eq!(kubelet_restarts("cp-0").len(), 2);
     let svc = Api::<Service>::namespaced(client.clone(), "kube-system")
         .get("kube-apiserver-lb")
         .await
@@ -269,7 +143,7 @@ async fn the_seed_scenarios_run_end_to_end_and_rerun_changes_nothing() {
     let again =
         |f: &mut Value| f["metadata"]["annotations"] = json!({"ops.example.com/run": "again"});
     for file in ["examples/nodelocaldns.yaml", "examples/apiserver-vip.yaml"] {
-        let st = run_flow(&client, file, again).await;
+        let st = run_seed_flow(&client, file, again).await;
         assert_eq!(st["phase"], "Succeeded", "{st:#}");
         let changed: Vec<&Value> = st["steps"]
             .as_array()
@@ -296,21 +170,21 @@ async fn the_seed_scenarios_run_end_to_end_and_rerun_changes_nothing() {
     // not skipped unless the flow asks (docs/decisions.md, "Node steps").
     for node in nodes {
         assert_eq!(
-            restarts(env, node).len(),
+            kubelet_restarts(node).len(),
             4,
             "{node}: restarted by each re-run"
         );
     }
 
     // With onlyIfChanged on the restart, a third run restarts no kubelet.
-    let restarts_before: usize = nodes.iter().map(|n| restarts(env, n).len()).sum();
-    let st = run_flow(&client, "examples/nodelocaldns.yaml", |f| {
+    let restarts_before: usize = nodes.iter().map(|n| kubelet_restarts(n).len()).sum();
+    let st = run_seed_flow(&client, "examples/nodelocaldns.yaml", |f| {
         f["metadata"]["annotations"] = json!({"ops.example.com/run": "handlers"});
         f["spec"]["steps"][3]["steps"][2]["onlyIfChanged"] = json!(true);
     })
     .await;
     assert_eq!(st["phase"], "Succeeded", "{st:#}");
-    let restarts_after: usize = nodes.iter().map(|n| restarts(env, n).len()).sum();
+    let restarts_after: usize = nodes.iter().map(|n| kubelet_restarts(n).len()).sum();
     assert_eq!(
         restarts_before, restarts_after,
         "nothing changed, so no kubelet restarted"

@@ -1,4 +1,4 @@
-//! End to end for seed features that were only unit-tested or untested (issue #14, item 8):
+//! End to end for seed features that would otherwise be only unit-tested or untested:
 //! `template` into a node file and into a variable, `patchFile` `createIfMissing`, `execNode`
 //! `runOn: any|first` and `varPerNode`, `deleteFile` on a node ([`node_steps`]);
 //! `spec.artifacts` in its url form ([`artifacts_url`]); `status.lastRunTime` and the

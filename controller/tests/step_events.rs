@@ -1,4 +1,4 @@
-//! An Event for every step, not only for steps that run in a Job (issue #14, seed §5): sleep,
+//! An Event for every step, not only for steps that run in a Job (seed §5): sleep,
 //! eval, template to a variable, a structural step's start and end, a branch left out, a failure
 //! before any Job exists, and steps aborted by the flow's timeout.
 

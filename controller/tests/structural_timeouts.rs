@@ -1,5 +1,5 @@
 //! `timeoutSeconds` on a structural step (loop, loopNodes, parallel, retry, includeFlow) bounds
-//! its whole body (issue #14, seed §5 "timeouts per step"): once it passes, what runs inside is
+//! its whole body (seed §5 "timeouts per step"): once it passes, what runs inside is
 //! stopped — its Job deleted — and the step fails saying so; `continueOnError` goes on after it.
 
 use std::time::{Duration, Instant};

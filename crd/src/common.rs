@@ -4,7 +4,7 @@
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
 
-use crate::validate::Ctx;
+use crate::check::Ctx;
 
 /// A reference to one Kubernetes object. `apiVersion` may be left out for well-known kinds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -73,7 +73,7 @@ impl Target {
 /// quantities such as `10Gi`. A missing object or field satisfies only notEquals.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-#[schemars(transform = crate::schema::plain_enum)]
+#[schemars(transform = crate::enum_schema::plain_enum)]
 pub enum Op {
     /// The value equals the text.
     Equals,
@@ -125,7 +125,7 @@ impl Condition {
 /// How a node step outside `loopNodes` picks its nodes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-#[schemars(transform = crate::schema::plain_enum)]
+#[schemars(transform = crate::enum_schema::plain_enum)]
 pub enum RunOn {
     /// Every matching node; fails if any fails.
     #[default]

@@ -13,7 +13,8 @@ use serde_json::Value;
 
 use crate::diagnostics::Diagnostics;
 use crate::limits::{MAX_DEPTH_REPORTS, MAX_STEP_DEPTH, MAX_VALUE_DEPTH};
-use crate::validate::{join, nested_fields};
+use crate::step_schema::nested_fields;
+use crate::text::join;
 
 /// One segment of a path, linked to its parent in the walk's arena.
 struct Crumb<'a> {

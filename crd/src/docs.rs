@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::schema::step_schemas;
+use crate::step_schema::step_schemas;
 use crate::steps::registry::STEP_TYPES;
 
 const COMMON: [&str; 5] = [

@@ -5,10 +5,12 @@
 //! its semantic validation; [`steps::registry`] is the one list that ties them together.
 #![warn(missing_docs)]
 
+pub mod check;
 pub mod common;
 pub mod depth;
 pub mod diagnostics;
 pub mod docs;
+pub mod enum_schema;
 pub mod jsonpath;
 pub mod limits;
 pub mod protocol;
@@ -19,7 +21,9 @@ pub mod selector;
 pub mod spec;
 pub mod status;
 pub mod step;
+pub mod step_schema;
 pub mod steps;
+pub mod text;
 pub mod validate;
 
 pub use diagnostics::{Diagnostic, Diagnostics, Severity};

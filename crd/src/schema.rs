@@ -4,17 +4,17 @@
 //! - for the CRD, where all step types are merged into one structural object schema with CEL
 //!   rules for each type's required fields, so `kubectl apply` rejects what OpenAPI can express.
 
-use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 use kube::CustomResourceExt;
-use schemars::{generate::SchemaSettings, Schema};
-use serde_json::{json, Map, Value};
+use schemars::generate::SchemaSettings;
+use serde_json::{Map, Value};
 
 use crate::diagnostics::Diagnostics;
 use crate::spec::PseudoFlow;
-use crate::steps::registry::{params_schema, STEP_TYPES};
-use crate::validate::{join, suggest};
+use crate::step_schema::{allowed_values, step_schemas, to_structural, NESTED_MARK, STEP_MARK};
+use crate::steps::registry::STEP_TYPES;
+use crate::text::{join, suggest};
 
 /// A path into the flow as a chain of borrowed segments: walking allocates nothing, and the
 /// `spec.steps[3].cmd` text is only built when a problem is reported.
@@ -64,213 +64,6 @@ impl<'a> Path<'a> {
         }
         out
     }
-}
-
-const STEP_MARK: &str = "x-pseudoflow-step";
-const NESTED_MARK: &str = "x-pseudoflow-steps";
-
-fn common_properties() -> Value {
-    json!({
-        "type": {"type": "string", "enum": STEP_TYPES},
-        "name": {"type": "string", "description": "Shown in status and Events instead of the step's path."},
-        "continueOnError": {"type": "boolean", "description": "Record a failure of this step and go on."},
-        "timeoutSeconds": {
-            "type": "integer",
-            "minimum": 1,
-            "maximum": crate::limits::MAX_DURATION_SECONDS,
-            "description": "Fail the step after this long (at most 7 days). On loop, loopNodes, parallel, retry and includeFlow: the whole body, every retry attempt included."
-        },
-        "isolate": {"type": "boolean", "description": "Run this step in an executor Job of its own, not fused with the steps next to it."}
-    })
-}
-
-/// Each step type's full schema (its parameters plus the common fields), built once.
-pub fn step_schemas() -> &'static BTreeMap<&'static str, Value> {
-    static SCHEMAS: OnceLock<BTreeMap<&'static str, Value>> = OnceLock::new();
-    SCHEMAS.get_or_init(|| {
-        STEP_TYPES
-            .iter()
-            .map(|tag| {
-                let mut schema = params_schema(tag).expect("registered").to_value();
-                let obj = schema.as_object_mut().expect("object schema");
-                let props = obj.entry("properties").or_insert_with(|| json!({}));
-                for (k, v) in common_properties().as_object().unwrap() {
-                    props.as_object_mut().unwrap().insert(k.clone(), v.clone());
-                }
-                let req = obj.entry("required").or_insert_with(|| json!([]));
-                req.as_array_mut().unwrap().insert(0, json!("type"));
-                if *tag == "includeFlow" {
-                    // The original DSL names the included flow with the common `name` field.
-                    req.as_array_mut().unwrap().push(json!("name"));
-                }
-                (*tag, schema)
-            })
-            .collect()
-    })
-}
-
-/// The merged step schema for the CRD: the union of all step types' properties (a property
-/// whose shape differs between types is left open), the `type` enum, and one CEL rule per type
-/// requiring that type's fields.
-pub fn union_step_schema() -> Schema {
-    let mut props: BTreeMap<String, Value> = BTreeMap::new();
-    let mut required_by_type: Vec<(&str, Vec<String>)> = Vec::new();
-    for (tag, schema) in step_schemas() {
-        for (name, prop) in schema["properties"].as_object().unwrap() {
-            let prop = normalize(strip_descriptions(prop.clone()));
-            let merged = match props.remove(name) {
-                Some(existing) => merge(existing, prop),
-                None => prop,
-            };
-            props.insert(name.clone(), merged);
-        }
-        let required: Vec<String> = schema["required"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(Value::as_str)
-            .filter(|r| *r != "type")
-            .map(str::to_string)
-            .collect();
-        required_by_type.push((tag, required));
-    }
-    // CEL can only test the presence of fields with a declared type; the others are checked by
-    // the compiler (the flow then fails with reason InvalidSpec before anything runs).
-    let mut rules = Vec::new();
-    for (tag, required) in required_by_type {
-        let typed: Vec<&String> = required
-            .iter()
-            .filter(|r| props.get(*r).is_some_and(fully_typed))
-            .collect();
-        if typed.is_empty() {
-            continue;
-        }
-        let has: Vec<String> = typed.iter().map(|r| format!("has(self.{r})")).collect();
-        let names: Vec<&str> = typed.iter().map(|s| s.as_str()).collect();
-        rules.push(json!({
-            "rule": format!("self.type != '{tag}' || ({})", has.join(" && ")),
-            "message": format!("{tag} steps need {}", names.join(", ")),
-        }));
-    }
-    // No rule can bound `forEach` (a list or an expression, so free-form): the API server
-    // refuses CEL on a field without a declared type ("undefined field 'forEach'"). Its items
-    // and depth are the compiler's to check (see crate::depth).
-    let schema = json!({
-        "type": "object",
-        "description": "One step; `type` selects which other fields apply (see docs/steps.md).",
-        "required": ["type"],
-        "properties": props,
-        "x-kubernetes-validations": rules,
-        STEP_MARK: true,
-    });
-    Schema::try_from(schema).expect("object schema")
-}
-
-/// Whether CEL can see a field: it and everything inside it has a declared type, except that
-/// an object's property may be open (`x-kubernetes-preserve-unknown-fields`, e.g.
-/// `target.selector`, a string or an object): CEL types the object by its declared properties
-/// and the open one as dynamic, so `has(self.target)` still compiles (proven on the API server
-/// by `crd/tests/crd_on_apiserver.rs`).
-fn fully_typed(schema: &Value) -> bool {
-    if schema.get("type").is_none() {
-        return false;
-    }
-    let open = |v: &Value| v.get("x-kubernetes-preserve-unknown-fields").is_some();
-    let items_ok = schema.get("items").is_none_or(fully_typed);
-    let props_ok = schema
-        .get("properties")
-        .and_then(Value::as_object)
-        .is_none_or(|p| p.values().all(|v| fully_typed(v) || open(v)));
-    items_ok && props_ok
-}
-
-/// A property as the CRD will see it (open unions already collapsed), without `nullable`:
-/// every step field is optional at the union level anyway.
-fn normalize(v: Value) -> Value {
-    let mut v = to_structural(v);
-    if let Some(o) = v.as_object_mut() {
-        o.remove("nullable");
-    }
-    v
-}
-
-/// One schema accepting what either accepts, keeping as much type information as possible:
-/// objects merge their properties, arrays their items, strings drop differing enums; anything
-/// else becomes open (`x-kubernetes-preserve-unknown-fields`).
-fn merge(a: Value, b: Value) -> Value {
-    if a == b {
-        return a;
-    }
-    let ty = |v: &Value| v.get("type").and_then(Value::as_str).map(str::to_string);
-    match (ty(&a), ty(&b)) {
-        (Some(ta), Some(tb))
-            if ta == tb
-                && ta == "object"
-                && a.get("properties").is_some()
-                && b.get("properties").is_some() =>
-        {
-            let mut props = a["properties"].as_object().cloned().unwrap_or_default();
-            for (k, v) in b["properties"].as_object().cloned().unwrap_or_default() {
-                let merged = match props.remove(&k) {
-                    Some(existing) => merge(existing, v),
-                    None => v,
-                };
-                props.insert(k, merged);
-            }
-            json!({"type": "object", "properties": props})
-        }
-        (Some(ta), Some(tb)) if ta == tb && ta == "array" => {
-            let items = merge(
-                a.get("items").cloned().unwrap_or(json!({})),
-                b.get("items").cloned().unwrap_or(json!({})),
-            );
-            let mut out = json!({"type": "array", "items": items});
-            if let Some(max) = loosest_bound(&a, &b, "maxItems") {
-                out["maxItems"] = max;
-            }
-            out
-        }
-        (Some(ta), Some(tb)) if ta == tb && ta != "object" => {
-            let mut out = json!({"type": ta});
-            for key in ["minimum", "maximum"] {
-                if let Some(bound) = loosest_bound(&a, &b, key) {
-                    out[key] = bound;
-                }
-            }
-            out
-        }
-        _ => {
-            json!({"x-kubernetes-preserve-unknown-fields": true, "description": "Shape depends on the step type."})
-        }
-    }
-}
-
-/// The looser of two schemas' `minimum` (the smaller) or `maximum` (the larger), when both have
-/// one: the merged CRD field accepts what either step type does, and the validator checks each
-/// type's own bound.
-fn loosest_bound(a: &Value, b: &Value, key: &str) -> Option<Value> {
-    let (x, y) = (a.get(key)?, b.get(key)?);
-    let (fx, fy) = (x.as_f64()?, y.as_f64()?);
-    let x_looser = if key == "minimum" { fx <= fy } else { fx >= fy }; // maximum, maxItems
-    Some(if x_looser { x.clone() } else { y.clone() })
-}
-
-/// Drops descriptions and defaults from a step type's property before merging: a `default` in
-/// the merged schema would make the API server add that field to *every* step type (structural
-/// defaulting), e.g. `waitForAll: true` on an `apply`; serde applies each type's defaults instead.
-fn strip_descriptions(mut v: Value) -> Value {
-    if let Some(o) = v.as_object_mut() {
-        o.remove("description");
-        o.remove("default");
-        for child in o.values_mut() {
-            *child = strip_descriptions(child.take());
-        }
-    } else if let Some(a) = v.as_array_mut() {
-        for child in a {
-            *child = strip_descriptions(child.take());
-        }
-    }
-    v
 }
 
 /// Walks a raw `spec` against the generated schema, descending into every nested step list.
@@ -335,26 +128,7 @@ fn check(value: &Value, schema: &Value, path: &Path, diags: &mut Diagnostics) {
     }
     match schema.get(NESTED_MARK).and_then(Value::as_str) {
         Some("list") => return check_step_list(value, path, diags),
-        Some("branches") => {
-            let Some(branches) = value.as_array() else {
-                diags.error(
-                    path.render(),
-                    format!(
-                        "expected a list of branches (each a list of steps), got {}",
-                        describe(value)
-                    ),
-                );
-                return;
-            };
-            for (i, b) in branches.iter().enumerate() {
-                if !b.is_array() {
-                    diags.error(path.index(i).render(), format!("expected a branch (a list of steps), got {}; write each branch as `- - type: ...`", describe(b)));
-                } else {
-                    check_step_list(b, &path.index(i), diags);
-                }
-            }
-            return;
-        }
+        Some("branches") => return check_branches(value, path, diags),
         _ => {}
     }
     if value.is_null() && schema.get("nullable") == Some(&Value::Bool(true)) {
@@ -372,31 +146,9 @@ fn check(value: &Value, schema: &Value, path: &Path, diags: &mut Diagnostics) {
             return;
         }
     }
-    if !value_allowed(schema, value) {
-        if let Some(allowed) = allowed_values(schema) {
-            let names: Vec<String> = allowed
-                .iter()
-                .map(|v| {
-                    v.as_str()
-                        .map(str::to_string)
-                        .unwrap_or_else(|| v.to_string())
-                })
-                .collect();
-            let hint = value
-                .as_str()
-                .and_then(|s| suggest(s, names.iter().map(String::as_str)))
-                .map(|s| format!(" (did you mean {s:?}?)"))
-                .unwrap_or_default();
-            diags.error(
-                path.render(),
-                format!(
-                    "{} is not one of: {}{hint}",
-                    describe(value),
-                    names.join(", ")
-                ),
-            );
-            return;
-        }
+    if let Some(message) = not_allowed(schema, value) {
+        diags.error(path.render(), message);
+        return;
     }
     if let Some(message) = out_of_range(schema, value) {
         diags.error(path.render(), message);
@@ -412,6 +164,53 @@ fn check(value: &Value, schema: &Value, path: &Path, diags: &mut Diagnostics) {
         }
         _ => {}
     }
+}
+
+/// `parallel`'s branches: a list of step lists.
+fn check_branches(value: &Value, path: &Path, diags: &mut Diagnostics) {
+    let Some(branches) = value.as_array() else {
+        diags.error(
+            path.render(),
+            format!(
+                "expected a list of branches (each a list of steps), got {}",
+                describe(value)
+            ),
+        );
+        return;
+    };
+    for (i, b) in branches.iter().enumerate() {
+        if !b.is_array() {
+            diags.error(path.index(i).render(), format!("expected a branch (a list of steps), got {}; write each branch as `- - type: ...`", describe(b)));
+        } else {
+            check_step_list(b, &path.index(i), diags);
+        }
+    }
+}
+
+/// Why a value is not one the schema's enum allows, listing them (with a "did you mean" for a
+/// near typo); `None` when it is allowed or the schema has no enum.
+fn not_allowed(schema: &Value, value: &Value) -> Option<String> {
+    if value_allowed(schema, value) {
+        return None;
+    }
+    let names: Vec<String> = allowed_values(schema)?
+        .iter()
+        .map(|v| {
+            v.as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| v.to_string())
+        })
+        .collect();
+    let hint = value
+        .as_str()
+        .and_then(|s| suggest(s, names.iter().map(String::as_str)))
+        .map(|s| format!(" (did you mean {s:?}?)"))
+        .unwrap_or_default();
+    Some(format!(
+        "{} is not one of: {}{hint}",
+        describe(value),
+        names.join(", ")
+    ))
 }
 
 /// Why a number is outside the schema's `minimum`/`maximum`, naming both bounds when there are
@@ -555,21 +354,6 @@ fn value_allowed(schema: &Value, value: &Value) -> bool {
     }
 }
 
-fn allowed_values(schema: &Value) -> Option<Vec<Value>> {
-    if let Some(e) = schema.get("enum").and_then(Value::as_array) {
-        return Some(e.clone());
-    }
-    if let Some(c) = schema.get("const") {
-        return Some(vec![c.clone()]);
-    }
-    let one_of = schema.get("oneOf")?.as_array()?;
-    let mut out = Vec::new();
-    for o in one_of {
-        out.extend(allowed_values(o)?);
-    }
-    Some(out)
-}
-
 fn type_matches(t: &str, v: &Value) -> bool {
     match t {
         "string" => v.is_string(),
@@ -607,53 +391,6 @@ pub fn describe(v: &Value) -> String {
     }
 }
 
-/// Makes a generated schema acceptable to the API server as a structural schema: open
-/// `anyOf` fields become `x-kubernetes-preserve-unknown-fields`, `const`/`oneOf` of constants
-/// become `enum`, and the validator's private markers are dropped.
-pub fn to_structural(v: Value) -> Value {
-    let Value::Object(mut o) = v else {
-        return match v {
-            Value::Array(a) => Value::Array(a.into_iter().map(to_structural).collect()),
-            other => other,
-        };
-    };
-    o.retain(|k, _| !k.starts_with("x-pseudoflow"));
-    if o.contains_key("anyOf") {
-        o.remove("anyOf");
-        o.remove("type");
-        o.insert(
-            "x-kubernetes-preserve-unknown-fields".into(),
-            Value::Bool(true),
-        );
-    }
-    if let Some(values) = allowed_values(&Value::Object(o.clone())) {
-        if o.contains_key("oneOf") || o.contains_key("const") {
-            o.remove("oneOf");
-            o.remove("const");
-            let ty = if values.iter().all(Value::is_string) {
-                "string"
-            } else {
-                "integer"
-            };
-            o.insert("type".into(), json!(ty));
-            o.insert("enum".into(), Value::Array(values));
-        }
-    }
-    for key in ["format"] {
-        if o.get(key).and_then(Value::as_str).is_some_and(|f| {
-            f.starts_with("uint") || f.starts_with("int") && f != "int32" && f != "int64"
-        }) {
-            o.remove(key);
-        }
-    }
-    if o.get("nullable") == Some(&Value::Bool(true))
-        && o.contains_key("x-kubernetes-preserve-unknown-fields")
-    {
-        o.remove("nullable");
-    }
-    Value::Object(o.into_iter().map(|(k, v)| (k, to_structural(v))).collect())
-}
-
 /// The chart's `templates/crd-pseudoflow.yaml`: the same CRD behind `crds.install`, with any
 /// `{{` escaped so Helm does not read the schema's text as template code.
 pub fn crd_chart_template() -> String {
@@ -671,45 +408,4 @@ pub fn crd_yaml() -> String {
         "{header}{}",
         serde_yaml::to_string(&crd).expect("CRD renders as YAML")
     )
-}
-
-/// A `#[schemars(transform = ...)]` for enums of unit variants: schemars turns documented
-/// variants into a `oneOf` of constants, which the CRD's structural schema cannot keep (the field
-/// lost its enum and accepted anything). This makes it `{type: string, enum: [...]}` again, so
-/// variants can carry their doc comments and the API server still refuses a wrong value.
-pub fn plain_enum(schema: &mut Schema) {
-    let Some(branches) = schema.get("oneOf").and_then(Value::as_array) else {
-        return;
-    };
-    let values: Option<Vec<Value>> = branches
-        .iter()
-        .map(
-            |b| match (b.get("const"), b.get("enum").and_then(Value::as_array)) {
-                (Some(c), _) => Some(c.clone()),
-                (None, Some(e)) if e.len() == 1 => Some(e[0].clone()),
-                _ => None,
-            },
-        )
-        .collect();
-    let Some(values) = values else { return };
-    if let Some(obj) = schema.as_object_mut() {
-        obj.remove("oneOf");
-        obj.insert("type".into(), json!("string"));
-        obj.insert("enum".into(), Value::Array(values));
-    }
-}
-
-#[cfg(test)]
-mod plain_enum_tests {
-    use crate::common::RunOn;
-
-    #[test]
-    fn documented_unit_variants_keep_an_enum_schema() {
-        let schema = schemars::schema_for!(RunOn);
-        assert_eq!(
-            schema.get("enum"),
-            Some(&serde_json::json!(["all", "any", "first"]))
-        );
-        assert!(schema.get("oneOf").is_none(), "{schema:?}");
-    }
 }

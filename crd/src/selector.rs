@@ -321,7 +321,7 @@ fn parse_requirement(part: &str) -> Result<Requirement, String> {
 }
 
 fn is_name(s: &str) -> bool {
-    crate::validate::bounded_alphanumeric(s, 63, |c| {
+    crate::text::bounded_alphanumeric(s, 63, |c| {
         c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.')
     })
 }

@@ -7,9 +7,10 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::check::Ctx;
 use crate::status::PseudoFlowStatus;
 use crate::step::Step;
-use crate::validate::{is_dns_subdomain, Ctx};
+use crate::text::is_dns_subdomain;
 
 /// A declarative operational flow: steps run by executor Jobs under `serviceAccountName`.
 #[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -87,7 +88,7 @@ pub struct FlowOptions {
 /// Allow: start it beside the old one. Forbid: queue it until the running one ends.
 /// Replace: abort the running one (its Jobs are deleted) and start the new one.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[schemars(transform = crate::schema::plain_enum)]
+#[schemars(transform = crate::enum_schema::plain_enum)]
 pub enum ConcurrencyPolicy {
     #[default]
     /// Start the new run beside the running one.

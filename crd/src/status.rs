@@ -10,7 +10,7 @@ pub const MAX_STEP_ENTRIES: usize = 200;
 
 /// Phase of the flow's current run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[schemars(transform = crate::schema::plain_enum)]
+#[schemars(transform = crate::enum_schema::plain_enum)]
 pub enum FlowPhase {
     /// Not started yet (or waiting to be started).
     Pending,
@@ -26,7 +26,7 @@ pub enum FlowPhase {
 
 /// Phase of one DAG node (also what the controller's walker tracks per node instance).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[schemars(transform = crate::schema::plain_enum)]
+#[schemars(transform = crate::enum_schema::plain_enum)]
 pub enum StepPhase {
     #[default]
     /// Not reached yet.

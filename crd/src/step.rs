@@ -53,8 +53,8 @@ impl JsonSchema for Step {
     }
 
     /// The CRD's view of a step: every step type's fields merged, with CEL rules for the
-    /// per-type required fields (see [`crate::schema::union_step_schema`]).
+    /// per-type required fields (see [`crate::step_schema::union_step_schema`]).
     fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        crate::schema::union_step_schema()
+        crate::step_schema::union_step_schema()
     }
 }

@@ -7,131 +7,13 @@
 
 use serde_json::Value;
 
+use crate::check::Ctx;
 use crate::diagnostics::Diagnostics;
-use crate::jsonpath::JsonPath;
-use crate::selector::Selector;
 use crate::spec::PseudoFlowSpec;
 use crate::step::Step;
+use crate::step_schema::nested_fields;
 use crate::steps::registry;
-
-/// Where a check is happening: the path for messages, the sink for problems, and what the
-/// surrounding flow structure implies (e.g. inside `loopNodes`).
-pub struct Ctx<'a> {
-    path: String,
-    diags: &'a mut Diagnostics,
-    /// True inside `loopNodes`, where node steps target the loop's current node.
-    pub in_node_context: bool,
-}
-
-impl<'a> Ctx<'a> {
-    /// A context rooted at `path`.
-    pub fn new(path: impl Into<String>, diags: &'a mut Diagnostics) -> Self {
-        Ctx {
-            path: path.into(),
-            diags,
-            in_node_context: false,
-        }
-    }
-
-    /// The path this context reports at.
-    pub fn path(&self) -> &str {
-        &self.path
-    }
-
-    /// A child context for a field (`then`, `steps[2]`, `condition.jsonPath`).
-    pub fn at(&mut self, field: &str) -> Ctx<'_> {
-        Ctx {
-            path: join(&self.path, field),
-            diags: self.diags,
-            in_node_context: self.in_node_context,
-        }
-    }
-
-    /// An error at `field` below this context (`""` for the context itself).
-    pub fn error(&mut self, field: &str, message: impl Into<String>) {
-        self.diags.error(join(&self.path, field), message);
-    }
-
-    /// A warning at `field` below this context.
-    pub fn warning(&mut self, field: &str, message: impl Into<String>) {
-        self.diags.warning(join(&self.path, field), message);
-    }
-
-    /// Checks a label selector unless it is computed at run time.
-    pub fn selector(&mut self, field: &str, value: &str) {
-        if !value.contains("${") {
-            if let Err(e) = Selector::parse(value) {
-                self.error(field, e.to_string());
-            }
-        }
-    }
-
-    /// Checks a selector field in either form: the string form as [`Ctx::selector`] does, the
-    /// structured form's problems each at its place (`nodeSelector.matchExpressions[0].values`).
-    pub fn label_selector(&mut self, field: &str, value: &crate::selector::LabelSelector) {
-        match value {
-            crate::selector::LabelSelector::Text(t) => self.selector(field, t),
-            crate::selector::LabelSelector::Structured(s) => {
-                for (at, message) in s.problems(true) {
-                    self.error(&join(field, &at), message);
-                }
-            }
-        }
-    }
-
-    /// Checks a jsonPath unless it is computed at run time.
-    pub fn json_path(&mut self, field: &str, value: &str) {
-        if !value.contains("${") {
-            if let Err(e) = JsonPath::parse(value) {
-                self.error(field, e.to_string());
-            }
-        }
-    }
-
-    /// Checks a regular expression unless it is computed at run time.
-    pub fn regex(&mut self, field: &str, value: &str) {
-        if !value.contains("${") {
-            // A syntax check catches mistakes and is far cheaper than compiling the regex.
-            if let Err(e) = regex_syntax::Parser::new().parse(value) {
-                let first = e
-                    .to_string()
-                    .lines()
-                    .last()
-                    .unwrap_or_default()
-                    .trim()
-                    .to_string();
-                self.error(field, format!("invalid regex {value:?}: {first}"));
-            }
-        }
-    }
-
-    /// Checks that a name is usable as a flow variable (also in `${name}`).
-    pub fn var_name(&mut self, field: &str, name: &str) {
-        let ok = name
-            .chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-        if !ok {
-            self.error(
-                field,
-                format!("{name:?} is not a valid variable name (letters, digits, '_', not starting with a digit)"),
-            );
-        } else if matches!(name, "item" | "index" | "node") {
-            self.error(field, format!("{name:?} is reserved for loop variables"));
-        }
-    }
-}
-
-/// Joins a path and a field: `spec.steps[0]` + `then` → `spec.steps[0].then`.
-pub fn join(path: &str, field: &str) -> String {
-    match (path.is_empty(), field.is_empty()) {
-        (_, true) => path.to_string(),
-        (true, false) => field.to_string(),
-        (false, false) if field.starts_with('[') => format!("{path}{field}"),
-        (false, false) => format!("{path}.{field}"),
-    }
-}
+use crate::text::is_dns_subdomain;
 
 /// Validates a raw `spec` (as JSON) and returns the typed spec when there is no error.
 ///
@@ -288,28 +170,6 @@ pub fn without_nested_steps(raw: &Value) -> Value {
     Value::Object(shallow)
 }
 
-/// The fields of a step type that hold nested step lists, from its schema's markers.
-pub(crate) fn nested_fields(ty: &str) -> Vec<(String, &'static str)> {
-    let Some(schema) = crate::schema::step_schemas().get(ty) else {
-        return vec![];
-    };
-    schema["properties"]
-        .as_object()
-        .map(|props| {
-            props
-                .iter()
-                .filter_map(
-                    |(k, v)| match v.get("x-pseudoflow-steps").and_then(Value::as_str) {
-                        Some("list") => Some((k.clone(), "list")),
-                        Some("branches") => Some((k.clone(), "branches")),
-                        _ => None,
-                    },
-                )
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// Nested raw step lists of a step, with their field paths (`then`, `steps[1]`).
 fn nested_lists<'v>(ty: &str, raw: &'v Value) -> Vec<(String, &'v [Value])> {
     let mut out = Vec::new();
@@ -330,53 +190,6 @@ fn nested_lists<'v>(ty: &str, raw: &'v Value) -> Vec<(String, &'v [Value])> {
     out
 }
 
-/// Closest candidate by edit distance, for "did you mean" hints on typos.
-pub fn suggest<'a>(input: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
-    let lower = input.to_ascii_lowercase();
-    candidates
-        .into_iter()
-        .map(|c| (edit_distance(&lower, &c.to_ascii_lowercase()), c))
-        .filter(|(d, c)| *d <= (c.len().max(lower.len()) / 2).max(1))
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, c)| c)
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let cost = usize::from(ca != *cb);
-            cur.push((prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1));
-        }
-        prev = cur;
-    }
-    prev[b.len()]
-}
-
-/// RFC 1123 label (Namespace, most names): what Kubernetes accepts for a DNS label.
-pub fn is_dns_label(s: &str) -> bool {
-    bounded_alphanumeric(s, 63, |c| {
-        c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-'
-    })
-}
-
-/// The shape Kubernetes names share: 1..=`max` bytes, alphanumeric at both ends, `inner` inside.
-pub fn bounded_alphanumeric(s: &str, max: usize, inner: impl Fn(u8) -> bool) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= max
-        && b[0].is_ascii_alphanumeric()
-        && b[b.len() - 1].is_ascii_alphanumeric()
-        && b.iter().all(|c| inner(*c))
-}
-
-/// RFC 1123 subdomain (ConfigMap, ServiceAccount names).
-pub fn is_dns_subdomain(s: &str) -> bool {
-    s.len() <= 253 && s.split('.').all(is_dns_label)
-}
-
 /// Registered step type names, for hints.
 pub fn step_type_names() -> impl Iterator<Item = &'static str> {
     registry::STEP_TYPES.iter().copied()
@@ -385,6 +198,7 @@ pub fn step_type_names() -> impl Iterator<Item = &'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::text::suggest;
 
     #[test]
     fn suggestions_find_near_typos_only() {
@@ -433,12 +247,5 @@ mod tests {
             errors(json!({"startingDeadlineSeconds": 10})),
             (false, vec!["spec.startingDeadlineSeconds".to_string()])
         );
-    }
-
-    #[test]
-    fn paths_join_fields_and_indexes() {
-        assert_eq!(join("spec.steps", "[3]"), "spec.steps[3]");
-        assert_eq!(join("spec.steps[3]", "then"), "spec.steps[3].then");
-        assert_eq!(join("spec", ""), "spec");
     }
 }

@@ -36,6 +36,22 @@ async fn main() -> Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| "warn,kube_client::client::builder=off,kube_runtime=error".into());
     tracing_subscriber::fmt().with_env_filter(filter).init();
+    let env = start_cluster().await?;
+    let client = env.client().await?;
+    let root = repo();
+    seed::prepare(&env, &client, &root).await?;
+    start_controller(&client).await?;
+    let names = seed::apply_flows(&client, &root).await?;
+    watch_flows(&client, &names).await?;
+    show_worker_0(&env);
+    println!("\nThe cluster keeps running. Try:\n  export KUBECONFIG={}\n  kubectl get pf -A\n  kubectl describe pf -n kube-system setup-nodelocaldns\nCtrl-C stops everything.", env.kubeconfig_path().display());
+    tokio::signal::ctrl_c().await?;
+    Ok(())
+}
+
+/// A local control plane with three simulated nodes, whose runtime image is the
+/// `pseudoflow-step` built beside this binary.
+async fn start_cluster() -> Result<TestEnv> {
     let step = std::env::current_exe()?
         .parent()
         .unwrap()
@@ -50,23 +66,28 @@ async fn main() -> Result<()> {
     println!("starting a local control plane (etcd, kube-apiserver, controller-manager, scheduler v1.34.4) with 3 simulated nodes...");
     let env = TestEnv::start(opts).await?;
     println!("cluster ready in {:.1}s", env.startup.as_secs_f64());
-    let client = env.client().await?;
+    Ok(env)
+}
 
-    let root = repo();
-    seed::prepare(&env, &client, &root).await?;
-
+/// The controller, in this process, with its metrics served; node steps allowed in
+/// kube-system (both halves of the opt-in), where the seed flows run them.
+async fn start_controller(client: &kube::Client) -> Result<()> {
     let metrics = Arc::new(Metrics::default());
     tokio::spawn(pseudoflow_controller::metrics::serve(
         "127.0.0.1:8080".parse()?,
         metrics.clone(),
     ));
-    apply_text(&client, NODE_STEPS_NAMESPACE_LABEL, None).await?;
+    apply_text(client, NODE_STEPS_NAMESPACE_LABEL, None).await?;
     let ctx = Context::new(client.clone(), IMAGE.into(), metrics)
         .with_node_step_namespaces(["kube-system"].into_iter().collect());
     tokio::spawn(run_controller(Arc::new(ctx), None));
     println!("controller running (metrics on http://127.0.0.1:8080/metrics)\n");
+    Ok(())
+}
 
-    let names = seed::apply_flows(&client, &root).await?;
+/// Prints a table of the flows (`names`: namespace, name) whenever it changes, until every
+/// flow has finished (or ten minutes passed).
+async fn watch_flows(client: &kube::Client, names: &[(String, String)]) -> Result<()> {
     let flows_of =
         |ns: &str| Api::<DynamicObject>::namespaced_with(client.clone(), ns, &flow_resource());
     let started = Instant::now();
@@ -77,7 +98,7 @@ async fn main() -> Result<()> {
             "FLOW", "NAMESPACE", "PHASE", "PROGRESS", "STEP / MESSAGE"
         );
         let mut finished = 0;
-        for (ns, name) in &names {
+        for (ns, name) in names {
             let f = flows_of(ns).get(name).await?;
             let st = &f.data["status"];
             let phase = st["phase"].as_str().unwrap_or("Pending");
@@ -103,10 +124,14 @@ async fn main() -> Result<()> {
             last = table;
         }
         if finished == names.len() || started.elapsed() > Duration::from_secs(600) {
-            break;
+            return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+/// What the flows did to worker-0: its files, and the host commands they ran there.
+fn show_worker_0(env: &TestEnv) {
     println!("node files after the flows (worker-0):");
     for f in [
         "etc/kubelet-resolv.conf",
@@ -124,7 +149,4 @@ async fn main() -> Result<()> {
         "recorded host commands on worker-0:\n  {}",
         env.node_calls("worker-0").join("\n  ")
     );
-    println!("\nThe cluster keeps running. Try:\n  export KUBECONFIG={}\n  kubectl get pf -A\n  kubectl describe pf -n kube-system setup-nodelocaldns\nCtrl-C stops everything.", env.kubeconfig_path().display());
-    tokio::signal::ctrl_c().await?;
-    Ok(())
 }

@@ -5,21 +5,13 @@
 use std::time::Duration;
 
 use kube::api::{Api, DynamicObject};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::core::GroupVersionKind;
 use kube::discovery::{pinned_kind, Scope};
 use pseudoflow_crd::common::default_api_version;
 
 use crate::context::ExecCtx;
 use crate::error::{is_not_found, Call, StepError};
-
-/// A kind as the API server serves it.
-#[derive(Debug, Clone)]
-pub struct Resolved {
-    /// Group, version, kind and plural.
-    pub ar: ApiResource,
-    /// True for namespaced kinds.
-    pub namespaced: bool,
-}
+pub use crate::kind::Resolved;
 
 /// Delays between discovery attempts for a kind the server does not (yet) serve: a CRD that was
 /// just established can take a moment to show up in discovery.

@@ -9,8 +9,8 @@ use kube::Client;
 use pseudoflow_crd::protocol::ExecutorInput;
 use tokio::sync::OnceCell;
 
-use crate::api::Resolved;
 use crate::error::{describe, Call, StepError};
+use crate::kind::Resolved;
 
 /// Default host root inside a node step's pod (the node's `/` is mounted there).
 pub const DEFAULT_HOST_ROOT: &str = "/host";

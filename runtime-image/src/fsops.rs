@@ -16,7 +16,14 @@ use rustix::io::Errno;
 use crate::error::StepError;
 use crate::hostroot::{temp, HostFsError, NodeFile};
 
-pub use crate::node_users::{current_owner, resolve_owner, Owner};
+/// Numeric owner of a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Owner {
+    /// User id.
+    pub uid: u32,
+    /// Group id.
+    pub gid: u32,
+}
 
 /// Default mode of files the executor creates.
 pub const DEFAULT_MODE: u32 = 0o644;

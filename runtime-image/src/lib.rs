@@ -14,6 +14,7 @@ pub mod fsops;
 pub mod hostroot;
 pub mod http;
 pub mod journal;
+pub mod kind;
 pub mod node_users;
 pub mod output;
 pub mod process;

@@ -3,17 +3,8 @@
 //! never the executor image's.
 
 use crate::error::StepError;
-use crate::fsops::read_current;
+use crate::fsops::{read_current, Owner};
 use crate::hostroot::HostRoot;
-
-/// Numeric owner of a file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Owner {
-    /// User id.
-    pub uid: u32,
-    /// Group id.
-    pub gid: u32,
-}
 
 /// Resolves `user[:group]` (names or numbers; default `root:root`) against the node's
 /// `/etc/passwd` and `/etc/group`. A user alone means its primary group.

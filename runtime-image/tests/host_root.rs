@@ -12,7 +12,7 @@ use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 
 use pseudoflow_crd::steps::patch_file::PatchFileStep;
-use pseudoflow_runtime::fsops::current_owner;
+use pseudoflow_runtime::node_users::current_owner;
 use pseudoflow_runtime::steps::{node_file, patch_file};
 
 struct Host {

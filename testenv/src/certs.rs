@@ -55,6 +55,48 @@ fn openssl(dir: &Path, args: &[&str]) -> Result<()> {
     Ok(())
 }
 
+/// A key and a certificate for `subj`, `<name>.key` and `<name>.crt` in `dir`, signed by the CA
+/// there with the extensions in file `ext`, valid for `days`.
+fn signed_by_ca(dir: &Path, name: &str, subj: &str, ext: &str, days: &str) -> Result<()> {
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            &format!("{name}.key"),
+            "-out",
+            &format!("{name}.csr"),
+            "-subj",
+            subj,
+        ],
+    )?;
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            &format!("{name}.csr"),
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            &format!("{name}.crt"),
+            "-days",
+            days,
+            "-extfile",
+            ext,
+        ],
+    )
+}
+
 /// Generates all certificates into `dir`.
 pub fn generate(dir: &Path) -> Result<Certs> {
     std::fs::create_dir_all(dir)?;
@@ -94,43 +136,7 @@ pub fn generate(dir: &Path) -> Result<Certs> {
             "client.ext",
         ),
     ] {
-        openssl(
-            dir,
-            &[
-                "req",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:prime256v1",
-                "-nodes",
-                "-keyout",
-                &format!("{name}.key"),
-                "-out",
-                &format!("{name}.csr"),
-                "-subj",
-                subj,
-            ],
-        )?;
-        openssl(
-            dir,
-            &[
-                "x509",
-                "-req",
-                "-in",
-                &format!("{name}.csr"),
-                "-CA",
-                "ca.crt",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-out",
-                &format!("{name}.crt"),
-                "-days",
-                days,
-                "-extfile",
-                ext,
-            ],
-        )?;
+        signed_by_ca(dir, name, subj, ext, days)?;
     }
     openssl(dir, &["genrsa", "-out", "sa.key", "2048"])?;
     openssl(dir, &["rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub"])?;

@@ -60,94 +60,23 @@ pub async fn start(dir: &Path, certs: &Certs) -> Result<ControlPlane> {
     let kubeconfig = dir.join("admin.kubeconfig");
     write_kubeconfig(&kubeconfig, api_port, certs)?;
     let kc = s(&kubeconfig);
-    let mut procs = Vec::new();
-
     let etcd_url = format!("http://127.0.0.1:{etcd_port}");
-    procs.push(Proc::spawn(
-        "etcd",
-        &binary("etcd")?,
-        &[
-            format!("--data-dir={}", s(&dir.join("etcd"))),
-            format!("--listen-client-urls={etcd_url}"),
-            format!("--advertise-client-urls={etcd_url}"),
-            format!("--listen-peer-urls=http://127.0.0.1:{peer_port}"),
-            format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}"),
-            format!("--initial-cluster=default=http://127.0.0.1:{peer_port}"),
-            "--unsafe-no-fsync".into(),
-            "--log-level=warn".into(),
-        ],
-        &logs.join("etcd.log"),
-    )?);
-
-    procs.push(Proc::spawn(
-        "kube-apiserver",
-        &binary("kube-apiserver")?,
-        &[
-            format!("--etcd-servers={etcd_url}"),
-            "--bind-address=127.0.0.1".into(),
-            "--advertise-address=127.0.0.1".into(),
-            format!("--secure-port={api_port}"),
-            format!("--tls-cert-file={}", s(&certs.server_crt)),
-            format!("--tls-private-key-file={}", s(&certs.server_key)),
-            format!("--client-ca-file={}", s(&certs.ca_crt)),
-            "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
-            format!("--service-account-key-file={}", s(&certs.sa_pub)),
-            format!("--service-account-signing-key-file={}", s(&certs.sa_key)),
-            // The seed clusters use 100.64.0.0/16 for Services (NodeLocal DNS at 100.64.0.10).
-            "--service-cluster-ip-range=100.64.0.0/16".into(),
-            "--authorization-mode=RBAC".into(),
-            // As on hardened clusters: setting blockOwnerDeletion needs rights on the owner's
-            // finalizers, so RBAC tests catch a controller that lacks them.
-            "--enable-admission-plugins=OwnerReferencesPermissionEnforcement".into(),
-            "--allow-privileged=true".into(),
-            "--profiling=false".into(),
-            format!("--cert-dir={}", s(&dir.join("apiserver-certs"))),
-            // pods/exec reaches the simulated kubelets' streaming server (see kubelet/exec.rs)
-            // at the node's InternalIP, over TLS verified both ways.
-            "--kubelet-preferred-address-types=InternalIP".into(),
-            format!("--kubelet-certificate-authority={}", s(&certs.ca_crt)),
-            format!(
-                "--kubelet-client-certificate={}",
-                s(&certs.kubelet_client_crt)
-            ),
-            format!("--kubelet-client-key={}", s(&certs.kubelet_client_key)),
-            // The simulated kubelet speaks the WebSocket remote-command protocol, not SPDY, so
-            // the API server proxies a client's WebSocket as is instead of translating it to
-            // SPDY (the default since 1.30; a real kubelet speaks both).
-            "--feature-gates=TranslateStreamCloseWebsocketRequests=false".into(),
-        ],
-        &logs.join("kube-apiserver.log"),
-    )?);
-
-    let delegated = [
-        format!("--authentication-kubeconfig={kc}"),
-        format!("--authorization-kubeconfig={kc}"),
+    let mut procs = vec![
+        Proc::spawn(
+            "etcd",
+            &binary("etcd")?,
+            &etcd_args(dir, &etcd_url, peer_port),
+            &logs.join("etcd.log"),
+        )?,
+        Proc::spawn(
+            "kube-apiserver",
+            &binary("kube-apiserver")?,
+            &apiserver_args(dir, certs, &etcd_url, api_port),
+            &logs.join("kube-apiserver.log"),
+        )?,
     ];
-    let mut kcm_args = vec![
-        format!("--kubeconfig={kc}"),
-        "--bind-address=127.0.0.1".into(),
-        format!("--secure-port={}", free_port()?),
-        format!("--service-account-private-key-file={}", s(&certs.sa_key)),
-        format!("--root-ca-file={}", s(&certs.ca_crt)),
-        "--use-service-account-credentials=true".into(),
-        format!("--cluster-signing-cert-file={}", s(&certs.ca_crt)),
-        format!("--cluster-signing-key-file={}", s(&certs.ca_key)),
-        "--leader-elect=false".into(),
-        "--controllers=*".into(),
-        "--profiling=false".into(),
-        format!("--cert-dir={}", s(&dir.join("kcm-certs"))),
-    ];
-    kcm_args.extend(delegated.iter().cloned());
-    let mut sched_args = vec![
-        format!("--kubeconfig={kc}"),
-        "--bind-address=127.0.0.1".into(),
-        format!("--secure-port={}", free_port()?),
-        "--leader-elect=false".into(),
-        "--profiling=false".into(),
-        format!("--cert-dir={}", s(&dir.join("scheduler-certs"))),
-    ];
-    sched_args.extend(delegated.iter().cloned());
-
+    let kcm_args = controller_manager_args(dir, certs, &kc)?;
+    let sched_args = scheduler_args(dir, &kc)?;
     wait_ready(&kubeconfig, &mut procs, Duration::from_secs(60)).await?;
     procs.push(Proc::spawn(
         "kube-controller-manager",
@@ -166,6 +95,102 @@ pub async fn start(dir: &Path, certs: &Certs) -> Result<ControlPlane> {
         kubeconfig,
         procs,
     })
+}
+
+/// etcd on loopback, without fsync (test data only).
+fn etcd_args(dir: &Path, etcd_url: &str, peer_port: u16) -> Vec<String> {
+    vec![
+        format!("--data-dir={}", s(&dir.join("etcd"))),
+        format!("--listen-client-urls={etcd_url}"),
+        format!("--advertise-client-urls={etcd_url}"),
+        format!("--listen-peer-urls=http://127.0.0.1:{peer_port}"),
+        format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}"),
+        format!("--initial-cluster=default=http://127.0.0.1:{peer_port}"),
+        "--unsafe-no-fsync".into(),
+        "--log-level=warn".into(),
+    ]
+}
+
+/// kube-apiserver on loopback with RBAC, service-account tokens, and the kubelet client the
+/// simulated kubelets' streaming server verifies.
+fn apiserver_args(dir: &Path, certs: &Certs, etcd_url: &str, api_port: u16) -> Vec<String> {
+    vec![
+        format!("--etcd-servers={etcd_url}"),
+        "--bind-address=127.0.0.1".into(),
+        "--advertise-address=127.0.0.1".into(),
+        format!("--secure-port={api_port}"),
+        format!("--tls-cert-file={}", s(&certs.server_crt)),
+        format!("--tls-private-key-file={}", s(&certs.server_key)),
+        format!("--client-ca-file={}", s(&certs.ca_crt)),
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+        format!("--service-account-key-file={}", s(&certs.sa_pub)),
+        format!("--service-account-signing-key-file={}", s(&certs.sa_key)),
+        // The seed clusters use 100.64.0.0/16 for Services (NodeLocal DNS at 100.64.0.10).
+        "--service-cluster-ip-range=100.64.0.0/16".into(),
+        "--authorization-mode=RBAC".into(),
+        // As on hardened clusters: setting blockOwnerDeletion needs rights on the owner's
+        // finalizers, so RBAC tests catch a controller that lacks them.
+        "--enable-admission-plugins=OwnerReferencesPermissionEnforcement".into(),
+        "--allow-privileged=true".into(),
+        "--profiling=false".into(),
+        format!("--cert-dir={}", s(&dir.join("apiserver-certs"))),
+        // pods/exec reaches the simulated kubelets' streaming server (see kubelet/exec.rs)
+        // at the node's InternalIP, over TLS verified both ways.
+        "--kubelet-preferred-address-types=InternalIP".into(),
+        format!("--kubelet-certificate-authority={}", s(&certs.ca_crt)),
+        format!(
+            "--kubelet-client-certificate={}",
+            s(&certs.kubelet_client_crt)
+        ),
+        format!("--kubelet-client-key={}", s(&certs.kubelet_client_key)),
+        // The simulated kubelet speaks the WebSocket remote-command protocol, not SPDY, so
+        // the API server proxies a client's WebSocket as is instead of translating it to
+        // SPDY (the default since 1.30; a real kubelet speaks both).
+        "--feature-gates=TranslateStreamCloseWebsocketRequests=false".into(),
+    ]
+}
+
+/// Flags the controller-manager and the scheduler share: delegated authentication and
+/// authorization through the admin kubeconfig `kc`.
+fn delegated(kc: &str) -> [String; 2] {
+    [
+        format!("--authentication-kubeconfig={kc}"),
+        format!("--authorization-kubeconfig={kc}"),
+    ]
+}
+
+/// kube-controller-manager with every controller, signing with the testenv CA.
+fn controller_manager_args(dir: &Path, certs: &Certs, kc: &str) -> Result<Vec<String>> {
+    let mut args = vec![
+        format!("--kubeconfig={kc}"),
+        "--bind-address=127.0.0.1".into(),
+        format!("--secure-port={}", free_port()?),
+        format!("--service-account-private-key-file={}", s(&certs.sa_key)),
+        format!("--root-ca-file={}", s(&certs.ca_crt)),
+        "--use-service-account-credentials=true".into(),
+        format!("--cluster-signing-cert-file={}", s(&certs.ca_crt)),
+        format!("--cluster-signing-key-file={}", s(&certs.ca_key)),
+        "--leader-elect=false".into(),
+        "--controllers=*".into(),
+        "--profiling=false".into(),
+        format!("--cert-dir={}", s(&dir.join("kcm-certs"))),
+    ];
+    args.extend(delegated(kc));
+    Ok(args)
+}
+
+/// kube-scheduler on loopback.
+fn scheduler_args(dir: &Path, kc: &str) -> Result<Vec<String>> {
+    let mut args = vec![
+        format!("--kubeconfig={kc}"),
+        "--bind-address=127.0.0.1".into(),
+        format!("--secure-port={}", free_port()?),
+        "--leader-elect=false".into(),
+        "--profiling=false".into(),
+        format!("--cert-dir={}", s(&dir.join("scheduler-certs"))),
+    ];
+    args.extend(delegated(kc));
+    Ok(args)
 }
 
 /// Waits for the API server's `/readyz` (startup only: there is nothing to watch yet).

@@ -7,7 +7,9 @@
 use std::process::ExitCode;
 
 use pseudoflow_compiler::emit::{emit_node, to_yaml};
-use pseudoflow_compiler::flow_set::{describe_cycle, include_cycles, include_edges, FlowKey};
+use pseudoflow_compiler::flow_set::{
+    describe_cycle, include_cycles, include_edges, FlowKey, IncludeEdge,
+};
 use pseudoflow_compiler::lower::{FlowRef, LowerOptions};
 use pseudoflow_compiler::render::{render, Format};
 use pseudoflow_compiler::{compile, source, FlowId};
@@ -61,10 +63,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let mut failed = false;
-    // Every flow that compiled, by key, with the file it came from, for includeFlow cycles.
-    let mut flows: Vec<(FlowKey, &str, source::FlowDocument)> = Vec::new();
-    let mut edges = Vec::new();
+    let mut seen = Seen::default();
     for file in &args.files {
         let text = match std::fs::read_to_string(file) {
             Ok(t) => t,
@@ -77,71 +76,101 @@ fn main() -> ExitCode {
             Ok(d) => d,
             Err(e) => {
                 eprintln!("{file}: {e}");
-                failed = true;
+                seen.failed = true;
                 continue;
             }
         };
         for doc in docs {
-            let id = FlowId {
-                name: &doc.name,
-                namespace: doc.namespace.as_deref(),
-            };
-            match compile(&id, doc.spec()) {
-                Err(mut diags) => {
-                    doc.locate(&mut diags);
-                    diags.0.sort_by_key(|d| d.line);
-                    for d in &diags.0 {
-                        eprintln!("{file}: {d}");
-                    }
-                    failed = true;
-                }
-                Ok(compiled) => {
-                    let mut warnings = compiled.warnings.clone();
-                    doc.locate(&mut warnings);
-                    for d in &warnings.0 {
-                        eprintln!("{file}: {d}");
-                    }
-                    let out = match &args.emit {
-                        None => render(
-                            &title(&doc.name, &compiled.spec, args.format),
-                            &compiled.plan,
-                            compiled.on_delete.as_ref(),
-                            args.format,
-                        ),
-                        Some(node_id) => match emit(&doc, &compiled, node_id, &args) {
-                            Ok(s) => s,
-                            Err(e) => {
-                                eprintln!("pseudoflow-compile: {e}");
-                                return ExitCode::from(1);
-                            }
-                        },
-                    };
-                    print!("{out}");
-                    edges.extend(include_edges(&id, &compiled.spec));
-                    flows.push((FlowKey::of(&id), file.as_str(), doc));
-                }
+            if let Err(code) = seen.compile(file, doc, &args) {
+                return code;
             }
         }
     }
-    // includeFlow cycles among the flows given: said at every step of the cycle, in its file.
-    for cycle in include_cycles(&edges) {
-        failed = true;
-        for (i, edge) in cycle.iter().enumerate() {
-            let Some((_, file, doc)) = flows.iter().find(|(k, _, _)| *k == edge.from) else {
-                continue;
-            };
-            let mut diags = pseudoflow_crd::Diagnostics::default();
-            diags.error(edge.path.clone(), describe_cycle(&cycle, i));
-            doc.locate(&mut diags);
-            for d in &diags.0 {
-                eprintln!("{file}: {d}");
-            }
-        }
-    }
-    if failed {
+    seen.report_cycles();
+    if seen.failed {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+/// What the files given compiled to so far.
+#[derive(Default)]
+struct Seen<'f> {
+    /// Whether any flow was invalid.
+    failed: bool,
+    /// Every flow that compiled, by key, with the file it came from, for includeFlow cycles.
+    flows: Vec<(FlowKey, &'f str, source::FlowDocument)>,
+    edges: Vec<IncludeEdge>,
+}
+
+impl<'f> Seen<'f> {
+    /// Compiles one flow of `file`: prints its diagnostics (each with its line), else its
+    /// warnings and what `args` asks for (the DAG, or one node's objects). Err: stop now, with
+    /// this exit code.
+    fn compile(
+        &mut self,
+        file: &'f str,
+        doc: source::FlowDocument,
+        args: &Args,
+    ) -> Result<(), ExitCode> {
+        let id = FlowId {
+            name: &doc.name,
+            namespace: doc.namespace.as_deref(),
+        };
+        let compiled = match compile(&id, doc.spec()) {
+            Ok(c) => c,
+            Err(mut diags) => {
+                doc.locate(&mut diags);
+                diags.0.sort_by_key(|d| d.line);
+                for d in &diags.0 {
+                    eprintln!("{file}: {d}");
+                }
+                self.failed = true;
+                return Ok(());
+            }
+        };
+        let mut warnings = compiled.warnings.clone();
+        doc.locate(&mut warnings);
+        for d in &warnings.0 {
+            eprintln!("{file}: {d}");
+        }
+        let out = match &args.emit {
+            None => render(
+                &title(&doc.name, &compiled.spec, args.format),
+                &compiled.plan,
+                compiled.on_delete.as_ref(),
+                args.format,
+            ),
+            Some(node_id) => emit(&doc, &compiled, node_id, args).map_err(|e| {
+                eprintln!("pseudoflow-compile: {e}");
+                ExitCode::from(1)
+            })?,
+        };
+        print!("{out}");
+        self.edges.extend(include_edges(&id, &compiled.spec));
+        let key = FlowKey::of(&id);
+        self.flows.push((key, file, doc));
+        Ok(())
+    }
+
+    /// includeFlow cycles among the flows given: said at every step of the cycle, in its file.
+    fn report_cycles(&mut self) {
+        for cycle in include_cycles(&self.edges) {
+            self.failed = true;
+            for (i, edge) in cycle.iter().enumerate() {
+                let Some((_, file, doc)) = self.flows.iter().find(|(k, _, _)| *k == edge.from)
+                else {
+                    continue;
+                };
+                let mut diags = pseudoflow_crd::Diagnostics::default();
+                diags.error(edge.path.clone(), describe_cycle(&cycle, i));
+                doc.locate(&mut diags);
+                for d in &diags.0 {
+                    eprintln!("{file}: {d}");
+                }
+            }
+        }
     }
 }
 

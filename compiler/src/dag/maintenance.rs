@@ -102,15 +102,7 @@ impl Builder<'_> {
             self.connect(&exits, n);
             exits = vec![(n, EdgeKind::Next)];
         }
-        let end = self.end_node(
-            step,
-            scope,
-            NodeKind::CompoundEnd {
-                start: id,
-                wait_for_all: true,
-                run_on: None,
-            },
-        );
+        let end = self.compound_end(step, scope, true, None);
         self.connect(&exits, end);
         (start, end)
     }

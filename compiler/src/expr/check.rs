@@ -3,7 +3,8 @@
 
 use std::collections::BTreeSet;
 
-use pseudoflow_crd::validate::{join, without_nested_steps};
+use pseudoflow_crd::text::join;
+use pseudoflow_crd::validate::without_nested_steps;
 use pseudoflow_crd::{Diagnostics, PseudoFlowSpec, Step, StepKind};
 use serde_json::Value;
 

@@ -5,7 +5,7 @@
 use pseudoflow_crd::protocol::{Task, BODY_VARS};
 use pseudoflow_crd::steps::apply::manifest_objects;
 use pseudoflow_crd::steps::Placement;
-use pseudoflow_crd::validate::join;
+use pseudoflow_crd::text::join;
 use pseudoflow_crd::{PseudoFlowSpec, StepKind};
 use serde_json::Value;
 

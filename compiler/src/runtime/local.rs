@@ -2,6 +2,7 @@
 //! variable, evaluating a `loop`'s items. Pure: the controller publishes the Event, sets the
 //! variable and reports the completion to its walker.
 
+use pseudoflow_crd::steps::r#loop::MAX_LOOP_ITEMS;
 use pseudoflow_crd::StepKind;
 use serde_json::Value;
 
@@ -48,8 +49,8 @@ fn failed(message: String) -> Completion {
 
 /// Runs one controller-local node with `scope`.
 pub fn run(engine: &Engine, node: &PlanNode, scope: &Scope) -> LocalOutcome {
-    let mut out = LocalOutcome {
-        completion: ok(String::new()),
+    let done = |completion| LocalOutcome {
+        completion,
         var: None,
         event: None,
     };
@@ -61,43 +62,7 @@ pub fn run(engine: &Engine, node: &PlanNode, scope: &Scope) -> LocalOutcome {
                 ..
             },
             _,
-        ) => {
-            let evaluated = match items {
-                Value::String(s) => engine
-                    .substitute_str(s, scope, &format!("{}.forEach", node.path))
-                    .map(|(v, _)| v),
-                other => Ok(other.clone()),
-            };
-            out.completion = match evaluated {
-                Ok(Value::Array(list))
-                    if list.len() <= pseudoflow_crd::steps::r#loop::MAX_LOOP_ITEMS =>
-                {
-                    let n = list.len();
-                    Completion {
-                        ok: true,
-                        message: format!("{n} items"),
-                        items: Some(
-                            list.into_iter()
-                                .enumerate()
-                                .map(|(i, v)| (i.to_string(), v))
-                                .collect(),
-                        ),
-                    }
-                }
-                Ok(Value::Array(list)) => failed(format!(
-                    "{}.forEach: {} items, more than {}",
-                    node.path,
-                    list.len(),
-                    pseudoflow_crd::steps::r#loop::MAX_LOOP_ITEMS
-                )),
-                Ok(other) => failed(format!(
-                    "{}.forEach: expected a list, got {}",
-                    node.path,
-                    pseudoflow_crd::schema::describe(&other)
-                )),
-                Err(e) => failed(e.to_string()),
-            };
-        }
+        ) => done(loop_items(engine, node, items, scope)),
         (_, Some(StepKind::Log(l))) => {
             match engine.substitute_str(&l.message, scope, &format!("{}.message", node.path)) {
                 Ok((v, _)) => {
@@ -105,24 +70,22 @@ pub fn run(engine: &Engine, node: &PlanNode, scope: &Scope) -> LocalOutcome {
                         Value::String(s) => s,
                         other => other.to_string(),
                     };
-                    out.completion = ok(text.clone());
-                    out.event = Some(text);
+                    LocalOutcome {
+                        event: Some(text.clone()),
+                        ..done(ok(text))
+                    }
                 }
-                Err(e) => out.completion = failed(e.to_string()),
+                Err(e) => done(failed(e.to_string())),
             }
         }
         (_, Some(StepKind::Eval(e))) => {
-            match engine.eval_expression(&e.expression, scope, &format!("{}.expression", node.path))
-            {
-                Ok(v) => out.var = Some((e.var.clone(), v)),
-                Err(err) => out.completion = failed(err.to_string()),
-            }
+            let at = format!("{}.expression", node.path);
+            set_var(&e.var, engine.eval_expression(&e.expression, scope, &at))
         }
         (_, Some(StepKind::Template(t))) if !t.writes_file() => {
-            match engine.render_template(&t.template, scope, &format!("{}.template", node.path)) {
-                Ok(text) => out.var = Some((t.output.clone(), Value::String(text))),
-                Err(err) => out.completion = failed(err.to_string()),
-            }
+            let at = format!("{}.template", node.path);
+            let text = engine.render_template(&t.template, scope, &at);
+            set_var(&t.output, text.map(Value::String))
         }
         // Listed, not `_`: a new step type does not compile until it is decided here.
         (
@@ -158,12 +121,59 @@ pub fn run(engine: &Engine, node: &PlanNode, scope: &Scope) -> LocalOutcome {
                 | StepKind::Drain(_)
                 | StepKind::Uncordon(_),
             ),
-        ) => {
-            out.completion = failed(format!(
-                "{} ({}) has no controller-side implementation",
-                node.id, node.step_type
-            ))
-        }
+        ) => done(failed(format!(
+            "{} ({}) has no controller-side implementation",
+            node.id, node.step_type
+        ))),
     }
-    out
+}
+
+/// Sets variable `name` to what an `eval` or `template` produced, or fails with why it could not.
+fn set_var<E: std::fmt::Display>(name: &str, value: Result<Value, E>) -> LocalOutcome {
+    match value {
+        Ok(v) => LocalOutcome {
+            completion: ok(String::new()),
+            var: Some((name.to_string(), v)),
+            event: None,
+        },
+        Err(e) => LocalOutcome {
+            completion: failed(e.to_string()),
+            var: None,
+            event: None,
+        },
+    }
+}
+
+/// A `loop`'s items (`forEach`: a literal list, or an expression giving one), bounded by
+/// [`MAX_LOOP_ITEMS`]: the walker starts one body instance per item.
+fn loop_items(engine: &Engine, node: &PlanNode, items: &Value, scope: &Scope) -> Completion {
+    let evaluated = match items {
+        Value::String(s) => engine
+            .substitute_str(s, scope, &format!("{}.forEach", node.path))
+            .map(|(v, _)| v),
+        other => Ok(other.clone()),
+    };
+    match evaluated {
+        Ok(Value::Array(list)) if list.len() <= MAX_LOOP_ITEMS => Completion {
+            ok: true,
+            message: format!("{} items", list.len()),
+            items: Some(
+                list.into_iter()
+                    .enumerate()
+                    .map(|(i, v)| (i.to_string(), v))
+                    .collect(),
+            ),
+        },
+        Ok(Value::Array(list)) => failed(format!(
+            "{}.forEach: {} items, more than {MAX_LOOP_ITEMS}",
+            node.path,
+            list.len(),
+        )),
+        Ok(other) => failed(format!(
+            "{}.forEach: expected a list, got {}",
+            node.path,
+            pseudoflow_crd::schema::describe(&other)
+        )),
+        Err(e) => failed(e.to_string()),
+    }
 }

@@ -1,6 +1,7 @@
-//! `cargo bench -p pseudoflow-controller --bench compare` (part of `make bench`): issue #12's
-//! benchmarks, all in one run on one testenv (real etcd, kube-apiserver, controller-manager and
-//! scheduler v1.34.4, simulated kubelets), printed as one markdown table with ratios:
+//! `cargo bench -p pseudoflow-controller --bench compare` (part of `make bench`): how PseudoFlow
+//! compares with the alternatives (and how much memory it takes), all in one run on one testenv
+//! (real etcd, kube-apiserver, controller-manager and scheduler v1.34.4, simulated kubelets),
+//! printed as one markdown table with ratios:
 //!
 //! 1. 50 ConfigMaps, one per step: PseudoFlow vs `ansible-playbook` (50 `kubernetes.core.k8s`
 //!    tasks, pinned versions from bench/setup-ansible.sh) vs a loop of 50

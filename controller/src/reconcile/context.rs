@@ -1,14 +1,18 @@
-//! What every reconcile shares: the client, the executor image, metrics, the Event recorder,
-//! the expression engine and the node-step opt-in.
+//! What reconciles work in: [`Context`], shared by all of them (the client, the executor image,
+//! metrics, the Event publisher, the expression engine and the node-step opt-in), and
+//! [`Reconciling`], what every part of one reconcile needs to know about its flow.
 
 use std::sync::Arc;
 
-use kube::Client;
+use k8s_openapi::api::batch::v1::Job;
+use kube::api::{Api, DynamicObject, ListParams};
+use kube::{Client, Resource};
 use pseudoflow_compiler::expr::Engine;
+use pseudoflow_compiler::FlowId;
 
-use super::events::EventPublisher;
+use super::events::{EventPublisher, EventType};
 use super::node_health::NodeHealth;
-use super::pod_security;
+use super::{flow_resource, observe, outcome, pod_security, Error};
 use crate::metrics::Metrics;
 
 /// Shared by all reconciles.
@@ -57,5 +61,63 @@ impl Context {
     ) -> Self {
         self.node_step_namespaces = namespaces;
         self
+    }
+}
+
+/// One reconcile of one flow: what every part of it needs to know, passed instead of five
+/// arguments to each.
+pub(super) struct Reconciling<'a> {
+    /// What all reconciles share.
+    pub ctx: &'a Context,
+    /// The flow as read (its spec already known to decode).
+    pub flow: &'a DynamicObject,
+    /// Its name and namespace, as the compiler knows it.
+    pub flow_id: FlowId<'a>,
+    /// Its uid: what owns its Jobs and run state.
+    pub uid: &'a str,
+    /// The time this reconcile decides at (unix seconds).
+    pub now: i64,
+}
+
+impl Reconciling<'_> {
+    /// The flow's namespace.
+    pub fn ns(&self) -> &str {
+        self.flow_id.namespace.unwrap_or_default()
+    }
+
+    /// `namespace/name`, as metrics name the flow.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.ns(), self.flow_id.name)
+    }
+
+    /// Publishes an Event about the flow.
+    pub async fn publish(&self, ty: EventType, reason: &str, note: &str) {
+        let about = self.flow.object_ref(&flow_resource());
+        outcome::publish(self.ctx, &about, ty, reason, note).await
+    }
+
+    /// Deletes every Job of an older run (concurrencyPolicy Replace, deletion).
+    pub async fn abort_run(&self, old: &str) -> Result<(), Error> {
+        let selector = crate::labels::run_selector(old);
+        observe::delete_owned_jobs(&self.ctx.client, self.ns(), self.uid, &selector).await?;
+        self.ctx.metrics.run_finished(&self.key(), "Aborted");
+        let note = format!("run {old} aborted: a new run replaces it");
+        self.publish(EventType::Normal, "RunReplaced", &note).await;
+        Ok(())
+    }
+
+    /// Whether a Job of `run_id` is still running (a run of an older spec, waited for).
+    pub async fn jobs_running(&self, run_id: &str) -> Result<bool, Error> {
+        let selector = crate::labels::run_selector(run_id);
+        Ok(Api::<Job>::namespaced(self.ctx.client.clone(), self.ns())
+            .list(&ListParams::default().labels(&selector))
+            .await?
+            .items
+            .iter()
+            .any(|j| {
+                j.status
+                    .as_ref()
+                    .is_none_or(|s| s.completion_time.is_none() && s.failed.unwrap_or(0) == 0)
+            }))
     }
 }

@@ -3,7 +3,10 @@
 //! by the resourceVersion, so another controller's finalizer is never lost.
 
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::ResourceExt;
 use serde_json::json;
+
+use crate::raw::RawFlow;
 
 /// The finalizer the controller puts on flows with `onDelete` steps.
 pub const ON_DELETE: &str = "ops.example.com/on-delete";
@@ -45,4 +48,28 @@ pub async fn set(api: &Api<DynamicObject>, flow: &DynamicObject, on: bool) -> ku
 /// Removes [`ON_DELETE`] (the onDelete steps succeeded, or there are none to run).
 pub async fn remove(api: &Api<DynamicObject>, flow: &DynamicObject) -> kube::Result<()> {
     set(api, flow, false).await
+}
+
+/// Lets a flow that is being deleted go (drops [`ON_DELETE`]) when its onDelete steps cannot be
+/// read, so none can run. Read raw, as the flow's spec cannot be decoded.
+pub async fn let_go(client: &kube::Client, flow: &RawFlow) -> kube::Result<()> {
+    let ours = flow.finalizers().iter().any(|f| f == ON_DELETE);
+    if flow.metadata.deletion_timestamp.is_none() || !ours {
+        return Ok(());
+    }
+    let rest: Vec<&String> = flow
+        .finalizers()
+        .iter()
+        .filter(|f| *f != ON_DELETE)
+        .collect();
+    // Guarded by the resourceVersion, so another controller's finalizer is never lost.
+    let patch = json!({"metadata": {"finalizers": rest, "resourceVersion": flow.metadata.resource_version}});
+    Api::<RawFlow>::namespaced(client.clone(), &flow.namespace().unwrap_or_default())
+        .patch(
+            &flow.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+    Ok(())
 }

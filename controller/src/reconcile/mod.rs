@@ -8,15 +8,13 @@ mod error;
 pub mod events;
 mod finalizer;
 mod guard;
-mod invalid;
+mod job_reports;
 mod launch;
 mod narrate;
 pub mod node_health;
 mod observe;
+mod outcome;
 pub mod pod_security;
-mod refuse;
-mod report;
-mod reports;
 mod run;
 mod schedule;
 mod serve;
@@ -27,6 +25,7 @@ pub mod store;
 mod timing;
 
 pub use context::Context;
+use context::Reconciling;
 pub use error::Error;
 pub use serve::run_controller;
 
@@ -45,8 +44,7 @@ use crate::limits::MAX_RUN_STATE_BYTES;
 use crate::walk::fold::earliest;
 use crate::walk::select::{select, wanted_id};
 use crate::walk::{RunPhase, StoredRun};
-use report::patch_status;
-use run::{advance_run, finish_if_done, Reconciling};
+use run::{advance_run, finish_if_done};
 use start::{give_secrets, new_run, requeue_at};
 
 /// The PseudoFlow resource as seen untyped: a flow with a broken nested step must still be read,
@@ -69,153 +67,257 @@ async fn reconcile_flow(
     if deleting && !finalizer::present(flow) {
         return Ok(Action::await_change());
     }
-    let flows: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &flow_resource());
-    let generation = flow.metadata.generation.unwrap_or(0);
-    let previous = flow.data.get("status").cloned().unwrap_or(Value::Null);
-    let raw_spec = flow.data.get("spec").cloned().unwrap_or(Value::Null);
-    let r = Reconciling {
-        ctx,
-        flow,
-        flow_id: FlowId {
-            name,
-            namespace: Some(ns),
+    let f = FlowReconcile {
+        r: Reconciling {
+            ctx,
+            flow,
+            flow_id: FlowId {
+                name,
+                namespace: Some(ns),
+            },
+            uid: flow.metadata.uid.as_deref().unwrap_or_default(),
+            now: now(),
         },
-        uid: flow.metadata.uid.as_deref().unwrap_or_default(),
-        now: now(),
+        flows: Api::namespaced_with(ctx.client.clone(), ns, &flow_resource()),
+        generation: flow.metadata.generation.unwrap_or(0),
+        previous: flow.data.get("status").cloned().unwrap_or(Value::Null),
+        raw_spec: flow.data.get("spec").cloned().unwrap_or(Value::Null),
+        deleting,
     };
     // 1. Compile: an invalid spec fails before anything runs.
-    let compiled = match compile(&r.flow_id, &raw_spec) {
-        Ok(c) => c,
-        Err(diags) => {
-            invalid::spec(&r, &flows, &previous, &diags, deleting).await?;
-            return Ok(Action::await_change());
-        }
-    };
-    if !deleting && finalizer::present(flow) != compiled.on_delete.is_some() {
-        // onDelete steps hold deletion until they ran; without them nothing should.
-        finalizer::set(&flows, flow, compiled.on_delete.is_some()).await?;
-    }
-    if deleting && compiled.on_delete.is_none() {
-        finalizer::remove(&flows, flow).await?;
+    let Some(compiled) = f.compile().await? else {
         return Ok(Action::await_change());
-    }
+    };
     // 2. Load the stored run.
-    let (stored, rv) = match store::load(&ctx.client, ns, name, r.uid).await? {
-        store::Loaded::Nothing => (None, None),
-        store::Loaded::Run(run, rv) => (Some(*run), rv),
-        // Nothing in it is trusted: the next save replaces it.
-        store::Loaded::NotOurs(rv) => (None, Some(rv)),
-        store::Loaded::Unreadable(_, why) => {
-            invalid::run_state(&r, &flows, &previous, &why).await?;
-            return Ok(Action::await_change());
-        }
+    let Some((stored, rv)) = f.load().await? else {
+        return Ok(Action::await_change());
     };
     // What is stored now, to skip writes that would change nothing.
     let stored_json = stored.as_ref().map(|r| serde_json::to_value(r).ok());
     // 3. Select the run to drive; stop the runs it replaces.
     // spec.suspend and spec.schedule decide whether a new run starts (deletion always does).
-    let sched = schedule::for_flow(&r, &compiled.spec, stored.as_ref(), &previous, deleting);
-    let wanted = match (sched.start.clone(), &stored) {
-        (Some(trigger), _) => {
-            let id = wanted_id(r.uid, generation, trigger.as_deref(), deleting);
-            new_run(&id, generation, trigger, &raw_spec, r.now)
-        }
-        (None, Some(stored)) => stored.clone(),
-        (None, None) => {
-            let idle = schedule::idle(&compiled.spec, &sched, generation);
-            patch_status(&flows, name, status::to_patch(&idle)).await?;
-            return Ok(requeue_at(sched.next, r.now));
-        }
+    let sched = schedule::for_flow(&f.r, &compiled.spec, stored.as_ref(), &f.previous, deleting);
+    let (mut run, queued, rv) = match f.select(&compiled, stored, rv, &sched).await? {
+        Selected::Drive { run, queued, rv } => (*run, queued, rv),
+        Selected::Done(action) => return Ok(action),
     };
-    if let Some(note) = sched.skipped_note() {
-        r.publish(EventType::Normal, "ScheduleSkipped", &note).await;
+    // 4-6. Observe its Jobs, fold their results, advance the walker, launch what it says.
+    let (compiled, wake) = f.advance(&mut run).await?;
+    // 7. Save the run state and write status. Most wake-ups (a Job's pod started, a status
+    // echo) change nothing: no write then.
+    if stored_json != Some(serde_json::to_value(&run).ok()) {
+        save(flow, ctx, &run, rv.as_deref()).await?;
     }
-    let policy = compiled.spec.options.concurrency_policy;
-    let selection = select(stored, wanted.clone(), policy, deleting);
-    for old in &selection.aborted {
-        r.abort_run(old).await?;
+    let plan = plan_of(&compiled, deleting);
+    f.write_status(plan, &run, queued.as_deref(), &sched)
+        .await?;
+    let active = run.state.phase == RunPhase::Running || !run.beside.is_empty();
+    ctx.metrics.set_active(&f.r.key(), f.r.uid, active);
+    // Every step type's duration, to the sub-second; and the steps still running. (Runs beside
+    // this one under concurrencyPolicy Allow have specs of their own and are not timed.)
+    let seen = timing::steps_seen(plan, &run);
+    ctx.metrics
+        .observe_steps(&f.r.key(), f.r.uid, crate::metrics::unix_now(), seen);
+    if deleting && run.state.phase == RunPhase::Succeeded {
+        finalizer::remove(&f.flows, flow).await?;
     }
-    let (mut run, queued) = (selection.run, selection.queued);
-    // A run is driven with the spec it started with (kept in the run state), so a Forbid-queued
-    // spec change waits for the running run to finish as it was. Runs stored before the spec was
-    // kept: driven only while the spec is unchanged; otherwise their Jobs finish, then anew.
-    if run.spec.is_none() && run.generation != generation {
-        // Queued behind a run of an older spec: wait for its Jobs, then start the new run.
+    let wake = earliest(wake, sched.next);
+    Ok(match wake {
+        None if queued.is_some() => Action::requeue(Duration::from_secs(5)),
+        wake => requeue_at(wake, f.r.now),
+    })
+}
+
+/// One reconcile of one flow: who it is, and what it read of the flow object.
+struct FlowReconcile<'a> {
+    r: Reconciling<'a>,
+    flows: Api<DynamicObject>,
+    generation: i64,
+    /// The status as the flow object shows it.
+    previous: Value,
+    raw_spec: Value,
+    /// Whether the flow is being deleted (its onDelete steps are the plan then).
+    deleting: bool,
+}
+
+/// What selecting the run decided.
+enum Selected {
+    /// Drive `run` (the resourceVersion of the stored run state is `rv`); `queued` waits.
+    Drive {
+        run: Box<StoredRun>,
+        queued: Option<String>,
+        rv: Option<String>,
+    },
+    /// Nothing to drive now: the reconcile ends with this.
+    Done(Action),
+}
+
+impl FlowReconcile<'_> {
+    /// The flow compiled, with its onDelete finalizer set to match; None when the reconcile
+    /// ends here (an invalid spec, reported; a deleted flow with no onDelete, let go).
+    async fn compile(&self) -> Result<Option<Compiled>, Error> {
+        let (r, flow, deleting) = (&self.r, self.r.flow, self.deleting);
+        let compiled = match compile(&r.flow_id, &self.raw_spec) {
+            Ok(c) => c,
+            Err(diags) => {
+                outcome::invalid_spec(r, &self.flows, &self.previous, &diags, deleting).await?;
+                return Ok(None);
+            }
+        };
+        if !deleting && finalizer::present(flow) != compiled.on_delete.is_some() {
+            // onDelete steps hold deletion until they ran; without them nothing should.
+            finalizer::set(&self.flows, flow, compiled.on_delete.is_some()).await?;
+        }
+        if deleting && compiled.on_delete.is_none() {
+            finalizer::remove(&self.flows, flow).await?;
+            return Ok(None);
+        }
+        Ok(Some(compiled))
+    }
+
+    /// The stored run (if any is trusted) and the resourceVersion of its Secret; None when the
+    /// reconcile ends here (the run state cannot be read, reported).
+    async fn load(&self) -> Result<Option<(Option<StoredRun>, Option<String>)>, Error> {
+        let r = &self.r;
+        Ok(
+            match store::load(&r.ctx.client, r.ns(), r.flow_id.name, r.uid).await? {
+                store::Loaded::Nothing => Some((None, None)),
+                store::Loaded::Run(run, rv) => Some((Some(*run), rv)),
+                // Nothing in it is trusted: the next save replaces it.
+                store::Loaded::NotOurs(rv) => Some((None, Some(rv))),
+                store::Loaded::Unreadable(_, why) => {
+                    outcome::unreadable_run_state(r, &self.flows, &self.previous, &why).await?;
+                    None
+                }
+            },
+        )
+    }
+
+    /// The run to drive (a new one if the schedule or a spec change wants one), with the runs
+    /// it replaces stopped and its secret stored before its first Job.
+    async fn select(
+        &self,
+        compiled: &Compiled,
+        stored: Option<StoredRun>,
+        rv: Option<String>,
+        sched: &schedule::Decision,
+    ) -> Result<Selected, Error> {
+        let (r, generation, deleting) = (&self.r, self.generation, self.deleting);
+        let wanted = match (sched.start.clone(), &stored) {
+            (Some(trigger), _) => {
+                let id = wanted_id(r.uid, generation, trigger.as_deref(), deleting);
+                new_run(&id, generation, trigger, &self.raw_spec, r.now)
+            }
+            (None, Some(stored)) => stored.clone(),
+            (None, None) => {
+                let idle = schedule::idle(&compiled.spec, sched, generation);
+                outcome::patch_status(&self.flows, r.flow_id.name, status::to_patch(&idle)).await?;
+                return Ok(Selected::Done(requeue_at(sched.next, r.now)));
+            }
+        };
+        if let Some(note) = sched.skipped_note() {
+            r.publish(EventType::Normal, "ScheduleSkipped", &note).await;
+        }
+        let policy = compiled.spec.options.concurrency_policy;
+        let selection = select(stored, wanted.clone(), policy, deleting);
+        for old in &selection.aborted {
+            r.abort_run(old).await?;
+        }
+        let (mut run, queued) = (selection.run, selection.queued);
+        // A run is driven with the spec it started with (kept in the run state), so a
+        // Forbid-queued spec change waits for the running run to finish as it was. Runs stored
+        // before the spec was kept: driven only while the spec is unchanged; otherwise their
+        // Jobs finish, then anew.
+        if run.spec.is_none() && run.generation != generation {
+            return Ok(Selected::Done(
+                self.replace_unkept(&run, &wanted, rv, sched).await?,
+            ));
+        }
+        // Every run gets its secret (the root of its journals' signing keys) stored before its
+        // first Job exists, so a restarted controller derives the same keys.
+        let mut rv = rv;
+        if give_secrets(&mut run) {
+            rv = Some(save(r.flow, r.ctx, &run, rv.as_deref()).await?);
+        }
+        Ok(Selected::Drive {
+            run: Box::new(run),
+            queued,
+            rv,
+        })
+    }
+
+    /// A run of an older spec that was not kept with it, queued behind: wait for its Jobs, then
+    /// start `wanted`.
+    async fn replace_unkept(
+        &self,
+        run: &StoredRun,
+        wanted: &StoredRun,
+        rv: Option<String>,
+        sched: &schedule::Decision,
+    ) -> Result<Action, Error> {
+        let r = &self.r;
         if r.jobs_running(&run.run_id).await? {
-            let queued = status::queued(&wanted.run_id, generation);
-            patch_status(&flows, name, status::to_patch(&queued)).await?;
+            let queued = status::queued(&wanted.run_id, self.generation);
+            outcome::patch_status(&self.flows, r.flow_id.name, status::to_patch(&queued)).await?;
             return Ok(Action::requeue(Duration::from_secs(5)));
         }
         if wanted.run_id == run.run_id {
             // No new run is wanted (suspended, or between slots): nothing more to drive.
             return Ok(requeue_at(sched.next, r.now));
         }
-        save(flow, ctx, &wanted, rv.as_deref()).await?;
-        return Ok(Action::requeue(Duration::from_millis(10)));
+        save(r.flow, r.ctx, wanted, rv.as_deref()).await?;
+        Ok(Action::requeue(Duration::from_millis(10)))
     }
-    // Every run gets its secret (the root of its journals' signing keys) stored before its
-    // first Job exists, so a restarted controller derives the same keys.
-    let mut rv = rv;
-    if give_secrets(&mut run) {
-        rv = Some(save(flow, ctx, &run, rv.as_deref()).await?);
-    }
-    let run_spec = run.spec.clone().unwrap_or_else(|| raw_spec.clone());
-    // 4-6. Observe its Jobs, fold their results, advance the walker, launch what it says.
-    let (compiled, mut wake) = advance_run(&r, &run_spec, &mut run, deleting).await?;
-    // Allow: earlier runs still running go on beside this one, each with its own spec.
-    let mut beside = std::mem::take(&mut run.beside);
-    for other in &mut beside {
-        let spec = other.spec.clone().unwrap_or_else(|| raw_spec.clone());
-        let (_, w) = advance_run(&r, &spec, other, false).await?;
-        wake = earliest(wake, w);
-    }
-    beside.retain(|r| r.state.phase == RunPhase::Running);
-    run.beside = beside;
-    // A run too large to store ends here, Failed, rather than failing every save after.
-    if let Some(over) = size::shrink_to_fit(&mut run, MAX_RUN_STATE_BYTES) {
-        warn!("{}", over.message);
-        size::stop_jobs(&ctx.client, ns, r.uid, &over.stopped).await?;
-        // Counted and told once, as any run's end (the stopped ones were running).
-        let plan = plan_of(&compiled, deleting);
-        finish_if_done(&r, plan, &mut run).await;
-        for other in &mut run.beside {
-            finish_if_done(&r, plan, other).await;
+
+    /// Drives `run` and the runs beside it (Allow), each with its own spec; a run grown too
+    /// large to store ends Failed here. Returns the run's spec compiled and when a timer needs
+    /// the next look.
+    async fn advance(&self, run: &mut StoredRun) -> Result<(Compiled, Option<i64>), Error> {
+        let (r, deleting) = (&self.r, self.deleting);
+        let run_spec = run.spec.clone().unwrap_or_else(|| self.raw_spec.clone());
+        let (compiled, mut wake) = advance_run(r, &run_spec, run, deleting).await?;
+        // Allow: earlier runs still running go on beside this one, each with its own spec.
+        let mut beside = std::mem::take(&mut run.beside);
+        for other in &mut beside {
+            let spec = other.spec.clone().unwrap_or_else(|| self.raw_spec.clone());
+            let (_, w) = advance_run(r, &spec, other, false).await?;
+            wake = earliest(wake, w);
         }
-        run.beside.retain(|r| r.state.phase == RunPhase::Running);
+        beside.retain(|r| r.state.phase == RunPhase::Running);
+        run.beside = beside;
+        // A run too large to store ends here, Failed, rather than failing every save after.
+        if let Some(over) = size::shrink_to_fit(run, MAX_RUN_STATE_BYTES) {
+            warn!("{}", over.message);
+            size::stop_jobs(&r.ctx.client, r.ns(), r.uid, &over.stopped).await?;
+            // Counted and told once, as any run's end (the stopped ones were running).
+            let plan = plan_of(&compiled, deleting);
+            finish_if_done(r, plan, run).await;
+            for other in &mut run.beside {
+                finish_if_done(r, plan, other).await;
+            }
+            run.beside.retain(|r| r.state.phase == RunPhase::Running);
+        }
+        Ok((compiled, wake))
     }
-    // 7. Save the run state and write status. Most wake-ups (a Job's pod started, a status
-    // echo) change nothing: no write then.
-    if stored_json != Some(serde_json::to_value(&run).ok()) {
-        save(flow, ctx, &run, rv.as_deref()).await?;
+
+    /// Writes the run's status (with the queued run and the schedule), if it changes anything.
+    async fn write_status(
+        &self,
+        plan: &Plan,
+        run: &StoredRun,
+        queued: Option<&str>,
+        sched: &schedule::Decision,
+    ) -> Result<(), Error> {
+        let previous = &self.previous;
+        let queued = queued.map(|id| (id, self.generation));
+        let mut status = status::of_run(previous, plan, run, run.generation, queued, self.r.now);
+        schedule::stamp(&mut status, sched);
+        let patch = status::replacing(previous, &status);
+        if status::without_nulls(&patch) != *previous {
+            outcome::patch_status(&self.flows, self.r.flow_id.name, patch).await?;
+        }
+        Ok(())
     }
-    let mut status = status::of_run(
-        &previous,
-        plan_of(&compiled, deleting),
-        &run,
-        run.generation,
-        queued.as_deref().map(|id| (id, generation)),
-        r.now,
-    );
-    schedule::stamp(&mut status, &sched);
-    let patch = status::replacing(&previous, &status);
-    if status::without_nulls(&patch) != previous {
-        patch_status(&flows, name, patch).await?;
-    }
-    let active = run.state.phase == RunPhase::Running || !run.beside.is_empty();
-    ctx.metrics.set_active(&r.key(), r.uid, active);
-    // Every step type's duration, to the sub-second; and the steps still running. (Runs beside
-    // this one under concurrencyPolicy Allow have specs of their own and are not timed.)
-    let seen = timing::steps_seen(plan_of(&compiled, deleting), &run);
-    ctx.metrics
-        .observe_steps(&r.key(), r.uid, crate::metrics::unix_now(), seen);
-    if deleting && run.state.phase == RunPhase::Succeeded {
-        finalizer::remove(&flows, flow).await?;
-    }
-    let wake = earliest(wake, sched.next);
-    Ok(match wake {
-        None if queued.is_some() => Action::requeue(Duration::from_secs(5)),
-        wake => requeue_at(wake, r.now),
-    })
 }
 
 /// The plan a reconcile walks: the flow's steps, or its `onDelete` steps while it is deleted.

@@ -1,4 +1,4 @@
-//! An Event for every step, whatever its type (seed §5; issue #14): a step's Job launch and its
+//! An Event for every step, whatever its type (seed §5, so `kubectl events` tells the whole run): a step's Job launch and its
 //! result are told where they happen (with the Job's name), and everything else a reconcile
 //! did to a step — a structural step starting and ending, a sleep's timer ending, eval and
 //! templates to variables, `onlyIfChanged` skips, a refusal before any Job exists, an abort —
@@ -11,8 +11,8 @@ use std::sync::Mutex;
 use super::events::EventType;
 use pseudoflow_compiler::plan::{NodeKind, Plan};
 
-use super::run::Reconciling;
 use super::status::{said_at, step_at};
+use super::Reconciling;
 use crate::walk::{instance_id, split_instance_id, Phase, StoredRun};
 
 /// The step phases a reconcile started from, and the steps already told of since.

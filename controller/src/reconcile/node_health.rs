@@ -104,7 +104,7 @@ impl NodeHealth {
 
 /// The part of a Node the view reads: its name and its `Ready` condition. The watch keeps only
 /// this, so a cluster's Nodes (images, addresses, labels, managedFields — tens of KiB each) do
-/// not sit in the controller's memory (issue #12's 1,000-flow RSS budget).
+/// not sit in the controller's memory (with 1,000 flows, they would dominate its RSS).
 pub fn keep_readiness(node: &mut Node) {
     let name = node.metadata.name.take();
     let version = node.metadata.resource_version.take();

@@ -235,45 +235,60 @@ pub async fn job_result(
             done.message.clone().unwrap_or_default()
         ))));
     };
-    let message = t.message.unwrap_or_default();
-    let mut result: StepResult = match serde_json::from_str(&message) {
-        Ok(r) => r,
-        Err(_) => {
-            let tail: String = message
-                .chars()
-                .rev()
-                .take(500)
-                .collect::<Vec<_>>()
-                .into_iter()
-                .rev()
-                .collect();
-            return Ok(Some(StepResult::failed(format!(
-                "the executor exited with code {} without a result: {tail}",
-                t.exit_code
-            ))));
-        }
-    };
-    if let Some(cm_name) = result.result_config_map.clone() {
-        let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-        let full = cms
-            .get_opt(&cm_name)
-            .await?
-            .and_then(|c| c.data)
-            .and_then(|d| d.get("result.json").cloned());
-        let expected = result.result_sha256.clone().unwrap_or_default();
-        result = match full {
-            Some(t) if content_digest(t.as_bytes()) != expected => StepResult::failed(format!(
-                "the result ConfigMap {cm_name} does not hold what the step reported (its \
-                 SHA-256 differs from the one in the pod's termination message): it was changed \
-                 after the step wrote it"
-            )),
-            Some(t) => serde_json::from_str(&t).unwrap_or_else(|_| {
-                StepResult::failed(format!("the result ConfigMap {cm_name} is unreadable"))
-            }),
-            None => StepResult::failed(format!("the result ConfigMap {cm_name} is missing")),
-        };
+    let result = result_of(&t);
+    match result.result_config_map.clone() {
+        Some(cm_name) => large_result(client, ns, &cm_name, &result).await.map(Some),
+        None => Ok(Some(result)),
     }
-    Ok(Some(result))
+}
+
+/// The result the executor wrote to its termination message, or why there is none (with the
+/// message's end, which is the log's tail when the executor did not write one).
+fn result_of(t: &ContainerStateTerminated) -> StepResult {
+    let message = t.message.clone().unwrap_or_default();
+    serde_json::from_str(&message).unwrap_or_else(|_| {
+        let tail: String = message
+            .chars()
+            .rev()
+            .take(500)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        StepResult::failed(format!(
+            "the executor exited with code {} without a result: {tail}",
+            t.exit_code
+        ))
+    })
+}
+
+/// A result too large for a termination message, from the ConfigMap `cm_name` that `reported`
+/// names: accepted only with the SHA-256 the termination message gave, so a ConfigMap changed
+/// after the step wrote it is not believed.
+async fn large_result(
+    client: &kube::Client,
+    ns: &str,
+    cm_name: &str,
+    reported: &StepResult,
+) -> kube::Result<StepResult> {
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let full = cms
+        .get_opt(cm_name)
+        .await?
+        .and_then(|c| c.data)
+        .and_then(|d| d.get("result.json").cloned());
+    let expected = reported.result_sha256.clone().unwrap_or_default();
+    Ok(match full {
+        Some(t) if content_digest(t.as_bytes()) != expected => StepResult::failed(format!(
+            "the result ConfigMap {cm_name} does not hold what the step reported (its \
+             SHA-256 differs from the one in the pod's termination message): it was changed \
+             after the step wrote it"
+        )),
+        Some(t) => serde_json::from_str(&t).unwrap_or_else(|_| {
+            StepResult::failed(format!("the result ConfigMap {cm_name} is unreadable"))
+        }),
+        None => StepResult::failed(format!("the result ConfigMap {cm_name} is missing")),
+    })
 }
 
 /// How the (first) container of the Job's pod ended, if it did: of a pod the Job controls.

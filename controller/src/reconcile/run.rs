@@ -2,82 +2,27 @@
 //! report its end. [`advance_run`] is all a reconcile calls per run; the rest is its machinery.
 
 use super::events::EventType;
-use k8s_openapi::api::batch::v1::Job;
-use kube::api::{Api, DynamicObject, ListParams};
 use pseudoflow_compiler::expr::{prepare_payload, Scope};
 use pseudoflow_compiler::lower::{lower, task_of, FlowRef, LowerOptions, NodeInstance, Task};
 use pseudoflow_compiler::names::job_name;
 use pseudoflow_compiler::plan::{Plan, PlanNode};
 use pseudoflow_compiler::result::{IncludedDocument, StepResult};
 use pseudoflow_compiler::runtime::{includes, local};
-use pseudoflow_compiler::{fuse, Compiled, FlowId};
+use pseudoflow_compiler::{fuse, Compiled};
 use pseudoflow_crd::steps::Placement;
 use pseudoflow_crd::{PseudoFlowSpec, StepKind, RUN_ANNOTATION};
 use serde_json::Value;
 use tracing::{info, warn};
 
+use super::job_reports::{self as reports, Reports};
 use super::narrate::Narrator;
-use super::report::publish;
-use super::reports::{self, Reports};
 use super::status::{said_at, step_at};
-use super::{finalizer, launch, observe, plan_of, pod_security, Context, Error};
+use super::{finalizer, launch, observe, plan_of, pod_security, Error, Reconciling};
 use crate::walk::fold::{changed_on_same_node, deadline, earliest, merge_var, timed_out_message};
 use crate::walk::{
     split_instance_id, Action as WalkAction, Completion, Instance, Phase, RunPhase, StoredRun,
     Walker,
 };
-
-/// One reconcile of one flow: what every part of it needs to know.
-pub(super) struct Reconciling<'a> {
-    pub ctx: &'a Context,
-    pub flow: &'a DynamicObject,
-    pub flow_id: FlowId<'a>,
-    pub uid: &'a str,
-    /// The time this reconcile decides at (unix seconds).
-    pub now: i64,
-}
-
-impl Reconciling<'_> {
-    /// The flow's namespace.
-    pub fn ns(&self) -> &str {
-        self.flow_id.namespace.unwrap_or_default()
-    }
-
-    /// `namespace/name`, as metrics name the flow.
-    pub fn key(&self) -> String {
-        format!("{}/{}", self.ns(), self.flow_id.name)
-    }
-
-    /// Publishes an Event about the flow.
-    pub async fn publish(&self, ty: EventType, reason: &str, note: &str) {
-        publish(self.ctx, self.flow, ty, reason, note).await
-    }
-
-    /// Deletes every Job of an older run (concurrencyPolicy Replace, deletion).
-    pub async fn abort_run(&self, old: &str) -> Result<(), Error> {
-        let selector = crate::labels::run_selector(old);
-        observe::delete_owned_jobs(&self.ctx.client, self.ns(), self.uid, &selector).await?;
-        self.ctx.metrics.run_finished(&self.key(), "Aborted");
-        let note = format!("run {old} aborted: a new run replaces it");
-        self.publish(EventType::Normal, "RunReplaced", &note).await;
-        Ok(())
-    }
-
-    /// Whether a Job of `run_id` is still running (a run of an older spec, waited for).
-    pub async fn jobs_running(&self, run_id: &str) -> Result<bool, Error> {
-        let selector = crate::labels::run_selector(run_id);
-        Ok(Api::<Job>::namespaced(self.ctx.client.clone(), self.ns())
-            .list(&ListParams::default().labels(&selector))
-            .await?
-            .items
-            .iter()
-            .any(|j| {
-                j.status
-                    .as_ref()
-                    .is_none_or(|s| s.completion_time.is_none() && s.failed.unwrap_or(0) == 0)
-            }))
-    }
-}
 
 /// One run being driven: its spec and plan, and where its Jobs go.
 struct Driving<'a> {
@@ -235,39 +180,69 @@ impl Driving<'_> {
         run: &mut StoredRun,
         node_id: &str,
         key: &[String],
-        mut result: StepResult,
+        result: StepResult,
         times: Option<(i64, i64)>,
     ) {
-        let (ctx, flow_ref, plan) = (self.r.ctx, self.flow_ref, self.plan);
-        if let Some(IncludedDocument::SecretSteps { name, key, sha256 }) = &result.include {
-            result =
-                match observe::secret_steps(&ctx.client, &flow_ref.namespace, name, key, sha256)
-                    .await
-                {
-                    Ok(steps) => {
-                        let mut r = result.clone();
-                        r.include = Some(IncludedDocument::Steps {
-                            steps,
-                            vars: Default::default(),
-                        });
-                        r
-                    }
-                    Err(why) => StepResult::failed(why.to_string()),
-                };
-        }
-        let node = plan.node(node_id).expect("from the plan");
-        // A value nested deeper than the bound would make the stored run unreadable.
-        let too_deep = result.vars.iter().find_map(|(k, v)| {
-            pseudoflow_compiler::expr::check_depth(v, pseudoflow_compiler::expr::MAX_DEPTH)
-                .err()
-                .map(|e| format!("variable {k}: {e}"))
-        });
-        if let Some(why) = too_deep {
-            result = StepResult::failed(why);
-        }
+        let result = self.with_secret_steps(result).await;
+        let node = self.plan.node(node_id).expect("from the plan");
+        let result = bounded_in_depth(result);
         for (k, v) in &result.vars {
             merge_var(&mut run.vars, k, v.clone());
         }
+        let c = self.completion_of(run, node, &result);
+        if c.ok && matches!(node.step_kind(), Some(StepKind::Log(_))) {
+            // A `log` fused into a segment: its Event, as the controller publishes it for
+            // an unfused one.
+            self.r
+                .publish(EventType::Normal, "Log", &result.message)
+                .await;
+        }
+        let (ty, reason) = if c.ok {
+            (EventType::Normal, "StepSucceeded")
+        } else {
+            (EventType::Warning, "StepFailed")
+        };
+        let note = said_at(&step_at(&node.path, key), &c.message);
+        self.r.publish(ty, reason, &note).await;
+        self.narrator.told(node_id, key);
+        self.complete(run, node_id, key, c).await;
+        if let Some((from, to)) = times {
+            let inst = run.state.entry(node_id, key);
+            inst.started_at = Some(from / 1000);
+            if inst.phase.settled() {
+                inst.finished_at = Some(to / 1000);
+            }
+        }
+    }
+
+    /// `result` with the steps an include read from a Secret in place of the Secret's name
+    /// (re-read here and checked against the digest the Job reported), or failed if they
+    /// cannot be.
+    async fn with_secret_steps(&self, result: StepResult) -> StepResult {
+        let Some(IncludedDocument::SecretSteps { name, key, sha256 }) = &result.include else {
+            return result;
+        };
+        let (client, ns) = (&self.r.ctx.client, &self.flow_ref.namespace);
+        match observe::secret_steps(client, ns, name, key, sha256).await {
+            Ok(steps) => StepResult {
+                include: Some(IncludedDocument::Steps {
+                    steps,
+                    vars: Default::default(),
+                }),
+                ..result.clone()
+            },
+            Err(why) => StepResult::failed(why.to_string()),
+        }
+    }
+
+    /// What the walker is told of `result`; steps an include fetched are accepted into the
+    /// run (or fail the step, with why).
+    fn completion_of(
+        &self,
+        run: &mut StoredRun,
+        node: &PlanNode,
+        result: &StepResult,
+    ) -> Completion {
         let items = result.nodes.clone().map(|names| {
             names
                 .into_iter()
@@ -286,35 +261,14 @@ impl Driving<'_> {
                 steps: steps.clone(),
                 vars: vars.clone(),
             };
+            let flow_ref = self.flow_ref;
             let root = format!("{}/{}", flow_ref.namespace, flow_ref.name);
-            if let Err(e) = includes::accept(plan, &root, node, fetched, &mut run.includes) {
+            if let Err(e) = includes::accept(self.plan, &root, node, fetched, &mut run.includes) {
                 c.ok = false;
                 c.message = e.to_string();
             }
         }
-        let (ty, reason) = if c.ok {
-            (EventType::Normal, "StepSucceeded")
-        } else {
-            (EventType::Warning, "StepFailed")
-        };
-        if c.ok && matches!(node.step_kind(), Some(StepKind::Log(_))) {
-            // A `log` fused into a segment: its Event, as the controller publishes it for
-            // an unfused one.
-            self.r
-                .publish(EventType::Normal, "Log", &result.message)
-                .await;
-        }
-        let note = said_at(&step_at(&node.path, key), &c.message);
-        self.r.publish(ty, reason, &note).await;
-        self.narrator.told(node_id, key);
-        self.complete(run, node_id, key, c).await;
-        if let Some((from, to)) = times {
-            let inst = run.state.entry(node_id, key);
-            inst.started_at = Some(from / 1000);
-            if inst.phase.settled() {
-                inst.finished_at = Some(to / 1000);
-            }
-        }
+        c
     }
 
     /// Tells the walker an instance ended, and stops what that aborts.
@@ -361,189 +315,257 @@ impl Driving<'_> {
     /// Lets the walker decide and carries its decisions out until only Jobs are left to wait
     /// for. Returns when a timer needs the next look.
     async fn drive(&self, run: &mut StoredRun) -> Result<Option<i64>, Error> {
-        let (ctx, plan, walker, flow_ref, t) = (
-            self.r.ctx,
-            self.plan,
-            self.walker,
-            self.flow_ref,
-            self.r.now,
-        );
-        let opts = LowerOptions {
-            image: ctx.image.clone(),
-        };
         // Read once per drive, and only when a node step is about to launch.
-        let mut node_pods_refused: Option<Option<String>> = None;
+        let mut node_pods_refused = None;
         loop {
-            let outcome = walker.advance(&mut run.state, t);
+            let outcome = self.walker.advance(&mut run.state, self.r.now);
             let mut progressed = false;
             self.abort(run, &outcome.actions).await;
             for action in &outcome.actions {
-                let WalkAction::Start {
-                    node: node_id,
-                    key,
-                    attempt,
-                } = action
-                else {
-                    continue;
-                };
-                let node = plan.node(node_id).expect("from the plan");
-                let sc = self.scope(run, node, key);
-                if node.segment.is_some() {
-                    if let Some(job_node) = reports::covering_job(plan, run, node, key, *attempt) {
-                        // Already running in the Job of the steps before it: nothing to launch.
-                        run.state.entry(node_id, key).job_node = Some(job_node.clone());
-                        let job = self.job_of(run, &job_node, key, *attempt);
-                        let note = format!(
-                            "{}: started (in Job {job}, fused with the steps before it)",
-                            step_at(&node.path, key)
-                        );
-                        self.r
-                            .publish(EventType::Normal, "StepStarted", &note)
-                            .await;
-                        self.narrator.told(node_id, key);
-                        let known = self
-                            .reports
-                            .cached(&job)
-                            .and_then(|r| reports::outcome_of(&r, node, &job));
-                        if let Some((result, times)) = known {
-                            self.fold(run, node_id, key, result, times).await;
-                            progressed = true;
-                        }
-                        continue;
-                    }
+                if let WalkAction::Start { node, key, attempt } = action {
+                    let start = self.start(run, node, key, *attempt, &mut node_pods_refused);
+                    progressed |= start.await?;
                 }
-                if task_of(node).is_none() {
-                    let res = local::run(&ctx.engine, node, &sc);
-                    if let Some((k, v)) = res.var {
-                        run.vars.insert(k, v);
-                    }
-                    if let Some(text) = res.event {
-                        // A `log`'s Event is what it logs.
-                        self.r.publish(EventType::Normal, "Log", &text).await;
-                        self.narrator.told(node_id, key);
-                    }
-                    self.complete(run, node_id, key, res.completion.into())
-                        .await;
-                    progressed = true;
-                    continue;
-                }
-                let fused = node.segment.is_some();
-                // A fused step's onlyIfChanged is decided in its Job, where the changes of the
-                // steps before it are known.
-                let only_if_changed = !fused
-                    && node
-                        .step_kind()
-                        .is_some_and(|k| k.params().only_if_changed());
-                if only_if_changed && !changed_on_same_node(run, key) {
-                    let c = Completion {
-                        ok: true,
-                        message: "skipped: nothing changed on this node".into(),
-                        ..Default::default()
-                    };
-                    walker.complete(&mut run.state, node_id, key, c, t);
-                    progressed = true;
-                    continue;
-                }
-                if node.placement == Placement::Node && task_of(node) == Some(Task::Run) {
-                    if node_pods_refused.is_none() {
-                        let refused = match ctx.nodes.blind() {
-                            Some(why) => Some(why),
-                            None => pod_security::check(ctx, &flow_ref.namespace)
-                                .await?
-                                .map(|r| r.to_string()),
-                        };
-                        node_pods_refused = Some(refused);
-                    }
-                    if let Some(Some(why)) = &node_pods_refused {
-                        self.complete(run, node_id, key, failed(why)).await;
-                        progressed = true;
-                        continue;
-                    }
-                }
-                let payload = match prepare_payload(&ctx.engine, node, &sc) {
-                    Ok((p, _)) => p,
-                    Err(e) => {
-                        self.complete(run, node_id, key, failed(&e.to_string()))
-                            .await;
-                        progressed = true;
-                        continue;
-                    }
-                };
-                let target = sc.get("node").and_then(Value::as_str).map(str::to_string);
-                // Fused: this Job runs the rest of the segment, each step prepared now (none
-                // reads what another one sets: see compiler/src/fuse.rs).
-                let members = fuse::members_from(plan, node);
-                let segment = fuse::segment_steps(&members, |m| {
-                    let sc = self.scope(run, m, key);
-                    match m.step_kind() {
-                        // Controller-local work between Job steps: done now (it reads nothing
-                        // the segment sets), reported by the Job in its turn.
-                        Some(k) if task_of(m).is_none() && k.params().waits_seconds().is_none() => {
-                            Ok(fuse::Prepared::Done(local_result(local::run(
-                                &ctx.engine,
-                                m,
-                                &sc,
-                            ))))
-                        }
-                        _ => prepare_payload(&ctx.engine, m, &sc)
-                            .map(|(p, _)| fuse::Prepared::Step(p))
-                            .map_err(|e| e.to_string()),
-                    }
-                });
-                let steps = segment.len();
-                let inst = NodeInstance {
-                    flow: flow_ref,
-                    run_id: &run.run_id,
-                    node,
-                    instance: key,
-                    attempt: *attempt,
-                    step: payload,
-                    target_node: target.as_deref(),
-                    artifacts: &self.spec.artifact_sources(),
-                    segment,
-                    changed_before: fused && changed_on_same_node(run, key),
-                    run_secret: self.journal_secret(run),
-                };
-                let lowered = lower(&inst, &opts)?;
-                let created = match launch::launch(&ctx.client, &flow_ref.uid, &lowered).await? {
-                    launch::Launched::Created => true,
-                    launch::Launched::Adopted => false,
-                    launch::Launched::Refused(why) => {
-                        self.complete(run, node_id, key, failed(&why)).await;
-                        progressed = true;
-                        continue;
-                    }
-                };
-                if fused {
-                    run.state.entry(node_id, key).job_node = Some(node_id.clone());
-                }
-                // Adopted: the reconcile that created it told of it.
-                self.narrator.told(node_id, key);
-                let job = lowered.job.metadata.name.as_deref().unwrap_or_default();
-                if created {
-                    let on = target
-                        .as_deref()
-                        .map(|n| format!(" on {n}"))
-                        .unwrap_or_default();
-                    let shared = if steps > 1 {
-                        format!(", which runs it and the {} steps after it", steps - 1)
-                    } else {
-                        String::new()
-                    };
-                    let note = format!(
-                        "{}: started{on} (Job {job}{shared})",
-                        step_at(&node.path, key)
-                    );
-                    self.r
-                        .publish(EventType::Normal, "StepStarted", &note)
-                        .await;
-                }
-                info!(node = %node_id, key = ?key, "launched {job}");
             }
             if !progressed {
                 return Ok(outcome.wake_at);
             }
         }
+    }
+
+    /// Starts one instance the walker said to: joins the Job already running it (a fused
+    /// step), does controller-local work, skips or refuses it, or launches its Job. Returns
+    /// whether it settled something, so the walker has more to decide.
+    async fn start(
+        &self,
+        run: &mut StoredRun,
+        node_id: &str,
+        key: &[String],
+        attempt: u32,
+        node_pods_refused: &mut Option<Option<String>>,
+    ) -> Result<bool, Error> {
+        let node = self.plan.node(node_id).expect("from the plan");
+        if node.segment.is_some() {
+            if let Some(job_node) = reports::covering_job(self.plan, run, node, key, attempt) {
+                return Ok(self
+                    .join_covering_job(run, node, key, attempt, job_node)
+                    .await);
+            }
+        }
+        if task_of(node).is_none() {
+            self.run_locally(run, node, key).await;
+            return Ok(true);
+        }
+        // A fused step's onlyIfChanged is decided in its Job, where the changes of the
+        // steps before it are known.
+        let only_if_changed = node.segment.is_none()
+            && node
+                .step_kind()
+                .is_some_and(|k| k.params().only_if_changed());
+        if only_if_changed && !changed_on_same_node(run, key) {
+            let c = Completion {
+                ok: true,
+                message: "skipped: nothing changed on this node".into(),
+                ..Default::default()
+            };
+            self.walker
+                .complete(&mut run.state, node_id, key, c, self.r.now);
+            return Ok(true);
+        }
+        if let Some(why) = self.node_pods_refused(node, node_pods_refused).await? {
+            self.complete(run, node_id, key, failed(&why)).await;
+            return Ok(true);
+        }
+        self.launch(run, node, key, attempt).await
+    }
+
+    /// A fused step already running in the Job of the steps before it: nothing to launch; its
+    /// result is folded if that Job already reported it. Returns whether it did.
+    async fn join_covering_job(
+        &self,
+        run: &mut StoredRun,
+        node: &PlanNode,
+        key: &[String],
+        attempt: u32,
+        job_node: String,
+    ) -> bool {
+        let job = self.job_of(run, &job_node, key, attempt);
+        run.state.entry(&node.id, key).job_node = Some(job_node);
+        let note = format!(
+            "{}: started (in Job {job}, fused with the steps before it)",
+            step_at(&node.path, key)
+        );
+        self.r
+            .publish(EventType::Normal, "StepStarted", &note)
+            .await;
+        self.narrator.told(&node.id, key);
+        let known = self
+            .reports
+            .cached(&job)
+            .and_then(|r| reports::outcome_of(&r, node, &job));
+        match known {
+            Some((result, times)) => {
+                self.fold(run, &node.id, key, result, times).await;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Controller-local work (`log`, `eval`, `template`, a loop's items): done now, its
+    /// variable set and its `log` Event published.
+    async fn run_locally(&self, run: &mut StoredRun, node: &PlanNode, key: &[String]) {
+        let sc = self.scope(run, node, key);
+        let res = local::run(&self.r.ctx.engine, node, &sc);
+        if let Some((k, v)) = res.var {
+            run.vars.insert(k, v);
+        }
+        if let Some(text) = res.event {
+            // A `log`'s Event is what it logs.
+            self.r.publish(EventType::Normal, "Log", &text).await;
+            self.narrator.told(&node.id, key);
+        }
+        self.complete(run, &node.id, key, res.completion.into())
+            .await;
+    }
+
+    /// Why a node step's pod may not run now (no node can report, or the namespace does not
+    /// allow privileged pods); None for any other step. Read once per drive (`cache`).
+    async fn node_pods_refused(
+        &self,
+        node: &PlanNode,
+        cache: &mut Option<Option<String>>,
+    ) -> Result<Option<String>, Error> {
+        if node.placement != Placement::Node || task_of(node) != Some(Task::Run) {
+            return Ok(None);
+        }
+        if cache.is_none() {
+            let ctx = self.r.ctx;
+            let refused = match ctx.nodes.blind() {
+                Some(why) => Some(why),
+                None => pod_security::check(ctx, &self.flow_ref.namespace)
+                    .await?
+                    .map(|r| r.to_string()),
+            };
+            *cache = Some(refused);
+        }
+        Ok(cache.clone().flatten())
+    }
+
+    /// Lowers the instance (with the rest of its segment when fused) and creates its Job, or
+    /// adopts the one a reconcile before created. Returns whether it settled the instance
+    /// instead (its step could not be prepared, or the Job was refused).
+    async fn launch(
+        &self,
+        run: &mut StoredRun,
+        node: &PlanNode,
+        key: &[String],
+        attempt: u32,
+    ) -> Result<bool, Error> {
+        let (ctx, node_id) = (self.r.ctx, node.id.as_str());
+        let sc = self.scope(run, node, key);
+        let payload = match prepare_payload(&ctx.engine, node, &sc) {
+            Ok((p, _)) => p,
+            Err(e) => {
+                self.complete(run, node_id, key, failed(&e.to_string()))
+                    .await;
+                return Ok(true);
+            }
+        };
+        let target = sc.get("node").and_then(Value::as_str).map(str::to_string);
+        let fused = node.segment.is_some();
+        let segment = self.prepare_segment(run, node, key);
+        let steps = segment.len();
+        let inst = NodeInstance {
+            flow: self.flow_ref,
+            run_id: &run.run_id,
+            node,
+            instance: key,
+            attempt,
+            step: payload,
+            target_node: target.as_deref(),
+            artifacts: &self.spec.artifact_sources(),
+            segment,
+            changed_before: fused && changed_on_same_node(run, key),
+            run_secret: self.journal_secret(run),
+        };
+        let opts = LowerOptions {
+            image: ctx.image.clone(),
+        };
+        let lowered = lower(&inst, &opts)?;
+        let created = match launch::launch(&ctx.client, &self.flow_ref.uid, &lowered).await? {
+            launch::Launched::Created => true,
+            launch::Launched::Adopted => false,
+            launch::Launched::Refused(why) => {
+                self.complete(run, node_id, key, failed(&why)).await;
+                return Ok(true);
+            }
+        };
+        if fused {
+            run.state.entry(node_id, key).job_node = Some(node_id.to_string());
+        }
+        // Adopted: the reconcile that created it told of it.
+        self.narrator.told(node_id, key);
+        let job = lowered.job.metadata.name.as_deref().unwrap_or_default();
+        if created {
+            let on = target
+                .as_deref()
+                .map(|n| format!(" on {n}"))
+                .unwrap_or_default();
+            let shared = if steps > 1 {
+                format!(", which runs it and the {} steps after it", steps - 1)
+            } else {
+                String::new()
+            };
+            let note = format!(
+                "{}: started{on} (Job {job}{shared})",
+                step_at(&node.path, key)
+            );
+            self.r
+                .publish(EventType::Normal, "StepStarted", &note)
+                .await;
+        }
+        info!(node = %node_id, key = ?key, "launched {job}");
+        Ok(false)
+    }
+
+    /// Fused: the steps the Job of `node` runs (it and the rest of its segment), each prepared
+    /// now — none reads what another one sets: see compiler/src/fuse.rs. Empty when unfused.
+    fn prepare_segment(
+        &self,
+        run: &StoredRun,
+        node: &PlanNode,
+        key: &[String],
+    ) -> Vec<pseudoflow_compiler::lower::SegmentStep> {
+        let engine = &self.r.ctx.engine;
+        let members = fuse::members_from(self.plan, node);
+        fuse::segment_steps(&members, |m| {
+            let sc = self.scope(run, m, key);
+            match m.step_kind() {
+                // Controller-local work between Job steps: done now (it reads nothing
+                // the segment sets), reported by the Job in its turn.
+                Some(k) if task_of(m).is_none() && k.params().waits_seconds().is_none() => Ok(
+                    fuse::Prepared::Done(local_result(local::run(engine, m, &sc))),
+                ),
+                _ => prepare_payload(engine, m, &sc)
+                    .map(|(p, _)| fuse::Prepared::Step(p))
+                    .map_err(|e| e.to_string()),
+            }
+        })
+    }
+}
+
+/// `result`, failed when a variable it sets is nested deeper than the bound: such a value
+/// would make the stored run unreadable.
+fn bounded_in_depth(result: StepResult) -> StepResult {
+    let too_deep = result.vars.iter().find_map(|(k, v)| {
+        pseudoflow_compiler::expr::check_depth(v, pseudoflow_compiler::expr::MAX_DEPTH)
+            .err()
+            .map(|e| format!("variable {k}: {e}"))
+    });
+    match too_deep {
+        Some(why) => StepResult::failed(why),
+        None => result,
     }
 }
 

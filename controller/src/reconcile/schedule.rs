@@ -12,8 +12,8 @@ use pseudoflow_crd::{
 };
 use serde_json::Value;
 
-use super::run::Reconciling;
 use super::status::time;
+use super::Reconciling;
 use crate::walk::{RunPhase, StoredRun};
 
 /// The slot a schedule wants started now, if any.

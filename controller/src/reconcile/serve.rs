@@ -18,7 +18,7 @@ use kube::ResourceExt;
 use pseudoflow_crd::protocol::journal::{JOURNAL_ROLE, LABEL_ROLE};
 use tracing::{error, info_span, warn, Instrument};
 
-use super::{guard, reconcile_flow, refuse, Context, Error};
+use super::{finalizer, guard, outcome, reconcile_flow, Context, Error};
 use crate::backoff::{Backoff, WatchBackoff};
 use crate::depth::TooDeep;
 use crate::limits::MAX_CONCURRENT_RECONCILES;
@@ -183,7 +183,7 @@ async fn reconcile(flow: Arc<RawFlow>, shared: Arc<Shared>) -> Result<Action, Er
                 "{panicked} (while reconciling this flow; the controller goes on serving the \
                  others, and retries this one when it changes)"
             );
-            refuse::fail(ctx, &flow, "InternalError", &message).await?;
+            outcome::refuse(ctx, &flow, "InternalError", &message).await?;
             Action::await_change()
         }
     };
@@ -200,8 +200,8 @@ async fn decode_and_reconcile(flow: &RawFlow, ctx: &Context) -> Result<Action, E
                 DecodeError::TooDeep(TooDeep { .. }) => e.to_string(),
                 DecodeError::Json(..) => format!("the flow cannot be read: {e}"),
             };
-            refuse::fail(ctx, flow, "InvalidSpec", &message).await?;
-            refuse::let_go(ctx, flow).await?;
+            outcome::refuse(ctx, flow, "InvalidSpec", &message).await?;
+            finalizer::let_go(&ctx.client, flow).await?;
             return Ok(Action::await_change());
         }
     };

@@ -15,7 +15,7 @@ use serde_json::Value;
 use super::size::RUN_STATE_TOO_LARGE;
 use super::store::StoredRun;
 use crate::limits::{bounded, MAX_STATUS_MESSAGE_CHARS, MAX_STEP_MESSAGE_CHARS};
-use crate::walk::{instance_id, split_instance_id, Phase, RunPhase};
+use crate::walk::{instance_id, split_instance_id, Instance, Phase, RunPhase};
 
 /// Unix seconds as the API's time (the epoch for a time it cannot represent).
 pub fn time(unix: i64) -> Time {
@@ -133,7 +133,7 @@ pub fn already_failed(previous: &Value, generation: i64, reason: &str) -> bool {
     previous["reason"] == reason && previous["observedGeneration"] == serde_json::json!(generation)
 }
 
-/// `status` as a JSON merge patch (what [`super::report::patch_status`] takes).
+/// `status` as a JSON merge patch (what [`super::outcome::patch_status`] takes).
 pub fn to_patch(status: &PseudoFlowStatus) -> Value {
     serde_json::to_value(status).expect("a status serialises")
 }
@@ -183,61 +183,14 @@ pub fn of_run(
     queued: Option<(&str, i64)>,
     now: i64,
 ) -> PseudoFlowStatus {
-    let cause = run.state.failure.as_ref().map(|(id, _)| id.as_str());
-    let (phase, reason) = match run.state.phase {
-        RunPhase::Running => (FlowPhase::Running, "Running"),
-        RunPhase::Succeeded => (FlowPhase::Succeeded, "Succeeded"),
-        RunPhase::Failed if cause == Some(crate::walk::RUN_TIMEOUT) => {
-            (FlowPhase::Failed, "Timeout")
-        }
-        RunPhase::Failed if cause == Some(RUN_STATE_TOO_LARGE) => {
-            (FlowPhase::Failed, "RunStateTooLarge")
-        }
-        RunPhase::Failed => (FlowPhase::Failed, "StepFailed"),
-    };
-    let mut by_node: BTreeMap<String, Vec<&crate::walk::Instance>> = BTreeMap::new();
-    for (id, inst) in &run.state.instances {
-        by_node
-            .entry(split_instance_id(id).0)
-            .or_default()
-            .push(inst);
-    }
-    let work_nodes: Vec<_> = plan
+    let (phase, reason) = phase_of(run);
+    let by_node = instances_by_node(run);
+    let work_nodes: Vec<&PlanNode> = plan
         .nodes()
         .filter(|n| n.step.is_some() && !matches!(n.kind, NodeKind::CompoundEnd { .. }))
         .collect();
-    let done = run
-        .state
-        .instances
-        .iter()
-        .filter(|(id, i)| {
-            i.phase.settled() && work_nodes.iter().any(|n| n.id == split_instance_id(id).0)
-        })
-        .count();
-    let total = work_nodes
-        .iter()
-        .map(|n| by_node.get(&n.id).map_or(1, |v| v.len().max(1)))
-        .sum::<usize>();
-    let label = |id: &str| {
-        plan.node(id)
-            .map(|n| {
-                n.name
-                    .clone()
-                    .unwrap_or_else(|| format!("{} ({})", n.path, n.step_type))
-            })
-            .unwrap_or_else(|| id.to_string())
-    };
-    let current = run
-        .state
-        .instances
-        .iter()
-        .find(|(_, i)| i.phase == Phase::Running)
-        .map(|(id, _)| id.clone())
-        .or_else(|| run.state.failure.as_ref().map(|(id, _)| id.clone()));
-    let current_step = current.as_deref().map(|id| {
-        let (node, key) = split_instance_id(id);
-        step_at(&label(&node), &key)
-    });
+    let (done, total) = progress(run, &work_nodes, &by_node);
+    let current_step = current_step(plan, run);
     let message = match (&run.state.failure, run.state.phase) {
         (Some(failure), _) => failure_message(plan, failure),
         (None, RunPhase::Succeeded) => format!("{done}/{total} steps done"),
@@ -247,82 +200,7 @@ pub fn of_run(
         ),
     };
     let message = bounded(&message, MAX_STATUS_MESSAGE_CHARS);
-    // A structural step is shown by its opening node, but its outcome is its closing node's:
-    // a loop whose body failed (or timed out) is Failed, not "Succeeded: 3 items".
-    let closing: BTreeMap<&str, &str> = plan
-        .nodes()
-        .filter_map(|n| match &n.kind {
-            NodeKind::CompoundEnd { start, .. } => Some((start.as_str(), n.id.as_str())),
-            _ => None,
-        })
-        .collect();
-    let mut steps = Vec::new();
-    for n in &work_nodes {
-        let insts: Vec<crate::walk::Instance> = match closing.get(n.id.as_str()) {
-            Some(end) => whole_of(run, &n.id, end),
-            None => by_node
-                .get(&n.id)
-                .map(|v| v.iter().map(|i| (*i).clone()).collect())
-                .unwrap_or_default(),
-        };
-        let insts: Vec<&crate::walk::Instance> = insts.iter().collect();
-        if insts.is_empty() {
-            continue;
-        }
-        let count = |p: Phase| insts.iter().filter(|i| i.phase == p).count() as u32;
-        let phase = if count(Phase::Running) > 0 {
-            Phase::Running
-        } else if tolerates_failures(plan, n) && count(Phase::Succeeded) > 0 {
-            // `runOn: any`: one node's success is the step's; the failures are counted.
-            Phase::Succeeded
-        } else if count(Phase::Failed) > 0 {
-            Phase::Failed
-        } else if count(Phase::Aborted) > 0 {
-            Phase::Aborted
-        } else if count(Phase::Succeeded) > 0 {
-            Phase::Succeeded
-        } else if count(Phase::Skipped) as usize == insts.len() {
-            Phase::Skipped
-        } else {
-            Phase::Pending
-        };
-        let mut entry = StepStatus {
-            id: n.id.clone(),
-            path: n.path.clone(),
-            step_type: n.step_type.clone(),
-            name: n.name.clone(),
-            phase,
-            started_at: None,
-            finished_at: None,
-            message: None,
-            changed: None,
-            attempt: None,
-            node: None,
-            instances: None,
-        };
-        if insts.len() == 1 {
-            let i = insts[0];
-            if !i.message.is_empty() {
-                entry.message = Some(bounded(&i.message, MAX_STEP_MESSAGE_CHARS));
-            }
-            if i.phase.settled() && i.phase != Phase::Skipped {
-                entry.changed = Some(i.changed);
-            }
-            entry.started_at = i.started_at.map(time);
-            entry.finished_at = i.finished_at.filter(|_| i.phase.settled()).map(time);
-            entry.attempt = Some(i.attempt).filter(|a| *a > 1);
-        } else {
-            entry.changed = Some(insts.iter().any(|i| i.changed));
-            entry.instances = Some(InstanceCounts {
-                total: insts.len() as u32,
-                succeeded: count(Phase::Succeeded),
-                failed: count(Phase::Failed),
-                running: count(Phase::Running),
-                skipped: count(Phase::Skipped),
-            });
-        }
-        steps.push(entry);
-    }
+    let mut steps = step_entries(plan, run, &work_nodes, &by_node);
     let omitted = steps.len().saturating_sub(MAX_STEP_ENTRIES);
     steps.truncate(MAX_STEP_ENTRIES);
     let conds = &previous["conditions"];
@@ -358,6 +236,174 @@ pub fn of_run(
     }
 }
 
+/// The flow's phase and reason from its run's: a failed run says why (a step, the run's
+/// timeout, a run state too large to store).
+fn phase_of(run: &StoredRun) -> (FlowPhase, &'static str) {
+    let cause = run.state.failure.as_ref().map(|(id, _)| id.as_str());
+    match run.state.phase {
+        RunPhase::Running => (FlowPhase::Running, "Running"),
+        RunPhase::Succeeded => (FlowPhase::Succeeded, "Succeeded"),
+        RunPhase::Failed if cause == Some(crate::walk::RUN_TIMEOUT) => {
+            (FlowPhase::Failed, "Timeout")
+        }
+        RunPhase::Failed if cause == Some(RUN_STATE_TOO_LARGE) => {
+            (FlowPhase::Failed, "RunStateTooLarge")
+        }
+        RunPhase::Failed => (FlowPhase::Failed, "StepFailed"),
+    }
+}
+
+/// The run's instances grouped by their node's id.
+fn instances_by_node(run: &StoredRun) -> BTreeMap<String, Vec<&Instance>> {
+    let mut by_node: BTreeMap<String, Vec<&Instance>> = BTreeMap::new();
+    for (id, inst) in &run.state.instances {
+        by_node
+            .entry(split_instance_id(id).0)
+            .or_default()
+            .push(inst);
+    }
+    by_node
+}
+
+/// How many step instances have settled, of how many (a node not started yet counts once).
+fn progress(
+    run: &StoredRun,
+    work_nodes: &[&PlanNode],
+    by_node: &BTreeMap<String, Vec<&Instance>>,
+) -> (usize, usize) {
+    let done = run
+        .state
+        .instances
+        .iter()
+        .filter(|(id, i)| {
+            i.phase.settled() && work_nodes.iter().any(|n| n.id == split_instance_id(id).0)
+        })
+        .count();
+    let total = work_nodes
+        .iter()
+        .map(|n| by_node.get(&n.id).map_or(1, |v| v.len().max(1)))
+        .sum::<usize>();
+    (done, total)
+}
+
+/// The step running now (else the one that failed the run), named for people: its name, else
+/// its path and type, with its loop item.
+fn current_step(plan: &Plan, run: &StoredRun) -> Option<String> {
+    let label = |id: &str| {
+        plan.node(id)
+            .map(|n| {
+                n.name
+                    .clone()
+                    .unwrap_or_else(|| format!("{} ({})", n.path, n.step_type))
+            })
+            .unwrap_or_else(|| id.to_string())
+    };
+    let current = run
+        .state
+        .instances
+        .iter()
+        .find(|(_, i)| i.phase == Phase::Running)
+        .map(|(id, _)| id.clone())
+        .or_else(|| run.state.failure.as_ref().map(|(id, _)| id.clone()))?;
+    let (node, key) = split_instance_id(&current);
+    Some(step_at(&label(&node), &key))
+}
+
+/// One entry per step that has instances, in plan order (unbounded: the caller truncates).
+fn step_entries(
+    plan: &Plan,
+    run: &StoredRun,
+    work_nodes: &[&PlanNode],
+    by_node: &BTreeMap<String, Vec<&Instance>>,
+) -> Vec<StepStatus> {
+    // A structural step is shown by its opening node, but its outcome is its closing node's:
+    // a loop whose body failed (or timed out) is Failed, not "Succeeded: 3 items".
+    let closing: BTreeMap<&str, &str> = plan
+        .nodes()
+        .filter_map(|n| match &n.kind {
+            NodeKind::CompoundEnd { start, .. } => Some((start.as_str(), n.id.as_str())),
+            _ => None,
+        })
+        .collect();
+    let mut steps = Vec::new();
+    for n in work_nodes {
+        let insts: Vec<Instance> = match closing.get(n.id.as_str()) {
+            Some(end) => whole_of(run, &n.id, end),
+            None => by_node
+                .get(&n.id)
+                .map(|v| v.iter().map(|i| (*i).clone()).collect())
+                .unwrap_or_default(),
+        };
+        if !insts.is_empty() {
+            steps.push(step_entry(plan, n, &insts));
+        }
+    }
+    steps
+}
+
+/// The status entry of step `n` from its (non-empty) instances: one instance's details, or
+/// counts of many.
+fn step_entry(plan: &Plan, n: &PlanNode, insts: &[Instance]) -> StepStatus {
+    let count = |p: Phase| insts.iter().filter(|i| i.phase == p).count() as u32;
+    let mut entry = StepStatus {
+        id: n.id.clone(),
+        path: n.path.clone(),
+        step_type: n.step_type.clone(),
+        name: n.name.clone(),
+        phase: step_phase(plan, n, insts),
+        started_at: None,
+        finished_at: None,
+        message: None,
+        changed: None,
+        attempt: None,
+        node: None,
+        instances: None,
+    };
+    if let [i] = insts {
+        if !i.message.is_empty() {
+            entry.message = Some(bounded(&i.message, MAX_STEP_MESSAGE_CHARS));
+        }
+        if i.phase.settled() && i.phase != Phase::Skipped {
+            entry.changed = Some(i.changed);
+        }
+        entry.started_at = i.started_at.map(time);
+        entry.finished_at = i.finished_at.filter(|_| i.phase.settled()).map(time);
+        entry.attempt = Some(i.attempt).filter(|a| *a > 1);
+    } else {
+        entry.changed = Some(insts.iter().any(|i| i.changed));
+        entry.instances = Some(InstanceCounts {
+            total: insts.len() as u32,
+            succeeded: count(Phase::Succeeded),
+            failed: count(Phase::Failed),
+            running: count(Phase::Running),
+            skipped: count(Phase::Skipped),
+        });
+    }
+    entry
+}
+
+/// One phase for a step from its instances': running while any runs, then failed if any
+/// failed (unless one success is enough), aborted, succeeded, skipped when all were.
+fn step_phase(plan: &Plan, n: &PlanNode, insts: &[Instance]) -> Phase {
+    let count = |p: Phase| insts.iter().filter(|i| i.phase == p).count();
+    if count(Phase::Running) > 0 {
+        Phase::Running
+    } else if tolerates_failures(plan, n) && count(Phase::Succeeded) > 0 {
+        // `runOn: any`: one node's success is the step's; the failures are counted.
+        Phase::Succeeded
+    } else if count(Phase::Failed) > 0 {
+        Phase::Failed
+    } else if count(Phase::Aborted) > 0 {
+        Phase::Aborted
+    } else if count(Phase::Succeeded) > 0 {
+        Phase::Succeeded
+    } else if count(Phase::Skipped) == insts.len() {
+        Phase::Skipped
+    } else {
+        Phase::Pending
+    }
+}
+
 /// Whether `node`'s instances join an any-of end (`runOn: any`), where the step succeeds when
 /// one of them does — as the run does: the walker lets the join decide.
 fn tolerates_failures(plan: &Plan, node: &PlanNode) -> bool {
@@ -377,7 +423,7 @@ fn tolerates_failures(plan: &Plan, node: &PlanNode) -> bool {
 
 /// The instances of structural step `start` as a whole, up to its closing node `end`: Running
 /// while its body runs, then ending as the closing node did (with its message, if it says one).
-fn whole_of(run: &StoredRun, start: &str, end: &str) -> Vec<crate::walk::Instance> {
+fn whole_of(run: &StoredRun, start: &str, end: &str) -> Vec<Instance> {
     run.state
         .instances
         .iter()

@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod flow;
+pub mod seed;
 
 // Not every test binary uses the flow helpers.
 #[allow(unused_imports)]

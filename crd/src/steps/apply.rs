@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{Placement, StepParams};
-use crate::validate::Ctx;
+use crate::check::Ctx;
 
 /// Applies `manifests` with field manager `pseudoflow`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

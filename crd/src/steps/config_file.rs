@@ -5,9 +5,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{check_node_path, check_node_selector, Placement, StepParams};
+use crate::check::Ctx;
 use crate::common::RunOn;
 use crate::selector::LabelSelector;
-use crate::validate::Ctx;
 
 /// Ensures the file at `path` has exactly `content`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -9,7 +9,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{Placement, StepParams};
-use crate::validate::{is_dns_label, is_dns_subdomain, Ctx};
+use crate::check::Ctx;
+use crate::text::{is_dns_label, is_dns_subdomain};
 
 /// Most targets one `copy` step writes.
 pub const MAX_COPY_TARGETS: usize = 100;
@@ -30,7 +31,7 @@ pub struct CopyStep {
 
 /// What `copy` can move: objects made of named data keys.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[schemars(transform = crate::schema::plain_enum)]
+#[schemars(transform = crate::enum_schema::plain_enum)]
 pub enum CopyKind {
     /// A Secret (its `type` is copied too).
     Secret,

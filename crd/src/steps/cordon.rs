@@ -6,7 +6,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{Placement, StepParams};
-use crate::validate::Ctx;
+use crate::check::Ctx;
 
 /// The annotation naming the flow (`<namespace>/<flow>`) whose cordon holds the node closed.
 pub const CORDONED_BY_ANNOTATION: &str = "ops.example.com/cordoned-by";
@@ -43,7 +43,7 @@ pub(crate) fn check_node_name(ctx: &mut Ctx, node: &str) {
     if node.contains("${") {
         return;
     }
-    if !crate::validate::is_dns_subdomain(node) {
+    if !crate::text::is_dns_subdomain(node) {
         ctx.error(
             "node",
             format!(

@@ -4,8 +4,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{Placement, StepParams};
+use crate::check::Ctx;
 use crate::common::ObjectRef;
-use crate::validate::Ctx;
 
 /// Deletes `target` (foreground propagation) and waits until it is gone.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -5,10 +5,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{check_node_path, check_node_selector, Placement, StepParams};
+use crate::check::Ctx;
 use crate::common::RunOn;
 use crate::selector::LabelSelector;
 use crate::steps::apply_file::check_artifact_path;
-use crate::validate::Ctx;
 
 /// Deletes the objects of an artifact file, or a file on nodes.
 ///

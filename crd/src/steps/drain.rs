@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::cordon::check_node_name;
 use super::{Placement, StepParams};
-use crate::validate::Ctx;
+use crate::check::Ctx;
 
 /// Default `timeoutSeconds` of a drain (evictions blocked by a budget are retried this long).
 pub const DEFAULT_DRAIN_SECONDS: u32 = 600;

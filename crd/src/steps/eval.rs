@@ -5,7 +5,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{Placement, StepParams};
-use crate::validate::Ctx;
+use crate::check::Ctx;
 
 /// Evaluates `expression` (inside it, `${name}` means the variable `name`) into `var`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -8,7 +8,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{Placement, StepParams};
-use crate::validate::Ctx;
+use crate::check::Ctx;
 
 /// Runs `cmd` with `sh -c`; stdout (one trailing newline trimmed) goes to `var`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -50,12 +50,12 @@ impl StepParams for ExecStep {
             ctx.var_name("var", v);
         }
         if let Some(ns) = self.namespace.as_deref().filter(|n| !n.contains("${")) {
-            if !crate::validate::is_dns_label(ns) {
+            if !crate::text::is_dns_label(ns) {
                 ctx.error("namespace", format!("{ns:?} is not a valid namespace"));
             }
         }
         if let Some(c) = self.container.as_deref().filter(|c| !c.contains("${")) {
-            if !crate::validate::is_dns_label(c) {
+            if !crate::text::is_dns_label(c) {
                 ctx.error("container", format!("{c:?} is not a valid container name"));
             }
         }

@@ -5,9 +5,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{check_node_selector, Placement, StepParams};
+use crate::check::Ctx;
 use crate::common::RunOn;
 use crate::selector::LabelSelector;
-use crate::validate::Ctx;
 
 /// Runs `cmd` on nodes; `var` gets stdout (single node), `varPerNode` gets `{node: stdout}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

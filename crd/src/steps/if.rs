@@ -4,9 +4,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{Placement, StepParams};
+use crate::check::Ctx;
 use crate::common::{nested_steps_schema, Condition};
 use crate::step::Step;
-use crate::validate::Ctx;
 
 /// Branches on `condition`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

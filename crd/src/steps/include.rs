@@ -5,7 +5,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{Placement, StepParams};
-use crate::validate::{is_dns_subdomain, Ctx};
+use crate::check::Ctx;
+use crate::text::is_dns_subdomain;
 
 /// Where an included document comes from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -45,7 +46,7 @@ pub struct KeyRef {
 /// run in place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-#[schemars(transform = crate::schema::plain_enum)]
+#[schemars(transform = crate::enum_schema::plain_enum)]
 pub enum IncludeAs {
     /// Kubernetes objects to apply.
     Manifests,

@@ -4,7 +4,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{Placement, StepParams};
-use crate::validate::{is_dns_label, Ctx};
+use crate::check::Ctx;
+use crate::text::is_dns_label;
 
 /// Runs another flow's steps here, read under this flow's ServiceAccount; a cycle across flows
 /// fails the step that would close it.
@@ -46,7 +47,7 @@ impl StepParams for IncludeFlowStep {
 pub fn check_flow_name(ctx: &mut Ctx, name: Option<&str>) {
     match name {
         None => ctx.error("name", "includeFlow needs name: the PseudoFlow to include"),
-        Some(n) if !n.contains("${") && !crate::validate::is_dns_subdomain(n) => {
+        Some(n) if !n.contains("${") && !crate::text::is_dns_subdomain(n) => {
             ctx.error("name", format!("{n:?} is not a valid PseudoFlow name"))
         }
         Some(_) => {}

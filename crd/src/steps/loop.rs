@@ -6,9 +6,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{Placement, StepParams};
+use crate::check::Ctx;
 use crate::common::nested_steps_schema;
 use crate::step::Step;
-use crate::validate::Ctx;
 
 /// Most items one loop may expand to, so status and the DAG stay bounded.
 pub use crate::limits::MAX_LOOP_ITEMS;

@@ -10,10 +10,10 @@ use serde::{Deserialize, Serialize};
 use super::drain::DrainPods;
 use super::wait_for::WaitForStep;
 use super::{Placement, StepParams};
+use crate::check::Ctx;
 use crate::common::nested_steps_schema;
 use crate::selector::LabelSelector;
 use crate::step::Step;
-use crate::validate::Ctx;
 
 /// Runs `steps` per matching node; a failed node stops the rollout. With `drain:` each node is
 /// drained before its steps and uncordoned after them; with `gate:` the rollout goes on only

@@ -2,8 +2,8 @@
 //! ([`Placement`]) and the checks a schema cannot express. [`registry`] is the single list that
 //! ties a `type:` name to its module: adding a step type is one new file plus one registry line.
 
+use crate::check::Ctx;
 use crate::step::Step;
-use crate::validate::Ctx;
 
 pub mod apply;
 pub mod apply_file;

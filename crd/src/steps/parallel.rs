@@ -5,9 +5,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{Placement, StepParams};
+use crate::check::Ctx;
 use crate::common::nested_branches_schema;
 use crate::step::Step;
-use crate::validate::Ctx;
 
 /// Forks into `steps` branches and joins them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -5,9 +5,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{check_node_path, check_node_selector, Placement, StepParams};
+use crate::check::Ctx;
 use crate::common::RunOn;
 use crate::selector::LabelSelector;
-use crate::validate::Ctx;
 
 /// Replaces every match of `pattern` in the file with `replace` (`$1` refers to groups).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

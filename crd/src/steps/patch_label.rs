@@ -5,8 +5,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{Placement, StepParams};
+use crate::check::Ctx;
 use crate::common::Target;
-use crate::validate::Ctx;
 
 /// Applies the per-object label map in variable `fromVar` to the objects `target` selects.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -1,6 +1,9 @@
 //! The one list of step types: `type:` name → parameter struct. The macro derives the
 //! [`StepKind`] enum, the list of names, the per-type schema lookup and the dispatch to
-//! [`StepParams`], so nothing else needs to enumerate step types.
+//! [`StepParams`]. Two places still list every type by hand, on purpose: where a step is
+//! executed (`runtime-image/src/steps/mod.rs`, in a Job) and `compiler/src/runtime/local.rs` (in
+//! the controller). Neither has a `_` arm, so a type added here does not compile until both
+//! have decided what it does (see docs/architecture.md, "Adding a step type").
 
 use schemars::{generate::SchemaSettings, Schema};
 use serde::{Deserialize, Serialize};

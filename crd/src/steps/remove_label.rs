@@ -4,9 +4,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{Placement, StepParams};
+use crate::check::Ctx;
 use crate::common::Target;
 use crate::selector::Selector;
-use crate::validate::Ctx;
 
 /// Removes `keys` from `target`'s labels; absent keys are not an error.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -5,9 +5,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{check_node_selector, Placement, StepParams};
+use crate::check::Ctx;
 use crate::common::RunOn;
 use crate::selector::LabelSelector;
-use crate::validate::Ctx;
 
 /// Runs `code` with `bash -euo pipefail`; the step's `timeoutSeconds` bounds it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -6,9 +6,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{Placement, StepParams};
+use crate::check::Ctx;
 use crate::common::Target;
 use crate::selector::Selector;
-use crate::validate::Ctx;
 
 /// Sets `labels` on `target` (a merge patch: other labels are kept).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

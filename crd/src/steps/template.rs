@@ -7,9 +7,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{check_node_path, check_node_selector, Placement, StepParams};
+use crate::check::Ctx;
 use crate::common::RunOn;
 use crate::selector::LabelSelector;
-use crate::validate::Ctx;
 
 /// Renders `template` into `output`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::cordon::check_node_name;
 use super::{Placement, StepParams};
-use crate::validate::Ctx;
+use crate::check::Ctx;
 
 /// Marks `node` schedulable again if its cordon carries this flow's mark.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

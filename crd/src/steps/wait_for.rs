@@ -4,8 +4,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{Placement, StepParams};
+use crate::check::Ctx;
 use crate::common::{ObjectRef, Op};
-use crate::validate::Ctx;
 
 /// Default `timeoutSeconds` of a waitFor step.
 pub const DEFAULT_WAIT_SECONDS: u32 = 300;
@@ -16,7 +16,7 @@ pub const DEFAULT_WAIT_SECONDS: u32 = 300;
 /// workloads rolled out and available (observedGeneration current), other kinds condition
 /// Available=True. Healthy: kstatus "Current". Custom: `jsonPath` `op` `value`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[schemars(transform = crate::schema::plain_enum)]
+#[schemars(transform = crate::enum_schema::plain_enum)]
 pub enum WaitCondition {
     /// The object is there.
     Exist,

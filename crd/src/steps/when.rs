@@ -4,8 +4,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{Placement, StepParams};
+use crate::check::Ctx;
 use crate::common::Condition;
-use crate::validate::Ctx;
 
 /// Runs the following step only if `condition` holds; otherwise that step is Skipped.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

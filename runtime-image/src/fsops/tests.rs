@@ -1,5 +1,6 @@
 use super::*;
 use crate::hostroot::HostRoot;
+use crate::node_users::current_owner;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;

@@ -9,8 +9,9 @@ use std::path::Path;
 use pseudoflow_crd::protocol::StepResult;
 
 use crate::error::StepError;
-use crate::fsops::{ensure_file, parse_mode, remove_file, resolve_owner};
+use crate::fsops::{ensure_file, parse_mode, remove_file};
 use crate::hostroot::{check_node_path, HostRoot};
+use crate::node_users::resolve_owner;
 
 /// Ensures `path` on the node holds `content` with `mode` (default 0644) and `owner`
 /// (default root:root).
@@ -52,7 +53,7 @@ pub fn delete(root: &Path, path: &str) -> Result<StepResult, StepError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fsops::current_owner;
+    use crate::node_users::current_owner;
 
     fn owner() -> String {
         let o = current_owner();

@@ -18,8 +18,9 @@ use regex::bytes::Regex;
 use std::path::Path;
 
 use crate::error::StepError;
-use crate::fsops::{current_owner, read_current, resolve_owner, write_atomic, Owner, DEFAULT_MODE};
+use crate::fsops::{read_current, write_atomic, Owner, DEFAULT_MODE};
 use crate::hostroot::{check_node_path, HostFsError, HostRoot, NodeFile};
+use crate::node_users::{current_owner, resolve_owner};
 
 /// Suffix of the backup file.
 pub const BACKUP_SUFFIX: &str = ".pseudoflow.bak";
@@ -130,7 +131,7 @@ mod tests {
     }
 
     fn owned_by_me(root: &Path) {
-        let o = crate::fsops::current_owner();
+        let o = crate::node_users::current_owner();
         fs::create_dir_all(root.join("etc")).unwrap();
         fs::write(
             root.join("etc/passwd"),

@@ -37,29 +37,8 @@ pub(super) async fn run(
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let dir = cfg.pod_dir(node, &ns, &name);
     std::fs::create_dir_all(dir.join("volumes"))?;
-
-    // The ServiceAccount token, bound to this pod, exactly as the kubelet would project it.
-    let sa = spec
-        .service_account_name
-        .clone()
-        .unwrap_or_else(|| "default".into());
     let sa_dir = dir.join("serviceaccount");
-    std::fs::create_dir_all(&sa_dir)?;
-    let token = request_token(client, &ns, &sa, &name, &uid).await?;
-    std::fs::write(sa_dir.join("token"), &token)?;
-    std::fs::copy(&cfg.ca_crt, sa_dir.join("ca.crt"))?;
-    std::fs::write(sa_dir.join("namespace"), &ns)?;
-    let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: 'https://127.0.0.1:{}', certificate-authority: '{}'}}\nusers:\n- name: u\n  user: {{tokenFile: '{}'}}\ncontexts:\n- name: c\n  context: {{cluster: c, user: u, namespace: '{ns}'}}\ncurrent-context: c\n",
-            cfg.api_port,
-            path_str(&sa_dir.join("ca.crt")),
-            path_str(&sa_dir.join("token"))
-        ),
-    )?;
-
+    let kubeconfig = project_token(client, cfg, &spec, (&ns, &name, &uid), &dir).await?;
     let automount = spec.volumes.iter().flatten().any(|v| {
         v.projected.as_ref().is_some_and(|p| {
             p.sources
@@ -77,32 +56,9 @@ pub(super) async fn run(
         sa_dir: &sa_dir,
         kubeconfig: automount.then_some(kubeconfig.as_path()),
     };
-    for init in spec.init_containers.iter().flatten() {
-        let image = init.image.clone().unwrap_or_default();
-        let Some(init_program) = cfg.images.program(&image).cloned() else {
-            anyhow::bail!(
-                "init container {}: image {image} is not mapped to a program",
-                init.name
-            );
-        };
-        let (mut cmd, _) = pod_view
-            .command(init, &init_program, &format!("init-{}", init.name))
-            .await?;
-        let status = cmd
-            .spawn()
-            .context("starting an init container")?
-            .wait()
-            .await?;
-        if !status.success() {
-            let log = tail(&dir.join(format!("init-{}.log", init.name)), 1024, 20);
-            let message = format!(
-                "init container {} exited with {}: {log}",
-                init.name,
-                status.code().unwrap_or(137)
-            );
-            super::pod::report_failed(client, pod, &message).await?;
-            return Ok(());
-        }
+    if let Some(message) = run_init_containers(&pod_view, &spec).await? {
+        super::pod::report_failed(client, pod, &message).await?;
+        return Ok(());
     }
     let (mut cmd, termination) = pod_view.command(&container, program, "log").await?;
     let started_at = k8s_openapi::jiff::Timestamp::now().to_string();
@@ -124,6 +80,76 @@ pub(super) async fn run(
     message.truncate(4096);
     report_terminated(client, pod, code, &message, &started_at).await?;
     Ok(())
+}
+
+/// The pod's ServiceAccount token, bound to this pod (`ns`, `name`, `uid`), written under
+/// `dir/serviceaccount` exactly as the kubelet would project it; returns the path of a
+/// kubeconfig that uses it.
+async fn project_token(
+    client: &Client,
+    cfg: &KubeletConfig,
+    spec: &k8s_openapi::api::core::v1::PodSpec,
+    (ns, name, uid): (&str, &str, &str),
+    dir: &Path,
+) -> Result<std::path::PathBuf> {
+    let sa = spec
+        .service_account_name
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    let sa_dir = dir.join("serviceaccount");
+    std::fs::create_dir_all(&sa_dir)?;
+    let token = request_token(client, ns, &sa, name, uid).await?;
+    std::fs::write(sa_dir.join("token"), &token)?;
+    std::fs::copy(&cfg.ca_crt, sa_dir.join("ca.crt"))?;
+    std::fs::write(sa_dir.join("namespace"), ns)?;
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: 'https://127.0.0.1:{}', certificate-authority: '{}'}}\nusers:\n- name: u\n  user: {{tokenFile: '{}'}}\ncontexts:\n- name: c\n  context: {{cluster: c, user: u, namespace: '{ns}'}}\ncurrent-context: c\n",
+            cfg.api_port,
+            path_str(&sa_dir.join("ca.crt")),
+            path_str(&sa_dir.join("token"))
+        ),
+    )?;
+    Ok(kubeconfig)
+}
+
+/// Runs the pod's init containers in order; returns why the pod failed if one did.
+async fn run_init_containers(
+    pod_view: &PodView<'_>,
+    spec: &k8s_openapi::api::core::v1::PodSpec,
+) -> Result<Option<String>> {
+    for init in spec.init_containers.iter().flatten() {
+        let image = init.image.clone().unwrap_or_default();
+        let Some(init_program) = pod_view.cfg.images.program(&image).cloned() else {
+            anyhow::bail!(
+                "init container {}: image {image} is not mapped to a program",
+                init.name
+            );
+        };
+        let (mut cmd, _) = pod_view
+            .command(init, &init_program, &format!("init-{}", init.name))
+            .await?;
+        let status = cmd
+            .spawn()
+            .context("starting an init container")?
+            .wait()
+            .await?;
+        if !status.success() {
+            let log = tail(
+                &pod_view.dir.join(format!("init-{}.log", init.name)),
+                1024,
+                20,
+            );
+            return Ok(Some(format!(
+                "init container {} exited with {}: {log}",
+                init.name,
+                status.code().unwrap_or(137)
+            )));
+        }
+    }
+    Ok(None)
 }
 
 async fn request_token(
@@ -168,16 +194,7 @@ impl PodView<'_> {
         program: &Path,
         log: &str,
     ) -> Result<(tokio::process::Command, PathBuf)> {
-        let (client, cfg, node, pod, dir, sa_dir) = (
-            self.client,
-            self.cfg,
-            self.node,
-            self.pod,
-            self.dir,
-            self.sa_dir,
-        );
-        let spec = pod.spec.clone().unwrap_or_default();
-        let ns = pod.metadata.namespace.clone().unwrap_or_default();
+        let (client, cfg, node, pod, dir) = (self.client, self.cfg, self.node, self.pod, self.dir);
         let name = pod.metadata.name.clone().unwrap_or_default();
         let image = container.image.as_deref().unwrap_or_default();
         let tools = cfg.images.tools(image);
@@ -197,45 +214,9 @@ impl PodView<'_> {
         };
         let termination = own("termination-log");
         std::fs::write(&termination, "")?;
-        let mut mounts: Vec<(PathBuf, String)> = vec![(
-            termination.clone(),
-            container
-                .termination_message_path
-                .clone()
-                .unwrap_or_else(|| "/dev/termination-log".into()),
-        )];
-        for vm in container.volume_mounts.iter().flatten() {
-            let Some(vol) = spec.volumes.iter().flatten().find(|v| v.name == vm.name) else {
-                continue;
-            };
-            let mut src = volume_source(client, cfg, node, &ns, dir, vol, sa_dir).await?;
-            if let Some(sub) = vm.sub_path.as_deref().filter(|s| !s.is_empty()) {
-                src = src.join(sub);
-            }
-            mounts.push((src, vm.mount_path.clone()));
-        }
-
+        let mounts = self.mounts(container, &termination).await?;
         let launcher = own("launcher.sh");
-        // The mounts are testenv's plumbing, done with the host's tools; the command then runs
-        // with the pod's PATH (its image's commands only).
-        let mut script = String::from("#!/bin/sh\n# testenv: the pod's view of the filesystem, then exec the container's command.\nset -e\nPOD_PATH=\"$PATH\"\nPATH=/usr/sbin:/usr/bin:/sbin:/bin\nmount --make-rprivate / 2>/dev/null || true\n");
-        for (src, target) in &mounts {
-            let (s, t) = (sh_quote(&path_str(src)), sh_quote(target));
-            if src.is_dir() {
-                script.push_str(&format!("mkdir -p {t}\n"));
-            } else {
-                script.push_str(&format!(
-                    "mkdir -p \"$(dirname {t})\"; [ -e {t} ] || : > {t}\n"
-                ));
-            }
-            script.push_str(&format!("mount --bind {s} {t}\n"));
-        }
-        let workdir = container.working_dir.clone().unwrap_or_else(|| "/".into());
-        script.push_str(&format!(
-            "cd {}\nPATH=\"$POD_PATH\"\nexec \"$@\"\n",
-            sh_quote(&workdir)
-        ));
-        std::fs::write(&launcher, script)?;
+        std::fs::write(&launcher, launcher_script(container, &mounts))?;
         if log == "log" {
             // What `pods/exec` needs to run a command in this pod's view (see `super::exec`).
             std::fs::write(dir.join("env.json"), serde_json::to_vec(&env)?)?;
@@ -260,6 +241,60 @@ impl PodView<'_> {
         crate::procs::own_group_and_die_with_parent(&mut cmd);
         Ok((cmd, termination))
     }
+
+    /// What `container` sees mounted (source on the host, target in the pod): its termination
+    /// message file, then its volume mounts.
+    async fn mounts(
+        &self,
+        container: &Container,
+        termination: &Path,
+    ) -> Result<Vec<(PathBuf, String)>> {
+        let (client, cfg, node, pod, dir) = (self.client, self.cfg, self.node, self.pod, self.dir);
+        let spec = pod.spec.clone().unwrap_or_default();
+        let ns = pod.metadata.namespace.clone().unwrap_or_default();
+        let mut mounts: Vec<(PathBuf, String)> = vec![(
+            termination.to_path_buf(),
+            container
+                .termination_message_path
+                .clone()
+                .unwrap_or_else(|| "/dev/termination-log".into()),
+        )];
+        for vm in container.volume_mounts.iter().flatten() {
+            let Some(vol) = spec.volumes.iter().flatten().find(|v| v.name == vm.name) else {
+                continue;
+            };
+            let mut src = volume_source(client, cfg, node, &ns, dir, vol, self.sa_dir).await?;
+            if let Some(sub) = vm.sub_path.as_deref().filter(|s| !s.is_empty()) {
+                src = src.join(sub);
+            }
+            mounts.push((src, vm.mount_path.clone()));
+        }
+        Ok(mounts)
+    }
+}
+
+/// The script a container starts with: the pod's view of the filesystem (`mounts`, bound with
+/// the host's tools), then the container's command in its working directory, with the pod's
+/// PATH (its image's commands only).
+fn launcher_script(container: &Container, mounts: &[(PathBuf, String)]) -> String {
+    let mut script = String::from("#!/bin/sh\n# testenv: the pod's view of the filesystem, then exec the container's command.\nset -e\nPOD_PATH=\"$PATH\"\nPATH=/usr/sbin:/usr/bin:/sbin:/bin\nmount --make-rprivate / 2>/dev/null || true\n");
+    for (src, target) in mounts {
+        let (s, t) = (sh_quote(&path_str(src)), sh_quote(target));
+        if src.is_dir() {
+            script.push_str(&format!("mkdir -p {t}\n"));
+        } else {
+            script.push_str(&format!(
+                "mkdir -p \"$(dirname {t})\"; [ -e {t} ] || : > {t}\n"
+            ));
+        }
+        script.push_str(&format!("mount --bind {s} {t}\n"));
+    }
+    let workdir = container.working_dir.clone().unwrap_or_else(|| "/".into());
+    script.push_str(&format!(
+        "cd {}\nPATH=\"$POD_PATH\"\nexec \"$@\"\n",
+        sh_quote(&workdir)
+    ));
+    script
 }
 
 /// The environment every container starts with: `PATH` leads with the node's recording shims,
