@@ -1,0 +1,687 @@
+//! `plan`: what a run would change, by server-side dry-run under the flow's ServiceAccount.
+//!
+//! Previewed: `apply` (inline manifests), `applyFile`/`deleteFile` (files from ConfigMap
+//! artifact sources), `delete`, `setLabel`. Every other step that changes objects (`include`,
+//! `copy`, `patchLabel`, `removeLabel`, files from URLs) is listed as undetermined with the
+//! reason, as is any step whose input uses a value known only at run time. Node steps are listed
+//! per target node.
+
+use std::collections::BTreeMap;
+
+use anyhow::{anyhow, bail, Context as _};
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::discovery::{ApiCapabilities, ApiResource, Discovery, Scope};
+use kube::Client;
+use serde_json::{json, Value};
+use similar::TextDiff;
+
+use crate::cluster;
+use crate::Global;
+
+/// The field manager the executor applies with (runtime-image/src/steps/apply.rs).
+const FIELD_MANAGER: &str = "pseudoflow";
+
+/// Node-step types: listed per target node, not previewed.
+const NODE_STEPS: &[&str] = &[
+    "configFile",
+    "patchFile",
+    "execNode",
+    "cordon",
+    "drain",
+    "uncordon",
+];
+
+/// Steps that change objects but are not previewed by this version.
+const NOT_PREVIEWED: &[(&str, &str)] = &[
+    ("include", "its manifests are fetched at run time"),
+    ("includeFlow", "it runs another flow"),
+    (
+        "copy",
+        "it copies Secret/ConfigMap data the plan does not read",
+    ),
+    ("patchLabel", "its labels are computed at run time"),
+    ("removeLabel", "label removal is not previewed yet"),
+];
+
+/// Where the plan stands.
+#[derive(Default)]
+struct Report {
+    changes: usize,
+    errors: usize,
+    undetermined: usize,
+}
+
+struct Planner {
+    sa_client: Client,
+    namespace: String,
+    vars: BTreeMap<String, String>,
+    /// Variables set by steps at run time, with the path of the step that sets them.
+    runtime_vars: BTreeMap<String, String>,
+    artifacts: Vec<Value>,
+    discovery: Option<Discovery>,
+    report: Report,
+}
+
+/// `kubectl pf plan NAME` or `kubectl pf plan -f FILE`; returns the exit code.
+pub async fn plan(
+    g: &Global,
+    name: Option<&str>,
+    file: Option<&std::path::Path>,
+) -> anyhow::Result<u8> {
+    let me = cluster::connect(g, None).await?;
+    let flow: Value = match (name, file) {
+        (Some(n), _) => serde_json::to_value(cluster::flow(&me, n).await?)?,
+        (None, Some(path)) => read_flow(path)?,
+        (None, None) => bail!("give a flow NAME or -f FILE"),
+    };
+    let namespace = flow["metadata"]["namespace"]
+        .as_str()
+        .map(str::to_string)
+        .unwrap_or_else(|| me.namespace.clone());
+    let flow_name = flow["metadata"]["name"].as_str().unwrap_or("").to_string();
+    let spec = &flow["spec"];
+    let sa = spec["serviceAccountName"]
+        .as_str()
+        .unwrap_or("default")
+        .to_string();
+    check_impersonation(&me.client, &namespace, &sa).await?;
+    let user = format!("system:serviceaccount:{namespace}:{sa}");
+    let sa_kube = cluster::connect(g, Some(user.clone())).await?;
+    println!("plan for pseudoflow {namespace}/{flow_name} as {user} (server-side dry-run)");
+    let vars = spec["vars"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let artifacts = match spec["artifacts"].as_array() {
+        Some(a) if !a.is_empty() => a.clone(),
+        _ => vec![json!({"configMap": pseudoflow_crd::spec::DEFAULT_ARTIFACTS_CONFIGMAP})],
+    };
+    let mut p = Planner {
+        sa_client: sa_kube.client,
+        namespace,
+        vars,
+        runtime_vars: BTreeMap::new(),
+        artifacts,
+        discovery: None,
+        report: Report::default(),
+    };
+    let steps = spec["steps"].as_array().cloned().unwrap_or_default();
+    p.steps(&steps, "spec.steps", None, None).await;
+    let r = &p.report;
+    println!(
+        "\n{} change(s), {} undetermined step(s), {} error(s)",
+        r.changes, r.undetermined, r.errors
+    );
+    Ok(if r.errors > 0 {
+        2
+    } else if r.changes > 0 {
+        1
+    } else {
+        0
+    })
+}
+
+/// The PseudoFlow document of `path` (`-`: stdin).
+fn read_flow(path: &std::path::Path) -> anyhow::Result<Value> {
+    use serde::Deserialize;
+    let text = if path.as_os_str() == "-" {
+        std::io::read_to_string(std::io::stdin())?
+    } else {
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?
+    };
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let v = Value::deserialize(doc).with_context(|| format!("parsing {}", path.display()))?;
+        if v["kind"] == "PseudoFlow" {
+            return Ok(v);
+        }
+    }
+    bail!("{} holds no PseudoFlow", path.display())
+}
+
+/// Refuses clearly when the caller may not impersonate the flow's ServiceAccount.
+async fn check_impersonation(client: &Client, ns: &str, sa: &str) -> anyhow::Result<()> {
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some("impersonate".into()),
+                resource: Some("serviceaccounts".into()),
+                namespace: Some(ns.into()),
+                name: Some(sa.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let answer = Api::<SelfSubjectAccessReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .context("asking the API server whether you may impersonate the flow's ServiceAccount")?;
+    if answer.status.is_some_and(|s| s.allowed) {
+        return Ok(());
+    }
+    Err(anyhow!(
+        "refused: you may not impersonate ServiceAccount {ns}/{sa}. plan computes the changes \
+         with the flow's own rights, so it needs `impersonate` on `serviceaccounts` named {sa:?} \
+         in namespace {ns:?} (see docs/cli.md#plan)"
+    ))
+}
+
+/// `${name}` replaced by spec vars; Err(reason) when a value is known only at run time.
+fn substitute(
+    s: &str,
+    vars: &BTreeMap<String, String>,
+    runtime: &BTreeMap<String, String>,
+) -> Result<String, String> {
+    let mut out = String::new();
+    let mut rest = s;
+    while let Some(i) = rest.find("${") {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 2..];
+        let Some(end) = after.find('}') else {
+            out.push_str(&rest[i..]);
+            return Ok(out);
+        };
+        let expr = after[..end].trim();
+        match vars.get(expr) {
+            Some(v) => out.push_str(v),
+            None => {
+                return Err(match runtime.get(expr) {
+                    Some(by) => format!("uses ${{{expr}}}, set at run time by {by}"),
+                    None => format!("uses ${{{expr}}}, known only at run time"),
+                })
+            }
+        }
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+fn substitute_value(
+    v: &Value,
+    vars: &BTreeMap<String, String>,
+    runtime: &BTreeMap<String, String>,
+) -> Result<Value, String> {
+    Ok(match v {
+        Value::String(s) => Value::String(substitute(s, vars, runtime)?),
+        Value::Array(a) => Value::Array(
+            a.iter()
+                .map(|x| substitute_value(x, vars, runtime))
+                .collect::<Result<_, _>>()?,
+        ),
+        Value::Object(m) => {
+            let mut o = serde_json::Map::new();
+            for (k, x) in m {
+                o.insert(
+                    substitute(k, vars, runtime)?,
+                    substitute_value(x, vars, runtime)?,
+                );
+            }
+            Value::Object(o)
+        }
+        other => other.clone(),
+    })
+}
+
+/// An object without what the server owns: managed fields, status, identity, versions.
+fn clean(mut v: Value) -> Value {
+    if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+        for k in [
+            "managedFields",
+            "resourceVersion",
+            "uid",
+            "creationTimestamp",
+            "generation",
+            "selfLink",
+        ] {
+            m.remove(k);
+        }
+        if let Some(a) = m.get_mut("annotations").and_then(Value::as_object_mut) {
+            a.remove("kubectl.kubernetes.io/last-applied-configuration");
+            if a.is_empty() {
+                m.remove("annotations");
+            }
+        }
+    }
+    if let Some(o) = v.as_object_mut() {
+        o.remove("status");
+    }
+    v
+}
+
+/// Secret values replaced by `***` (a value the plan changes by `*** (changed)`), keys kept.
+fn mask(before: &mut Value, after: &mut Value) {
+    let is_secret = |v: &Value| v["kind"] == "Secret";
+    if !is_secret(before) && !is_secret(after) {
+        return;
+    }
+    let existed = !before.is_null();
+    let old = before.get("data").cloned().unwrap_or(Value::Null);
+    for field in ["data", "stringData"] {
+        if let Some(m) = before.get_mut(field).and_then(Value::as_object_mut) {
+            for (_, v) in m.iter_mut() {
+                *v = json!("***");
+            }
+        }
+        if let Some(m) = after.get_mut(field).and_then(Value::as_object_mut) {
+            for (k, v) in m.iter_mut() {
+                let changed = existed && old.get(k) != Some(v);
+                *v = json!(if changed { "*** (changed)" } else { "***" });
+            }
+        }
+    }
+}
+
+fn yaml(v: &Value) -> String {
+    if v.is_null() {
+        String::new()
+    } else {
+        serde_yaml::to_string(v).unwrap_or_default()
+    }
+}
+
+impl Planner {
+    fn undetermined(&mut self, path: &str, ty: &str, why: &str) {
+        self.report.undetermined += 1;
+        println!("\n{path} ({ty}): undetermined — {why}");
+    }
+
+    fn error(&mut self, path: &str, ty: &str, what: &str, e: impl std::fmt::Display) {
+        self.report.errors += 1;
+        println!("\n{path} ({ty}) {what}: error — {e}");
+    }
+
+    async fn resolve(
+        &mut self,
+        api_version: Option<&str>,
+        kind: &str,
+    ) -> anyhow::Result<(ApiResource, ApiCapabilities)> {
+        if self.discovery.is_none() {
+            self.discovery = Some(Discovery::new(self.sa_client.clone()).run().await?);
+        }
+        let d = self.discovery.as_ref().expect("just set");
+        for group in d.groups() {
+            for (ar, caps) in group.recommended_resources() {
+                let version_ok = match api_version {
+                    Some(av) => ar.api_version == av,
+                    None => true,
+                };
+                if ar.kind == kind && version_ok {
+                    return Ok((ar, caps));
+                }
+            }
+            if let Some(av) = api_version {
+                for (ar, caps) in group.versioned_resources(av.rsplit('/').next().unwrap_or(av)) {
+                    if ar.kind == kind && ar.api_version == av {
+                        return Ok((ar, caps));
+                    }
+                }
+            }
+        }
+        bail!(
+            "the API server serves no kind {kind:?}{}",
+            api_version.map(|a| format!(" in {a}")).unwrap_or_default()
+        )
+    }
+
+    fn api(
+        &self,
+        ar: &ApiResource,
+        caps: &ApiCapabilities,
+        ns: Option<&str>,
+    ) -> Api<DynamicObject> {
+        match caps.scope {
+            Scope::Cluster => Api::all_with(self.sa_client.clone(), ar),
+            Scope::Namespaced => {
+                Api::namespaced_with(self.sa_client.clone(), ns.unwrap_or(&self.namespace), ar)
+            }
+        }
+    }
+
+    /// Prints the diff of one object and counts it.
+    fn show(&mut self, path: &str, ty: &str, what: &str, before: Value, after: Value) {
+        let mut before = clean(before);
+        let mut after = clean(after);
+        mask(&mut before, &mut after);
+        let verdict = match (before.is_null(), after.is_null()) {
+            (true, false) => "added",
+            (false, true) => "deleted",
+            _ if before == after => "unchanged",
+            _ => "changed",
+        };
+        println!("\n{path} ({ty}) {what}: {verdict}");
+        if verdict == "unchanged" {
+            return;
+        }
+        self.report.changes += 1;
+        let (a, b) = (yaml(&before), yaml(&after));
+        let diff = TextDiff::from_lines(&a, &b);
+        print!(
+            "{}",
+            diff.unified_diff()
+                .context_radius(3)
+                .header(&format!("live {what}"), &format!("planned {what}"))
+        );
+    }
+
+    async fn apply_object(&mut self, path: &str, ty: &str, obj: Value) {
+        let kind = obj["kind"].as_str().unwrap_or("").to_string();
+        let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
+        let av = obj["apiVersion"].as_str().map(str::to_string);
+        let ns = obj["metadata"]["namespace"].as_str().map(str::to_string);
+        let what = format!(
+            "{kind} {}{name}",
+            ns.as_ref().map(|n| format!("{n}/")).unwrap_or_default()
+        );
+        let (ar, caps) = match self.resolve(av.as_deref(), &kind).await {
+            Ok(r) => r,
+            Err(e) => return self.error(path, ty, &what, e),
+        };
+        let what = match caps.scope {
+            Scope::Cluster => format!("{kind} {name}"),
+            Scope::Namespaced => {
+                format!("{kind} {}/{name}", ns.as_deref().unwrap_or(&self.namespace))
+            }
+        };
+        let api = self.api(&ar, &caps, ns.as_deref());
+        let live = match api.get_opt(&name).await {
+            Ok(o) => o.map(|o| serde_json::to_value(o).unwrap_or_default()),
+            Err(e) => return self.error(path, ty, &what, format!("reading it: {e}")),
+        };
+        let planned = api
+            .patch(
+                &name,
+                &PatchParams::apply(FIELD_MANAGER).force().dry_run(),
+                &Patch::Apply(&obj),
+            )
+            .await;
+        match planned {
+            Ok(o) => self.show(
+                path,
+                ty,
+                &what,
+                live.unwrap_or(Value::Null),
+                serde_json::to_value(o).unwrap_or_default(),
+            ),
+            Err(e) => self.error(path, ty, &what, format!("server-side dry-run: {e}")),
+        }
+    }
+
+    async fn delete_object(
+        &mut self,
+        path: &str,
+        ty: &str,
+        api_version: Option<&str>,
+        kind: &str,
+        name: &str,
+        ns: Option<&str>,
+    ) {
+        let (ar, caps) = match self.resolve(api_version, kind).await {
+            Ok(r) => r,
+            Err(e) => return self.error(path, ty, &format!("{kind} {name}"), e),
+        };
+        let what = match caps.scope {
+            Scope::Cluster => format!("{kind} {name}"),
+            Scope::Namespaced => format!("{kind} {}/{name}", ns.unwrap_or(&self.namespace)),
+        };
+        let api = self.api(&ar, &caps, ns);
+        let live = match api.get_opt(name).await {
+            Ok(o) => o,
+            Err(e) => return self.error(path, ty, &what, format!("reading it: {e}")),
+        };
+        let Some(live) = live else {
+            println!("\n{path} ({ty}) {what}: absent, nothing to delete");
+            return;
+        };
+        let dp = DeleteParams {
+            dry_run: true,
+            ..Default::default()
+        };
+        match api.delete(name, &dp).await {
+            Ok(_) => self.show(
+                path,
+                ty,
+                &what,
+                serde_json::to_value(live).unwrap_or_default(),
+                Value::Null,
+            ),
+            Err(e) => self.error(path, ty, &what, format!("server-side dry-run delete: {e}")),
+        }
+    }
+
+    /// The text of artifact file `file` from the flow's ConfigMap sources.
+    async fn artifact(&self, file: &str) -> Result<String, String> {
+        for src in &self.artifacts {
+            if let Some(cm) = src["configMap"].as_str() {
+                let api = Api::<ConfigMap>::namespaced(self.sa_client.clone(), &self.namespace);
+                match api.get_opt(cm).await {
+                    Ok(Some(c)) => {
+                        if let Some(t) = c.data.as_ref().and_then(|d| d.get(file)) {
+                            return Ok(t.clone());
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(e) => return Err(format!("reading ConfigMap {cm}: {e}")),
+                }
+            } else if src["url"].is_string() {
+                return Err(format!(
+                    "{file} may come from a URL source, which plan does not fetch"
+                ));
+            }
+        }
+        Err(format!("no artifact source holds {file}"))
+    }
+
+    async fn nodes(&self, selector: &Value) -> Vec<String> {
+        let sel = selector.as_str().unwrap_or("");
+        Api::<Node>::all(self.sa_client.clone())
+            .list(&ListParams::default().labels(sel))
+            .await
+            .map(|l| {
+                l.items
+                    .into_iter()
+                    .filter_map(|n| n.metadata.name)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Walks `steps` (at `base`), `nodes` being the loopNodes targets around them and `cond` the
+    /// run-time choice they sit behind.
+    fn steps<'a>(
+        &'a mut self,
+        steps: &'a [Value],
+        base: &'a str,
+        nodes: Option<&'a [String]>,
+        cond: Option<&'a str>,
+    ) -> futures::future::BoxFuture<'a, ()> {
+        Box::pin(async move {
+            for (i, step) in steps.iter().enumerate() {
+                let path = format!("{base}[{i}]");
+                self.step(step, &path, nodes, cond).await;
+            }
+        })
+    }
+
+    async fn step(
+        &mut self,
+        step: &Value,
+        path: &str,
+        nodes: Option<&[String]>,
+        cond: Option<&str>,
+    ) {
+        let ty = step["type"].as_str().unwrap_or("?").to_string();
+        for key in ["var", "outputVar", "register"] {
+            if let Some(v) = step[key].as_str() {
+                self.runtime_vars
+                    .insert(v.to_string(), format!("{path} ({ty})"));
+            }
+        }
+        // Nested steps of compound types.
+        let nested: Vec<(&str, &Vec<Value>)> = ["steps", "then", "else", "do", "catch"]
+            .iter()
+            .filter_map(|k| step[*k].as_array().map(|a| (*k, a)))
+            .filter(|(_, a)| a.iter().all(|s| s.get("type").is_some()))
+            .collect();
+        if !nested.is_empty() {
+            let loop_nodes = if ty == "loopNodes" {
+                Some(self.nodes(&step["selector"]).await)
+            } else {
+                None
+            };
+            let why = match ty.as_str() {
+                "if" | "when" => Some(format!("the branch {ty} at {path} chooses at run time")),
+                "loop" => Some(format!("the items of loop {path}")),
+                _ => None,
+            };
+            for (key, list) in nested {
+                let inner_nodes = loop_nodes.as_deref().or(nodes);
+                let inner_cond = why.as_deref().or(cond);
+                self.steps(list, &format!("{path}.{key}"), inner_nodes, inner_cond)
+                    .await;
+            }
+            return;
+        }
+        if NODE_STEPS.contains(&ty.as_str()) {
+            let targets = match (nodes, step.get("nodeSelector")) {
+                (Some(n), _) => n.to_vec(),
+                (None, Some(sel)) => self.nodes(sel).await,
+                (None, None) => Vec::new(),
+            };
+            let what = step["path"].as_str().unwrap_or("");
+            println!("\n{path} ({ty}) {what}: a node step, not previewed; runs on:");
+            for n in &targets {
+                println!("  node {n}");
+            }
+            if targets.is_empty() {
+                println!("  (the node its loop or selector picks at run time)");
+            }
+            return;
+        }
+        if let Some((_, why)) = NOT_PREVIEWED.iter().find(|(t, _)| *t == ty) {
+            return self.undetermined(path, &ty, why);
+        }
+        if !matches!(
+            ty.as_str(),
+            "apply" | "applyFile" | "delete" | "deleteFile" | "setLabel"
+        ) {
+            return; // changes no object (waitFor, exec, log, sleep, eval, ...)
+        }
+        if let Some(c) = cond {
+            self.undetermined(path, &ty, &format!("it runs only if {c}"));
+            return;
+        }
+        let step = match substitute_value(step, &self.vars, &self.runtime_vars) {
+            Ok(s) => s,
+            Err(why) => return self.undetermined(path, &ty, &why),
+        };
+        match ty.as_str() {
+            "apply" => match pseudoflow_crd::steps::apply::manifest_objects(&step["manifests"]) {
+                Ok(objs) => {
+                    for o in objs {
+                        self.apply_object(path, &ty, o).await;
+                    }
+                }
+                Err(e) => self.error(path, &ty, "manifests", e),
+            },
+            "applyFile" | "deleteFile" => {
+                let file = step["path"].as_str().unwrap_or("");
+                let body = match self.artifact(file).await {
+                    Ok(b) => b,
+                    Err(why) => return self.undetermined(path, &ty, &why),
+                };
+                let body = match substitute(&body, &self.vars, &self.runtime_vars) {
+                    Ok(b) => b,
+                    Err(why) => return self.undetermined(path, &ty, &format!("{file} {why}")),
+                };
+                let objs = match pseudoflow_crd::steps::apply::manifest_objects(&json!(body)) {
+                    Ok(o) => o,
+                    Err(e) => return self.error(path, &ty, file, e),
+                };
+                for o in objs {
+                    if ty == "applyFile" {
+                        self.apply_object(path, &ty, o).await;
+                    } else {
+                        self.delete_object(
+                            path,
+                            &ty,
+                            o["apiVersion"].as_str(),
+                            o["kind"].as_str().unwrap_or(""),
+                            o["metadata"]["name"].as_str().unwrap_or(""),
+                            o["metadata"]["namespace"].as_str(),
+                        )
+                        .await;
+                    }
+                }
+            }
+            "delete" => {
+                let t = &step["target"];
+                self.delete_object(
+                    path,
+                    &ty,
+                    t["apiVersion"].as_str(),
+                    t["kind"].as_str().unwrap_or(""),
+                    t["name"].as_str().unwrap_or(""),
+                    t["namespace"].as_str(),
+                )
+                .await;
+            }
+            "setLabel" => self.set_label(path, &ty, &step).await,
+            _ => {}
+        }
+    }
+
+    async fn set_label(&mut self, path: &str, ty: &str, step: &Value) {
+        let t = &step["target"];
+        let kind = t["kind"].as_str().unwrap_or("");
+        let (ar, caps) = match self.resolve(t["apiVersion"].as_str(), kind).await {
+            Ok(r) => r,
+            Err(e) => return self.error(path, ty, kind, e),
+        };
+        let api = self.api(&ar, &caps, t["namespace"].as_str());
+        let targets = match (t["name"].as_str(), t["selector"].as_str()) {
+            (Some(n), _) => match api.get_opt(n).await {
+                Ok(o) => o.into_iter().collect(),
+                Err(e) => return self.error(path, ty, kind, e),
+            },
+            (None, sel) => match api
+                .list(&ListParams::default().labels(sel.unwrap_or("")))
+                .await
+            {
+                Ok(l) => l.items,
+                Err(e) => return self.error(path, ty, kind, e),
+            },
+        };
+        let patch = json!({"metadata": {"labels": step["labels"]}});
+        for o in targets {
+            let name = o.metadata.name.clone().unwrap_or_default();
+            let what = format!("{kind} {name}");
+            match api
+                .patch(
+                    &name,
+                    &PatchParams::default().dry_run(),
+                    &Patch::Merge(&patch),
+                )
+                .await
+            {
+                Ok(after) => self.show(
+                    path,
+                    ty,
+                    &what,
+                    serde_json::to_value(o).unwrap_or_default(),
+                    serde_json::to_value(after).unwrap_or_default(),
+                ),
+                Err(e) => self.error(path, ty, &what, format!("server-side dry-run: {e}")),
+            }
+        }
+    }
+}
