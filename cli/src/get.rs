@@ -180,6 +180,7 @@ pub async fn render(k: &Kube, f: &DynamicObject) -> anyhow::Result<String> {
         phase(&st),
         st.reason
             .as_ref()
+            .filter(|r| **r != phase(&st))
             .map(|r| format!(" ({r})"))
             .unwrap_or_default()
     );

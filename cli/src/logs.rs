@@ -108,7 +108,7 @@ pub async fn logs(k: &Kube, name: &str, step: Option<&str>, follow: bool) -> any
         let f = flow(k, name).await?;
         let st = status(&f);
         let jobs = run_jobs(k, name, &st).await?;
-        let mut ordered: Vec<_> = jobs.into_iter().flat_map(|(_, js)| js).collect();
+        let mut ordered: Vec<_> = jobs.into_values().flatten().collect();
         ordered.sort_by_key(|j| {
             (
                 order

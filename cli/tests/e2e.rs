@@ -1,0 +1,608 @@
+//! `kubectl-pf` end to end: the built binary against a real API server from testenv, with an
+//! in-process controller running the flows (tests in this binary share one cluster, each in its
+//! own namespace).
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
+use kube::api::{Api, ListParams, PostParams};
+use kube::Client;
+use pseudoflow_controller::metrics::Metrics;
+use pseudoflow_controller::{run_controller, Context};
+use pseudoflow_test_support::{apply, create_flow, flows, install_crd, wait_done, FlowNamespace};
+use pseudoflow_testenv::{shared_with, Options, TestEnv};
+use serde_json::{json, Value};
+
+const IMAGE: &str = "pseudoflow/runtime:e2e";
+
+/// The executor binary built beside this test binary (built on demand).
+fn step_binary() -> String {
+    let exe = std::env::current_exe().unwrap();
+    let bin = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("pseudoflow-step");
+    if !bin.is_file() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let ok = Command::new(cargo)
+            .args([
+                "build",
+                "-q",
+                "-p",
+                "pseudoflow-runtime",
+                "--bin",
+                "pseudoflow-step",
+            ])
+            .status()
+            .unwrap();
+        assert!(
+            ok.success() && bin.is_file(),
+            "could not build pseudoflow-step"
+        );
+    }
+    bin.display().to_string()
+}
+
+fn env() -> &'static TestEnv {
+    shared_with(|| {
+        let mut o = Options::default();
+        o.images.insert_runtime(IMAGE, step_binary());
+        o
+    })
+    .unwrap_or_else(|e| panic!("testenv: {e}"))
+}
+
+/// A namespace whose ServiceAccount `flow` may manage ConfigMaps and Secrets and list nodes.
+async fn namespace(prefix: &str) -> (Client, String) {
+    let env = env();
+    let client = env.client().await.unwrap();
+    install_crd(&client).await;
+    let ns = FlowNamespace::new(prefix)
+        .rules(json!([{"apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": ["get", "list", "watch", "create", "patch", "delete"]}]))
+        .cluster_rules(json!([{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]}]))
+        .create(env, &client)
+        .await;
+    (client, ns)
+}
+
+fn start_controller(client: &Client, ns: &str) -> tokio::task::JoinHandle<()> {
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        IMAGE.into(),
+        Arc::new(Metrics::default()),
+    ));
+    tokio::spawn(run_controller(ctx, Some(ns.to_string())))
+}
+
+/// What one run of the plugin gave.
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `kubectl-pf --kubeconfig <kubeconfig> ARGS` off the runtime.
+async fn pf_as(kubeconfig: PathBuf, args: &[&str]) -> Out {
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        let o = Command::new(env!("CARGO_BIN_EXE_kubectl-pf"))
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(&args)
+            .output()
+            .unwrap();
+        Out {
+            code: o.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&o.stdout).into(),
+            stderr: String::from_utf8_lossy(&o.stderr).into(),
+        }
+    })
+    .await
+    .unwrap()
+}
+
+async fn pf(args: &[&str]) -> Out {
+    pf_as(env().kubeconfig_path().to_path_buf(), args).await
+}
+
+/// A flow of two applies and a waitFor: one fused Job (step fusion), three status entries.
+async fn run_fused_flow(client: &Client, ns: &str, name: &str) -> Value {
+    create_flow(client, ns, name, json!({
+        "serviceAccountName": "flow",
+        "steps": [
+            {"name": "first", "type": "apply", "manifests": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "one", "namespace": ns}, "data": {"a": "1"}}},
+            {"name": "second", "type": "apply", "manifests": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "two", "namespace": ns}, "data": {"b": "2"}}},
+            {"name": "third", "type": "waitFor", "resource": {"kind": "ConfigMap", "name": "two", "namespace": ns}, "condition": "Exist", "timeoutSeconds": 60}
+        ]
+    }))
+    .await;
+    let st = wait_done(client, ns, name, 120).await;
+    assert_eq!(st["phase"], "Succeeded", "{st:#}");
+    st
+}
+
+async fn job_names(client: &Client, ns: &str) -> Vec<String> {
+    Api::<k8s_openapi::api::batch::v1::Job>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|j| j.metadata.name)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn help_on_every_verb_and_shell_completion() {
+    for verb in [
+        "list",
+        "get",
+        "logs",
+        "plan",
+        "suspend",
+        "resume",
+        "completion",
+    ] {
+        let o = pf(&[verb, "--help"]).await;
+        assert_eq!(o.code, 0, "{verb} --help: {}", o.stderr);
+        assert!(
+            o.stdout.contains("Usage: kubectl pf"),
+            "{verb}: {}",
+            o.stdout
+        );
+        assert!(o.stdout.contains("--namespace"), "{verb}: -n on every verb");
+    }
+    for shell in ["bash", "zsh", "fish"] {
+        let o = pf(&["completion", shell]).await;
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        assert!(
+            o.stdout.contains("plan") && o.stdout.contains("suspend"),
+            "{shell}"
+        );
+    }
+    let o = pf(&["get"]).await;
+    assert_eq!(o.code, 2, "a usage error: {}", o.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_and_get_show_the_run_as_a_tree_with_its_job() {
+    let (client, ns) = namespace("pf-get").await;
+    let ctl = start_controller(&client, &ns);
+    run_fused_flow(&client, &ns, "tree").await;
+    let jobs = job_names(&client, &ns).await;
+    assert_eq!(jobs.len(), 1, "the three steps share one Job: {jobs:?}");
+
+    let o = pf(&["list", "-n", &ns]).await;
+    println!("{}", o.stdout);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let row = o
+        .stdout
+        .lines()
+        .find(|l| l.contains("tree"))
+        .unwrap_or_else(|| panic!("{}", o.stdout));
+    assert!(
+        row.starts_with(&ns)
+            && row.contains("Succeeded")
+            && row.contains("ago")
+            && row.contains("3/3"),
+        "{row}"
+    );
+    assert!(o.stdout.starts_with("NAMESPACE"), "{}", o.stdout);
+
+    let o = pf(&["list", "-A", "-o", "json"]).await;
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let v: Value = serde_json::from_str(&o.stdout).unwrap();
+    assert!(v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|f| f["metadata"]["name"] == "tree" && f["metadata"]["namespace"] == ns.as_str()));
+
+    let o = pf(&["get", "tree", "-n", &ns]).await;
+    println!("{}", o.stdout);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let out = &o.stdout;
+    assert!(out.contains(&format!("{ns}/tree  Succeeded")), "{out}");
+    for (step, ty) in [
+        ("first", "apply"),
+        ("second", "apply"),
+        ("third", "waitFor"),
+    ] {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(&format!("{step} ({ty})")))
+            .unwrap_or_else(|| panic!("{step}: {out}"));
+        assert!(line.contains("Succeeded"), "{line}");
+    }
+    // The head of the fused segment names its Job and pod.
+    let first = out.lines().find(|l| l.starts_with("first")).unwrap();
+    assert!(
+        first.contains(&format!("{}/{}-", jobs[0], jobs[0])),
+        "{first}"
+    );
+
+    let o = pf(&["get", "tree", "-n", &ns, "-o", "yaml"]).await;
+    assert_eq!(o.code, 0);
+    let v: Value = serde_yaml::from_str(&o.stdout).unwrap();
+    assert_eq!(v["status"]["phase"], "Succeeded");
+
+    let o = pf(&["get", "missing", "-n", &ns]).await;
+    assert_eq!(o.code, 1, "kubectl's exit code for an error");
+    assert!(o.stderr.contains("missing"), "{}", o.stderr);
+    ctl.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_watch_draws_the_tree_and_keeps_running() {
+    let (client, ns) = namespace("pf-watch").await;
+    let ctl = start_controller(&client, &ns);
+    run_fused_flow(&client, &ns, "watched").await;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kubectl-pf"))
+        .arg("--kubeconfig")
+        .arg(env().kubeconfig_path())
+        .args(["get", "watched", "-w", "-n", &ns])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let seen = tokio::task::spawn_blocking(move || {
+        let mut seen = String::new();
+        for line in BufReader::new(stdout).lines() {
+            let line = line.unwrap();
+            seen.push_str(&line);
+            seen.push('\n');
+            if line.starts_with("third") {
+                break;
+            }
+        }
+        seen
+    });
+    let seen = tokio::time::timeout(Duration::from_secs(30), seen)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(seen.contains("\x1b[2J"), "clears the screen before drawing");
+    assert!(seen.contains("watched  Succeeded"), "{seen}");
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(child.try_wait().unwrap().is_none(), "-w keeps watching");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    ctl.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_split_a_fused_segment_per_step() {
+    let (client, ns) = namespace("pf-logs").await;
+    let ctl = start_controller(&client, &ns);
+    run_fused_flow(&client, &ns, "logged").await;
+
+    let o = pf(&["logs", "logged", "-n", &ns]).await;
+    println!("{}", o.stdout);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let out = &o.stdout;
+    let pos = |marker: &str| {
+        out.lines()
+            .position(|l| l.contains(marker))
+            .unwrap_or_else(|| panic!("{marker}: {out}"))
+    };
+    let (a, b, c) = (
+        pos("segment step starting node=s0"),
+        pos("segment step starting node=s1"),
+        pos("segment step starting node=s2"),
+    );
+    assert!(a < b && b < c, "in step order: {out}");
+    assert!(out.lines().nth(a).unwrap().starts_with("[first] "), "{out}");
+    assert!(
+        out.lines().nth(b).unwrap().starts_with("[second] "),
+        "{out}"
+    );
+    assert!(out.lines().nth(c).unwrap().starts_with("[third] "), "{out}");
+
+    // One step of the fused segment: only its lines.
+    let o = pf(&["logs", "logged", "second", "-n", &ns]).await;
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(!o.stdout.is_empty());
+    assert!(
+        o.stdout.lines().all(|l| l.starts_with("[second] ")),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        o.stdout.contains("node=s1")
+            && !o.stdout.contains("node=s0")
+            && !o.stdout.contains("node=s2"),
+        "{}",
+        o.stdout
+    );
+    // By path too, and -f ends with the run.
+    let o = pf(&["logs", "logged", "spec.steps[2]", "-f", "-n", &ns]).await;
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(
+        o.stdout.lines().all(|l| l.starts_with("[third] ")) && o.stdout.contains("node=s2"),
+        "{}",
+        o.stdout
+    );
+
+    let o = pf(&["logs", "logged", "nope", "-n", &ns]).await;
+    assert_eq!(o.code, 1);
+    assert!(
+        o.stderr.contains("no step \"nope\"") && o.stderr.contains("second"),
+        "{}",
+        o.stderr
+    );
+    ctl.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn suspend_and_resume_set_spec_suspend() {
+    let (client, ns) = namespace("pf-suspend").await;
+    create_flow(
+        &client,
+        &ns,
+        "held",
+        json!({"serviceAccountName": "flow", "steps": [{"type": "log", "message": "hi"}]}),
+    )
+    .await;
+    let suspend = |client: Client, ns: String| async move {
+        flows(&client, &ns).get("held").await.unwrap().data["spec"]["suspend"].as_bool()
+    };
+    let o = pf(&["suspend", "held", "-n", &ns]).await;
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stdout.contains("held suspended"), "{}", o.stdout);
+    assert_eq!(suspend(client.clone(), ns.clone()).await, Some(true));
+    let o = pf(&["resume", "held", "-n", &ns]).await;
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_ne!(suspend(client.clone(), ns.clone()).await, Some(true));
+    let o = pf(&["suspend", "absent", "-n", &ns]).await;
+    assert_eq!(o.code, 1);
+    assert!(o.stderr.contains("absent"), "{}", o.stderr);
+}
+
+/// resourceVersion of every ConfigMap, Secret and PseudoFlow of `ns`, and of every Node.
+async fn versions(client: &Client, ns: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for cm in Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+    {
+        out.push((
+            format!("cm/{}", cm.metadata.name.unwrap()),
+            cm.metadata.resource_version.unwrap(),
+        ));
+    }
+    for s in Api::<Secret>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+    {
+        out.push((
+            format!("secret/{}", s.metadata.name.unwrap()),
+            s.metadata.resource_version.unwrap(),
+        ));
+    }
+    for f in flows(client, ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+    {
+        out.push((
+            format!("pf/{}", f.metadata.name.unwrap()),
+            f.metadata.resource_version.unwrap(),
+        ));
+    }
+    for n in Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+    {
+        out.push((
+            format!("node/{}", n.metadata.name.unwrap()),
+            n.metadata.resource_version.unwrap(),
+        ));
+    }
+    out.sort();
+    out
+}
+
+fn flow_doc(ns: &str, name: &str, steps: Value) -> Value {
+    json!({"apiVersion": "ops.example.com/v1alpha1", "kind": "PseudoFlow", "metadata": {"name": name, "namespace": ns},
+        "spec": {"serviceAccountName": "flow", "vars": {"greeting": "new"}, "steps": steps}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_shows_changes_by_dry_run_and_changes_nothing() {
+    let (client, ns) = namespace("pf-plan").await;
+    apply(&client, json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "changed", "namespace": ns}, "data": {"greeting": "old", "kept": "yes"}})).await;
+    apply(&client, json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "doomed", "namespace": ns}, "data": {"x": "1"}})).await;
+    apply(&client, json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "creds", "namespace": ns}, "stringData": {"password": "old-hunter2", "user": "admin"}})).await;
+    let steps = json!([
+        {"type": "apply", "manifests": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "changed", "namespace": ns}, "data": {"greeting": "${greeting}", "kept": "yes"}}},
+        {"type": "apply", "manifests": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fresh", "namespace": ns}, "data": {"hello": "world"}}},
+        {"type": "apply", "manifests": {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "creds", "namespace": ns}, "stringData": {"password": "new-hunter2", "user": "admin"}}},
+        {"type": "delete", "target": {"kind": "ConfigMap", "name": "doomed", "namespace": ns}},
+        {"type": "exec", "cmd": "echo computed", "var": "computed"},
+        {"type": "apply", "manifests": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "later", "namespace": ns}, "data": {"v": "${computed}"}}},
+        {"type": "loopNodes", "selector": "", "steps": [{"type": "configFile", "path": "/etc/x.conf", "content": "x"}]}
+    ]);
+    // The applied flow (no controller in this namespace: it only sits there).
+    apply(&client, flow_doc(&ns, "applied", steps.clone())).await;
+    let file = env().dir().join(format!("{ns}-flow.yaml"));
+    std::fs::write(
+        &file,
+        serde_yaml::to_string(&flow_doc(&ns, "unapplied", steps)).unwrap(),
+    )
+    .unwrap();
+
+    let before = versions(&client, &ns).await;
+    let by_file = pf(&["plan", "-f", file.to_str().unwrap()]).await;
+    let by_name = pf(&["plan", "applied", "-n", &ns]).await;
+    let after = versions(&client, &ns).await;
+    println!("{}", by_name.stdout);
+    assert_eq!(before, after, "plan changed nothing on the cluster");
+    assert!(Api::<ConfigMap>::namespaced(client.clone(), &ns)
+        .get_opt("fresh")
+        .await
+        .unwrap()
+        .is_none());
+
+    for o in [&by_file, &by_name] {
+        let out = &o.stdout;
+        assert_eq!(
+            o.code, 1,
+            "changes: exit 1 as flux diff; {out}\n{}",
+            o.stderr
+        );
+        assert!(
+            out.contains(&format!("as system:serviceaccount:{ns}:flow")),
+            "{out}"
+        );
+        // A changed ConfigMap: a unified diff of its data, without managed fields.
+        assert!(
+            out.contains(&format!(
+                "spec.steps[0] (apply) ConfigMap {ns}/changed: changed"
+            )),
+            "{out}"
+        );
+        assert!(
+            out.contains("-  greeting: old") && out.contains("+  greeting: new"),
+            "{out}"
+        );
+        assert!(
+            !out.contains("managedFields") && !out.contains("resourceVersion"),
+            "{out}"
+        );
+        // A new object.
+        assert!(
+            out.contains(&format!(
+                "spec.steps[1] (apply) ConfigMap {ns}/fresh: added"
+            )),
+            "{out}"
+        );
+        assert!(out.contains("+  hello: world"), "{out}");
+        // Secret data masked, keys kept, the change marked.
+        assert!(out.contains(&format!("ConfigMap {ns}/changed")));
+        assert!(
+            out.contains(&format!("spec.steps[2] (apply) Secret {ns}/creds: changed")),
+            "{out}"
+        );
+        assert!(
+            out.contains("+  password: '*** (changed)'")
+                || out.contains("+  password: \"*** (changed)\""),
+            "{out}"
+        );
+        for secret in ["hunter2", "b2xkLWh1bnRlcjI", "bmV3LWh1bnRlcjI", "YWRtaW4"] {
+            assert!(!out.contains(secret), "secret value {secret} leaked: {out}");
+        }
+        // A deletion.
+        assert!(
+            out.contains(&format!(
+                "spec.steps[3] (delete) ConfigMap {ns}/doomed: deleted"
+            )),
+            "{out}"
+        );
+        assert!(
+            out.contains("-  x: '1'") || out.contains("-  x: \"1\""),
+            "{out}"
+        );
+        // A run-time value: undetermined, with the reason.
+        assert!(out.contains("spec.steps[5] (apply): undetermined — uses ${computed}, set at run time by spec.steps[4] (exec)"), "{out}");
+        // Node steps per target node.
+        assert!(
+            out.contains("spec.steps[6].steps[0] (configFile) /etc/x.conf: a node step"),
+            "{out}"
+        );
+        for n in env().nodes() {
+            assert!(out.contains(&format!("  node {n}\n")), "{n}: {out}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_exits_0_without_changes_and_2_on_errors() {
+    let (client, ns) = namespace("pf-plan0").await;
+    apply(&client, json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "same", "namespace": ns}, "data": {"a": "1"}})).await;
+    apply(&client, flow_doc(&ns, "noop", json!([
+        {"type": "apply", "manifests": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "same", "namespace": ns}, "data": {"a": "1"}}},
+        {"type": "delete", "target": {"kind": "ConfigMap", "name": "gone-already", "namespace": ns}}
+    ]))).await;
+    let o = pf(&["plan", "noop", "-n", &ns]).await;
+    assert_eq!(o.code, 0, "no change: {}\n{}", o.stdout, o.stderr);
+    assert!(
+        o.stdout
+            .contains(&format!("ConfigMap {ns}/same: unchanged")),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        o.stdout.contains("absent, nothing to delete"),
+        "{}",
+        o.stdout
+    );
+
+    // The flow's ServiceAccount may not touch Deployments: the dry-run is refused, exit 2.
+    apply(&client, flow_doc(&ns, "forbidden", json!([
+        {"type": "apply", "manifests": {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": ns},
+            "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}}}}
+    ]))).await;
+    let o = pf(&["plan", "forbidden", "-n", &ns]).await;
+    assert_eq!(o.code, 2, "{}\n{}", o.stdout, o.stderr);
+    assert!(
+        o.stdout.contains("error") && o.stdout.contains("forbidden"),
+        "{}",
+        o.stdout
+    );
+    let o = pf(&["plan", "absent", "-n", &ns]).await;
+    assert_eq!(o.code, 2, "{}", o.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_refuses_a_user_who_may_not_impersonate() {
+    let (client, ns) = namespace("pf-imp").await;
+    apply(&client, flow_doc(&ns, "f", json!([{"type": "apply", "manifests": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": ns}}}]))).await;
+    // A user with read access to flows but no impersonate right: ServiceAccount `viewer`.
+    apply(&client, json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "viewer", "namespace": ns}})).await;
+    apply(&client, json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "viewer", "namespace": ns},
+        "rules": [{"apiGroups": ["ops.example.com"], "resources": ["pseudoflows"], "verbs": ["get", "list"]}]})).await;
+    apply(&client, json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "viewer", "namespace": ns},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "viewer"},
+        "subjects": [{"kind": "ServiceAccount", "name": "viewer", "namespace": ns}]})).await;
+    let req = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}});
+    let tr: Value = Api::<ServiceAccount>::namespaced(client.clone(), &ns)
+        .create_subresource("token", "viewer", &PostParams::default(), &req)
+        .await
+        .unwrap();
+    let token = tr["status"]["token"].as_str().unwrap();
+    let mut kc: Value =
+        serde_yaml::from_str(&std::fs::read_to_string(env().kubeconfig_path()).unwrap()).unwrap();
+    for u in kc["users"].as_array_mut().unwrap() {
+        u["user"] = json!({"token": token});
+    }
+    let path = env().dir().join(format!("{ns}-viewer.kubeconfig"));
+    std::fs::write(&path, serde_yaml::to_string(&kc).unwrap()).unwrap();
+
+    let o = pf_as(path.clone(), &["get", "f", "-n", &ns]).await;
+    assert_eq!(o.code, 0, "the viewer may read the flow: {}", o.stderr);
+    let started = Instant::now();
+    let o = pf_as(path, &["plan", "f", "-n", &ns]).await;
+    assert_eq!(o.code, 2, "{}\n{}", o.stdout, o.stderr);
+    assert!(
+        o.stderr.contains(&format!(
+            "refused: you may not impersonate ServiceAccount {ns}/flow"
+        )),
+        "{}",
+        o.stderr
+    );
+    assert!(
+        !o.stdout.contains("ConfigMap"),
+        "nothing planned: {}",
+        o.stdout
+    );
+    assert!(started.elapsed() < Duration::from_secs(30));
+}
