@@ -5,10 +5,11 @@ use std::fmt::Write as _;
 
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::runtime::watcher;
+use pseudoflow_crd::protocol::journal::{journal_name, Entry, JOURNAL_KEY};
 use pseudoflow_crd::protocol::{label_value, LABEL_FLOW, LABEL_RUN};
 use pseudoflow_crd::{PseudoFlowStatus, StepStatus};
 
@@ -171,6 +172,7 @@ pub async fn render(k: &Kube, f: &DynamicObject) -> anyhow::Result<String> {
     let st = status(f);
     let now = k8s_openapi::jiff::Timestamp::now();
     let jobs = run_jobs(k, &name, &st).await?;
+    let covered = fused_members(k, &jobs).await;
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -233,6 +235,8 @@ pub async fn render(k: &Kube, f: &DynamicObject) -> anyhow::Result<String> {
         let single = step_jobs.len() == 1 && s.instances.is_none();
         let job_cell = if single {
             job_pod(k, &step_jobs[0]).await?
+        } else if let Some(head) = covered.get(&s.id).filter(|_| step_jobs.is_empty()) {
+            job_pod(k, head).await?
         } else {
             "-".into()
         };
@@ -287,6 +291,28 @@ pub async fn render(k: &Kube, f: &DynamicObject) -> anyhow::Result<String> {
         let _ = writeln!(out, "({n} more steps omitted from status)");
     }
     Ok(out)
+}
+
+/// Members of fused segments that ran in another step's Job, by node id: what each segment
+/// Job's journal (`<job>-journal`, crd::protocol::journal) records. Read for display only; the
+/// controller is what checks the entries' signatures.
+async fn fused_members(k: &Kube, jobs: &BTreeMap<String, Vec<Job>>) -> BTreeMap<String, Job> {
+    let api = Api::<ConfigMap>::namespaced(k.client.clone(), &k.namespace);
+    let mut out = BTreeMap::new();
+    for j in jobs.values().filter(|js| js.len() == 1).flatten() {
+        let name = j.metadata.name.clone().unwrap_or_default();
+        let Ok(Some(cm)) = api.get_opt(&journal_name(&name)).await else {
+            continue;
+        };
+        let doc = cm.data.and_then(|mut d| d.remove(JOURNAL_KEY));
+        let entries: Vec<Entry> = doc
+            .and_then(|d| serde_json::from_str(&d).ok())
+            .unwrap_or_default();
+        for e in entries {
+            out.insert(e.member.node_id, j.clone());
+        }
+    }
+    out
 }
 
 fn job_phase(j: &Job) -> String {

@@ -220,12 +220,14 @@ async fn list_and_get_show_the_run_as_a_tree_with_its_job() {
             .unwrap_or_else(|| panic!("{step}: {out}"));
         assert!(line.contains("Succeeded"), "{line}");
     }
-    // The head of the fused segment names its Job and pod.
-    let first = out.lines().find(|l| l.starts_with("first")).unwrap();
-    assert!(
-        first.contains(&format!("{}/{}-", jobs[0], jobs[0])),
-        "{first}"
-    );
+    // Every member of the fused segment names the one Job and its pod.
+    for step in ["first", "second", "third"] {
+        let line = out.lines().find(|l| l.starts_with(step)).unwrap();
+        assert!(
+            line.contains(&format!("{}/{}-", jobs[0], jobs[0])),
+            "{line}"
+        );
+    }
 
     let o = pf(&["get", "tree", "-n", &ns, "-o", "yaml"]).await;
     assert_eq!(o.code, 0);
@@ -605,4 +607,42 @@ async fn plan_refuses_a_user_who_may_not_impersonate() {
         o.stdout
     );
     assert!(started.elapsed() < Duration::from_secs(30));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_shows_loop_iterations_one_line_per_job() {
+    let (client, ns) = namespace("pf-loop").await;
+    let ctl = start_controller(&client, &ns);
+    create_flow(&client, &ns, "looped", json!({
+        "serviceAccountName": "flow",
+        "vars": {"names": "a,b,c"},
+        "steps": [{"type": "loop", "forEach": "${names.split(',')}", "steps": [
+            {"name": "make", "type": "apply", "manifests": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm-${item}", "namespace": ns}}}
+        ]}]
+    }))
+    .await;
+    let st = wait_done(&client, &ns, "looped", 120).await;
+    assert_eq!(st["phase"], "Succeeded", "{st:#}");
+    let o = pf(&["get", "looped", "-n", &ns]).await;
+    println!("{}", o.stdout);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let out = &o.stdout;
+    let make = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("make (apply)"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(make.starts_with("  "), "nested under the loop: {make}");
+    assert!(make.contains("3/3 succeeded, 0 failed"), "{make}");
+    let iterations: Vec<&str> = out.lines().filter(|l| l.contains("└")).collect();
+    assert_eq!(iterations.len(), 3, "one line per iteration's Job: {out}");
+    let jobs = job_names(&client, &ns).await;
+    for j in &jobs {
+        assert!(
+            iterations
+                .iter()
+                .any(|l| l.contains(j.as_str()) && l.contains("Succeeded")),
+            "{j}: {out}"
+        );
+    }
+    ctl.abort();
 }
