@@ -66,47 +66,61 @@ fn render_record(v: &Value) -> String {
 
 /// `kubectl pf logs`.
 pub async fn logs(k: &Kube, name: &str, step: Option<&str>, follow: bool) -> anyhow::Result<()> {
-    let f = flow(k, name).await?;
-    let st = status(&f);
-    if st.run.is_none() {
-        bail!("pseudoflow {name} has not run yet");
+    let mut f = flow(k, name).await?;
+    // -f waits for a run to start; without it there is nothing to show yet.
+    while status(&f).run.is_none() {
+        if !follow {
+            bail!("pseudoflow {name} has not run yet");
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        f = flow(k, name).await?;
     }
-    // Step order and labels from status; STEP resolved to a node id.
-    let order: HashMap<String, usize> = st
-        .steps
-        .iter()
-        .enumerate()
-        .map(|(i, s)| (s.id.clone(), i))
-        .collect();
-    let labels: HashMap<String, String> = st
-        .steps
-        .iter()
-        .map(|s| (s.id.clone(), s.name.clone().unwrap_or_else(|| s.id.clone())))
-        .collect();
-    let wanted = match step {
-        None => None,
-        Some(q) => match st
-            .steps
-            .iter()
-            .find(|s| s.id == q || s.path == q || s.name.as_deref() == Some(q))
-        {
-            Some(s) => Some(s.id.clone()),
-            None => bail!(
-                "pseudoflow {name} has no step {q:?} in its current run (steps: {})",
-                st.steps
-                    .iter()
-                    .map(|s| s.name.clone().unwrap_or_else(|| s.id.clone()))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        },
-    };
     let pods_api = Api::<Pod>::namespaced(k.client.clone(), &k.namespace);
     // Lines already printed per pod (for -f).
     let mut printed: BTreeMap<String, usize> = BTreeMap::new();
     loop {
         let f = flow(k, name).await?;
         let st = status(&f);
+        let run_over = !matches!(
+            st.phase,
+            Some(pseudoflow_crd::FlowPhase::Running | pseudoflow_crd::FlowPhase::Pending) | None
+        );
+        // Step order and labels from status (again on every round of -f: steps are added to
+        // status as the run reaches them); STEP resolved to a node id.
+        let order: HashMap<String, usize> = st
+            .steps
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.id.clone(), i))
+            .collect();
+        let labels: HashMap<String, String> = st
+            .steps
+            .iter()
+            .map(|s| (s.id.clone(), s.name.clone().unwrap_or_else(|| s.id.clone())))
+            .collect();
+        let wanted = match step {
+            None => None,
+            Some(q) => match st
+                .steps
+                .iter()
+                .find(|s| s.id == q || s.path == q || s.name.as_deref() == Some(q))
+            {
+                Some(s) => Some(s.id.clone()),
+                // Not reached yet: -f waits for it while the run goes on.
+                None if follow && !run_over => {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+                None => bail!(
+                    "pseudoflow {name} has no step {q:?} in its current run (steps: {})",
+                    st.steps
+                        .iter()
+                        .map(|s| s.name.clone().unwrap_or_else(|| s.id.clone()))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            },
+        };
         let jobs = run_jobs(k, name, &st).await?;
         let mut ordered: Vec<_> = jobs.into_values().flatten().collect();
         ordered.sort_by_key(|j| {
@@ -137,7 +151,14 @@ pub async fn logs(k: &Kube, name: &str, step: Option<&str>, follow: bool) -> any
                 };
                 let lines = attribute(&head, &text).lines;
                 let seen = printed.entry(pod.clone()).or_insert(0);
-                for (node, line) in lines.iter().skip(*seen) {
+                let mut upto = lines.len();
+                for (i, (node, line)) in lines.iter().enumerate().skip(*seen) {
+                    // A step the pod started before status lists it: its lines wait for the
+                    // next round of -f, so they carry the step's name.
+                    if follow && !run_over && !labels.contains_key(node) {
+                        upto = i;
+                        break;
+                    }
                     if wanted.as_ref().is_some_and(|w| w != node) {
                         continue;
                     }
@@ -148,13 +169,9 @@ pub async fn logs(k: &Kube, name: &str, step: Option<&str>, follow: bool) -> any
                         println!("[{label} {instance}] {line}");
                     }
                 }
-                *seen = lines.len();
+                *seen = upto;
             }
         }
-        let run_over = !matches!(
-            st.phase,
-            Some(pseudoflow_crd::FlowPhase::Running | pseudoflow_crd::FlowPhase::Pending) | None
-        );
         if !follow || (run_over && all_done) {
             return Ok(());
         }

@@ -646,3 +646,96 @@ async fn get_shows_loop_iterations_one_line_per_job() {
     }
     ctl.abort();
 }
+
+/// Spawns `kubectl-pf ARGS` with piped stdout.
+fn spawn_pf(args: &[&str]) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_kubectl-pf"))
+        .arg("--kubeconfig")
+        .arg(env().kubeconfig_path())
+        .args(args)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_a_run_goes_on_get_w_redraws_and_logs_f_follows_it_to_the_end() {
+    let (client, ns) = namespace("pf-follow").await;
+    create_flow(&client, &ns, "slow", json!({
+        "serviceAccountName": "flow",
+        "steps": [
+            {"name": "before", "type": "apply", "manifests": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "one", "namespace": ns}}},
+            {"name": "pause", "type": "sleep", "seconds": 3},
+            {"name": "after", "type": "apply", "manifests": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "two", "namespace": ns}}}
+        ]
+    }))
+    .await;
+    // Both start before the controller does: the run has not begun.
+    let mut watch = spawn_pf(&["get", "slow", "-w", "-n", &ns]);
+    let follow = spawn_pf(&["logs", "slow", "-f", "-n", &ns]);
+    let ctl = start_controller(&client, &ns);
+    let stdout = watch.stdout.take().unwrap();
+    let frames = tokio::task::spawn_blocking(move || {
+        let mut seen = String::new();
+        for line in BufReader::new(stdout).lines() {
+            let line = line.unwrap();
+            seen.push_str(&line);
+            seen.push('\n');
+            if line.contains("slow  Succeeded") {
+                break;
+            }
+        }
+        seen
+    });
+    let frames = tokio::time::timeout(Duration::from_secs(90), frames)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        frames.matches("\x1b[2J").count() >= 3,
+        "redrawn on changes: {frames}"
+    );
+    assert!(
+        frames.contains("slow  Running") || frames.contains("slow  Pending"),
+        "{frames}"
+    );
+    assert!(
+        frames
+            .lines()
+            .any(|l| l.starts_with("pause (sleep)") && l.contains("Running")),
+        "the sleep was seen running: {frames}"
+    );
+    watch.kill().unwrap();
+    watch.wait().unwrap();
+
+    // logs -f ends by itself once the run is over, with the lines of both Jobs.
+    let out = tokio::time::timeout(
+        Duration::from_secs(60),
+        tokio::task::spawn_blocking(move || follow.wait_with_output().unwrap()),
+    )
+    .await
+    .expect("logs -f ends with the run")
+    .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    println!("{text}");
+    let first = text
+        .lines()
+        .position(|l| l.starts_with("[before] "))
+        .unwrap_or_else(|| panic!("{text}"));
+    let last = text
+        .lines()
+        .position(|l| l.starts_with("[after] "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(first < last, "{text}");
+    for l in text.lines() {
+        assert!(
+            ["[before] ", "[pause] ", "[after] "]
+                .iter()
+                .any(|p| l.starts_with(p)),
+            "every line names its step: {l}"
+        );
+    }
+    assert!(text.contains("finished changed=true ok=true"), "{text}");
+    ctl.abort();
+}
