@@ -281,6 +281,51 @@ fn mask(before: &mut Value, after: &mut Value) {
     }
 }
 
+/// A label selector (`"a=b,!c"` or `{matchLabels, matchExpressions}`) as the API's string form;
+/// None when it cannot be written so.
+fn selector_string(sel: &Value) -> Option<String> {
+    match sel {
+        Value::Null => Some(String::new()),
+        Value::String(s) => Some(s.clone()),
+        Value::Object(m) => {
+            let mut parts = Vec::new();
+            if let Some(labels) = m.get("matchLabels").and_then(Value::as_object) {
+                for (k, v) in labels {
+                    parts.push(format!("{k}={}", v.as_str()?));
+                }
+            }
+            for e in m
+                .get("matchExpressions")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let key = e["key"].as_str()?;
+                let values = || {
+                    e["values"]
+                        .as_array()
+                        .map(|a| {
+                            a.iter()
+                                .filter_map(Value::as_str)
+                                .collect::<Vec<_>>()
+                                .join(",")
+                        })
+                        .unwrap_or_default()
+                };
+                parts.push(match e["operator"].as_str()? {
+                    "In" => format!("{key} in ({})", values()),
+                    "NotIn" => format!("{key} notin ({})", values()),
+                    "Exists" => key.to_string(),
+                    "DoesNotExist" => format!("!{key}"),
+                    _ => return None,
+                });
+            }
+            Some(parts.join(","))
+        }
+        _ => None,
+    }
+}
+
 fn yaml(v: &Value) -> String {
     if v.is_null() {
         String::new()
@@ -482,7 +527,10 @@ impl Planner {
     }
 
     async fn nodes(&self, selector: &Value) -> Vec<String> {
-        let sel = selector.as_str().unwrap_or("");
+        let Some(sel) = selector_string(selector) else {
+            return Vec::new();
+        };
+        let sel = sel.as_str();
         Api::<Node>::all(self.sa_client.clone())
             .list(&ListParams::default().labels(sel))
             .await
@@ -505,9 +553,16 @@ impl Planner {
         cond: Option<&'a str>,
     ) -> futures::future::BoxFuture<'a, ()> {
         Box::pin(async move {
+            let mut guard: Option<String> = None;
             for (i, step) in steps.iter().enumerate() {
                 let path = format!("{base}[{i}]");
-                self.step(step, &path, nodes, cond).await;
+                // `when` guards the step after it.
+                let this_cond = guard.take();
+                if step["type"] == "when" {
+                    guard = Some(format!("the when at {path} holds at run time"));
+                }
+                self.step(step, &path, nodes, this_cond.as_deref().or(cond))
+                    .await;
             }
         })
     }
@@ -526,6 +581,15 @@ impl Planner {
                     .insert(v.to_string(), format!("{path} ({ty})"));
             }
         }
+        if ty == "parallel" {
+            let branches = step["steps"].as_array().cloned().unwrap_or_default();
+            for (j, branch) in branches.iter().enumerate() {
+                let list = branch.as_array().cloned().unwrap_or_default();
+                self.steps(&list, &format!("{path}.steps[{j}]"), nodes, cond)
+                    .await;
+            }
+            return;
+        }
         // Nested steps of compound types.
         let nested: Vec<(&str, &Vec<Value>)> = ["steps", "then", "else", "do", "catch"]
             .iter()
@@ -539,8 +603,9 @@ impl Planner {
                 None
             };
             let why = match ty.as_str() {
-                "if" | "when" => Some(format!("the branch {ty} at {path} chooses at run time")),
+                "if" => Some(format!("the if at {path} takes this branch at run time")),
                 "loop" => Some(format!("the items of loop {path}")),
+                "onError" => Some(format!("a step before the onError at {path} fails")),
                 _ => None,
             };
             for (key, list) in nested {
@@ -551,7 +616,10 @@ impl Planner {
             }
             return;
         }
-        if NODE_STEPS.contains(&ty.as_str()) {
+        // deleteFile in a node context removes a file on nodes.
+        let on_nodes =
+            ty == "deleteFile" && (nodes.is_some() || step.get("nodeSelector").is_some());
+        if NODE_STEPS.contains(&ty.as_str()) || on_nodes {
             let targets = match (nodes, step.get("nodeSelector")) {
                 (Some(n), _) => n.to_vec(),
                 (None, Some(sel)) => self.nodes(sel).await,
@@ -599,13 +667,19 @@ impl Planner {
                     Ok(b) => b,
                     Err(why) => return self.undetermined(path, &ty, &why),
                 };
-                let body = match substitute(&body, &self.vars, &self.runtime_vars) {
-                    Ok(b) => b,
-                    Err(why) => return self.undetermined(path, &ty, &format!("{file} {why}")),
-                };
                 let objs = match pseudoflow_crd::steps::apply::manifest_objects(&json!(body)) {
                     Ok(o) => o,
                     Err(e) => return self.error(path, &ty, file, e),
+                };
+                // `${...}` in a file is substituted in its parsed string values, as the executor
+                // does.
+                let objs = match objs
+                    .iter()
+                    .map(|o| substitute_value(o, &self.vars, &self.runtime_vars))
+                    .collect::<Result<Vec<_>, _>>()
+                {
+                    Ok(o) => o,
+                    Err(why) => return self.undetermined(path, &ty, &format!("{file} {why}")),
                 };
                 for o in objs {
                     if ty == "applyFile" {
@@ -648,13 +722,19 @@ impl Planner {
             Err(e) => return self.error(path, ty, kind, e),
         };
         let api = self.api(&ar, &caps, t["namespace"].as_str());
-        let targets = match (t["name"].as_str(), t["selector"].as_str()) {
+        if t["name"].is_null() && selector_string(&t["selector"]).is_none() {
+            return self.undetermined(path, ty, "its target selector is not understood by plan");
+        }
+        let targets = match (t["name"].as_str(), &t["selector"]) {
             (Some(n), _) => match api.get_opt(n).await {
                 Ok(o) => o.into_iter().collect(),
                 Err(e) => return self.error(path, ty, kind, e),
             },
-            (None, sel) => match api
-                .list(&ListParams::default().labels(sel.unwrap_or("")))
+            (None, _) => match api
+                .list(
+                    &ListParams::default()
+                        .labels(&selector_string(&t["selector"]).unwrap_or_else(|| "!".into())),
+                )
                 .await
             {
                 Ok(l) => l.items,
@@ -662,9 +742,17 @@ impl Planner {
             },
         };
         let patch = json!({"metadata": {"labels": step["labels"]}});
-        for o in targets {
+        for mut o in targets {
+            // A LIST's items carry no apiVersion/kind; the planned object does.
+            o.types = Some(kube::api::TypeMeta {
+                api_version: ar.api_version.clone(),
+                kind: ar.kind.clone(),
+            });
             let name = o.metadata.name.clone().unwrap_or_default();
-            let what = format!("{kind} {name}");
+            let what = match &o.metadata.namespace {
+                Some(ns) => format!("{kind} {ns}/{name}"),
+                None => format!("{kind} {name}"),
+            };
             match api
                 .patch(
                     &name,

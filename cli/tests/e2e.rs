@@ -366,7 +366,8 @@ async fn suspend_and_resume_set_spec_suspend() {
     assert!(o.stderr.contains("absent"), "{}", o.stderr);
 }
 
-/// resourceVersion of every ConfigMap, Secret and PseudoFlow of `ns`, and of every Node.
+/// resourceVersion of every ConfigMap, Secret and PseudoFlow of `ns` (not Nodes: the simulated
+/// kubelets refresh their status every 10 s).
 async fn versions(client: &Client, ns: &str) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for cm in Api::<ConfigMap>::namespaced(client.clone(), ns)
@@ -397,16 +398,6 @@ async fn versions(client: &Client, ns: &str) -> Vec<(String, String)> {
         out.push((
             format!("pf/{}", f.metadata.name.unwrap()),
             f.metadata.resource_version.unwrap(),
-        ));
-    }
-    for n in Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-    {
-        out.push((
-            format!("node/{}", n.metadata.name.unwrap()),
-            n.metadata.resource_version.unwrap(),
         ));
     }
     out.sort();
@@ -738,4 +729,85 @@ async fn while_a_run_goes_on_get_w_redraws_and_logs_f_follows_it_to_the_end() {
     }
     assert!(text.contains("finished changed=true ok=true"), "{text}");
     ctl.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_previews_files_and_labels_and_marks_conditional_steps() {
+    let (client, ns) = namespace("pf-plan2").await;
+    let app = format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: from-file, namespace: {ns}}}\ndata: {{g: \"${{greeting}}\"}}\n");
+    let old =
+        format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: old-file, namespace: {ns}}}\n");
+    apply(&client, json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "pseudoflow-artifacts", "namespace": ns}, "data": {"app.yaml": app, "old.yaml": old}})).await;
+    apply(&client, json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "old-file", "namespace": ns}})).await;
+    apply(&client, json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "tagme", "namespace": ns, "labels": {"tier": "x"}}})).await;
+    let cm = |name: &str| json!({"type": "apply", "manifests": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": ns}}});
+    let cond = json!({"resource": {"kind": "ConfigMap", "name": "tagme", "namespace": ns}, "jsonPath": "{.metadata.name}", "op": "equals", "value": "tagme"});
+    apply(&client, flow_doc(&ns, "files", json!([
+        {"type": "applyFile", "path": "app.yaml"},
+        {"type": "deleteFile", "path": "old.yaml"},
+        {"type": "setLabel", "target": {"kind": "ConfigMap", "namespace": ns, "selector": {"matchLabels": {"tier": "x"}}}, "labels": {"zone": "a"}},
+        {"type": "if", "condition": cond, "then": [cm("maybe")]},
+        {"type": "when", "condition": cond},
+        cm("guarded"),
+        {"type": "include", "source": {"configMapRef": {"name": "shared", "key": "steps.yaml"}}, "as": "steps"},
+        {"type": "parallel", "steps": [[cm("par-a")], [cm("par-b")]]},
+        {"type": "deleteFile", "path": "/etc/legacy.conf", "nodeSelector": "!node-role.kubernetes.io/control-plane"}
+    ]))).await;
+    let before = versions(&client, &ns).await;
+    let o = pf(&["plan", "files", "-n", &ns]).await;
+    assert_eq!(versions(&client, &ns).await, before, "plan changed nothing");
+    let out = &o.stdout;
+    println!("{out}");
+    assert_eq!(o.code, 1, "{out}\n{}", o.stderr);
+    assert!(
+        out.contains(&format!(
+            "spec.steps[0] (applyFile) ConfigMap {ns}/from-file: added"
+        )) && out.contains("+  g: new"),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "spec.steps[1] (deleteFile) ConfigMap {ns}/old-file: deleted"
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "spec.steps[2] (setLabel) ConfigMap {ns}/tagme: changed"
+        )) && out.contains("     tier: x\n+    zone: a\n")
+            && !out.contains("+apiVersion: v1\n+kind: ConfigMap\n metadata:"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("pseudoflow-artifacts: changed"),
+        "only the selected objects: {out}"
+    );
+    assert!(out.contains("spec.steps[3].then[0] (apply): undetermined — it runs only if the if at spec.steps[3] takes this branch at run time"), "{out}");
+    assert!(out.contains("spec.steps[5] (apply): undetermined — it runs only if the when at spec.steps[4] holds at run time"), "{out}");
+    assert!(
+        out.contains(
+            "spec.steps[6] (include): undetermined — its manifests are fetched at run time"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "spec.steps[7].steps[0][0] (apply) ConfigMap {ns}/par-a: added"
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "spec.steps[7].steps[1][0] (apply) ConfigMap {ns}/par-b: added"
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains("spec.steps[8] (deleteFile) /etc/legacy.conf: a node step"),
+        "{out}"
+    );
+    assert!(
+        out.contains("  node worker-0\n") && !out.contains("  node cp-0\n"),
+        "the selector's nodes only: {out}"
+    );
 }
