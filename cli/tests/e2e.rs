@@ -811,3 +811,36 @@ async fn plan_previews_files_and_labels_and_marks_conditional_steps() {
         "the selector's nodes only: {out}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_suspended_flow_starts_no_new_run_until_resumed() {
+    let (client, ns) = namespace("pf-hold").await;
+    let ctl = start_controller(&client, &ns);
+    create_flow(
+        &client,
+        &ns,
+        "held",
+        json!({"serviceAccountName": "flow", "steps": [{"type": "log", "message": "hi"}]}),
+    )
+    .await;
+    let first = wait_done(&client, &ns, "held", 60).await;
+    assert_eq!(first["phase"], "Succeeded", "{first:#}");
+    let run = first["run"]["id"].clone();
+
+    let o = pf(&["suspend", "held", "-n", &ns]).await;
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    // A re-run request while suspended starts nothing.
+    pseudoflow_test_support::request_run(&client, &ns, "held", "again").await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let st = flows(&client, &ns).get("held").await.unwrap().data["status"].clone();
+    assert_eq!(st["run"]["id"], run, "no new run while suspended: {st:#}");
+
+    let o = pf(&["resume", "held", "-n", &ns]).await;
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let st = pseudoflow_test_support::wait_status(&client, &ns, "held", 60, "a new run", |st| {
+        st["run"]["id"] != run && st["phase"] == "Succeeded"
+    })
+    .await;
+    assert_eq!(st["run"]["trigger"], "again", "{st:#}");
+    ctl.abort();
+}
