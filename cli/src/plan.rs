@@ -1,9 +1,9 @@
 //! `plan`: what a run would change, by server-side dry-run under the flow's ServiceAccount.
 //!
 //! Previewed: `apply` (inline manifests), `applyFile`/`deleteFile` (files from ConfigMap
-//! artifact sources), `delete`, `setLabel`. Every other step that changes objects (`include`,
-//! `copy`, `patchLabel`, `removeLabel`, files from URLs) is listed as undetermined with the
-//! reason, as is any step whose input uses a value known only at run time. Node steps are listed
+//! artifact sources), `delete`, `setLabel`, `removeLabel`, `copy`. Every other step that changes
+//! objects (`include`, `includeFlow`, `patchLabel`, files from URLs) is listed as undetermined
+//! with the reason, as is any step whose input uses a value known only at run time. Node steps are listed
 //! per target node.
 
 use std::collections::BTreeMap;
@@ -40,11 +40,9 @@ const NOT_PREVIEWED: &[(&str, &str)] = &[
     ("include", "its manifests are fetched at run time"),
     ("includeFlow", "it runs another flow"),
     (
-        "copy",
-        "it copies Secret/ConfigMap data the plan does not read",
+        "patchLabel",
+        "its labels come from a variable set at run time",
     ),
-    ("patchLabel", "its labels are computed at run time"),
-    ("removeLabel", "label removal is not previewed yet"),
 ];
 
 /// Where the plan stands.
@@ -640,7 +638,7 @@ impl Planner {
         }
         if !matches!(
             ty.as_str(),
-            "apply" | "applyFile" | "delete" | "deleteFile" | "setLabel"
+            "apply" | "applyFile" | "delete" | "deleteFile" | "setLabel" | "removeLabel" | "copy"
         ) {
             return; // changes no object (waitFor, exec, log, sleep, eval, ...)
         }
@@ -709,12 +707,119 @@ impl Planner {
                 )
                 .await;
             }
-            "setLabel" => self.set_label(path, &ty, &step).await,
+            "setLabel" => {
+                let patch = json!({"metadata": {"labels": step["labels"]}});
+                self.label(path, &ty, &step, patch).await
+            }
+            "removeLabel" => {
+                let keys: serde_json::Map<String, Value> = step["keys"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .map(|k| (k.to_string(), Value::Null))
+                    .collect();
+                let patch = json!({"metadata": {"labels": keys}});
+                self.label(path, &ty, &step, patch).await
+            }
+            "copy" => self.copy(path, &ty, &step).await,
             _ => {}
         }
     }
 
-    async fn set_label(&mut self, path: &str, ty: &str, step: &Value) {
+    /// A `copy` step as the executor does it (runtime-image/src/steps/copy.rs): the source's
+    /// data (the selected keys, renamed) server-side applied to each target by `pseudoflow-copy`.
+    async fn copy(&mut self, path: &str, ty: &str, step: &Value) {
+        let kind = step["from"]["kind"]
+            .as_str()
+            .unwrap_or("Secret")
+            .to_string();
+        let src_ns = step["from"]["namespace"]
+            .as_str()
+            .unwrap_or(&self.namespace)
+            .to_string();
+        let src_name = step["from"]["name"].as_str().unwrap_or("").to_string();
+        let (ar, caps) = match self.resolve(Some("v1"), &kind).await {
+            Ok(r) => r,
+            Err(e) => return self.error(path, ty, &kind, e),
+        };
+        let source = self.api(&ar, &caps, Some(&src_ns));
+        let src = match source.get_opt(&src_name).await {
+            Ok(Some(o)) => serde_json::to_value(o).unwrap_or_default(),
+            Ok(None) => {
+                let why = format!("its source {kind} {src_ns}/{src_name} does not exist (yet)");
+                return self.undetermined(path, ty, &why);
+            }
+            Err(e) => return self.error(path, ty, &format!("{kind} {src_ns}/{src_name}"), e),
+        };
+        let fields: &[&str] = if kind == "Secret" {
+            &["data"]
+        } else {
+            &["data", "binaryData"]
+        };
+        let keys: Vec<(String, String)> = step["keys"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|k| {
+                let key = k["key"].as_str()?.to_string();
+                let to = k["as"].as_str().unwrap_or(&key).to_string();
+                Some((key, to))
+            })
+            .collect();
+        let mut data = serde_json::Map::new();
+        for field in fields {
+            let Some(all) = src[*field].as_object() else {
+                continue;
+            };
+            let picked: serde_json::Map<String, Value> = if keys.is_empty() {
+                all.clone()
+            } else {
+                keys.iter()
+                    .filter_map(|(k, to)| all.get(k).map(|v| (to.clone(), v.clone())))
+                    .collect()
+            };
+            if !picked.is_empty() {
+                data.insert(field.to_string(), Value::Object(picked));
+            }
+        }
+        if kind == "Secret" && !src["type"].is_null() {
+            data.insert("type".into(), src["type"].clone());
+        }
+        for t in step["to"].as_array().into_iter().flatten() {
+            let ns = t["namespace"].as_str().unwrap_or("");
+            let name = t["name"].as_str().unwrap_or(&src_name);
+            let what = format!("{kind} {ns}/{name}");
+            let mut body = json!({
+                "apiVersion": "v1",
+                "kind": kind,
+                "metadata": {"name": name, "namespace": ns,
+                    "annotations": {"ops.example.com/copied-from": format!("{src_ns}/{src_name}")}},
+            });
+            body.as_object_mut()
+                .expect("an object")
+                .extend(data.clone());
+            let target = self.api(&ar, &caps, Some(ns));
+            let live = match target.get_opt(name).await {
+                Ok(o) => o.map(|o| serde_json::to_value(o).unwrap_or_default()),
+                Err(e) => return self.error(path, ty, &what, format!("reading it: {e}")),
+            };
+            let params = PatchParams::apply("pseudoflow-copy").force().dry_run();
+            match target.patch(name, &params, &Patch::Apply(&body)).await {
+                Ok(o) => self.show(
+                    path,
+                    ty,
+                    &what,
+                    live.unwrap_or(Value::Null),
+                    serde_json::to_value(o).unwrap_or_default(),
+                ),
+                Err(e) => self.error(path, ty, &what, format!("server-side dry-run: {e}")),
+            }
+        }
+    }
+
+    /// A label step: `patch` (a merge patch of `metadata.labels`) on each target, dry-run.
+    async fn label(&mut self, path: &str, ty: &str, step: &Value, patch: Value) {
         let t = &step["target"];
         let kind = t["kind"].as_str().unwrap_or("");
         let (ar, caps) = match self.resolve(t["apiVersion"].as_str(), kind).await {
@@ -741,7 +846,6 @@ impl Planner {
                 Err(e) => return self.error(path, ty, kind, e),
             },
         };
-        let patch = json!({"metadata": {"labels": step["labels"]}});
         for mut o in targets {
             // A LIST's items carry no apiVersion/kind; the planned object does.
             o.types = Some(kube::api::TypeMeta {

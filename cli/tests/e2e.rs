@@ -739,6 +739,7 @@ async fn plan_previews_files_and_labels_and_marks_conditional_steps() {
         format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: old-file, namespace: {ns}}}\n");
     apply(&client, json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "pseudoflow-artifacts", "namespace": ns}, "data": {"app.yaml": app, "old.yaml": old}})).await;
     apply(&client, json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "old-file", "namespace": ns}})).await;
+    apply(&client, json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "src", "namespace": ns}, "stringData": {"password": "copy-me-not", "user": "u"}})).await;
     apply(&client, json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "tagme", "namespace": ns, "labels": {"tier": "x"}}})).await;
     let cm = |name: &str| json!({"type": "apply", "manifests": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": ns}}});
     let cond = json!({"resource": {"kind": "ConfigMap", "name": "tagme", "namespace": ns}, "jsonPath": "{.metadata.name}", "op": "equals", "value": "tagme"});
@@ -751,7 +752,9 @@ async fn plan_previews_files_and_labels_and_marks_conditional_steps() {
         cm("guarded"),
         {"type": "include", "source": {"configMapRef": {"name": "shared", "key": "steps.yaml"}}, "as": "steps"},
         {"type": "parallel", "steps": [[cm("par-a")], [cm("par-b")]]},
-        {"type": "deleteFile", "path": "/etc/legacy.conf", "nodeSelector": "!node-role.kubernetes.io/control-plane"}
+        {"type": "deleteFile", "path": "/etc/legacy.conf", "nodeSelector": "!node-role.kubernetes.io/control-plane"},
+        {"type": "copy", "from": {"kind": "Secret", "name": "src"}, "to": [{"namespace": ns, "name": "dst"}], "keys": [{"key": "password", "as": "pw"}]},
+        {"type": "removeLabel", "target": {"kind": "ConfigMap", "name": "tagme", "namespace": ns}, "keys": ["tier"]}
     ]))).await;
     let before = versions(&client, &ns).await;
     let o = pf(&["plan", "files", "-n", &ns]).await;
@@ -804,6 +807,29 @@ async fn plan_previews_files_and_labels_and_marks_conditional_steps() {
     );
     assert!(
         out.contains("spec.steps[8] (deleteFile) /etc/legacy.conf: a node step"),
+        "{out}"
+    );
+    // copy: the target as the executor would write it, its values masked.
+    assert!(
+        out.contains(&format!("spec.steps[9] (copy) Secret {ns}/dst: added")),
+        "{out}"
+    );
+    assert!(
+        out.contains("+  pw: '***'")
+            && out.contains(&format!("+    ops.example.com/copied-from: {ns}/src")),
+        "{out}"
+    );
+    assert!(
+        !out.contains("copy-me-not")
+            && !out.contains("Y29weS1tZS1ub3Q")
+            && !out.contains("+  user:"),
+        "{out}"
+    );
+    // removeLabel.
+    assert!(
+        out.contains(&format!(
+            "spec.steps[10] (removeLabel) ConfigMap {ns}/tagme: changed"
+        )) && out.contains("-    tier: x"),
         "{out}"
     );
     assert!(
