@@ -5,6 +5,7 @@
 //! 1 changes, 2 an error.
 
 mod cluster;
+mod complete;
 mod get;
 mod logs;
 mod plan;
@@ -44,7 +45,7 @@ pub enum Output {
     version,
     about = "Inspect, preview and control PseudoFlows (kubectl plugin)"
 )]
-struct Cli {
+pub struct Cli {
     #[command(flatten)]
     global: Global,
     #[command(subcommand)]
@@ -112,6 +113,18 @@ enum Verb {
 }
 
 fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("__complete") {
+        // kubectl's plugin completion (`kubectl_complete-pf`, see docs/cli.md).
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("tokio runtime");
+        for line in rt.block_on(complete::complete(&args[2..])) {
+            println!("{line}");
+        }
+        return ExitCode::SUCCESS;
+    }
     let cli = Cli::parse();
     if let Verb::Completion { shell } = cli.verb {
         let mut cmd = Cli::command();

@@ -331,6 +331,11 @@ async fn logs_split_a_fused_segment_per_step() {
         o.stdout
     );
 
+    // kubectl's plugin completion: `kubectl pf logs logged t<TAB>`.
+    let kc = env().kubeconfig_path().display().to_string();
+    let lines = complete(&["--kubeconfig", &kc, "-n", &ns, "logs", "logged", "t"]);
+    assert_eq!(lines, ["third", ":4"]);
+
     let o = pf(&["logs", "logged", "nope", "-n", &ns]).await;
     assert_eq!(o.code, 1);
     assert!(
@@ -869,4 +874,82 @@ async fn a_suspended_flow_starts_no_new_run_until_resumed() {
     .await;
     assert_eq!(st["run"]["trigger"], "again", "{st:#}");
     ctl.abort();
+}
+
+/// `kubectl-pf __complete ARGS...`, as kubectl's `kubectl_complete-pf` runs it.
+fn complete(args: &[&str]) -> Vec<String> {
+    let o = Command::new(env!("CARGO_BIN_EXE_kubectl-pf"))
+        .arg("__complete")
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_plugin_completion_names_verbs_flows_and_files() {
+    let (client, ns) = namespace("pf-complete").await;
+    create_flow(
+        &client,
+        &ns,
+        "alpha",
+        json!({"serviceAccountName": "flow", "steps": [{"type": "log", "message": "a"}]}),
+    )
+    .await;
+    create_flow(
+        &client,
+        &ns,
+        "beta",
+        json!({"serviceAccountName": "flow", "steps": [{"type": "log", "message": "b"}]}),
+    )
+    .await;
+    let kc = env().kubeconfig_path().display().to_string();
+    let c = |args: Vec<&str>| {
+        tokio::task::spawn_blocking({
+            let args: Vec<String> = args.into_iter().map(String::from).collect();
+            move || complete(&args.iter().map(String::as_str).collect::<Vec<_>>())
+        })
+    };
+    assert_eq!(
+        c(vec![""]).await.unwrap(),
+        [
+            "completion",
+            "get",
+            "list",
+            "logs",
+            "plan",
+            "resume",
+            "suspend",
+            ":4"
+        ]
+    );
+    assert_eq!(
+        c(vec!["--kubeconfig", &kc, "-n", &ns, "get", ""])
+            .await
+            .unwrap(),
+        ["alpha", "beta", ":4"]
+    );
+    assert_eq!(
+        c(vec!["--kubeconfig", &kc, "suspend", "-n", &ns, "b"])
+            .await
+            .unwrap(),
+        ["beta", ":4"]
+    );
+    assert!(c(vec!["--kubeconfig", &kc, "-n", ""])
+        .await
+        .unwrap()
+        .contains(&ns));
+    assert_eq!(
+        c(vec!["plan", "-f", ""]).await.unwrap(),
+        [":0"],
+        "file names for -f"
+    );
+    assert!(c(vec!["get", "--w"])
+        .await
+        .unwrap()
+        .contains(&"--watch".to_string()));
 }
