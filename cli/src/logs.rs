@@ -178,3 +178,28 @@ pub async fn logs(k: &Kube, name: &str, step: Option<&str>, follow: bool) -> any
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_follow_the_segment_markers() {
+        let log = [
+            r#"{"level":"INFO","fields":{"message":"starting","node":"s0"}}"#,
+            "plain output of s0",
+            r#"{"level":"INFO","fields":{"message":"segment step starting","node":"s1","path":"spec.steps[1]"}}"#,
+            "plain output of s1",
+        ]
+        .join("\n");
+        let lines = attribute("s0", &log).lines;
+        let nodes: Vec<&str> = lines.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(nodes, ["s0", "s0", "s1", "s1"]);
+        assert_eq!(lines[0].1, "INFO starting node=s0");
+        assert_eq!(
+            lines[2].1,
+            "INFO segment step starting node=s1 path=spec.steps[1]"
+        );
+        assert_eq!(lines[3].1, "plain output of s1");
+    }
+}

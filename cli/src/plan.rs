@@ -877,3 +877,74 @@ impl Planner {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars() -> BTreeMap<String, String> {
+        [("greeting".to_string(), "hi".to_string())].into()
+    }
+
+    #[test]
+    fn spec_vars_are_substituted_and_run_time_values_named() {
+        let runtime = [("out".to_string(), "spec.steps[1] (exec)".to_string())].into();
+        assert_eq!(
+            substitute("say ${ greeting }!", &vars(), &runtime),
+            Ok("say hi!".into())
+        );
+        assert_eq!(
+            substitute("${out}", &vars(), &runtime),
+            Err("uses ${out}, set at run time by spec.steps[1] (exec)".into())
+        );
+        assert_eq!(
+            substitute("${item}", &vars(), &runtime),
+            Err("uses ${item}, known only at run time".into())
+        );
+    }
+
+    #[test]
+    fn secret_values_are_masked_and_changes_marked() {
+        let mut before = json!({"kind": "Secret", "data": {"a": "MQ==", "b": "Mg=="}});
+        let mut after = json!({"kind": "Secret", "data": {"a": "MQ==", "b": "Mw==", "c": "NA=="}});
+        mask(&mut before, &mut after);
+        assert_eq!(before["data"], json!({"a": "***", "b": "***"}));
+        assert_eq!(
+            after["data"],
+            json!({"a": "***", "b": "*** (changed)", "c": "*** (changed)"})
+        );
+        let mut none = Value::Null;
+        let mut new = json!({"kind": "Secret", "data": {"a": "MQ=="}});
+        mask(&mut none, &mut new);
+        assert_eq!(
+            new["data"],
+            json!({"a": "***"}),
+            "a new Secret: nothing to compare"
+        );
+    }
+
+    #[test]
+    fn selectors_are_written_as_the_api_reads_them() {
+        assert_eq!(selector_string(&json!("!zone")), Some("!zone".into()));
+        assert_eq!(
+            selector_string(
+                &json!({"matchLabels": {"zone": "auto"}, "matchExpressions": [
+                    {"key": "cp", "operator": "DoesNotExist"},
+                    {"key": "tier", "operator": "In", "values": ["a", "b"]}
+                ]})
+            ),
+            Some("zone=auto,!cp,tier in (a,b)".into())
+        );
+        assert_eq!(selector_string(&json!(3)), None);
+    }
+
+    #[test]
+    fn server_owned_fields_are_left_out() {
+        let v = clean(
+            json!({"metadata": {"name": "x", "managedFields": [], "resourceVersion": "1",
+            "uid": "u", "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}"}},
+            "status": {"a": 1}}),
+        );
+        assert_eq!(v, json!({"metadata": {"name": "x"}}));
+    }
+}
