@@ -953,3 +953,60 @@ async fn kubectl_plugin_completion_names_verbs_flows_and_files() {
         .unwrap()
         .contains(&"--watch".to_string()));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_and_logs_show_node_instances() {
+    let (client, ns) = namespace("pf-nodes").await;
+    // Both halves of the node-step opt-in: the namespace label and the controller's allow-list.
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .patch(
+            &ns,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "privileged"}}})),
+        )
+        .await
+        .unwrap();
+    let ctx = Context::new(client.clone(), IMAGE.into(), Arc::new(Metrics::default()))
+        .with_node_step_namespaces([ns.as_str()].into_iter().collect());
+    let ctl = tokio::spawn(run_controller(Arc::new(ctx), Some(ns.clone())));
+    let file = format!("/etc/pf-cli-{ns}.conf");
+    create_flow(&client, &ns, "nodes", json!({
+        "serviceAccountName": "flow",
+        "steps": [{"type": "loopNodes", "selector": "!node-role.kubernetes.io/control-plane", "steps": [
+            {"name": "conf", "type": "configFile", "path": file, "content": "x = 1\n"}
+        ]}]
+    }))
+    .await;
+    let st = wait_done(&client, &ns, "nodes", 120).await;
+    assert_eq!(st["phase"], "Succeeded", "{st:#}");
+
+    let o = pf(&["get", "nodes", "-n", &ns]).await;
+    println!("{}", o.stdout);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    for node in ["worker-0", "worker-1"] {
+        let line = o
+            .stdout
+            .lines()
+            .find(|l| l.contains("└") && l.contains(node))
+            .unwrap_or_else(|| panic!("{node}: {}", o.stdout));
+        assert!(
+            line.contains("Succeeded") && line.contains("nodes-"),
+            "{line}"
+        );
+    }
+    assert!(!o.stdout.contains("cp-0"), "{}", o.stdout);
+
+    let o = pf(&["logs", "nodes", "conf", "-n", &ns]).await;
+    println!("{}", o.stdout);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    for node in ["worker-0", "worker-1"] {
+        assert!(
+            o.stdout
+                .lines()
+                .any(|l| l.starts_with(&format!("[conf {node}] "))),
+            "{node}: {}",
+            o.stdout
+        );
+    }
+    ctl.abort();
+}
