@@ -71,11 +71,30 @@ pub async fn plan(
     file: Option<&std::path::Path>,
 ) -> anyhow::Result<u8> {
     let me = cluster::connect(g, None).await?;
-    let flow: Value = match (name, file) {
-        (Some(n), _) => serde_json::to_value(cluster::flow(&me, n).await?)?,
-        (None, Some(path)) => read_flow(path)?,
+    let flows: Vec<Value> = match (name, file) {
+        (Some(n), _) => vec![serde_json::to_value(cluster::flow(&me, n).await?)?],
+        (None, Some(path)) => read_flows(path)?,
         (None, None) => bail!("give a flow NAME or -f FILE"),
     };
+    // Every flow of the file; the exit code is the worst of them.
+    let mut code = 0;
+    for (i, flow) in flows.iter().enumerate() {
+        if i > 0 {
+            println!();
+        }
+        match plan_one(g, &me, flow).await {
+            Ok(c) => code = code.max(c),
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                code = 2;
+            }
+        }
+    }
+    Ok(code)
+}
+
+/// Plans one flow; returns its exit code.
+async fn plan_one(g: &Global, me: &cluster::Kube, flow: &Value) -> anyhow::Result<u8> {
     let namespace = flow["metadata"]["namespace"]
         .as_str()
         .map(str::to_string)
@@ -127,21 +146,25 @@ pub async fn plan(
     })
 }
 
-/// The PseudoFlow document of `path` (`-`: stdin).
-fn read_flow(path: &std::path::Path) -> anyhow::Result<Value> {
+/// The PseudoFlow documents of `path` (`-`: stdin).
+fn read_flows(path: &std::path::Path) -> anyhow::Result<Vec<Value>> {
     use serde::Deserialize;
     let text = if path.as_os_str() == "-" {
         std::io::read_to_string(std::io::stdin())?
     } else {
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?
     };
+    let mut flows = Vec::new();
     for doc in serde_yaml::Deserializer::from_str(&text) {
         let v = Value::deserialize(doc).with_context(|| format!("parsing {}", path.display()))?;
         if v["kind"] == "PseudoFlow" {
-            return Ok(v);
+            flows.push(v);
         }
     }
-    bail!("{} holds no PseudoFlow", path.display())
+    if flows.is_empty() {
+        bail!("{} holds no PseudoFlow", path.display())
+    }
+    Ok(flows)
 }
 
 /// Refuses clearly when the caller may not impersonate the flow's ServiceAccount.

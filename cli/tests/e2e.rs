@@ -556,6 +556,33 @@ async fn plan_exits_0_without_changes_and_2_on_errors() {
         "{}",
         o.stdout
     );
+    // A file of several flows: each planned, the exit code the worst (2 for the forbidden one).
+    let docs = ["noop", "forbidden"];
+    let mut text = String::new();
+    for n in docs {
+        let f = flows(&client, &ns).get(n).await.unwrap();
+        let doc = flow_doc(&ns, n, f.data["spec"]["steps"].clone());
+        text.push_str("---\n");
+        text.push_str(&serde_yaml::to_string(&doc).unwrap());
+    }
+    let file = env().dir().join(format!("{ns}-two.yaml"));
+    std::fs::write(&file, text).unwrap();
+    let o = pf(&["plan", "-f", file.to_str().unwrap()]).await;
+    assert_eq!(o.code, 2, "{}\n{}", o.stdout, o.stderr);
+    assert!(
+        o.stdout.contains(&format!("plan for pseudoflow {ns}/noop"))
+            && o.stdout
+                .contains(&format!("plan for pseudoflow {ns}/forbidden")),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        o.stdout
+            .contains(&format!("ConfigMap {ns}/same: unchanged")),
+        "{}",
+        o.stdout
+    );
+
     let o = pf(&["plan", "absent", "-n", &ns]).await;
     assert_eq!(o.code, 2, "{}", o.stderr);
 }
