@@ -8,7 +8,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DynamicObject, ListParams};
-use kube::runtime::watcher;
+use kube::runtime::{watcher, WatchStreamExt};
 use pseudoflow_crd::protocol::journal::{journal_name, Entry, JOURNAL_KEY};
 use pseudoflow_crd::protocol::{label_value, LABEL_FLOW, LABEL_RUN};
 use pseudoflow_crd::{PseudoFlowStatus, StepStatus};
@@ -352,11 +352,13 @@ pub async fn get(k: &Kube, name: &str, watch: bool, output: Option<Output>) -> a
         flows(&k.client, Some(&k.namespace)),
         watcher::Config::default().fields(&format!("metadata.name={name}")),
     )
+    .default_backoff()
     .map(|_| ());
     let job_events = watcher(
         Api::<Job>::namespaced(k.client.clone(), &k.namespace),
         watcher::Config::default().labels(&format!("{LABEL_FLOW}={}", label_value(name))),
     )
+    .default_backoff()
     .map(|_| ());
     let mut events = std::pin::pin!(futures::stream::select(flow_events, job_events));
     let mut last = String::new();
