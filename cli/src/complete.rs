@@ -1,0 +1,146 @@
+//! `kubectl pf <TAB>`: kubectl (1.26+) completes a plugin's arguments by running
+//! `kubectl_complete-pf __complete ARGS... PARTIAL` and reading cobra's answer — one candidate
+//! a line, then `:DIRECTIVE`. `kubectl-pf __complete` answers it: verbs, flags, shells, flow
+//! names from the cluster, and a flow's step names for `logs`.
+
+use clap::CommandFactory;
+use kube::api::{Api, ListParams};
+
+use crate::cluster::{self, flows};
+use crate::{Cli, Global};
+
+/// cobra's ShellCompDirectiveNoFileComp.
+const NO_FILES: u8 = 4;
+/// cobra's ShellCompDirectiveDefault (files allowed).
+const FILES: u8 = 0;
+
+/// Answers `__complete ARGS... PARTIAL`; returns the lines to print.
+pub async fn complete(args: &[String]) -> Vec<String> {
+    let (partial, words) = match args.split_last() {
+        Some((p, w)) => (p.as_str(), w),
+        None => ("", &[][..]),
+    };
+    let cmd = Cli::command();
+    let mut g = Global {
+        namespace: None,
+        context: None,
+        kubeconfig: None,
+    };
+    let mut positional: Vec<&str> = Vec::new();
+    let mut prev_flag: Option<&str> = None;
+    for w in words {
+        if let Some(flag) = prev_flag.take() {
+            match flag {
+                "-n" | "--namespace" => g.namespace = Some(w.clone()),
+                "--context" => g.context = Some(w.clone()),
+                "--kubeconfig" => g.kubeconfig = Some(w.into()),
+                _ => {}
+            }
+            continue;
+        }
+        if w.starts_with('-') {
+            if !w.contains('=') && takes_value(w) {
+                prev_flag = Some(w.as_str());
+            }
+            continue;
+        }
+        positional.push(w);
+    }
+    let mut out: Vec<String> = Vec::new();
+    let mut directive = NO_FILES;
+    match prev_flag {
+        Some("-n" | "--namespace") => out = namespaces(&g).await,
+        Some("-f" | "--filename" | "--kubeconfig") => directive = FILES,
+        Some("-o" | "--output") => out = vec!["yaml".into(), "json".into()],
+        Some(_) => {}
+        None if partial.starts_with('-') => {
+            let sub = positional.first().and_then(|v| cmd.find_subcommand(v));
+            let flags = sub
+                .unwrap_or(&cmd)
+                .get_arguments()
+                .chain(cmd.get_arguments());
+            for a in flags {
+                if let Some(l) = a.get_long() {
+                    out.push(format!("--{l}"));
+                }
+            }
+        }
+        None => match positional.as_slice() {
+            [] => {
+                out = cmd
+                    .get_subcommands()
+                    .map(|s| s.get_name().to_string())
+                    .filter(|n| n != "help")
+                    .collect()
+            }
+            ["completion"] => out = ["bash", "zsh", "fish"].map(String::from).to_vec(),
+            ["get" | "logs" | "plan" | "suspend" | "resume"] => out = flow_names(&g).await,
+            ["logs", flow] => out = step_names(&g, flow).await,
+            _ => {}
+        },
+    }
+    out.sort();
+    out.dedup();
+    let mut lines: Vec<String> = out.into_iter().filter(|c| c.starts_with(partial)).collect();
+    lines.push(format!(":{directive}"));
+    lines
+}
+
+fn takes_value(flag: &str) -> bool {
+    matches!(
+        flag,
+        "-n" | "--namespace"
+            | "--context"
+            | "--kubeconfig"
+            | "-o"
+            | "--output"
+            | "-f"
+            | "--filename"
+    )
+}
+
+async fn namespaces(g: &Global) -> Vec<String> {
+    let Ok(k) = cluster::connect(g, None).await else {
+        return Vec::new();
+    };
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(k.client)
+        .list(&ListParams::default())
+        .await
+        .map(|l| {
+            l.items
+                .into_iter()
+                .filter_map(|n| n.metadata.name)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+async fn flow_names(g: &Global) -> Vec<String> {
+    let Ok(k) = cluster::connect(g, None).await else {
+        return Vec::new();
+    };
+    flows(&k.client, Some(&k.namespace))
+        .list(&ListParams::default())
+        .await
+        .map(|l| {
+            l.items
+                .into_iter()
+                .filter_map(|f| f.metadata.name)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+async fn step_names(g: &Global, flow: &str) -> Vec<String> {
+    let Ok(k) = cluster::connect(g, None).await else {
+        return Vec::new();
+    };
+    let Ok(f) = cluster::flow(&k, flow).await else {
+        return Vec::new();
+    };
+    cluster::status(&f)
+        .steps
+        .into_iter()
+        .map(|s| s.name.unwrap_or(s.id))
+        .collect()
+}

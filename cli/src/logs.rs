@@ -1,0 +1,205 @@
+//! `logs NAME [STEP] [-f]`: the pod logs of the current run's Jobs, in step order, each line
+//! prefixed with its step and node instance. A fused segment's pod runs several steps; the
+//! executor marks each member's start with a `segment step starting` log record naming the
+//! member's node id (runtime-image/src/segment.rs), which is how its lines are split per step.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use anyhow::bail;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, LogParams};
+use serde_json::Value;
+
+use crate::cluster::{flow, status, Kube};
+use crate::get::{annotation, job_pods, run_jobs};
+
+/// One pod's lines, attributed to steps.
+struct PodLines {
+    /// `(node id, line)` in order.
+    lines: Vec<(String, String)>,
+}
+
+/// Splits a pod's log at the executor's segment markers; `head` is the Job's node.
+fn attribute(head: &str, log: &str) -> PodLines {
+    let mut current = head.to_string();
+    let mut lines = Vec::new();
+    for line in log.lines() {
+        let text = match serde_json::from_str::<Value>(line) {
+            Ok(v) if v.get("fields").is_some() => {
+                let fields = &v["fields"];
+                if fields["message"] == "segment step starting" {
+                    if let Some(n) = fields["node"].as_str() {
+                        current = n.to_string();
+                    }
+                }
+                render_record(&v)
+            }
+            _ => line.to_string(),
+        };
+        lines.push((current.clone(), text));
+    }
+    PodLines { lines }
+}
+
+/// A JSON tracing record as `LEVEL message key=value ...`.
+fn render_record(v: &Value) -> String {
+    let mut out = format!(
+        "{} {}",
+        v["level"].as_str().unwrap_or(""),
+        v["fields"]["message"].as_str().unwrap_or("")
+    );
+    if let Some(fields) = v["fields"].as_object() {
+        for (k, val) in fields {
+            if k == "message" {
+                continue;
+            }
+            let s = match val {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            out.push_str(&format!(" {k}={s}"));
+        }
+    }
+    out
+}
+
+/// `kubectl pf logs`.
+pub async fn logs(k: &Kube, name: &str, step: Option<&str>, follow: bool) -> anyhow::Result<()> {
+    let mut f = flow(k, name).await?;
+    // -f waits for a run to start; without it there is nothing to show yet.
+    while status(&f).run.is_none() {
+        if !follow {
+            bail!("pseudoflow {name} has not run yet");
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        f = flow(k, name).await?;
+    }
+    let pods_api = Api::<Pod>::namespaced(k.client.clone(), &k.namespace);
+    // Lines already printed per pod (for -f).
+    let mut printed: BTreeMap<String, usize> = BTreeMap::new();
+    loop {
+        let f = flow(k, name).await?;
+        let st = status(&f);
+        let run_over = !matches!(
+            st.phase,
+            Some(pseudoflow_crd::FlowPhase::Running | pseudoflow_crd::FlowPhase::Pending) | None
+        );
+        // Step order and labels from status (again on every round of -f: steps are added to
+        // status as the run reaches them); STEP resolved to a node id.
+        let order: HashMap<String, usize> = st
+            .steps
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.id.clone(), i))
+            .collect();
+        let labels: HashMap<String, String> = st
+            .steps
+            .iter()
+            .map(|s| (s.id.clone(), s.name.clone().unwrap_or_else(|| s.id.clone())))
+            .collect();
+        let wanted = match step {
+            None => None,
+            Some(q) => match st
+                .steps
+                .iter()
+                .find(|s| s.id == q || s.path == q || s.name.as_deref() == Some(q))
+            {
+                Some(s) => Some(s.id.clone()),
+                // Not reached yet: -f waits for it while the run goes on.
+                None if follow && !run_over => {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+                None => bail!(
+                    "pseudoflow {name} has no step {q:?} in its current run (steps: {})",
+                    st.steps
+                        .iter()
+                        .map(|s| s.name.clone().unwrap_or_else(|| s.id.clone()))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            },
+        };
+        let jobs = run_jobs(k, name, &st).await?;
+        let mut ordered: Vec<_> = jobs.into_values().flatten().collect();
+        ordered.sort_by_key(|j| {
+            (
+                order
+                    .get(&annotation(j, "ops.example.com/node-id"))
+                    .copied()
+                    .unwrap_or(usize::MAX),
+                annotation(j, "ops.example.com/instance"),
+                j.metadata.name.clone(),
+            )
+        });
+        let mut all_done = true;
+        for j in &ordered {
+            let head = annotation(j, "ops.example.com/node-id");
+            let instance = annotation(j, "ops.example.com/instance");
+            let job = j.metadata.name.clone().unwrap_or_default();
+            for p in job_pods(k, &job).await? {
+                let pod = p.metadata.name.clone().unwrap_or_default();
+                let phase = p.status.as_ref().and_then(|s| s.phase.clone());
+                let running = !matches!(phase.as_deref(), Some("Succeeded" | "Failed"));
+                all_done &= !running;
+                let text = match pods_api.logs(&pod, &LogParams::default()).await {
+                    Ok(t) => t,
+                    // A pod not started yet has no log.
+                    Err(_) if running => continue,
+                    Err(e) => return Err(e.into()),
+                };
+                let lines = attribute(&head, &text).lines;
+                let seen = printed.entry(pod.clone()).or_insert(0);
+                let mut upto = lines.len();
+                for (i, (node, line)) in lines.iter().enumerate().skip(*seen) {
+                    // A step the pod started before status lists it: its lines wait for the
+                    // next round of -f, so they carry the step's name.
+                    if follow && !run_over && !labels.contains_key(node) {
+                        upto = i;
+                        break;
+                    }
+                    if wanted.as_ref().is_some_and(|w| w != node) {
+                        continue;
+                    }
+                    let label = labels.get(node).cloned().unwrap_or_else(|| node.clone());
+                    if instance.is_empty() {
+                        println!("[{label}] {line}");
+                    } else {
+                        println!("[{label} {instance}] {line}");
+                    }
+                }
+                *seen = upto;
+            }
+        }
+        if !follow || (run_over && all_done) {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_follow_the_segment_markers() {
+        let log = [
+            r#"{"level":"INFO","fields":{"message":"starting","node":"s0"}}"#,
+            "plain output of s0",
+            r#"{"level":"INFO","fields":{"message":"segment step starting","node":"s1","path":"spec.steps[1]"}}"#,
+            "plain output of s1",
+        ]
+        .join("\n");
+        let lines = attribute("s0", &log).lines;
+        let nodes: Vec<&str> = lines.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(nodes, ["s0", "s0", "s1", "s1"]);
+        assert_eq!(lines[0].1, "INFO starting node=s0");
+        assert_eq!(
+            lines[2].1,
+            "INFO segment step starting node=s1 path=spec.steps[1]"
+        );
+        assert_eq!(lines[3].1, "plain output of s1");
+    }
+}
