@@ -54,6 +54,21 @@ pub async fn client_for(kubeconfig: &Path) -> Result<Client> {
 
 /// Starts everything in `dir` and waits for `/readyz`.
 pub async fn start(dir: &Path, certs: &Certs) -> Result<ControlPlane> {
+    start_with(dir, certs, None).await
+}
+
+/// Like [`start`]; with `advertise`, the API server listens on all addresses (not only
+/// loopback) and advertises that one (the `kubernetes` Service's endpoint): real nodes, in
+/// their own network namespaces, reach it there.
+pub async fn start_with(
+    dir: &Path,
+    certs: &Certs,
+    advertise: Option<std::net::Ipv4Addr>,
+) -> Result<ControlPlane> {
+    let (bind, advertise) = match advertise {
+        Some(ip) => ("0.0.0.0".to_string(), ip.to_string()),
+        None => ("127.0.0.1".to_string(), "127.0.0.1".to_string()),
+    };
     let logs = dir.join("logs");
     std::fs::create_dir_all(&logs)?;
     let (etcd_port, peer_port, api_port) = (free_port()?, free_port()?, free_port()?);
@@ -84,8 +99,8 @@ pub async fn start(dir: &Path, certs: &Certs) -> Result<ControlPlane> {
         &binary("kube-apiserver")?,
         &[
             format!("--etcd-servers={etcd_url}"),
-            "--bind-address=127.0.0.1".into(),
-            "--advertise-address=127.0.0.1".into(),
+            format!("--bind-address={bind}"),
+            format!("--advertise-address={advertise}"),
             format!("--secure-port={api_port}"),
             format!("--tls-cert-file={}", s(&certs.server_crt)),
             format!("--tls-private-key-file={}", s(&certs.server_key)),
@@ -95,7 +110,8 @@ pub async fn start(dir: &Path, certs: &Certs) -> Result<ControlPlane> {
             format!("--service-account-signing-key-file={}", s(&certs.sa_key)),
             // The seed clusters use 100.64.0.0/16 for Services (NodeLocal DNS at 100.64.0.10).
             "--service-cluster-ip-range=100.64.0.0/16".into(),
-            "--authorization-mode=RBAC".into(),
+            // Node: real nodes' kubelets (system:node:<name>) get what a kubelet needs.
+            "--authorization-mode=Node,RBAC".into(),
             // As on hardened clusters: setting blockOwnerDeletion needs rights on the owner's
             // finalizers, so RBAC tests catch a controller that lacks them.
             "--enable-admission-plugins=OwnerReferencesPermissionEnforcement".into(),

@@ -13,6 +13,7 @@ pub mod env;
 pub mod kubelet;
 mod leftovers;
 pub mod procs;
+pub mod real_node;
 pub mod seed;
 
 pub use env::{shared, shared_with, NodeSpec, Options, TestEnv};
