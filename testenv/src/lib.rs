@@ -23,3 +23,13 @@ pub use kubelet::ImageMap;
 pub const SHELL_IMAGE: &str = "testenv/shell";
 /// Image that runs the `testenv-probe` helper binary (an API call as the pod's ServiceAccount).
 pub const PROBE_IMAGE: &str = "testenv/probe";
+
+/// 32 hex digits derived from `seed` (FNV-1a, twice): ids that differ per seed.
+pub(crate) fn names_digest(seed: &str) -> String {
+    let fnv = |salt: u64| {
+        seed.bytes().fold(0xcbf2_9ce4_8422_2325 ^ salt, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        })
+    };
+    format!("{:016x}{:016x}", fnv(0), fnv(0x9e37_79b9_7f4a_7c15))
+}

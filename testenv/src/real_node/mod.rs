@@ -373,8 +373,11 @@ fn prepare(
         // The node's own /etc, seeded from the machine's (a node step changes this copy only).
         std::fs::create_dir_all(&etc)?;
         run("cp", &["-a", "/etc/.", &etc.display().to_string()])?;
-        let _ = std::fs::remove_file(etc.join("machine-id"));
     }
+    // Each node its own machine id (the kubelet reports it as the Node's systemUUID source).
+    let seed = format!("{}-{}-{}", std::process::id(), net.slot, spec.name);
+    let id: String = crate::names_digest(&seed);
+    std::fs::write(etc.join("machine-id"), format!("{id}\n"))?;
     let tmp = root.join("tmp");
     std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o1777))?;
     let sbin = root.join(".pseudoflow/sbin/systemctl");
