@@ -35,8 +35,8 @@ if [ ! -f "$base" ]; then
     --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
     --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-exclude=/usr/share/info/*' \
     --customize-hook='rm -rf "$1"/var/cache/* "$1"/var/log/*' \
-    "$SUITE" "$base.tmp"
-  mv "$base.tmp" "$base"
+    "$SUITE" "$WORK/partial.tar"   # the .tar suffix makes mmdebstrap write a tarball
+  mv "$WORK/partial.tar" "$base"
 fi
 
 # ---- pseudoflow-step: static (musl) when the target is installed, as in the Dockerfile ----
