@@ -44,7 +44,10 @@ ip link set lo up
 i=0; while ! ip link show eth0 >/dev/null 2>&1; do i=$((i+1)); [ $i -lt 200 ] || { echo "no eth0" >&2; exit 1; }; sleep 0.05; done
 ip addr add "$NODE_IP/$NODE_PREFIX" dev eth0
 ip link set eth0 up
-ip route add default via "$GATEWAY"
+# No default route: a node reaches its bridge (the API server, the other nodes) and the Service
+# range, nothing beyond this machine. An image that is not imported fails to pull at once
+# (ErrImagePull), as on an offline cluster, instead of trying a registry.
+ip route add 100.64.0.0/16 via "$GATEWAY"
 echo 1 > /proc/sys/net/ipv4/ip_forward
 echo 1 > /proc/sys/net/ipv4/conf/all/route_localnet 2>/dev/null || true
 
