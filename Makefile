@@ -45,8 +45,9 @@ k8s:
 	bash testenv/build-k8s.sh
 
 ## cluster: a local control plane with simulated nodes, for a person; Ctrl-C stops it.
+## ARGS='--real 2' adds real nodes (make images first), ARGS='--nodes 0 --real 2' only real ones.
 cluster: k8s
-	cargo run --locked -p pseudoflow-testenv --bin pseudoflow-cluster
+	cargo run --locked -p pseudoflow-testenv --bin pseudoflow-cluster -- $(ARGS)
 
 ## crd: regenerate crd/pseudoflow.yaml (and the chart's copy) from the Rust types.
 crd:

@@ -58,11 +58,18 @@ install -m 0755 "$K8S_BIN/kubectl" "$top/usr/local/bin/kubectl"
 install -m 0755 "$step" "$top/usr/local/bin/pseudoflow-step"
 tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$top" -cf "$WORK/runtime-top.tar" .
 
+# Packed again only when a layer or the name changed (gzip of 200 MiB takes ~10 s).
+stamp="$key $(sha256sum < "$WORK/runtime-top.tar" | cut -c1-16) $RUNTIME_NAME $(sha256sum < runtime-image/local/oci-pack.py | cut -c1-16)"
+if [ -f "$OUT/runtime.oci.tar" ] && [ "$(cat "$OUT/runtime.stamp" 2>/dev/null)" = "$stamp" ]; then
+  echo "$RUNTIME_NAME: unchanged"
+else
 python3 runtime-image/local/oci-pack.py "$OUT/runtime.oci.tar" "$RUNTIME_NAME" \
   --user 65532:65532 \
   --entrypoint '["/usr/local/bin/pseudoflow-step"]' \
   --cmd '["run", "--input", "/etc/pseudoflow/input/input.json"]' \
   "$base" "$WORK/runtime-top.tar"
+echo "$stamp" > "$OUT/runtime.stamp"
+fi
 
 # ---- pause: one static binary ----
 pdir="$WORK/pause" && rm -rf "$pdir" && mkdir -p "$pdir"
@@ -75,8 +82,8 @@ python3 runtime-image/local/oci-pack.py "$OUT/pause.oci.tar" "$PAUSE_NAME" \
 printf 'runtime=%s\npause=%s\n' "$RUNTIME_NAME" "$PAUSE_NAME" > "$OUT/names"
 echo "images built in $(( $(date +%s) - start ))s into $OUT:"
 for f in runtime pause; do
-  printf '  %-8s %s (%s MiB compressed archive)\n' "$f" "$OUT/$f.oci.tar" \
-    "$(awk -v b="$(stat -c %s "$OUT/$f.oci.tar")" 'BEGIN{printf "%.1f", b/1048576}')"
+  printf '  %-8s %s (%s compressed archive)\n' "$f" "$OUT/$f.oci.tar" \
+    "$(numfmt --to=iec-i --suffix=B --format=%.1f "$(stat -c %s "$OUT/$f.oci.tar")")"
 done
 printf '  runtime root filesystem uncompressed: %s MiB\n' \
   "$(awk -v a="$(stat -c %s "$base")" -v b="$(stat -c %s "$WORK/runtime-top.tar")" 'BEGIN{printf "%.1f", (a+b)/1048576}')"
