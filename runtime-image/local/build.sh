@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# `make images`: builds the runtime image (runtime-image/Dockerfile's image) and the pause image
-# of testenv's real nodes as OCI archives, here, without a registry or a container engine:
+# `make images`: builds the runtime image (runtime-image/Dockerfile's image), the controller
+# image (controller/Dockerfile's) and the pause image of testenv's real nodes as OCI archives,
+# here, without a registry or a container engine:
 #   - the root filesystem from Debian packages with mmdebstrap: the minbase variant (what
 #     debian:bookworm-slim is) plus every package runtime-image/tools.txt lists;
 #   - kubectl from testenv/build-k8s.sh (`make k8s`), the Dockerfile's kubectl stage;
 #   - pseudoflow-step, a static musl release build (the Dockerfile's build stage);
 #   - user 65532:65532, entrypoint and cmd as the Dockerfile says (a test keeps them in sync:
 #     testenv/tests/images.rs).
-# Output: ${XDG_CACHE_HOME:-~/.cache}/pseudoflow/images/{runtime,pause}.oci.tar (never in the
+# Output: ${XDG_CACHE_HOME:-~/.cache}/pseudoflow/images/{runtime,controller,pause}.oci.tar (never in the
 # repository), then their sizes. The Debian root filesystem is cached per tools.txt content.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -19,6 +20,7 @@ K8S_BIN="$CACHE/k8s-${K8S_VERSION:-v1.34.4}/bin"
 SUITE=bookworm
 RUNTIME_NAME="${RUNTIME_IMAGE:-docker.io/pseudoflow/runtime:local}"
 PAUSE_NAME="${PAUSE_IMAGE:-docker.io/pseudoflow/pause:local}"
+CONTROLLER_NAME="${CONTROLLER_IMAGE:-docker.io/pseudoflow/controller:local}"
 mkdir -p "$WORK"
 start=$(date +%s)
 
@@ -71,6 +73,28 @@ python3 runtime-image/local/oci-pack.py "$OUT/runtime.oci.tar" "$RUNTIME_NAME" \
 echo "$stamp" > "$OUT/runtime.stamp"
 fi
 
+# ---- controller: controller/Dockerfile's image (distroless/static:nonroot + the static binary).
+# The distroless base's files, from the Debian root filesystem: CA certificates, a passwd and
+# group naming nonroot (65532), a sticky /tmp.
+if rustup target list --installed 2>/dev/null | grep -qx x86_64-unknown-linux-musl; then
+  CC_x86_64_unknown_linux_musl=musl-gcc cargo build --release --locked -q \
+    --target x86_64-unknown-linux-musl -p pseudoflow-controller --bin pseudoflow-controller
+  ctl="$CARGO_TARGET_DIR/x86_64-unknown-linux-musl/release/pseudoflow-controller"
+  cdir="$WORK/controller" && rm -rf "$cdir" && mkdir -p "$cdir/usr/local/bin" "$cdir/etc/ssl/certs" "$cdir/tmp"
+  chmod 1777 "$cdir/tmp"
+  install -m 0755 "$ctl" "$cdir/usr/local/bin/pseudoflow-controller"
+  tar -xOf "$base" ./etc/ssl/certs/ca-certificates.crt > "$cdir/etc/ssl/certs/ca-certificates.crt"
+  printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' > "$cdir/etc/passwd"
+  printf 'root:x:0:\nnonroot:x:65532:\n' > "$cdir/etc/group"
+  tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$cdir" -cf "$WORK/controller.tar" .
+  python3 runtime-image/local/oci-pack.py "$OUT/controller.oci.tar" "$CONTROLLER_NAME" \
+    --user 65532:65532 --entrypoint '["/usr/local/bin/pseudoflow-controller"]' "$WORK/controller.tar"
+  built="runtime pause controller"
+else
+  echo "images: no musl target: the controller image (static, distroless-like) is not built"
+  built="runtime pause"
+fi
+
 # ---- pause: one static binary ----
 pdir="$WORK/pause" && rm -rf "$pdir" && mkdir -p "$pdir"
 musl-gcc -static -Os -s -o "$pdir/pause" runtime-image/local/pause.c
@@ -79,9 +103,9 @@ python3 runtime-image/local/oci-pack.py "$OUT/pause.oci.tar" "$PAUSE_NAME" \
   --user 65535:65535 --entrypoint '["/pause"]' "$WORK/pause.tar"
 
 # The names the real nodes import them under, for testenv.
-printf 'runtime=%s\npause=%s\n' "$RUNTIME_NAME" "$PAUSE_NAME" > "$OUT/names"
+printf 'runtime=%s\npause=%s\ncontroller=%s\n' "$RUNTIME_NAME" "$PAUSE_NAME" "$CONTROLLER_NAME" > "$OUT/names"
 echo "images built in $(( $(date +%s) - start ))s into $OUT:"
-for f in runtime pause; do
+for f in $built; do
   printf '  %-8s %s (%s compressed archive)\n' "$f" "$OUT/$f.oci.tar" \
     "$(numfmt --to=iec-i --suffix=B --format=%.1f "$(stat -c %s "$OUT/$f.oci.tar")")"
 done

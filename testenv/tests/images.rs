@@ -16,9 +16,15 @@ fn read(p: &str) -> String {
     std::fs::read_to_string(repo().join(p)).unwrap()
 }
 
-/// The JSON argument of `flag` in build.sh's runtime `oci-pack.py` call.
+/// The argument of `flag` in build.sh's runtime `oci-pack.py` call.
 fn pack_arg(script: &str, flag: &str) -> String {
-    let call = &script[script.find("\"$OUT/runtime.oci.tar\"").unwrap()..];
+    pack_arg_of(script, "runtime", flag)
+}
+
+/// The argument of `flag` in build.sh's `oci-pack.py` call for `image`.
+fn pack_arg_of(script: &str, image: &str, flag: &str) -> String {
+    let marker = format!("oci-pack.py \"$OUT/{image}.oci.tar\"");
+    let call = &script[script.find(&marker).unwrap()..];
     let at = call.find(&format!("{flag} ")).unwrap() + flag.len() + 1;
     let rest = &call[at..];
     match rest.chars().next().unwrap() {
@@ -81,6 +87,27 @@ fn the_local_image_build_and_the_dockerfile_agree() {
         dockerfile_json(&dockerfile, "ENTRYPOINT")
     );
     assert_eq!(config["config"]["Cmd"], dockerfile_json(&dockerfile, "CMD"));
+}
+
+#[test]
+fn the_local_controller_image_and_its_dockerfile_agree() {
+    let dockerfile = read("controller/Dockerfile");
+    let script = read("runtime-image/local/build.sh");
+    let user = dockerfile
+        .lines()
+        .find_map(|l| l.strip_prefix("USER "))
+        .unwrap();
+    assert_eq!(pack_arg_of(&script, "controller", "--user"), user);
+    let entrypoint: serde_json::Value =
+        serde_json::from_str(&pack_arg_of(&script, "controller", "--entrypoint")).unwrap();
+    assert_eq!(entrypoint, dockerfile_json(&dockerfile, "ENTRYPOINT"));
+    // The distroless static base: CA certificates, nonroot in passwd, and the static binary.
+    assert!(dockerfile.contains("FROM gcr.io/distroless/static-debian12:nonroot"));
+    assert!(dockerfile.contains("--target x86_64-unknown-linux-musl"));
+    assert!(
+        script.contains("etc/ssl/certs/ca-certificates.crt") && script.contains("nonroot:x:65532")
+    );
+    assert!(script.contains("-p pseudoflow-controller --bin pseudoflow-controller"));
 }
 
 /// The image config of an OCI archive (index → manifest → config), read with `tar`.
