@@ -2,7 +2,7 @@
 //! an `exec` step that writes /tmp and runs kubectl against the in-cluster API (ServiceAccount
 //! token, `kubernetes.default` through kube-proxy), and node steps (configFile, patchFile,
 //! execNode `systemctl restart kubelet`) whose files land in the node's own root, never the
-//! machine's `/etc`.
+//! machine's `/etc`; and the controller image itself as a pod with in-cluster config.
 //!
 //! The cluster has only real nodes (`cp-0`, tainted control plane, and `node-1`), so no Job can
 //! land on a simulated kubelet that would pretend to run it. Never skipped: a real node that
@@ -129,4 +129,70 @@ async fn node_steps_change_the_nodes_root_and_restart_its_kubelet() {
         kubelet_before, kubelet_after,
         "the node's kubelet was restarted"
     );
+}
+
+/// The controller image of `make images`, as a pod on a real node: in-cluster config (its
+/// ServiceAccount token, `kubernetes.default` through kube-proxy), Jobs of the runtime image.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_controller_image_runs_a_flow_from_a_pod_with_in_cluster_config() {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, PostParams};
+    let env = env();
+    let client = env.client().await.unwrap();
+    install_crd(&client).await;
+    let ns = FlowNamespace::new("real-controller")
+        .rules(json!([{"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["get"]}]))
+        .create(env, &client)
+        .await;
+    let apply = |v| pseudoflow_test_support::apply(&client, v);
+    apply(json!({"apiVersion": "v1", "kind": "ServiceAccount",
+        "metadata": {"name": "controller", "namespace": ns}}))
+    .await;
+    // The chart's rights are tested elsewhere (demo/tests/chart_rbac.rs); here, in-cluster config.
+    apply(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": format!("{ns}-controller")},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"kind": "ServiceAccount", "name": "controller", "namespace": ns}]}))
+    .await;
+    let image = pseudoflow_testenv::real_node::images_dir().join("controller.oci.tar");
+    assert!(
+        image.is_file(),
+        "{} missing: run `make images`",
+        image.display()
+    );
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let pod = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "controller"},
+        "spec": {"serviceAccountName": "controller", "nodeName": WORKER, "containers": [{
+            "name": "controller", "image": "docker.io/pseudoflow/controller:local",
+            "imagePullPolicy": "Never",
+            "args": ["--image", RUNTIME_IMAGE, "--namespace", ns]}]}}))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let t0 = Instant::now();
+    create_flow(
+        &client,
+        &ns,
+        "hello",
+        json!({"serviceAccountName": "flow", "steps": [
+            {"type": "exec", "var": "out", "cmd": format!("kubectl -n {ns} get serviceaccount flow -o name")},
+            {"type": "log", "message": "${out}"},
+        ]}),
+    )
+    .await;
+    let status = wait_done(&client, &ns, "hello", 240).await;
+    let logs = pods
+        .logs("controller", &Default::default())
+        .await
+        .unwrap_or_default();
+    eprintln!("flow run by the controller pod done in {:?}", t0.elapsed());
+    assert_eq!(
+        status["phase"], "Succeeded",
+        "{status:#}\ncontroller log:\n{logs}"
+    );
+    assert!(
+        status.to_string().contains("serviceaccount/flow"),
+        "{status:#}"
+    );
+    assert!(logs.contains("launched"), "{logs}");
 }

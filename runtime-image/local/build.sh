@@ -75,25 +75,30 @@ fi
 
 # ---- controller: controller/Dockerfile's image (distroless/static:nonroot + the static binary).
 # The distroless base's files, from the Debian root filesystem: CA certificates, a passwd and
-# group naming nonroot (65532), a sticky /tmp.
+# group naming nonroot (65532), a sticky /tmp. Without the musl target the binary is a glibc
+# build, and the image gets the Debian root filesystem underneath (its libc) instead.
+cdir="$WORK/controller" && rm -rf "$cdir" && mkdir -p "$cdir/usr/local/bin" "$cdir/etc/ssl/certs" "$cdir/tmp"
 if rustup target list --installed 2>/dev/null | grep -qx x86_64-unknown-linux-musl; then
   CC_x86_64_unknown_linux_musl=musl-gcc cargo build --release --locked -q \
     --target x86_64-unknown-linux-musl -p pseudoflow-controller --bin pseudoflow-controller
   ctl="$CARGO_TARGET_DIR/x86_64-unknown-linux-musl/release/pseudoflow-controller"
-  cdir="$WORK/controller" && rm -rf "$cdir" && mkdir -p "$cdir/usr/local/bin" "$cdir/etc/ssl/certs" "$cdir/tmp"
+  controller_layers=("$WORK/controller.tar")
   chmod 1777 "$cdir/tmp"
-  install -m 0755 "$ctl" "$cdir/usr/local/bin/pseudoflow-controller"
   tar -xOf "$base" ./etc/ssl/certs/ca-certificates.crt > "$cdir/etc/ssl/certs/ca-certificates.crt"
   printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' > "$cdir/etc/passwd"
   printf 'root:x:0:\nnonroot:x:65532:\n' > "$cdir/etc/group"
-  tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$cdir" -cf "$WORK/controller.tar" .
-  python3 runtime-image/local/oci-pack.py "$OUT/controller.oci.tar" "$CONTROLLER_NAME" \
-    --user 65532:65532 --entrypoint '["/usr/local/bin/pseudoflow-controller"]' "$WORK/controller.tar"
-  built="runtime pause controller"
 else
-  echo "images: no musl target: the controller image (static, distroless-like) is not built"
-  built="runtime pause"
+  echo "images: no musl target: the controller is a glibc build on the Debian root filesystem"
+  cargo build --release --locked -q -p pseudoflow-controller --bin pseudoflow-controller
+  ctl="$CARGO_TARGET_DIR/release/pseudoflow-controller"
+  controller_layers=("$base" "$WORK/controller.tar")
+  rm -rf "$cdir/etc" "$cdir/tmp"
 fi
+install -m 0755 "$ctl" "$cdir/usr/local/bin/pseudoflow-controller"
+tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$cdir" -cf "$WORK/controller.tar" .
+python3 runtime-image/local/oci-pack.py "$OUT/controller.oci.tar" "$CONTROLLER_NAME" \
+  --user 65532:65532 --entrypoint '["/usr/local/bin/pseudoflow-controller"]' "${controller_layers[@]}"
+built="runtime pause controller"
 
 # ---- pause: one static binary ----
 pdir="$WORK/pause" && rm -rf "$pdir" && mkdir -p "$pdir"
