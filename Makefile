@@ -3,10 +3,11 @@ SHELL := /bin/bash
 CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/pseudoflow
 export CARGO_TARGET_DIR ?= $(CACHE_DIR)/target
 
-.PHONY: test lint unit k8s tools cluster crd docs bench chart-test demo soak
+.PHONY: test lint unit k8s tools images real-node-setup cluster crd docs bench chart-test demo soak
 
-## test: everything CI runs — lint, the CRD freshness check, unit, snapshot and e2e tests.
-test: lint k8s tools
+## test: everything CI runs — lint, the CRD freshness check, unit, snapshot and e2e tests (the
+## real-node suite included: it needs the images).
+test: lint k8s tools images
 	cargo test --workspace --locked
 	bash charts/test.sh
 
@@ -18,6 +19,17 @@ lint:
 unit:
 	cargo test --workspace --locked --lib --bins
 	cargo test --locked -p pseudoflow-compiler
+
+## real-node-setup: containerd, runc, CNI plugins, iptables, mmdebstrap, musl-tools from Debian
+## (only what is missing; testenv's real nodes and `make images` need them).
+real-node-setup:
+	bash testenv/real-node/install.sh
+
+## images: the runtime image and the real nodes' pause image as OCI archives under
+## ~/.cache/pseudoflow/images, built from Debian packages and this repository (no registry, no
+## container engine); prints their sizes. See runtime-image/local/build.sh.
+images: k8s real-node-setup
+	bash runtime-image/local/build.sh
 
 ## tools: helm (from its Go module), promtool and lua for the chart checks.
 tools:
@@ -33,8 +45,9 @@ k8s:
 	bash testenv/build-k8s.sh
 
 ## cluster: a local control plane with simulated nodes, for a person; Ctrl-C stops it.
+## ARGS='--real 2' adds real nodes (make images first), ARGS='--nodes 0 --real 2' only real ones.
 cluster: k8s
-	cargo run --locked -p pseudoflow-testenv --bin pseudoflow-cluster
+	cargo run --locked -p pseudoflow-testenv --bin pseudoflow-cluster -- $(ARGS)
 
 ## crd: regenerate crd/pseudoflow.yaml (and the chart's copy) from the Rust types.
 crd:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the real control plane for testenv from pinned upstream Go modules (no binary
-# downloads): etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl.
+# downloads): etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl, and
+# kubelet and kube-proxy for testenv's real nodes.
 # Output: ${XDG_CACHE_HOME:-$HOME/.cache}/pseudoflow/k8s-$K8S_VERSION/bin. A second run with
 # the binaries present and the stamp matching returns at once.
 # `build-k8s.sh --kubectl-only DIR` builds only kubectl, into DIR: the runtime image's kubectl
@@ -18,8 +19,10 @@ CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/pseudoflow"
 OUT="$CACHE/k8s-$K8S_VERSION"
 BIN="$OUT/bin"
 STAMP="$BIN/.stamp"
-WANT_STAMP="k8s=$K8S_VERSION etcd=$ETCD_VERSION layout=2"
-BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl)
+WANT_STAMP="k8s=$K8S_VERSION etcd=$ETCD_VERSION layout=3"
+# A binary missing here (or an older stamp: layout 2 had no kubelet/kube-proxy) rebuilds; with
+# the Go build cache warm that is mostly linking.
+BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
 
 have_all() {
   [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT_STAMP" ] || return 1
@@ -75,12 +78,14 @@ if [ -n "$KUBECTL_ONLY" ]; then
   "$GO" build -ldflags="-s -w $VERSION_FLAGS" -o "$KUBECTL_ONLY/kubectl" k8s.io/kubernetes/cmd/kubectl
   exit 0
 fi
-echo "building kube-apiserver, kube-controller-manager, kube-scheduler, kubectl $K8S_VERSION (first time: ~20-40 min on 2 cores)"
+echo "building kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet, kube-proxy $K8S_VERSION (first time: ~20-40 min on 2 cores)"
 "$GO" build -ldflags="-s -w $VERSION_FLAGS" -o "$BIN/" \
   k8s.io/kubernetes/cmd/kube-apiserver \
   k8s.io/kubernetes/cmd/kube-controller-manager \
   k8s.io/kubernetes/cmd/kube-scheduler \
-  k8s.io/kubernetes/cmd/kubectl
+  k8s.io/kubernetes/cmd/kubectl \
+  k8s.io/kubernetes/cmd/kubelet \
+  k8s.io/kubernetes/cmd/kube-proxy
 
 # etcd: the server module's own main package, in a module of its own (its go.mod has no
 # replace directives, so it builds as published).

@@ -284,6 +284,11 @@ fn pod_template(
         mounts.push(json!({"name": "host-root", "mountPath": "/host"}));
         json!({"privileged": true, "runAsUser": 0})
     } else {
+        // The root filesystem is read-only: /tmp is a small emptyDir, so an `exec`/`script`
+        // that writes a scratch file works (found on testenv's real nodes: it failed with
+        // "Read-only file system").
+        volumes.push(json!({"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}));
+        mounts.push(json!({"name": "tmp", "mountPath": "/tmp"}));
         json!({
             "allowPrivilegeEscalation": false,
             "readOnlyRootFilesystem": true,

@@ -99,6 +99,12 @@ fn signed_by_ca(dir: &Path, name: &str, subj: &str, ext: &str, days: &str) -> Re
 
 /// Generates all certificates into `dir`.
 pub fn generate(dir: &Path) -> Result<Certs> {
+    generate_with(dir, &[])
+}
+
+/// Like [`generate`], with further IP addresses in the API server's certificate (the address
+/// real nodes reach it at).
+pub fn generate_with(dir: &Path, api_ips: &[std::net::Ipv4Addr]) -> Result<Certs> {
     std::fs::create_dir_all(dir)?;
     let days = "3650";
     openssl(
@@ -121,9 +127,10 @@ pub fn generate(dir: &Path) -> Result<Certs> {
             "/CN=pseudoflow-testenv-ca",
         ],
     )?;
+    let extra: String = api_ips.iter().map(|ip| format!(",IP:{ip}")).collect();
     std::fs::write(
         dir.join("server.ext"),
-        "subjectAltName=IP:127.0.0.1,IP:100.64.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local\nextendedKeyUsage=serverAuth\n",
+        format!("subjectAltName=IP:127.0.0.1,IP:100.64.0.1{extra},DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local\nextendedKeyUsage=serverAuth\n"),
     )?;
     std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n")?;
     for (name, subj, ext) in [
@@ -156,4 +163,54 @@ pub fn generate(dir: &Path) -> Result<Certs> {
         sa_key: p("sa.key"),
         sa_pub: p("sa.pub"),
     })
+}
+
+/// Issues a certificate signed by the cluster CA in `certs.dir`: `<name>.key` and `<name>.crt`
+/// with subject `subj` and the extension lines `ext` (e.g. `subjectAltName=...`).
+pub fn issue(certs: &Certs, out: &Path, name: &str, subj: &str, ext: &str) -> Result<()> {
+    std::fs::create_dir_all(out)?;
+    let ext_file = out.join(format!("{name}.ext"));
+    std::fs::write(&ext_file, ext)?;
+    let key = out.join(format!("{name}.key"));
+    let csr = out.join(format!("{name}.csr"));
+    let crt = out.join(format!("{name}.crt"));
+    let p = |x: &Path| x.display().to_string();
+    openssl(
+        out,
+        &[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            &p(&key),
+            "-out",
+            &p(&csr),
+            "-subj",
+            subj,
+        ],
+    )?;
+    openssl(
+        out,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            &p(&csr),
+            "-CA",
+            &p(&certs.ca_crt),
+            "-CAkey",
+            &p(&certs.ca_key),
+            "-CAcreateserial",
+            "-out",
+            &p(&crt),
+            "-days",
+            "3650",
+            "-extfile",
+            &p(&ext_file),
+        ],
+    )?;
+    Ok(())
 }

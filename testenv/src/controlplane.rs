@@ -54,6 +54,17 @@ pub async fn client_for(kubeconfig: &Path) -> Result<Client> {
 
 /// Starts everything in `dir` and waits for `/readyz`.
 pub async fn start(dir: &Path, certs: &Certs) -> Result<ControlPlane> {
+    start_with(dir, certs, None).await
+}
+
+/// Like [`start`]; with `advertise`, the API server listens on all addresses (not only
+/// loopback) and advertises that one (the `kubernetes` Service's endpoint): real nodes, in
+/// their own network namespaces, reach it there.
+pub async fn start_with(
+    dir: &Path,
+    certs: &Certs,
+    advertise: Option<std::net::Ipv4Addr>,
+) -> Result<ControlPlane> {
     let logs = dir.join("logs");
     std::fs::create_dir_all(&logs)?;
     let (etcd_port, peer_port, api_port) = (free_port()?, free_port()?, free_port()?);
@@ -71,7 +82,7 @@ pub async fn start(dir: &Path, certs: &Certs) -> Result<ControlPlane> {
         Proc::spawn(
             "kube-apiserver",
             &binary("kube-apiserver")?,
-            &apiserver_args(dir, certs, &etcd_url, api_port),
+            &apiserver_args(dir, certs, &etcd_url, api_port, advertise),
             &logs.join("kube-apiserver.log"),
         )?,
     ];
@@ -113,11 +124,21 @@ fn etcd_args(dir: &Path, etcd_url: &str, peer_port: u16) -> Vec<String> {
 
 /// kube-apiserver on loopback with RBAC, service-account tokens, and the kubelet client the
 /// simulated kubelets' streaming server verifies.
-fn apiserver_args(dir: &Path, certs: &Certs, etcd_url: &str, api_port: u16) -> Vec<String> {
+fn apiserver_args(
+    dir: &Path,
+    certs: &Certs,
+    etcd_url: &str,
+    api_port: u16,
+    advertise: Option<std::net::Ipv4Addr>,
+) -> Vec<String> {
+    let (bind, advertise) = match advertise {
+        Some(ip) => ("0.0.0.0".to_string(), ip.to_string()),
+        None => ("127.0.0.1".to_string(), "127.0.0.1".to_string()),
+    };
     vec![
         format!("--etcd-servers={etcd_url}"),
-        "--bind-address=127.0.0.1".into(),
-        "--advertise-address=127.0.0.1".into(),
+        format!("--bind-address={bind}"),
+        format!("--advertise-address={advertise}"),
         format!("--secure-port={api_port}"),
         format!("--tls-cert-file={}", s(&certs.server_crt)),
         format!("--tls-private-key-file={}", s(&certs.server_key)),
@@ -127,7 +148,8 @@ fn apiserver_args(dir: &Path, certs: &Certs, etcd_url: &str, api_port: u16) -> V
         format!("--service-account-signing-key-file={}", s(&certs.sa_key)),
         // The seed clusters use 100.64.0.0/16 for Services (NodeLocal DNS at 100.64.0.10).
         "--service-cluster-ip-range=100.64.0.0/16".into(),
-        "--authorization-mode=RBAC".into(),
+        // Node: real nodes' kubelets (system:node:<name>) get what a kubelet needs.
+        "--authorization-mode=Node,RBAC".into(),
         // As on hardened clusters: setting blockOwnerDeletion needs rights on the owner's
         // finalizers, so RBAC tests catch a controller that lacks them.
         "--enable-admission-plugins=OwnerReferencesPermissionEnforcement".into(),

@@ -56,6 +56,10 @@ pub struct Options {
     pub nodes: Vec<NodeSpec>,
     /// Images run as local processes; the shell and probe test images are always included.
     pub images: ImageMap,
+    /// Nodes to run as real nodes (kubelet, containerd, runc, CNI, kube-proxy in their own
+    /// namespaces; see [`crate::real_node`]) beside the simulated `nodes`. With any, the API
+    /// server listens on all addresses and advertises the real nodes' bridge address.
+    pub real_nodes: Vec<NodeSpec>,
 }
 
 impl Default for Options {
@@ -68,6 +72,7 @@ impl Default for Options {
                 NodeSpec::worker("worker-1"),
             ],
             images: ImageMap::default(),
+            real_nodes: vec![],
         }
     }
 }
@@ -81,6 +86,28 @@ impl Options {
             nodes,
             ..Default::default()
         }
+    }
+
+    /// `simulated` simulated nodes and `real` real ones ([`crate::real_node`]); with no
+    /// simulated node, the first real one is the control plane (`cp-0`, labelled and tainted
+    /// like kubeadm), the others are `node-<i>`; else the real ones are all `real-<i>` workers.
+    pub fn with_real_nodes(simulated: usize, real: usize) -> Self {
+        let mut o = if simulated == 0 {
+            Options {
+                nodes: vec![],
+                ..Default::default()
+            }
+        } else {
+            Self::with_nodes(simulated)
+        };
+        o.real_nodes = (0..real)
+            .map(|i| match (simulated, i) {
+                (0, 0) => NodeSpec::control_plane("cp-0"),
+                (0, i) => NodeSpec::worker(&format!("node-{i}")),
+                (_, i) => NodeSpec::worker(&format!("real-{i}")),
+            })
+            .collect();
+        o
     }
 }
 
@@ -99,6 +126,10 @@ pub struct TestEnv {
     kubelet_handle: Arc<Kubelets>,
     /// The runtime the cluster's background work (kubelets, restarted processes) runs on.
     runtime: tokio::runtime::Handle,
+    /// The real nodes (dropped, so stopped, before their network).
+    real_nodes: Vec<crate::real_node::RealNode>,
+    /// Their bridge on the machine and its guardian.
+    _network: Option<crate::real_node::Network>,
 }
 
 fn probe_binary() -> PathBuf {
@@ -136,8 +167,14 @@ impl TestEnv {
     /// Starts a cluster keeping its state in `dir`.
     pub async fn start_in(dir: &Path, mut opts: Options) -> Result<TestEnv> {
         let t0 = Instant::now();
-        let certs = crate::certs::generate(&dir.join("pki"))?;
-        let cp = crate::controlplane::start(dir, &certs).await?;
+        let network = if opts.real_nodes.is_empty() {
+            None
+        } else {
+            Some(crate::real_node::Network::create()?)
+        };
+        let advertise = network.as_ref().map(|n| n.gateway);
+        let certs = crate::certs::generate_with(&dir.join("pki"), advertise.as_slice())?;
+        let cp = crate::controlplane::start_with(dir, &certs, advertise).await?;
         opts.images.insert(crate::SHELL_IMAGE, "/bin/sh");
         opts.images.insert(crate::PROBE_IMAGE, probe_binary());
         let kubelets = KubeletConfig {
@@ -152,10 +189,30 @@ impl TestEnv {
         let kubelet_handle = Arc::new(
             crate::kubelet::start_kubelets(client.clone(), kubelets.clone(), &opts.nodes).await?,
         );
-        let nodes: Vec<String> = opts.nodes.iter().map(|n| n.name.clone()).collect();
+        let real_nodes = match &network {
+            Some(net) => {
+                crate::real_node::start(
+                    &client,
+                    &certs,
+                    net,
+                    cp.api_port,
+                    &dir.join("nodes"),
+                    &opts.real_nodes,
+                )
+                .await?
+            }
+            None => vec![],
+        };
+        let nodes: Vec<String> = opts
+            .nodes
+            .iter()
+            .chain(&opts.real_nodes)
+            .map(|n| n.name.clone())
+            .collect();
         let control_planes = opts
             .nodes
             .iter()
+            .chain(&opts.real_nodes)
             .filter(|n| n.labels.contains_key(CONTROL_PLANE_LABEL))
             .map(|n| n.name.clone())
             .collect();
@@ -174,6 +231,8 @@ impl TestEnv {
                 .collect(),
             kubelet_handle,
             runtime: tokio::runtime::Handle::current(),
+            real_nodes,
+            _network: network,
         };
         env.wait_until_usable(&client, Duration::from_secs(90))
             .await?;
@@ -231,6 +290,10 @@ impl TestEnv {
     pub fn seed_kubeadm_files(&self, api_server: &str) -> Result<()> {
         let conf = format!("apiVersion: v1\nkind: Config\nclusters:\n- cluster:\n    server: {api_server}\n  name: kubernetes\n");
         for node in &self.nodes {
+            if self.real_node(node).is_some() {
+                // A real node has its own kubelet.conf (and kubelet) already.
+                continue;
+            }
             let root = self.node_root(node);
             std::fs::create_dir_all(root.join("etc/kubernetes"))?;
             std::fs::create_dir_all(root.join("var/lib/kubelet"))?;
@@ -245,6 +308,16 @@ impl TestEnv {
             )?;
         }
         Ok(())
+    }
+
+    /// A real node by name.
+    pub fn real_node(&self, name: &str) -> Option<&crate::real_node::RealNode> {
+        self.real_nodes.iter().find(|n| n.name == name)
+    }
+
+    /// The real nodes.
+    pub fn real_nodes(&self) -> &[crate::real_node::RealNode] {
+        &self.real_nodes
     }
 
     /// A node's root directory: what its pods see at `hostPath: /`.

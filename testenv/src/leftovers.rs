@@ -45,7 +45,7 @@ fn abandoned(dir: &Path) -> bool {
     }
 }
 
-fn running(pid: i32) -> bool {
+pub(crate) fn running(pid: i32) -> bool {
     // Signal 0 checks existence; EPERM means it exists but is not ours.
     let r = unsafe { libc::kill(pid, 0) };
     r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)

@@ -279,6 +279,12 @@ impl PodView<'_> {
 fn launcher_script(container: &Container, mounts: &[(PathBuf, String)]) -> String {
     let mut script = String::from("#!/bin/sh\n# testenv: the pod's view of the filesystem, then exec the container's command.\nset -e\nPOD_PATH=\"$PATH\"\nPATH=/usr/sbin:/usr/bin:/sbin:/bin\nmount --make-rprivate / 2>/dev/null || true\n");
     for (src, target) in mounts {
+        if shadows_plumbing(target) {
+            // A volume over /tmp (the executor's scratch emptyDir) would hide this
+            // kubelet's own files (pod directories, kubeconfig, command links) that live
+            // under the machine's temporary directory: the pod writes the machine's /tmp.
+            continue;
+        }
         let (s, t) = (sh_quote(&path_str(src)), sh_quote(target));
         if src.is_dir() {
             script.push_str(&format!("mkdir -p {t}\n"));
@@ -607,6 +613,14 @@ fn tail(path: &Path, max_bytes: usize, max_lines: usize) -> String {
         .find(|i| *i >= cut)
         .unwrap_or(0)..]
         .to_string()
+}
+
+/// Whether mounting over `target` would hide the simulated kubelet's own files, which live under
+/// the temporary directory (the cluster directory) and the cache (binaries).
+fn shadows_plumbing(target: &str) -> bool {
+    let target = Path::new(target);
+    let tmp = std::env::temp_dir();
+    target == Path::new("/") || tmp.starts_with(target)
 }
 
 #[cfg(test)]

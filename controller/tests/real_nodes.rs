@@ -1,0 +1,198 @@
+//! Flows on real nodes (testenv's kubelet + containerd nodes, `make images`' runtime image):
+//! an `exec` step that writes /tmp and runs kubectl against the in-cluster API (ServiceAccount
+//! token, `kubernetes.default` through kube-proxy), and node steps (configFile, patchFile,
+//! execNode `systemctl restart kubelet`) whose files land in the node's own root, never the
+//! machine's `/etc`; and the controller image itself as a pod with in-cluster config.
+//!
+//! The cluster has only real nodes (`cp-0`, tainted control plane, and `node-1`), so no Job can
+//! land on a simulated kubelet that would pretend to run it. Never skipped: a real node that
+//! cannot start fails every test here with the reason.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use pseudoflow_controller::metrics::Metrics;
+use pseudoflow_controller::{run_controller, Context};
+use pseudoflow_test_support::{create_flow, install_crd, wait_done, FlowNamespace};
+use pseudoflow_testenv::real_node::RUNTIME_IMAGE;
+use pseudoflow_testenv::{shared_with, Options, TestEnv};
+use serde_json::json;
+
+const WORKER: &str = "node-1";
+
+fn env() -> &'static TestEnv {
+    shared_with(|| Options::with_real_nodes(0, 2))
+        .unwrap_or_else(|e| panic!("real-node cluster did not start: {e}"))
+}
+
+fn controller(client: &kube::Client, ns: &str, node_steps: bool) -> tokio::task::JoinHandle<()> {
+    let mut ctx = Context::new(
+        client.clone(),
+        RUNTIME_IMAGE.into(),
+        Arc::new(Metrics::default()),
+    );
+    if node_steps {
+        ctx = ctx.with_node_step_namespaces([ns].into_iter().collect());
+    }
+    tokio::spawn(run_controller(Arc::new(ctx), Some(ns.to_string())))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exec_step_writes_tmp_and_runs_kubectl_in_cluster() {
+    let env = env();
+    let client = env.client().await.unwrap();
+    install_crd(&client).await;
+    let ns = FlowNamespace::new("real-exec")
+        .rules(json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]}]))
+        .create(env, &client)
+        .await;
+    let _c = controller(&client, &ns, false);
+    let t0 = Instant::now();
+    create_flow(
+        &client,
+        &ns,
+        "exec",
+        json!({"serviceAccountName": "flow", "steps": [
+            {"type": "exec", "var": "out", "cmd": format!(
+                "echo scratch > /tmp/probe && cat /tmp/probe && kubectl -n {ns} get configmap kube-root-ca.crt -o name")},
+            {"type": "log", "message": "${out}"},
+        ]}),
+    )
+    .await;
+    let status = wait_done(&client, &ns, "exec", 240).await;
+    eprintln!("exec flow on a real node done in {:?}", t0.elapsed());
+    assert_eq!(status["phase"], "Succeeded", "{status:#}");
+    let out = status.to_string();
+    assert!(
+        out.contains("scratch") && out.contains("configmap/kube-root-ca.crt"),
+        "{status:#}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_steps_change_the_nodes_root_and_restart_its_kubelet() {
+    let env = env();
+    let client = env.client().await.unwrap();
+    install_crd(&client).await;
+    let ns = FlowNamespace::new("real-node-steps")
+        .cluster_rules(
+            json!([{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}]),
+        )
+        .create(env, &client)
+        .await;
+    pseudoflow_test_support::apply(
+        &client,
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns,
+            "labels": {"pod-security.kubernetes.io/enforce": "privileged"}}}),
+    )
+    .await;
+    let node = env.real_node(WORKER).expect("real worker");
+    let root = node.root();
+    let flags = root.join("var/lib/kubelet/kubeadm-flags.env");
+    std::fs::write(&flags, pseudoflow_testenv::env::KUBEADM_FLAGS).unwrap();
+    let kubelet_before = node.exec("cat /run/pseudoflow/kubelet.pid").unwrap();
+    let conf = format!("/etc/pseudoflow-e2e-{}.conf", std::process::id());
+
+    let _c = controller(&client, &ns, true);
+    create_flow(
+        &client,
+        &ns,
+        "node-steps",
+        json!({"serviceAccountName": "flow", "steps": [
+            {"type": "loopNodes", "selector": format!("kubernetes.io/hostname={WORKER}"), "steps": [
+                {"type": "configFile", "path": conf, "content": "nameserver 100.64.0.10\n"},
+                {"type": "patchFile", "path": "/var/lib/kubelet/kubeadm-flags.env",
+                 "pattern": "--resolv-conf=[^\" ]*", "replace": "--resolv-conf=/etc/kubelet-resolv.conf",
+                 "createIfMissing": false},
+                {"type": "execNode", "cmd": "systemctl daemon-reexec\nsystemctl restart kubelet"},
+            ]},
+        ]}),
+    )
+    .await;
+    let status = wait_done(&client, &ns, "node-steps", 300).await;
+    assert_eq!(status["phase"], "Succeeded", "{status:#}");
+
+    // In the node's root, not the machine's.
+    let written = std::fs::read_to_string(root.join(conf.trim_start_matches('/'))).unwrap();
+    assert_eq!(written, "nameserver 100.64.0.10\n");
+    assert!(
+        !std::path::Path::new(&conf).exists(),
+        "{conf} reached the machine's /etc"
+    );
+    assert!(std::fs::read_to_string(&flags)
+        .unwrap()
+        .contains("--resolv-conf=/etc/kubelet-resolv.conf"));
+    let calls = node.exec("cat /var/log/systemctl.log").unwrap();
+    assert!(calls.contains("restart kubelet"), "{calls}");
+    let kubelet_after = node.exec("cat /run/pseudoflow/kubelet.pid").unwrap();
+    assert_ne!(
+        kubelet_before, kubelet_after,
+        "the node's kubelet was restarted"
+    );
+}
+
+/// The controller image of `make images`, as a pod on a real node: in-cluster config (its
+/// ServiceAccount token, `kubernetes.default` through kube-proxy), Jobs of the runtime image.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_controller_image_runs_a_flow_from_a_pod_with_in_cluster_config() {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, PostParams};
+    let env = env();
+    let client = env.client().await.unwrap();
+    install_crd(&client).await;
+    let ns = FlowNamespace::new("real-controller")
+        .rules(json!([{"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["get"]}]))
+        .create(env, &client)
+        .await;
+    let apply = |v| pseudoflow_test_support::apply(&client, v);
+    apply(json!({"apiVersion": "v1", "kind": "ServiceAccount",
+        "metadata": {"name": "controller", "namespace": ns}}))
+    .await;
+    // The chart's rights are tested elsewhere (demo/tests/chart_rbac.rs); here, in-cluster config.
+    apply(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": format!("{ns}-controller")},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"kind": "ServiceAccount", "name": "controller", "namespace": ns}]}))
+    .await;
+    let image = pseudoflow_testenv::real_node::images_dir().join("controller.oci.tar");
+    assert!(
+        image.is_file(),
+        "{} missing: run `make images`",
+        image.display()
+    );
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let pod = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "controller"},
+        "spec": {"serviceAccountName": "controller", "nodeName": WORKER, "containers": [{
+            "name": "controller", "image": "docker.io/pseudoflow/controller:local",
+            "imagePullPolicy": "Never",
+            "args": ["--image", RUNTIME_IMAGE, "--namespace", ns]}]}}))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let t0 = Instant::now();
+    create_flow(
+        &client,
+        &ns,
+        "hello",
+        json!({"serviceAccountName": "flow", "steps": [
+            {"type": "exec", "var": "out", "cmd": format!("kubectl -n {ns} get serviceaccount flow -o name")},
+            {"type": "log", "message": "${out}"},
+        ]}),
+    )
+    .await;
+    let status = wait_done(&client, &ns, "hello", 240).await;
+    let logs = pods
+        .logs("controller", &Default::default())
+        .await
+        .unwrap_or_default();
+    eprintln!("flow run by the controller pod done in {:?}", t0.elapsed());
+    assert_eq!(
+        status["phase"], "Succeeded",
+        "{status:#}\ncontroller log:\n{logs}"
+    );
+    assert!(
+        status.to_string().contains("serviceaccount/flow"),
+        "{status:#}"
+    );
+    assert!(logs.contains("launched"), "{logs}");
+}
