@@ -166,6 +166,9 @@ fn step_label(s: &StepStatus) -> String {
     }
 }
 
+/// One row of the step table `get` prints.
+type Row = [String; 6];
+
 /// The run as a tree, the text `get` prints.
 pub async fn render(k: &Kube, f: &DynamicObject) -> anyhow::Result<String> {
     let name = f.metadata.name.clone().unwrap_or_default();
@@ -173,16 +176,46 @@ pub async fn render(k: &Kube, f: &DynamicObject) -> anyhow::Result<String> {
     let now = k8s_openapi::jiff::Timestamp::now();
     let jobs = run_jobs(k, &name, &st).await?;
     let covered = fused_members(k, &jobs).await;
+    let mut out = header(&k.namespace, &name, &st, now);
+    let mut rows = vec![[
+        "STEP".to_string(),
+        "PHASE".into(),
+        "DURATION".into(),
+        "ATTEMPT".into(),
+        "JOB/POD".into(),
+        "MESSAGE".into(),
+    ]];
+    for s in &st.steps {
+        rows.extend(step_rows(k, s, &jobs, &covered, now).await?);
+    }
+    if rows.len() > 1 {
+        out.push_str(&table(&rows));
+    } else {
+        out.push_str("no step has run yet\n");
+    }
+    if let Some(n) = st.steps_omitted {
+        let _ = writeln!(out, "({n} more steps omitted from status)");
+    }
+    Ok(out)
+}
+
+/// The lines above the table: the flow and its phase, the current run, the flow's message.
+fn header(
+    ns: &str,
+    name: &str,
+    st: &PseudoFlowStatus,
+    now: k8s_openapi::jiff::Timestamp,
+) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
         "{}/{}  {}{}",
-        k.namespace,
+        ns,
         name,
-        phase(&st),
+        phase(st),
         st.reason
             .as_ref()
-            .filter(|r| **r != phase(&st))
+            .filter(|r| **r != phase(st))
             .map(|r| format!(" ({r})"))
             .unwrap_or_default()
     );
@@ -202,95 +235,105 @@ pub async fn render(k: &Kube, f: &DynamicObject) -> anyhow::Result<String> {
     if let Some(m) = &st.message {
         let _ = writeln!(out, "message: {m}");
     }
-    let mut rows = vec![[
-        "STEP".to_string(),
-        "PHASE".into(),
-        "DURATION".into(),
-        "ATTEMPT".into(),
-        "JOB/POD".into(),
-        "MESSAGE".into(),
-    ]];
-    for s in &st.steps {
-        let indent = "  ".repeat(depth(&s.path));
-        let mut msg = s.message.clone().unwrap_or_default();
-        if let Some(c) = &s.instances {
-            msg = format!(
-                "{}/{} succeeded, {} failed, {} running, {} skipped{}",
-                c.succeeded,
-                c.total,
-                c.failed,
-                c.running,
-                c.skipped,
-                if msg.is_empty() {
-                    String::new()
-                } else {
-                    format!("; {msg}")
-                }
-            );
-        }
-        if s.changed == Some(false) && msg.is_empty() {
-            msg = "no change".into();
-        }
-        let step_jobs = jobs.get(&s.id).map(Vec::as_slice).unwrap_or_default();
-        let single = step_jobs.len() == 1 && s.instances.is_none();
-        let job_cell = if single {
-            job_pod(k, &step_jobs[0]).await?
-        } else if let Some(head) = covered.get(&s.id).filter(|_| step_jobs.is_empty()) {
-            job_pod(k, head).await?
-        } else {
-            "-".into()
-        };
-        let node = s
-            .node
-            .as_ref()
-            .map(|n| format!(" @{n}"))
-            .unwrap_or_default();
-        rows.push([
-            format!("{indent}{}{node}", step_label(s)),
-            format!("{:?}", s.phase),
-            duration(s.started_at.as_ref(), s.finished_at.as_ref(), now),
-            s.attempt
-                .map(|a| a.to_string())
-                .unwrap_or_else(|| "1".into()),
-            job_cell,
-            msg,
-        ]);
-        // Node instances and loop iterations: one line per Job of the step.
-        if !single {
-            for j in step_jobs {
-                let inst = annotation(j, "ops.example.com/instance");
-                let attempt = annotation(j, "ops.example.com/attempt");
-                rows.push([
-                    format!(
-                        "{indent}  └ {}",
-                        if inst.is_empty() { "-" } else { inst.as_str() }
-                    ),
-                    job_phase(j),
-                    duration(
-                        j.status.as_ref().and_then(|s| s.start_time.as_ref()),
-                        j.status.as_ref().and_then(|s| s.completion_time.as_ref()),
-                        now,
-                    ),
-                    if attempt.is_empty() {
-                        "1".into()
-                    } else {
-                        attempt
-                    },
-                    job_pod(k, j).await?,
-                    String::new(),
-                ]);
-            }
-        }
-    }
-    if rows.len() > 1 {
-        out.push_str(&table(&rows));
+    out
+}
+
+/// The rows of one step: its own, then (for node instances and loop iterations) one per Job.
+/// A step with a single Job shows it in its own row, as does a fused member the Job of its
+/// segment's head.
+async fn step_rows(
+    k: &Kube,
+    s: &StepStatus,
+    jobs: &BTreeMap<String, Vec<Job>>,
+    covered: &BTreeMap<String, Job>,
+    now: k8s_openapi::jiff::Timestamp,
+) -> anyhow::Result<Vec<Row>> {
+    let indent = "  ".repeat(depth(&s.path));
+    let step_jobs = jobs.get(&s.id).map(Vec::as_slice).unwrap_or_default();
+    let single = step_jobs.len() == 1 && s.instances.is_none();
+    let job_cell = if single {
+        job_pod(k, &step_jobs[0]).await?
+    } else if let Some(head) = covered.get(&s.id).filter(|_| step_jobs.is_empty()) {
+        job_pod(k, head).await?
     } else {
-        out.push_str("no step has run yet\n");
+        "-".into()
+    };
+    let node = s
+        .node
+        .as_ref()
+        .map(|n| format!(" @{n}"))
+        .unwrap_or_default();
+    let mut rows = vec![[
+        format!("{indent}{}{node}", step_label(s)),
+        format!("{:?}", s.phase),
+        duration(s.started_at.as_ref(), s.finished_at.as_ref(), now),
+        s.attempt
+            .map(|a| a.to_string())
+            .unwrap_or_else(|| "1".into()),
+        job_cell,
+        step_message(s),
+    ]];
+    // Node instances and loop iterations: one line per Job of the step.
+    if !single {
+        for j in step_jobs {
+            rows.push(job_row(k, j, &indent, now).await?);
+        }
     }
-    if let Some(n) = st.steps_omitted {
-        let _ = writeln!(out, "({n} more steps omitted from status)");
+    Ok(rows)
+}
+
+/// A step's MESSAGE cell: its instance counts ahead of its message, or "no change".
+fn step_message(s: &StepStatus) -> String {
+    let mut msg = s.message.clone().unwrap_or_default();
+    if let Some(c) = &s.instances {
+        msg = format!(
+            "{}/{} succeeded, {} failed, {} running, {} skipped{}",
+            c.succeeded,
+            c.total,
+            c.failed,
+            c.running,
+            c.skipped,
+            if msg.is_empty() {
+                String::new()
+            } else {
+                format!("; {msg}")
+            }
+        );
     }
-    Ok(out)
+    if s.changed == Some(false) && msg.is_empty() {
+        msg = "no change".into();
+    }
+    msg
+}
+
+/// The row of one Job of a step with several: its instance, phase, duration, attempt and pod.
+async fn job_row(
+    k: &Kube,
+    j: &Job,
+    indent: &str,
+    now: k8s_openapi::jiff::Timestamp,
+) -> anyhow::Result<Row> {
+    let inst = annotation(j, "ops.example.com/instance");
+    let attempt = annotation(j, "ops.example.com/attempt");
+    Ok([
+        format!(
+            "{indent}  └ {}",
+            if inst.is_empty() { "-" } else { inst.as_str() }
+        ),
+        job_phase(j),
+        duration(
+            j.status.as_ref().and_then(|s| s.start_time.as_ref()),
+            j.status.as_ref().and_then(|s| s.completion_time.as_ref()),
+            now,
+        ),
+        if attempt.is_empty() {
+            "1".into()
+        } else {
+            attempt
+        },
+        job_pod(k, j).await?,
+        String::new(),
+    ])
 }
 
 /// Members of fused segments that ran in another step's Job, by node id: what each segment

@@ -7,8 +7,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use anyhow::bail;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, LogParams};
+use pseudoflow_crd::PseudoFlowStatus;
 use serde_json::Value;
 
 use crate::cluster::{flow, status, Kube};
@@ -66,15 +68,7 @@ fn render_record(v: &Value) -> String {
 
 /// `kubectl pf logs`.
 pub async fn logs(k: &Kube, name: &str, step: Option<&str>, follow: bool) -> anyhow::Result<()> {
-    let mut f = flow(k, name).await?;
-    // -f waits for a run to start; without it there is nothing to show yet.
-    while status(&f).run.is_none() {
-        if !follow {
-            bail!("pseudoflow {name} has not run yet");
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        f = flow(k, name).await?;
-    }
+    wait_for_run(k, name, follow).await?;
     let pods_api = Api::<Pod>::namespaced(k.client.clone(), &k.namespace);
     // Lines already printed per pod (for -f).
     let mut printed: BTreeMap<String, usize> = BTreeMap::new();
@@ -98,85 +92,171 @@ pub async fn logs(k: &Kube, name: &str, step: Option<&str>, follow: bool) -> any
             .iter()
             .map(|s| (s.id.clone(), s.name.clone().unwrap_or_else(|| s.id.clone())))
             .collect();
-        let wanted = match step {
-            None => None,
-            Some(q) => match st
-                .steps
-                .iter()
-                .find(|s| s.id == q || s.path == q || s.name.as_deref() == Some(q))
-            {
-                Some(s) => Some(s.id.clone()),
-                // Not reached yet: -f waits for it while the run goes on.
-                None if follow && !run_over => {
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    continue;
-                }
-                None => bail!(
-                    "pseudoflow {name} has no step {q:?} in its current run (steps: {})",
-                    st.steps
-                        .iter()
-                        .map(|s| s.name.clone().unwrap_or_else(|| s.id.clone()))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            },
-        };
-        let jobs = run_jobs(k, name, &st).await?;
-        let mut ordered: Vec<_> = jobs.into_values().flatten().collect();
-        ordered.sort_by_key(|j| {
-            (
-                order
-                    .get(&annotation(j, "ops.example.com/node-id"))
-                    .copied()
-                    .unwrap_or(usize::MAX),
-                annotation(j, "ops.example.com/instance"),
-                j.metadata.name.clone(),
-            )
-        });
-        let mut all_done = true;
-        for j in &ordered {
-            let head = annotation(j, "ops.example.com/node-id");
-            let instance = annotation(j, "ops.example.com/instance");
-            let job = j.metadata.name.clone().unwrap_or_default();
-            for p in job_pods(k, &job).await? {
-                let pod = p.metadata.name.clone().unwrap_or_default();
-                let phase = p.status.as_ref().and_then(|s| s.phase.clone());
-                let running = !matches!(phase.as_deref(), Some("Succeeded" | "Failed"));
-                all_done &= !running;
-                let text = match pods_api.logs(&pod, &LogParams::default()).await {
-                    Ok(t) => t,
-                    // A pod not started yet has no log.
-                    Err(_) if running => continue,
-                    Err(e) => return Err(e.into()),
-                };
-                let lines = attribute(&head, &text).lines;
-                let seen = printed.entry(pod.clone()).or_insert(0);
-                let mut upto = lines.len();
-                for (i, (node, line)) in lines.iter().enumerate().skip(*seen) {
-                    // A step the pod started before status lists it: its lines wait for the
-                    // next round of -f, so they carry the step's name.
-                    if follow && !run_over && !labels.contains_key(node) {
-                        upto = i;
-                        break;
-                    }
-                    if wanted.as_ref().is_some_and(|w| w != node) {
-                        continue;
-                    }
-                    let label = labels.get(node).cloned().unwrap_or_else(|| node.clone());
-                    if instance.is_empty() {
-                        println!("[{label}] {line}");
-                    } else {
-                        println!("[{label} {instance}] {line}");
-                    }
-                }
-                *seen = upto;
+        let wanted = match wanted_step(name, &st, step, follow && !run_over)? {
+            Wanted::All => None,
+            Wanted::Step(id) => Some(id),
+            // Not reached yet: -f waits for it while the run goes on.
+            Wanted::NotYet => {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
             }
-        }
+        };
+        let round = Round {
+            labels,
+            wanted,
+            hold_unlisted: follow && !run_over,
+        };
+        let jobs = ordered_jobs(k, name, &st, &order).await?;
+        let all_done = print_jobs(k, &pods_api, &jobs, &mut printed, &round).await?;
         if !follow || (run_over && all_done) {
             return Ok(());
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
+}
+
+/// Waits for the flow's first run: -f waits for a run to start; without it there is nothing
+/// to show yet.
+async fn wait_for_run(k: &Kube, name: &str, follow: bool) -> anyhow::Result<()> {
+    let mut f = flow(k, name).await?;
+    while status(&f).run.is_none() {
+        if !follow {
+            bail!("pseudoflow {name} has not run yet");
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        f = flow(k, name).await?;
+    }
+    Ok(())
+}
+
+/// Which steps' lines to print.
+enum Wanted {
+    /// No STEP given: every step's.
+    All,
+    /// STEP, by node id.
+    Step(String),
+    /// STEP is not in status yet, and -f may wait for the run to reach it.
+    NotYet,
+}
+
+/// STEP (an id, path or name) resolved against the steps status lists; an error naming the
+/// steps there when it is not among them and `can_wait` is false.
+fn wanted_step(
+    name: &str,
+    st: &PseudoFlowStatus,
+    step: Option<&str>,
+    can_wait: bool,
+) -> anyhow::Result<Wanted> {
+    let Some(q) = step else {
+        return Ok(Wanted::All);
+    };
+    match st
+        .steps
+        .iter()
+        .find(|s| s.id == q || s.path == q || s.name.as_deref() == Some(q))
+    {
+        Some(s) => Ok(Wanted::Step(s.id.clone())),
+        None if can_wait => Ok(Wanted::NotYet),
+        None => bail!(
+            "pseudoflow {name} has no step {q:?} in its current run (steps: {})",
+            st.steps
+                .iter()
+                .map(|s| s.name.clone().unwrap_or_else(|| s.id.clone()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// The current run's Jobs in step order (`order`, by node id), then by instance and name.
+async fn ordered_jobs(
+    k: &Kube,
+    name: &str,
+    st: &PseudoFlowStatus,
+    order: &HashMap<String, usize>,
+) -> anyhow::Result<Vec<Job>> {
+    let jobs = run_jobs(k, name, st).await?;
+    let mut ordered: Vec<_> = jobs.into_values().flatten().collect();
+    ordered.sort_by_key(|j| {
+        (
+            order
+                .get(&annotation(j, "ops.example.com/node-id"))
+                .copied()
+                .unwrap_or(usize::MAX),
+            annotation(j, "ops.example.com/instance"),
+            j.metadata.name.clone(),
+        )
+    });
+    Ok(ordered)
+}
+
+/// What one round of printing knows of the run.
+struct Round {
+    /// Step labels by node id, from status.
+    labels: HashMap<String, String>,
+    /// The node id of STEP, when one was given.
+    wanted: Option<String>,
+    /// Lines of a step status does not list yet wait for the next round (-f while the run
+    /// goes on).
+    hold_unlisted: bool,
+}
+
+/// Prints the new lines of every pod of `jobs`; `printed` counts each pod's lines already
+/// printed. True when every pod has finished.
+async fn print_jobs(
+    k: &Kube,
+    pods_api: &Api<Pod>,
+    jobs: &[Job],
+    printed: &mut BTreeMap<String, usize>,
+    round: &Round,
+) -> anyhow::Result<bool> {
+    let mut all_done = true;
+    for j in jobs {
+        let head = annotation(j, "ops.example.com/node-id");
+        let instance = annotation(j, "ops.example.com/instance");
+        let job = j.metadata.name.clone().unwrap_or_default();
+        for p in job_pods(k, &job).await? {
+            let pod = p.metadata.name.clone().unwrap_or_default();
+            let phase = p.status.as_ref().and_then(|s| s.phase.clone());
+            let running = !matches!(phase.as_deref(), Some("Succeeded" | "Failed"));
+            all_done &= !running;
+            let text = match pods_api.logs(&pod, &LogParams::default()).await {
+                Ok(t) => t,
+                // A pod not started yet has no log.
+                Err(_) if running => continue,
+                Err(e) => return Err(e.into()),
+            };
+            let seen = printed.entry(pod.clone()).or_insert(0);
+            *seen = print_lines(&attribute(&head, &text), &instance, *seen, round);
+        }
+    }
+    Ok(all_done)
+}
+
+/// Prints a pod's lines from `seen` on, each prefixed with its step (and node instance);
+/// returns how many of its lines are printed (or skipped) for good.
+fn print_lines(pod: &PodLines, instance: &str, seen: usize, round: &Round) -> usize {
+    for (i, (node, line)) in pod.lines.iter().enumerate().skip(seen) {
+        // A step the pod started before status lists it: its lines wait for the
+        // next round of -f, so they carry the step's name.
+        if round.hold_unlisted && !round.labels.contains_key(node) {
+            return i;
+        }
+        if round.wanted.as_ref().is_some_and(|w| w != node) {
+            continue;
+        }
+        let label = round
+            .labels
+            .get(node)
+            .cloned()
+            .unwrap_or_else(|| node.clone());
+        if instance.is_empty() {
+            println!("[{label}] {line}");
+        } else {
+            println!("[{label} {instance}] {line}");
+        }
+    }
+    pod.lines.len()
 }
 
 #[cfg(test)]

@@ -588,6 +588,8 @@ impl Planner {
         })
     }
 
+    /// One step: notes the variables it sets, then hands it to the walker of its kind (a
+    /// compound step's children, a node step's targets, or an object-changing step's preview).
     async fn step(
         &mut self,
         step: &Value,
@@ -596,158 +598,214 @@ impl Planner {
         cond: Option<&str>,
     ) {
         let ty = step["type"].as_str().unwrap_or("?").to_string();
+        self.note_runtime_vars(step, path, &ty);
+        if ty == "parallel" {
+            return self.parallel(step, path, nodes, cond).await;
+        }
+        if self.compound(step, path, &ty, nodes, cond).await {
+            return;
+        }
+        if self.node_step(step, path, &ty, nodes).await {
+            return;
+        }
+        self.object_step(step, path, &ty, cond).await;
+    }
+
+    /// Records the variables `step` sets at run time, so that later steps reading them are
+    /// reported as undetermined rather than previewed with a wrong value.
+    fn note_runtime_vars(&mut self, step: &Value, path: &str, ty: &str) {
         for key in ["var", "outputVar", "register"] {
             if let Some(v) = step[key].as_str() {
                 self.runtime_vars
                     .insert(v.to_string(), format!("{path} ({ty})"));
             }
         }
-        if ty == "parallel" {
-            let branches = step["steps"].as_array().cloned().unwrap_or_default();
-            for (j, branch) in branches.iter().enumerate() {
-                let list = branch.as_array().cloned().unwrap_or_default();
-                self.steps(&list, &format!("{path}.steps[{j}]"), nodes, cond)
-                    .await;
-            }
-            return;
+    }
+
+    /// A `parallel` step: each branch walked as a list of steps of its own.
+    async fn parallel(
+        &mut self,
+        step: &Value,
+        path: &str,
+        nodes: Option<&[String]>,
+        cond: Option<&str>,
+    ) {
+        let branches = step["steps"].as_array().cloned().unwrap_or_default();
+        for (j, branch) in branches.iter().enumerate() {
+            let list = branch.as_array().cloned().unwrap_or_default();
+            self.steps(&list, &format!("{path}.steps[{j}]"), nodes, cond)
+                .await;
         }
-        // Nested steps of compound types.
+    }
+
+    /// The nested steps of a compound step (`if`, `loop`, `loopNodes`, `onError`, ...), walked
+    /// with the run-time condition or loop targets they sit behind. False if `step` has none.
+    async fn compound(
+        &mut self,
+        step: &Value,
+        path: &str,
+        ty: &str,
+        nodes: Option<&[String]>,
+        cond: Option<&str>,
+    ) -> bool {
         let nested: Vec<(&str, &Vec<Value>)> = ["steps", "then", "else", "do", "catch"]
             .iter()
             .filter_map(|k| step[*k].as_array().map(|a| (*k, a)))
             .filter(|(_, a)| a.iter().all(|s| s.get("type").is_some()))
             .collect();
-        if !nested.is_empty() {
-            let loop_nodes = if ty == "loopNodes" {
-                Some(self.nodes(&step["selector"]).await)
-            } else {
-                None
-            };
-            let why = match ty.as_str() {
-                "if" => Some(format!("the if at {path} takes this branch at run time")),
-                "loop" => Some(format!("the items of loop {path}")),
-                "onError" => Some(format!("a step before the onError at {path} fails")),
-                _ => None,
-            };
-            for (key, list) in nested {
-                let inner_nodes = loop_nodes.as_deref().or(nodes);
-                let inner_cond = why.as_deref().or(cond);
-                self.steps(list, &format!("{path}.{key}"), inner_nodes, inner_cond)
-                    .await;
-            }
-            return;
+        if nested.is_empty() {
+            return false;
         }
-        // deleteFile in a node context removes a file on nodes.
+        let loop_nodes = if ty == "loopNodes" {
+            Some(self.nodes(&step["selector"]).await)
+        } else {
+            None
+        };
+        let why = match ty {
+            "if" => Some(format!("the if at {path} takes this branch at run time")),
+            "loop" => Some(format!("the items of loop {path}")),
+            "onError" => Some(format!("a step before the onError at {path} fails")),
+            _ => None,
+        };
+        for (key, list) in nested {
+            let inner_nodes = loop_nodes.as_deref().or(nodes);
+            let inner_cond = why.as_deref().or(cond);
+            self.steps(list, &format!("{path}.{key}"), inner_nodes, inner_cond)
+                .await;
+        }
+        true
+    }
+
+    /// A node step is not previewed, only listed with the nodes it runs on. False if `step` is
+    /// not one (`deleteFile` is one only in a node context: it then removes a file on nodes).
+    async fn node_step(
+        &mut self,
+        step: &Value,
+        path: &str,
+        ty: &str,
+        nodes: Option<&[String]>,
+    ) -> bool {
         let on_nodes =
             ty == "deleteFile" && (nodes.is_some() || step.get("nodeSelector").is_some());
-        if NODE_STEPS.contains(&ty.as_str()) || on_nodes {
-            let targets = match (nodes, step.get("nodeSelector")) {
-                (Some(n), _) => n.to_vec(),
-                (None, Some(sel)) => self.nodes(sel).await,
-                (None, None) => Vec::new(),
-            };
-            let what = step["path"].as_str().unwrap_or("");
-            println!("\n{path} ({ty}) {what}: a node step, not previewed; runs on:");
-            for n in &targets {
-                println!("  node {n}");
-            }
-            if targets.is_empty() {
-                println!("  (the node its loop or selector picks at run time)");
-            }
-            return;
+        if !NODE_STEPS.contains(&ty) && !on_nodes {
+            return false;
         }
+        let targets = match (nodes, step.get("nodeSelector")) {
+            (Some(n), _) => n.to_vec(),
+            (None, Some(sel)) => self.nodes(sel).await,
+            (None, None) => Vec::new(),
+        };
+        let what = step["path"].as_str().unwrap_or("");
+        println!("\n{path} ({ty}) {what}: a node step, not previewed; runs on:");
+        for n in &targets {
+            println!("  node {n}");
+        }
+        if targets.is_empty() {
+            println!("  (the node its loop or selector picks at run time)");
+        }
+        true
+    }
+
+    /// A step that may change objects: previewed by dry-run when its input is known now,
+    /// otherwise reported as undetermined with the reason. Other steps change no object.
+    async fn object_step(&mut self, step: &Value, path: &str, ty: &str, cond: Option<&str>) {
         if let Some((_, why)) = NOT_PREVIEWED.iter().find(|(t, _)| *t == ty) {
-            return self.undetermined(path, &ty, why);
+            return self.undetermined(path, ty, why);
         }
         if !matches!(
-            ty.as_str(),
+            ty,
             "apply" | "applyFile" | "delete" | "deleteFile" | "setLabel" | "removeLabel" | "copy"
         ) {
             return; // changes no object (waitFor, exec, log, sleep, eval, ...)
         }
         if let Some(c) = cond {
-            self.undetermined(path, &ty, &format!("it runs only if {c}"));
+            self.undetermined(path, ty, &format!("it runs only if {c}"));
             return;
         }
         let step = match substitute_value(step, &self.vars, &self.runtime_vars) {
             Ok(s) => s,
-            Err(why) => return self.undetermined(path, &ty, &why),
+            Err(why) => return self.undetermined(path, ty, &why),
         };
-        match ty.as_str() {
-            "apply" => match pseudoflow_crd::steps::apply::manifest_objects(&step["manifests"]) {
-                Ok(objs) => {
-                    for o in objs {
-                        self.apply_object(path, &ty, o).await;
-                    }
-                }
-                Err(e) => self.error(path, &ty, "manifests", e),
-            },
-            "applyFile" | "deleteFile" => {
-                let file = step["path"].as_str().unwrap_or("");
-                let body = match self.artifact(file).await {
-                    Ok(b) => b,
-                    Err(why) => return self.undetermined(path, &ty, &why),
-                };
-                let objs = match pseudoflow_crd::steps::apply::manifest_objects(&json!(body)) {
-                    Ok(o) => o,
-                    Err(e) => return self.error(path, &ty, file, e),
-                };
-                // `${...}` in a file is substituted in its parsed string values, as the executor
-                // does.
-                let objs = match objs
-                    .iter()
-                    .map(|o| substitute_value(o, &self.vars, &self.runtime_vars))
-                    .collect::<Result<Vec<_>, _>>()
-                {
-                    Ok(o) => o,
-                    Err(why) => return self.undetermined(path, &ty, &format!("{file} {why}")),
-                };
+        match ty {
+            "apply" => self.apply_step(path, ty, &step).await,
+            "applyFile" | "deleteFile" => self.file_step(path, ty, &step).await,
+            "delete" => self.delete_step(path, ty, &step).await,
+            "setLabel" => {
+                let patch = json!({"metadata": {"labels": step["labels"]}});
+                self.label(path, ty, &step, patch).await
+            }
+            "removeLabel" => {
+                let patch = remove_labels_patch(&step);
+                self.label(path, ty, &step, patch).await
+            }
+            "copy" => self.copy(path, ty, &step).await,
+            _ => {}
+        }
+    }
+
+    /// An `apply` step: each of its inline manifests applied by dry-run.
+    async fn apply_step(&mut self, path: &str, ty: &str, step: &Value) {
+        match pseudoflow_crd::steps::apply::manifest_objects(&step["manifests"]) {
+            Ok(objs) => {
                 for o in objs {
-                    if ty == "applyFile" {
-                        self.apply_object(path, &ty, o).await;
-                    } else {
-                        self.delete_object(
-                            path,
-                            &ty,
-                            o["apiVersion"].as_str(),
-                            o["kind"].as_str().unwrap_or(""),
-                            o["metadata"]["name"].as_str().unwrap_or(""),
-                            o["metadata"]["namespace"].as_str(),
-                        )
-                        .await;
-                    }
+                    self.apply_object(path, ty, o).await;
                 }
             }
-            "delete" => {
-                let t = &step["target"];
+            Err(e) => self.error(path, ty, "manifests", e),
+        }
+    }
+
+    /// An `applyFile` or `deleteFile` step: the objects of an artifact file, each applied or
+    /// deleted by dry-run. A file plan cannot read, or one using run-time values, is undetermined.
+    async fn file_step(&mut self, path: &str, ty: &str, step: &Value) {
+        let file = step["path"].as_str().unwrap_or("");
+        let body = match self.artifact(file).await {
+            Ok(b) => b,
+            Err(why) => return self.undetermined(path, ty, &why),
+        };
+        let objs = match pseudoflow_crd::steps::apply::manifest_objects(&json!(body)) {
+            Ok(o) => o,
+            Err(e) => return self.error(path, ty, file, e),
+        };
+        // `${...}` in a file is substituted in its parsed string values, as the executor
+        // does.
+        let objs = match objs
+            .iter()
+            .map(|o| substitute_value(o, &self.vars, &self.runtime_vars))
+            .collect::<Result<Vec<_>, _>>()
+        {
+            Ok(o) => o,
+            Err(why) => return self.undetermined(path, ty, &format!("{file} {why}")),
+        };
+        for o in objs {
+            if ty == "applyFile" {
+                self.apply_object(path, ty, o).await;
+            } else {
                 self.delete_object(
                     path,
-                    &ty,
-                    t["apiVersion"].as_str(),
-                    t["kind"].as_str().unwrap_or(""),
-                    t["name"].as_str().unwrap_or(""),
-                    t["namespace"].as_str(),
+                    ty,
+                    o["apiVersion"].as_str(),
+                    o["kind"].as_str().unwrap_or(""),
+                    o["metadata"]["name"].as_str().unwrap_or(""),
+                    o["metadata"]["namespace"].as_str(),
                 )
                 .await;
             }
-            "setLabel" => {
-                let patch = json!({"metadata": {"labels": step["labels"]}});
-                self.label(path, &ty, &step, patch).await
-            }
-            "removeLabel" => {
-                let keys: serde_json::Map<String, Value> = step["keys"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(Value::as_str)
-                    .map(|k| (k.to_string(), Value::Null))
-                    .collect();
-                let patch = json!({"metadata": {"labels": keys}});
-                self.label(path, &ty, &step, patch).await
-            }
-            "copy" => self.copy(path, &ty, &step).await,
-            _ => {}
         }
+    }
+
+    /// A `delete` step: its target deleted by dry-run.
+    async fn delete_step(&mut self, path: &str, ty: &str, step: &Value) {
+        let t = &step["target"];
+        self.delete_object(
+            path,
+            ty,
+            t["apiVersion"].as_str(),
+            t["kind"].as_str().unwrap_or(""),
+            t["name"].as_str().unwrap_or(""),
+            t["namespace"].as_str(),
+        )
+        .await;
     }
 
     /// A `copy` step as the executor does it (runtime-image/src/steps/copy.rs): the source's
@@ -775,44 +833,10 @@ impl Planner {
             }
             Err(e) => return self.error(path, ty, &format!("{kind} {src_ns}/{src_name}"), e),
         };
-        let fields: &[&str] = if kind == "Secret" {
-            &["data"]
-        } else {
-            &["data", "binaryData"]
-        };
-        let keys: Vec<(String, String)> = step["keys"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|k| {
-                let key = k["key"].as_str()?.to_string();
-                let to = k["as"].as_str().unwrap_or(&key).to_string();
-                Some((key, to))
-            })
-            .collect();
-        let mut data = serde_json::Map::new();
-        for field in fields {
-            let Some(all) = src[*field].as_object() else {
-                continue;
-            };
-            let picked: serde_json::Map<String, Value> = if keys.is_empty() {
-                all.clone()
-            } else {
-                keys.iter()
-                    .filter_map(|(k, to)| all.get(k).map(|v| (to.clone(), v.clone())))
-                    .collect()
-            };
-            if !picked.is_empty() {
-                data.insert(field.to_string(), Value::Object(picked));
-            }
-        }
-        if kind == "Secret" && !src["type"].is_null() {
-            data.insert("type".into(), src["type"].clone());
-        }
+        let data = copied_data(&kind, &src, step);
         for t in step["to"].as_array().into_iter().flatten() {
             let ns = t["namespace"].as_str().unwrap_or("");
             let name = t["name"].as_str().unwrap_or(&src_name);
-            let what = format!("{kind} {ns}/{name}");
             let mut body = json!({
                 "apiVersion": "v1",
                 "kind": kind,
@@ -823,22 +847,43 @@ impl Planner {
                 .expect("an object")
                 .extend(data.clone());
             let target = self.api(&ar, &caps, Some(ns));
-            let live = match target.get_opt(name).await {
-                Ok(o) => o.map(|o| serde_json::to_value(o).unwrap_or_default()),
-                Err(e) => return self.error(path, ty, &what, format!("reading it: {e}")),
-            };
-            let params = PatchParams::apply("pseudoflow-copy").force().dry_run();
-            match target.patch(name, &params, &Patch::Apply(&body)).await {
-                Ok(o) => self.show(
-                    path,
-                    ty,
-                    &what,
-                    live.unwrap_or(Value::Null),
-                    serde_json::to_value(o).unwrap_or_default(),
-                ),
-                Err(e) => self.error(path, ty, &what, format!("server-side dry-run: {e}")),
+            let what = format!("{kind} {ns}/{name}");
+            if !self.copy_to(path, ty, &what, &target, name, &body).await {
+                return;
             }
         }
+    }
+
+    /// One target of a `copy`: `body` applied to it by dry-run as `pseudoflow-copy`, and the
+    /// diff shown. False when the live object cannot be read, which ends the step's preview.
+    async fn copy_to(
+        &mut self,
+        path: &str,
+        ty: &str,
+        what: &str,
+        target: &Api<DynamicObject>,
+        name: &str,
+        body: &Value,
+    ) -> bool {
+        let live = match target.get_opt(name).await {
+            Ok(o) => o.map(|o| serde_json::to_value(o).unwrap_or_default()),
+            Err(e) => {
+                self.error(path, ty, what, format!("reading it: {e}"));
+                return false;
+            }
+        };
+        let params = PatchParams::apply("pseudoflow-copy").force().dry_run();
+        match target.patch(name, &params, &Patch::Apply(body)).await {
+            Ok(o) => self.show(
+                path,
+                ty,
+                what,
+                live.unwrap_or(Value::Null),
+                serde_json::to_value(o).unwrap_or_default(),
+            ),
+            Err(e) => self.error(path, ty, what, format!("server-side dry-run: {e}")),
+        }
+        true
     }
 
     /// A label step: `patch` (a merge patch of `metadata.labels`) on each target, dry-run.
@@ -899,6 +944,59 @@ impl Planner {
             }
         }
     }
+}
+
+/// The merge patch of a `removeLabel` step: each of its keys set to null.
+fn remove_labels_patch(step: &Value) -> Value {
+    let keys: serde_json::Map<String, Value> = step["keys"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(|k| (k.to_string(), Value::Null))
+        .collect();
+    json!({"metadata": {"labels": keys}})
+}
+
+/// What a `copy` step carries from its source `src` (a `kind` object) to each target: the
+/// selected keys (renamed by `as`) of `data` (and `binaryData` for a ConfigMap), and a Secret's
+/// `type`.
+fn copied_data(kind: &str, src: &Value, step: &Value) -> serde_json::Map<String, Value> {
+    let fields: &[&str] = if kind == "Secret" {
+        &["data"]
+    } else {
+        &["data", "binaryData"]
+    };
+    let keys: Vec<(String, String)> = step["keys"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|k| {
+            let key = k["key"].as_str()?.to_string();
+            let to = k["as"].as_str().unwrap_or(&key).to_string();
+            Some((key, to))
+        })
+        .collect();
+    let mut data = serde_json::Map::new();
+    for field in fields {
+        let Some(all) = src[*field].as_object() else {
+            continue;
+        };
+        let picked: serde_json::Map<String, Value> = if keys.is_empty() {
+            all.clone()
+        } else {
+            keys.iter()
+                .filter_map(|(k, to)| all.get(k).map(|v| (to.clone(), v.clone())))
+                .collect()
+        };
+        if !picked.is_empty() {
+            data.insert(field.to_string(), Value::Object(picked));
+        }
+    }
+    if kind == "Secret" && !src["type"].is_null() {
+        data.insert("type".into(), src["type"].clone());
+    }
+    data
 }
 
 #[cfg(test)]
