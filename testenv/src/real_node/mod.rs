@@ -349,6 +349,8 @@ pub async fn start(
     Ok(nodes)
 }
 
+/// Lays out node `i`'s directory: its root, credentials and the configuration of its
+/// kubelet, kube-proxy, containerd and CNI, and the script its PID 1 runs.
 fn prepare(
     certs: &Certs,
     net: &Network,
@@ -358,6 +360,20 @@ fn prepare(
     i: usize,
 ) -> Result<()> {
     let root = dir.join("root");
+    let etc = root.join("etc");
+    node_root(net, &root, spec, i)?;
+    credentials(certs, net, api_port, &root, spec, i)?;
+    kubelet_config(net, &root, spec, i)?;
+    kube_proxy_config(net, &root)?;
+    containerd_config(&etc)?;
+    cni_config(net, &etc, i)?;
+    std::fs::write(dir.join("node.sh"), NODE_SH)?;
+    Ok(())
+}
+
+/// The node's own root: writable /etc (a copy of the machine's, so a node step changes this copy
+/// only), /var, /run, /tmp and /root, its identity and the `systemctl` stand-in.
+fn node_root(net: &Network, root: &Path, spec: &NodeSpec, i: usize) -> Result<()> {
     for d in [
         "var/lib/kubelet/pki",
         "var/lib/kube-proxy",
@@ -389,6 +405,20 @@ fn prepare(
         format!("127.0.0.1 localhost\n{} {}\n", net.node_ip(i), spec.name),
     )?;
 
+    Ok(())
+}
+
+/// The kubelet's and kube-proxy's client certificates and kubeconfigs, and the kubelet's serving
+/// certificate.
+fn credentials(
+    certs: &Certs,
+    net: &Network,
+    api_port: u16,
+    root: &Path,
+    spec: &NodeSpec,
+    i: usize,
+) -> Result<()> {
+    let etc = root.join("etc");
     let pki = etc.join("kubernetes/pki");
     std::fs::create_dir_all(&pki)?;
     std::fs::copy(&certs.ca_crt, pki.join("ca.crt"))?;
@@ -432,7 +462,12 @@ fn prepare(
         etc.join("kubernetes/kube-proxy.conf"),
         kubeconfig("kube-proxy"),
     )?;
+    Ok(())
+}
 
+/// The kubelet's configuration: the settings this machine class needs (cgroup v1, no systemd,
+/// a disk shared with everything else) and the node's taints.
+fn kubelet_config(net: &Network, root: &Path, spec: &NodeSpec, i: usize) -> Result<()> {
     let taints: String = spec
         .taints
         .iter()
@@ -479,6 +514,11 @@ podPidsLimit: -1
             cgroup_root = net.cgroup_root(i)
         ),
     )?;
+    Ok(())
+}
+
+/// kube-proxy in iptables mode, leaving the machine-wide conntrack settings alone.
+fn kube_proxy_config(net: &Network, root: &Path) -> Result<()> {
     std::fs::write(
         root.join("var/lib/kube-proxy/config.yaml"),
         format!(
@@ -499,6 +539,11 @@ healthzBindAddress: 127.0.0.1:10256
             cidr = net.cluster_cidr()
         ),
     )?;
+    Ok(())
+}
+
+/// containerd's CRI settings: the local pause image and the OOM-score restriction runc needs here.
+fn containerd_config(etc: &Path) -> Result<()> {
     std::fs::create_dir_all(etc.join("containerd"))?;
     std::fs::write(
         etc.join("containerd/config.toml"),
@@ -525,6 +570,11 @@ state = "/run/containerd"
 "#
         ),
     )?;
+    Ok(())
+}
+
+/// The CNI bridge for node `i`'s pod range.
+fn cni_config(net: &Network, etc: &Path, i: usize) -> Result<()> {
     let cni = etc.join("cni/net.d");
     if cni.exists() {
         std::fs::remove_dir_all(&cni)?;
@@ -542,7 +592,6 @@ state = "/run/containerd"
             net.pod_cidr(i)
         ),
     )?;
-    std::fs::write(dir.join("node.sh"), NODE_SH)?;
     Ok(())
 }
 
