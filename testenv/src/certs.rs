@@ -56,8 +56,16 @@ fn openssl(dir: &Path, args: &[&str]) -> Result<()> {
 }
 
 /// A key and a certificate for `subj`, `<name>.key` and `<name>.crt` in `dir`, signed by the CA
-/// there with the extensions in file `ext`, valid for `days`.
-fn signed_by_ca(dir: &Path, name: &str, subj: &str, ext: &str, days: &str) -> Result<()> {
+/// `ca` (certificate and key) with the extensions in file `ext` (in `dir`), valid for `days`.
+fn signed_by_ca(
+    dir: &Path,
+    ca: (&Path, &Path),
+    name: &str,
+    subj: &str,
+    ext: &str,
+    days: &str,
+) -> Result<()> {
+    let (ca_crt, ca_key) = (ca.0.display().to_string(), ca.1.display().to_string());
     openssl(
         dir,
         &[
@@ -83,9 +91,9 @@ fn signed_by_ca(dir: &Path, name: &str, subj: &str, ext: &str, days: &str) -> Re
             "-in",
             &format!("{name}.csr"),
             "-CA",
-            "ca.crt",
+            &ca_crt,
             "-CAkey",
-            "ca.key",
+            &ca_key,
             "-CAcreateserial",
             "-out",
             &format!("{name}.crt"),
@@ -143,7 +151,8 @@ pub fn generate_with(dir: &Path, api_ips: &[std::net::Ipv4Addr]) -> Result<Certs
             "client.ext",
         ),
     ] {
-        signed_by_ca(dir, name, subj, ext, days)?;
+        let ca = (dir.join("ca.crt"), dir.join("ca.key"));
+        signed_by_ca(dir, (&ca.0, &ca.1), name, subj, ext, days)?;
     }
     openssl(dir, &["genrsa", "-out", "sa.key", "2048"])?;
     openssl(dir, &["rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub"])?;
@@ -169,48 +178,14 @@ pub fn generate_with(dir: &Path, api_ips: &[std::net::Ipv4Addr]) -> Result<Certs
 /// with subject `subj` and the extension lines `ext` (e.g. `subjectAltName=...`).
 pub fn issue(certs: &Certs, out: &Path, name: &str, subj: &str, ext: &str) -> Result<()> {
     std::fs::create_dir_all(out)?;
-    let ext_file = out.join(format!("{name}.ext"));
-    std::fs::write(&ext_file, ext)?;
-    let key = out.join(format!("{name}.key"));
-    let csr = out.join(format!("{name}.csr"));
-    let crt = out.join(format!("{name}.crt"));
-    let p = |x: &Path| x.display().to_string();
-    openssl(
+    let ext_file = format!("{name}.ext");
+    std::fs::write(out.join(&ext_file), ext)?;
+    signed_by_ca(
         out,
-        &[
-            "req",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-keyout",
-            &p(&key),
-            "-out",
-            &p(&csr),
-            "-subj",
-            subj,
-        ],
-    )?;
-    openssl(
-        out,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            &p(&csr),
-            "-CA",
-            &p(&certs.ca_crt),
-            "-CAkey",
-            &p(&certs.ca_key),
-            "-CAcreateserial",
-            "-out",
-            &p(&crt),
-            "-days",
-            "3650",
-            "-extfile",
-            &p(&ext_file),
-        ],
-    )?;
-    Ok(())
+        (&certs.ca_crt, &certs.ca_key),
+        name,
+        subj,
+        &ext_file,
+        "3650",
+    )
 }
