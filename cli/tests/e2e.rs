@@ -19,40 +19,11 @@ use serde_json::{json, Value};
 
 const IMAGE: &str = "pseudoflow/runtime:e2e";
 
-/// The executor binary built beside this test binary (built on demand).
-fn step_binary() -> String {
-    let exe = std::env::current_exe().unwrap();
-    let bin = exe
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("pseudoflow-step");
-    if !bin.is_file() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let ok = Command::new(cargo)
-            .args([
-                "build",
-                "-q",
-                "-p",
-                "pseudoflow-runtime",
-                "--bin",
-                "pseudoflow-step",
-            ])
-            .status()
-            .unwrap();
-        assert!(
-            ok.success() && bin.is_file(),
-            "could not build pseudoflow-step"
-        );
-    }
-    bin.display().to_string()
-}
-
 fn env() -> &'static TestEnv {
     shared_with(|| {
         let mut o = Options::default();
-        o.images.insert_runtime(IMAGE, step_binary());
+        o.images
+            .insert_runtime(IMAGE, pseudoflow_test_support::step_binary());
         o
     })
     .unwrap_or_else(|e| panic!("testenv: {e}"))

@@ -5,6 +5,7 @@
 //! (it picks the image and the node-step opt-in).
 #![warn(missing_docs)]
 
+pub mod binaries;
 pub mod flows;
 pub mod helm;
 pub mod jobs;
@@ -19,6 +20,7 @@ use kube::runtime::wait::{await_condition, conditions};
 use kube::Client;
 use serde_json::Value;
 
+pub use binaries::step_binary;
 pub use flows::*;
 pub use jobs::*;
 pub use namespace::FlowNamespace;

@@ -20,41 +20,6 @@ pub const GREETER_IMAGE: &str = "example/greeter:1";
 /// The image `examples/kopf/mysql.yaml` runs.
 pub const MYSQL_IMAGE: &str = "mysql:8.0";
 
-/// The executor binary: `PSEUDOFLOW_STEP_BIN` if set (to test a given build), else the one built
-/// beside this test binary.
-fn step_binary() -> String {
-    if let Ok(bin) = std::env::var("PSEUDOFLOW_STEP_BIN") {
-        return bin;
-    }
-    let exe = std::env::current_exe().unwrap();
-    let bin = exe
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("pseudoflow-step");
-    if !bin.is_file() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let ok = std::process::Command::new(cargo)
-            .args([
-                "build",
-                "-q",
-                "-p",
-                "pseudoflow-runtime",
-                "--bin",
-                "pseudoflow-step",
-            ])
-            .status()
-            .unwrap();
-        assert!(
-            ok.success() && bin.is_file(),
-            "could not build pseudoflow-step at {}",
-            bin.display()
-        );
-    }
-    bin.display().to_string()
-}
-
 /// The shared cluster of this test binary.
 pub fn env() -> &'static TestEnv {
     shared_with(options).unwrap_or_else(|e| panic!("testenv: {e}"))
@@ -65,7 +30,7 @@ pub fn env() -> &'static TestEnv {
 /// suite's extra nodes) starts from these and must start its cluster before anything calls
 /// [`env`], as the first start decides.
 pub fn options() -> Options {
-    let bin = step_binary();
+    let bin = pseudoflow_test_support::step_binary();
     let mut o = Options::default();
     o.images.insert_runtime(IMAGE, bin);
     // examples/kopf/mysql.yaml's image: a stand-in server and client tools (see its README).
