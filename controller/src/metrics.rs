@@ -30,6 +30,9 @@ pub struct StepSeen {
     pub started_at: i64,
     /// Its recorded end (unix seconds), once it ended.
     pub finished_at: Option<i64>,
+    /// How long it took as the Job that ran it measured (seconds, sub-second), when a Job
+    /// reported it: preferred over any clock of this process.
+    pub took: Option<f64>,
 }
 
 /// What this process has seen of one step instance.
@@ -94,7 +97,9 @@ impl Metrics {
             };
             let w = match (w.finished, s.finished_at) {
                 (false, Some(end)) => {
-                    let took = if now - (end as f64) < 1.0 {
+                    let took = if let Some(took) = s.took {
+                        took
+                    } else if now - (end as f64) < 1.0 {
                         now - w.start
                     } else {
                         // It ended before this process looked: only whole seconds are known.
@@ -435,6 +440,7 @@ mod tests {
             step_type: ty.into(),
             started_at,
             finished_at,
+            took: None,
         }
     }
 
@@ -505,6 +511,20 @@ mod tests {
             vec![seen("r2/s0", "exec", 400, Some(460))],
         );
         assert_eq!(sum_and_count(&m.render(), "ns/a", "exec"), (60.0, 1));
+    }
+
+    #[test]
+    fn a_job_step_is_timed_as_its_job_measured_it_however_late_its_end_is_seen() {
+        let m = Metrics::default();
+        m.observe_steps("ns/a", "u", 100.5, vec![seen("r1/s0", "apply", 100, None)]);
+        // Its end is seen 1.4 s after the second it was recorded in (a busy controller): the
+        // whole-second times would say 1 s, the Job measured 0.75 s.
+        let ended = StepSeen {
+            took: Some(0.75),
+            ..seen("r1/s0", "apply", 100, Some(101))
+        };
+        m.observe_steps("ns/a", "u", 102.4, vec![ended]);
+        assert_eq!(sum_and_count(&m.render(), "ns/a", "apply"), (0.75, 1));
     }
 
     #[test]

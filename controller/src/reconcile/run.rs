@@ -211,6 +211,7 @@ impl Driving<'_> {
             inst.started_at = Some(from / 1000);
             if inst.phase.settled() {
                 inst.finished_at = Some(to / 1000);
+                inst.took_ms = Some(to.saturating_sub(from) as u64);
             }
         }
     }

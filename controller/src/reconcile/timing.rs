@@ -26,6 +26,7 @@ pub fn steps_seen(plan: &Plan, run: &StoredRun) -> Vec<StepSeen> {
         attempt: u32,
         start_done: Option<i64>,
         end_done: Option<i64>,
+        took_ms: Option<u64>,
     }
     let mut groups: BTreeMap<(String, Vec<String>), Group> = BTreeMap::new();
     for (id, inst) in &run.state.instances {
@@ -50,6 +51,7 @@ pub fn steps_seen(plan: &Plan, run: &StoredRun) -> Vec<StepSeen> {
             g.started_at = inst.started_at;
             g.attempt = inst.attempt;
             g.start_done = done;
+            g.took_ms = inst.took_ms.filter(|_| inst.phase.settled());
         }
     }
     let mut out = Vec::new();
@@ -57,9 +59,9 @@ pub fn steps_seen(plan: &Plan, run: &StoredRun) -> Vec<StepSeen> {
         let (Some(started_at), Some(node)) = (g.started_at, plan.node(&start_id)) else {
             continue;
         };
-        let finished_at = match ends.get(start_id.as_str()) {
-            Some(_) => g.start_done.and(g.end_done),
-            None => g.start_done,
+        let (finished_at, took) = match ends.get(start_id.as_str()) {
+            Some(_) => (g.start_done.and(g.end_done), None),
+            None => (g.start_done, g.took_ms.map(|ms| ms as f64 / 1000.0)),
         };
         out.push(StepSeen {
             id: format!(
@@ -72,6 +74,7 @@ pub fn steps_seen(plan: &Plan, run: &StoredRun) -> Vec<StepSeen> {
             step_type: node.step_type.clone(),
             started_at,
             finished_at,
+            took,
         });
     }
     out
@@ -138,5 +141,11 @@ mod tests {
         let seen = steps_seen(&plan, &run);
         let looped = seen.iter().find(|s| s.step_type == "loop").unwrap();
         assert_eq!((looped.started_at, looped.finished_at), (10, Some(12)));
+        assert_eq!(looped.took, None, "a compound step has no Job to measure it");
+        // A step its Job measured carries the measurement; one still running does not.
+        run.state.instances.get_mut("s1-s0@0").unwrap().took_ms = Some(1250);
+        let seen = steps_seen(&plan, &run);
+        let first = seen.iter().find(|s| s.id.ends_with("@0#0")).unwrap();
+        assert_eq!(first.took, Some(1.25));
     }
 }

@@ -47,6 +47,10 @@ pub struct Instance {
     /// When it ended (unix seconds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<i64>,
+    /// How long its work took, as the Job that ran it measured (milliseconds): exact where
+    /// `finished_at - started_at` knows only whole seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub took_ms: Option<u64>,
     /// For a fused step: the node whose Job runs it (its segment's head, normally).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job_node: Option<String>,
