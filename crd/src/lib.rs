@@ -38,3 +38,9 @@ pub const GROUP: &str = "ops.example.com";
 pub const VERSION: &str = "v1alpha1";
 /// Annotation whose change of value starts a new run (manual re-run).
 pub const RUN_ANNOTATION: &str = "ops.example.com/run";
+/// Annotation whose change of value retries the last run: a new run that keeps the steps that
+/// succeeded (their outputs restored) and restarts at the failed step (`kubectl pf retry`).
+pub const RETRY_ANNOTATION: &str = "ops.example.com/retry";
+/// With [`RETRY_ANNOTATION`]: the step (name or path) the retry restarts at, instead of the
+/// failed one; it and every step after it run again.
+pub const RETRY_FROM_ANNOTATION: &str = "ops.example.com/retry-from";

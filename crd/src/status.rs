@@ -115,6 +115,13 @@ pub struct RunStatus {
     /// When the run ended; absent while it runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<Time>,
+    /// The run this one retries (`ops.example.com/retry`): the steps that succeeded there were
+    /// kept, not run again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_of: Option<String>,
+    /// The step this retry restarted at (`ops.example.com/retry-from`, or the failed step).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retried_from: Option<String>,
 }
 
 /// One DAG node (or a summary of a loop's instances of it).

@@ -15,6 +15,7 @@ pub mod node_health;
 mod observe;
 mod outcome;
 pub mod pod_security;
+mod retry;
 mod run;
 mod schedule;
 mod serve;
@@ -203,10 +204,15 @@ impl FlowReconcile<'_> {
         sched: &schedule::Decision,
     ) -> Result<Selected, Error> {
         let (r, generation, deleting) = (&self.r, self.generation, self.deleting);
+        // A new ops.example.com/retry value replaces the ended run with its retry.
+        let stored = retry::apply(r, stored, deleting).await?;
         let wanted = match (sched.start.clone(), &stored) {
             (Some(trigger), _) => {
                 let id = wanted_id(r.uid, generation, trigger.as_deref(), deleting);
-                new_run(&id, generation, trigger, &self.raw_spec, r.now)
+                let mut run = new_run(&id, generation, trigger, &self.raw_spec, r.now);
+                // A retry value already there when a run starts is not a request to retry it.
+                run.retry_token = retry::token(r);
+                run
             }
             (None, Some(stored)) => stored.clone(),
             (None, None) => {
@@ -312,6 +318,9 @@ impl FlowReconcile<'_> {
         let queued = queued.map(|id| (id, self.generation));
         let mut status = status::of_run(previous, plan, run, run.generation, queued, self.r.now);
         schedule::stamp(&mut status, sched);
+        if run.state.phase == RunPhase::Running && !self.deleting && run::suspended(&self.r) {
+            status::held(&mut status);
+        }
         let patch = status::replacing(previous, &status);
         if status::without_nulls(&patch) != *previous {
             outcome::patch_status(&self.flows, self.r.flow_id.name, patch).await?;

@@ -78,7 +78,9 @@ pub(super) async fn advance_run(
         compiled = includes::expand(&r.flow_id, run_spec, &run.includes)?;
     }
     let plan = plan_of(&compiled, deleting);
-    let walker = Walker::new(plan);
+    // spec.suspend holds a running run: what runs finishes, nothing new starts (deletion's
+    // onDelete run is never held).
+    let walker = Walker::new(plan).holding(!deleting && suspended(r));
     let d = Driving {
         r,
         spec: &compiled.spec,
@@ -104,6 +106,11 @@ pub(super) async fn advance_run(
     narrator.tell(r, plan, run).await;
     finish_if_done(r, plan, run).await;
     Ok((compiled, wake))
+}
+
+/// Whether the flow, as it is now (not as its run started), says `spec.suspend: true`.
+pub(super) fn suspended(r: &Reconciling<'_>) -> bool {
+    r.flow.data["spec"]["suspend"] == Value::Bool(true)
 }
 
 impl Driving<'_> {

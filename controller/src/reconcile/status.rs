@@ -127,6 +127,20 @@ fn queued_run(id: &str, generation: i64) -> RunStatus {
     }
 }
 
+/// A running run held by `spec.suspend`: reason Suspended, and the message says so first.
+pub fn held(status: &mut PseudoFlowStatus) {
+    status.reason = Some("Suspended".into());
+    let progress = status.progress.clone().unwrap_or_default();
+    let running = match status.current_step.as_deref() {
+        Some(step) if !step.is_empty() => format!(", {step} still running"),
+        _ => String::new(),
+    };
+    status.message = Some(bounded(
+        &format!("suspended: {progress} steps done{running}; no new step starts until spec.suspend is false"),
+        MAX_STATUS_MESSAGE_CHARS,
+    ));
+}
+
 /// Whether `previous` already says Failed with `reason` for `generation` (so reporting it again
 /// would only repeat an Event).
 pub fn already_failed(previous: &Value, generation: i64, reason: &str) -> bool {
@@ -224,6 +238,8 @@ pub fn of_run(
             trigger: run.trigger.clone(),
             started_at: Some(time(run.started_at)),
             finished_at: run.finished_at.map(time),
+            retry_of: run.retry_of.clone(),
+            retried_from: run.retried_from.clone(),
         }),
         progress: Some(format!("{done}/{total}")),
         current_step,

@@ -3,6 +3,7 @@
 //! Pure and deterministic: the reconcile loop feeds it observations and performs its actions.
 
 pub mod fold;
+pub mod retry;
 pub mod select;
 mod state;
 mod stored;
@@ -117,6 +118,8 @@ pub struct Walker<'p> {
     order: Vec<String>,
     /// For each node, the compound ends enclosing it, innermost first.
     ancestors: HashMap<String, Vec<String>>,
+    /// A suspended run (`spec.suspend`): nothing new starts; what runs finishes, timeouts apply.
+    hold: bool,
 }
 
 impl<'p> Walker<'p> {
@@ -137,7 +140,15 @@ impl<'p> Walker<'p> {
             plan,
             order,
             ancestors,
+            hold: false,
         }
+    }
+
+    /// The same walk, holding every instance that would start now while `hold` is true (a
+    /// suspended flow): running work still finishes, fails, times out and is folded in.
+    pub fn holding(mut self, hold: bool) -> Self {
+        self.hold = hold;
+        self
     }
 
     /// The plan being walked.
@@ -212,6 +223,7 @@ impl<'p> Walker<'p> {
                                     self.fail(state, id, &key, msg, now, &mut out);
                                     progressed = true;
                                 }
+                                Readiness::Ready if self.hold => {}
                                 Readiness::Ready => {
                                     self.start(state, node, &key, now, &mut out);
                                     progressed = true;

@@ -49,6 +49,12 @@ pub fn select(
     if is_wanted_run(&old, &wanted, deleting) {
         return drive(old);
     }
+    if !deleting && only_suspend_changed(&old, &wanted) {
+        // Suspending or resuming is not a new spec: the run holds, then goes on where it
+        // stopped (or, ended, stays ended), now for the flow's current generation.
+        old.generation = wanted.generation;
+        return drive(old);
+    }
     let replace = |old: &StoredRun, new| Selection {
         run: new,
         aborted: running_runs(old),
@@ -92,6 +98,23 @@ fn running_runs(stored: &StoredRun) -> Vec<String> {
         .filter(|r| r.state.phase == RunPhase::Running)
         .map(|r| r.run_id.clone())
         .collect()
+}
+
+/// Whether `wanted` differs from the stored run only in `spec.suspend` (same trigger).
+fn only_suspend_changed(stored: &StoredRun, wanted: &StoredRun) -> bool {
+    let without_suspend = |spec: &Option<serde_json::Value>| {
+        spec.as_ref().map(|s| {
+            let mut s = s.clone();
+            if let Some(m) = s.as_object_mut() {
+                m.remove("suspend");
+            }
+            s
+        })
+    };
+    stored.trigger == wanted.trigger
+        && !stored.run_id.starts_with('d')
+        && stored.spec.is_some()
+        && without_suspend(&stored.spec) == without_suspend(&wanted.spec)
 }
 
 /// Whether the stored run (already known to be this flow object's) is the one wanted now: its
@@ -266,5 +289,58 @@ mod tests {
             &wanted(3, None, "drabcdef01"),
             true
         ));
+    }
+
+    #[test]
+    fn suspending_or_resuming_keeps_the_run_and_any_other_spec_change_starts_a_new_one() {
+        let spec = |suspend: bool, image: &str| {
+            Some(
+                serde_json::json!({"suspend": suspend, "steps": [{"type": "log", "message": image}]}),
+            )
+        };
+        let with_spec = |mut r: StoredRun, s| {
+            r.spec = s;
+            r
+        };
+        for policy in POLICIES {
+            // Resumed while it runs: the held run goes on, for the new generation.
+            let held = with_spec(run("r1", 1, None), spec(true, "a"));
+            let s = select(
+                Some(held),
+                with_spec(run("r2", 2, None), spec(false, "a")),
+                policy,
+                false,
+            );
+            assert_eq!(
+                (s.run.run_id.as_str(), s.run.generation),
+                ("r1", 2),
+                "{policy:?}"
+            );
+            assert!(s.aborted.is_empty() && s.queued.is_none(), "{policy:?}");
+            // Resumed after it ended: no new run either.
+            let done = ended(
+                with_spec(run("r1", 1, None), spec(true, "a")),
+                RunPhase::Succeeded,
+            );
+            let s = select(
+                Some(done),
+                with_spec(run("r2", 2, None), spec(false, "a")),
+                policy,
+                false,
+            );
+            assert_eq!(s.run.run_id, "r1", "{policy:?}");
+            // A real change, made with the resume, is a new run.
+            let done = ended(
+                with_spec(run("r1", 1, None), spec(true, "a")),
+                RunPhase::Succeeded,
+            );
+            let s = select(
+                Some(done),
+                with_spec(run("r2", 2, None), spec(false, "b")),
+                policy,
+                false,
+            );
+            assert_eq!(s.run.run_id, "r2", "{policy:?}");
+        }
     }
 }

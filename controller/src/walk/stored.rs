@@ -40,6 +40,17 @@ pub struct StoredRun {
     /// `concurrencyPolicy: Allow`: earlier runs still running beside this one.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub beside: Vec<StoredRun>,
+    /// The run this one retries, if it is a retry (status `run.retryOf`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_of: Option<String>,
+    /// Where this retry restarted: the step named by `ops.example.com/retry-from`, or the path
+    /// of the step that failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retried_from: Option<String>,
+    /// The `ops.example.com/retry` value this run has dealt with (it was there when the run
+    /// started, started it, or was refused while it ran): only a new value retries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_token: Option<String>,
     /// Set once the end of the run was counted in metrics and Events.
     #[serde(default)]
     pub reported: bool,

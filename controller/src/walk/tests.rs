@@ -739,3 +739,22 @@ fn a_node_fan_out_times_each_node_not_the_whole_rollout() {
         "the Jobs' own deadlines time each node"
     );
 }
+
+#[test]
+fn a_held_walk_starts_nothing_new_but_lets_running_work_finish_and_resumes_where_it_stopped() {
+    let c = plan(json!([apply_step("a"), apply_step("b")]));
+    let mut s = RunState::default();
+    assert_eq!(started(&Walker::new(&c.plan).advance(&mut s, 0)), ["s0"]);
+    let held = Walker::new(&c.plan).holding(true);
+    let o = finish(&held, &mut s, "s0", ok());
+    assert!(started(&o).is_empty(), "{o:?}");
+    assert_eq!(
+        phase(&s, "s0"),
+        Phase::Succeeded,
+        "running work is folded in"
+    );
+    assert_eq!(phase(&s, "s1"), Phase::Pending);
+    assert_eq!(s.phase, RunPhase::Running);
+    let resumed = Walker::new(&c.plan).holding(false);
+    assert_eq!(started(&resumed.advance(&mut s, 0)), ["s1"]);
+}

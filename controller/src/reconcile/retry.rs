@@ -1,0 +1,67 @@
+//! `ops.example.com/retry` (what `kubectl pf retry` sets): a new value asks for a retry of the
+//! last run — a new run keeping what succeeded (see [`crate::walk::retry`]). Each value is dealt
+//! with once, by the run it started or the run that refused it, so a retry never fires twice
+//! and a value already there when a run started (a GitOps manifest) never fires at all.
+
+use kube::ResourceExt;
+use pseudoflow_compiler::names::run_id;
+use pseudoflow_compiler::runtime::includes;
+use pseudoflow_crd::{RETRY_ANNOTATION, RETRY_FROM_ANNOTATION};
+
+use super::events::EventType;
+use super::{Error, Reconciling};
+use crate::walk::retry::{retry_run, Request};
+use crate::walk::StoredRun;
+
+/// The `ops.example.com/retry` value on the flow now, if any.
+pub fn token(r: &Reconciling<'_>) -> Option<String> {
+    r.flow.annotations().get(RETRY_ANNOTATION).cloned()
+}
+
+/// `stored`, or the run that retries it when a new retry value asks for one. A refused retry
+/// (the run still running, nothing failed, an unknown step) is told in a Warning Event and
+/// marked dealt with on `stored`.
+pub async fn apply(
+    r: &Reconciling<'_>,
+    stored: Option<StoredRun>,
+    deleting: bool,
+) -> Result<Option<StoredRun>, Error> {
+    let Some(mut old) = stored else {
+        return Ok(None);
+    };
+    let Some(token) = token(r) else {
+        return Ok(Some(old));
+    };
+    if deleting || old.retry_token.as_deref() == Some(token.as_str()) {
+        return Ok(Some(old));
+    }
+    let from = r.flow.annotations().get(RETRY_FROM_ANNOTATION).cloned();
+    let spec = old.spec.clone().unwrap_or(serde_json::Value::Null);
+    let compiled = includes::expand(&r.flow_id, &spec, &old.includes)?;
+    let trigger = format!("retry {token} of {}", old.run_id);
+    let id = run_id(r.uid, old.generation, Some(&trigger));
+    let request = Request {
+        id: &id,
+        token: &token,
+        from: from.as_deref(),
+        now: r.now,
+    };
+    match retry_run(&compiled.plan, &old, request) {
+        Ok(run) => {
+            let kept = run.state.instances.len();
+            let note = format!(
+                "run {id} retries run {} from {}: {kept} node instances that succeeded kept",
+                old.run_id,
+                run.retried_from.as_deref().unwrap_or("the failed step"),
+            );
+            r.publish(EventType::Normal, "Retrying", &note).await;
+            Ok(Some(run))
+        }
+        Err(refused) => {
+            r.publish(EventType::Warning, "RetryRefused", &refused.to_string())
+                .await;
+            old.retry_token = Some(token);
+            Ok(Some(old))
+        }
+    }
+}
