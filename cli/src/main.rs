@@ -1,4 +1,4 @@
-//! `kubectl-pf`: the kubectl plugin for PseudoFlows. `kubectl pf list|get|logs|plan|suspend|resume`
+//! `kubectl-pf`: the kubectl plugin for PseudoFlows. `kubectl pf list|get|logs|plan|retry|suspend|resume`
 //! once it is on `PATH` (docs/cli.md).
 //!
 //! Exit codes follow kubectl: 0 success, 1 an error. `plan` follows `flux diff`: 0 no change,
@@ -9,6 +9,7 @@ mod complete;
 mod get;
 mod logs;
 mod plan;
+mod retry;
 mod suspend;
 
 use std::process::ExitCode;
@@ -95,12 +96,21 @@ enum Verb {
         #[arg(short = 'f', long = "filename")]
         filename: Option<std::path::PathBuf>,
     },
-    /// Set `spec.suspend`: no new run starts (see docs/cli.md for a running run).
+    /// Retry the last run: a new run that keeps the steps that succeeded (their outputs
+    /// restored) and restarts at the failed step, or at STEP.
+    Retry {
+        /// The flow's name.
+        name: String,
+        /// Restart at this step (name or path) and run it and every step after it again.
+        #[arg(long)]
+        from: Option<String>,
+    },
+    /// Set `spec.suspend`: no new run starts, and a running run holds (its running steps finish).
     Suspend {
         /// The flow's name.
         name: String,
     },
-    /// Clear `spec.suspend`: runs start again.
+    /// Clear `spec.suspend`: a held run goes on where it stopped, and runs start again.
     Resume {
         /// The flow's name.
         name: String,
@@ -173,6 +183,11 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             Ok(0)
         }
         Verb::Plan { name, filename } => plan::plan(g, name.as_deref(), filename.as_deref()).await,
+        Verb::Retry { name, from } => {
+            let k = cluster::connect(g, None).await?;
+            retry::retry(&k, &name, from.as_deref()).await?;
+            Ok(0)
+        }
         Verb::Suspend { name } => {
             let k = cluster::connect(g, None).await?;
             suspend::set(&k, &name, true).await?;

@@ -1,4 +1,5 @@
-//! `suspend` and `resume`: `spec.suspend`, the field scheduled flows already honour.
+//! `suspend` and `resume`: `spec.suspend`, which holds a running run and keeps new runs from
+//! starting; resuming continues the held run where it stopped.
 
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
@@ -20,7 +21,7 @@ pub async fn set(k: &Kube, name: &str, suspend: bool) -> anyhow::Result<()> {
     println!("pseudoflow.ops.example.com/{name} {verb}");
     let running = status(&patched).phase == Some(pseudoflow_crd::FlowPhase::Running);
     if suspend && running {
-        println!("note: the run in progress goes on to its end; no new run starts until resume");
+        println!("note: the run in progress holds: its running steps finish, no new step starts until resume");
     }
     Ok(())
 }

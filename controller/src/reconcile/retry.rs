@@ -58,8 +58,9 @@ pub async fn apply(
             Ok(Some(run))
         }
         Err(refused) => {
-            r.publish(EventType::Warning, "RetryRefused", &refused.to_string())
-                .await;
+            // Named by its value, so whoever asked (`kubectl pf retry`) finds its answer.
+            let note = format!("retry {token:?} refused: {refused}");
+            r.publish(EventType::Warning, "RetryRefused", &note).await;
             old.retry_token = Some(token);
             Ok(Some(old))
         }
