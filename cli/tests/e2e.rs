@@ -876,6 +876,29 @@ async fn a_suspended_flow_starts_no_new_run_until_resumed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_show_a_commands_output_only_for_a_step_with_log_output_and_never_a_variables_value() {
+    let (client, ns) = namespace("pf-output").await;
+    let ctl = start_controller(&client, &ns);
+    create_flow(&client, &ns, "talk", json!({"serviceAccountName": "flow", "steps": [
+        {"name": "loud", "type": "exec", "cmd": "echo hello-from-loud; echo warned-on-stderr >&2", "logOutput": true},
+        {"name": "quiet", "type": "exec", "cmd": "echo hush-value", "var": "kept"}
+    ]}))
+    .await;
+    let st = wait_done(&client, &ns, "talk", 120).await;
+    assert_eq!(st["phase"], "Succeeded", "{st:#}");
+    let o = pf(&["logs", "talk", "loud", "-n", &ns]).await;
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stdout.contains("hello-from-loud"), "{}", o.stdout);
+    assert!(o.stdout.contains("warned-on-stderr"), "{}", o.stdout);
+    // Off by default: the other step's stdout (a variable's value) is in no log.
+    let o = pf(&["logs", "talk", "-n", &ns]).await;
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stdout.contains("hello-from-loud"), "{}", o.stdout);
+    assert!(!o.stdout.contains("hush-value"), "{}", o.stdout);
+    ctl.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retry_restarts_at_the_failed_step_and_refuses_what_it_cannot_retry() {
     let (client, ns) = namespace("pf-retry").await;
     let ctl = start_controller(&client, &ns);

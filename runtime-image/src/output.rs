@@ -75,8 +75,9 @@ pub fn job_name() -> String {
 }
 
 /// Delivers `result`: stores a large one in its ConfigMap first, then writes the termination
-/// message (and prints it on stdout for local runs). Returns whether the delivered result is
-/// ok: false also when a large result could not be stored.
+/// message. Never to the pod's log: the result carries the step's variables, which may hold
+/// values read from Secrets, and a pod's log is readable by anyone with `pods/log`. Returns
+/// whether the delivered result is ok: false also when a large result could not be stored.
 pub async fn deliver(ctx: &ExecCtx, result: &StepResult) -> bool {
     let cm_name = format!("{}-result", job_name());
     let mut ok = result.ok;
@@ -102,8 +103,15 @@ pub async fn deliver(ctx: &ExecCtx, result: &StepResult) -> bool {
         .unwrap_or_else(|_| DEFAULT_TERMINATION_LOG.into());
     if let Err(e) = std::fs::write(&path, &message) {
         tracing::error!(path, error = %e, "cannot write the termination message");
+        // The pod's log is what the kubelet falls back to (FallbackToLogsOnError): a failure
+        // without the variables, so the controller learns why and nothing leaks.
+        let lost = StepResult::failed(format!("cannot write the termination message {path}: {e}"));
+        println!(
+            "{}",
+            serde_json::to_string(&lost).expect("results serialise")
+        );
+        return false;
     }
-    println!("{message}");
     ok
 }
 

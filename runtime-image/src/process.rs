@@ -25,7 +25,20 @@ pub struct Output {
     pub stderr: String,
 }
 
+/// Lines of each stream a step with `logOutput` writes to its log, at most.
+const MAX_LOGGED_LINES: usize = 1000;
+
 impl Output {
+    /// The same output, first written to the log line by line when `log` is true (a step's
+    /// `logOutput`), so `kubectl pf logs` shows what the command printed.
+    pub fn logged(self, log: bool) -> Self {
+        if log {
+            log_lines("stdout", &self.stdout);
+            log_lines("stderr", &self.stderr);
+        }
+        self
+    }
+
     /// Stdout with one trailing newline trimmed: the value a `var` gets.
     pub fn value(&self) -> String {
         trim_newline(&self.stdout).to_string()
@@ -47,6 +60,19 @@ impl Output {
             format!("{what} failed with {status}: {tail}")
         };
         Err(StepError::Failed(msg))
+    }
+}
+
+/// Writes `text` to the log, one record per line (the line is the record's message), at most
+/// [`MAX_LOGGED_LINES`] of them.
+pub fn log_lines(stream: &str, text: &str) {
+    let mut lines = text.lines();
+    for line in lines.by_ref().take(MAX_LOGGED_LINES) {
+        tracing::info!(stream, "{line}");
+    }
+    let rest = lines.count();
+    if rest > 0 {
+        tracing::info!(stream, "({rest} more lines not logged)");
     }
 }
 

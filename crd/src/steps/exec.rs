@@ -35,6 +35,12 @@ pub struct ExecStep {
     /// Image of the step's own pod when `pod` is not given (default: the runtime image).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
+    /// Also write the command's stdout and stderr to the step pod's log, line by line, for
+    /// `kubectl pf logs` (at most 1,000 lines per stream). Off by default: stdout may carry
+    /// values read from Secrets, and a pod's log is readable by anyone with `pods/log` in the
+    /// namespace.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub log_output: bool,
 }
 
 impl StepParams for ExecStep {

@@ -28,6 +28,12 @@ pub struct ScriptStep {
     /// this run (only this run counts, as for `execNode`). Default false: it runs every time.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub only_if_changed: bool,
+    /// Also write the command's stdout and stderr to the step pod's log, line by line, for
+    /// `kubectl pf logs` (at most 1,000 lines per stream). Off by default: stdout may carry
+    /// values read from Secrets, and a pod's log is readable by anyone with `pods/log` in the
+    /// namespace.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub log_output: bool,
 }
 
 impl StepParams for ScriptStep {

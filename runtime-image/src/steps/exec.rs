@@ -24,10 +24,17 @@ pub async fn run(ctx: &ExecCtx, step: &ExecStep) -> Result<StepResult, StepError
             };
             process::run_with_env("sh", &args, &env)
                 .await?
+                .logged(step.log_output)
                 .check("command")?
                 .value()
         }
-        Some(pod) => exec_in_pod(ctx, pod, step).await?,
+        Some(pod) => {
+            let stdout = exec_in_pod(ctx, pod, step).await?;
+            if step.log_output {
+                process::log_lines("stdout", &stdout);
+            }
+            stdout
+        }
     };
     Ok(with_var(
         StepResult::succeeded(true, "command succeeded"),
@@ -90,9 +97,17 @@ enum KubeconfigError {
 }
 
 /// Runs an API-context `script` with bash in the executor's pod.
-pub async fn script(code: &str, var: Option<&str>) -> Result<StepResult, StepError> {
+pub async fn script(
+    code: &str,
+    var: Option<&str>,
+    log_output: bool,
+) -> Result<StepResult, StepError> {
     let args = ["-euo", "pipefail", "-c", code].map(String::from).to_vec();
-    let stdout = process::run("bash", &args).await?.check("script")?.value();
+    let stdout = process::run("bash", &args)
+        .await?
+        .logged(log_output)
+        .check("script")?
+        .value();
     Ok(with_var(
         StepResult::succeeded(true, "script succeeded"),
         var,

@@ -3,6 +3,8 @@
 //! `varPerNode` as `{"<node>": stdout}`, which the controller merges across nodes.
 
 use pseudoflow_crd::protocol::StepResult;
+use pseudoflow_crd::steps::exec_node::ExecNodeStep;
+use pseudoflow_crd::steps::script::ScriptStep;
 use serde_json::{json, Value};
 
 use crate::context::ExecCtx;
@@ -23,14 +25,53 @@ pub fn host_command(nsenter: &str, shell_args: &[&str]) -> (String, Vec<String>)
     (nsenter.to_string(), args)
 }
 
-/// Runs a host command; `script` selects bash with strict flags.
-pub async fn run(
-    ctx: &ExecCtx,
-    code: &str,
-    script: bool,
-    var: Option<&str>,
-    var_per_node: Option<&str>,
-) -> Result<StepResult, StepError> {
+/// A host command to run, as `execNode` or a node-context `script` gives it.
+pub struct HostCommand<'a> {
+    /// The command or script.
+    pub code: &'a str,
+    /// bash with strict flags (a `script`) instead of `sh -c`.
+    pub script: bool,
+    /// Variable for stdout.
+    pub var: Option<&'a str>,
+    /// Variable for `{node: stdout}`.
+    pub var_per_node: Option<&'a str>,
+    /// Write its output to the log too (`logOutput`).
+    pub log_output: bool,
+}
+
+impl<'a> HostCommand<'a> {
+    /// A node-context `script`.
+    pub fn of_script(s: &'a ScriptStep) -> Self {
+        HostCommand {
+            code: &s.code,
+            script: true,
+            var: s.var.as_deref(),
+            var_per_node: None,
+            log_output: s.log_output,
+        }
+    }
+
+    /// An `execNode`.
+    pub fn of_exec_node(s: &'a ExecNodeStep) -> Self {
+        HostCommand {
+            code: &s.cmd,
+            script: false,
+            var: s.var.as_deref(),
+            var_per_node: s.var_per_node.as_deref(),
+            log_output: s.log_output,
+        }
+    }
+}
+
+/// Runs a host command.
+pub async fn run(ctx: &ExecCtx, command: HostCommand<'_>) -> Result<StepResult, StepError> {
+    let HostCommand {
+        code,
+        script,
+        var,
+        var_per_node,
+        log_output,
+    } = command;
     let shell: &[&str] = if script {
         &["bash", "-euo", "pipefail", "-c", code]
     } else {
@@ -42,6 +83,7 @@ pub async fn run(
     ctx.note(format!("running {what} on node {node}"));
     let stdout = process::run(&program, &args)
         .await?
+        .logged(log_output)
         .check(&format!("{what} on node {node}"))?
         .value();
     let mut r = StepResult::succeeded(true, format!("{what} succeeded on node {node}"));

@@ -22,6 +22,7 @@ use serde_json::Value;
 
 use crate::context::ExecCtx;
 use crate::error::StepError;
+use exec_node::HostCommand;
 
 /// Performs the step.
 pub async fn run(ctx: &ExecCtx, step: &Step) -> Result<StepResult, StepError> {
@@ -54,14 +55,11 @@ pub async fn run(ctx: &ExecCtx, step: &Step) -> Result<StepResult, StepError> {
         StepKind::Cordon(s) => cordon::run_cordon(ctx, &s.node).await,
         StepKind::Uncordon(s) => cordon::run_uncordon(ctx, &s.node).await,
         StepKind::Drain(s) => drain::run(ctx, s, crate::timeout_of(&ctx.input, step)).await,
-        StepKind::Script(s) if on_node => {
-            exec_node::run(ctx, &s.code, true, s.var.as_deref(), None).await
-        }
-        StepKind::Script(s) => exec::script(&s.code, s.var.as_deref()).await,
+        StepKind::Script(s) if on_node => exec_node::run(ctx, HostCommand::of_script(s)).await,
+        StepKind::Script(s) => exec::script(&s.code, s.var.as_deref(), s.log_output).await,
         StepKind::ExecNode(s) => {
             need_node()?;
-            let (var, per_node) = (s.var.as_deref(), s.var_per_node.as_deref());
-            exec_node::run(ctx, &s.cmd, false, var, per_node).await
+            exec_node::run(ctx, HostCommand::of_exec_node(s)).await
         }
         StepKind::ConfigFile(s) => {
             need_node()?;
