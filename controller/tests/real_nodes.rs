@@ -196,3 +196,157 @@ async fn the_controller_image_runs_a_flow_from_a_pod_with_in_cluster_config() {
     );
     assert!(logs.contains("launched"), "{logs}");
 }
+
+/// `helm install` of the chart on real nodes, as a user would: the controller as a Deployment
+/// of two replicas from the local image (leader election on, in-cluster config), running a
+/// flow; every controller pod deleted while a step runs, and the flow still completes with one
+/// Job per step; then the metrics scraped from the leading pod over the pod network, as
+/// Prometheus would. The webhook is off here: testenv's API server runs on the machine, outside
+/// the pod network, so it cannot call a Service's pods (the webhook is proven in webhook.rs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_chart_runs_the_controller_as_a_deployment_that_survives_losing_its_pods_mid_flow() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::batch::v1::Job;
+    use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+    use kube::api::{Api, DeleteParams, ListParams};
+    let env = env();
+    let client = env.client().await.unwrap();
+    install_crd(&client).await;
+    let ns = FlowNamespace::new("real-chart")
+        .rules(
+            json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create"]}]),
+        )
+        .create(env, &client)
+        .await;
+    let chart =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/pseudoflow-operator");
+    let set = |kv: &str| ["--set".to_string(), kv.to_string()];
+    let mut args: Vec<String> = vec!["install".into(), ns.clone(), chart.display().to_string()];
+    args.extend([
+        "--namespace".into(),
+        ns.clone(),
+        "--wait".into(),
+        "--timeout".into(),
+        "240s".into(),
+    ]);
+    for kv in [
+        "crds.install=false".to_string(),
+        "image.controller.repository=docker.io/pseudoflow/controller".into(),
+        "image.controller.tag=local".into(),
+        "image.controller.pullPolicy=Never".into(),
+        "image.runtime.repository=docker.io/pseudoflow/runtime".into(),
+        "image.runtime.tag=local".into(),
+        format!("watchNamespaces={{{ns}}}"),
+        "nodeSteps.namespaces=null".into(),
+        "webhook.enabled=false".into(),
+        "replicas=2".into(),
+    ] {
+        args.extend(set(&kv));
+    }
+    let helm = pseudoflow_test_support::helm::binary();
+    let kubeconfig = env.kubeconfig_path().to_path_buf();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(helm)
+            .env("KUBECONFIG", kubeconfig)
+            .args(&args)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "helm install: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    let name = format!("{ns}-pseudoflow");
+    let ready = deployments.get(&name).await.unwrap().status.unwrap();
+    assert_eq!(ready.ready_replicas, Some(2), "{ready:?}");
+
+    // A flow whose first step runs long enough to lose every controller pod under it.
+    create_flow(&client, &ns, "survivor", json!({"serviceAccountName": "flow", "steps": [
+        {"name": "slow", "type": "exec", "cmd": "sleep 8", "isolate": true},
+        {"name": "after", "type": "apply", "manifests": {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "after", "namespace": ns}}}
+    ]}))
+    .await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let controllers = ListParams::default().labels("app.kubernetes.io/name=pseudoflow-operator");
+    pseudoflow_test_support::wait_status(
+        &client,
+        &ns,
+        "survivor",
+        120,
+        "the slow step running",
+        |st| {
+            st["steps"].as_array().is_some_and(|s| {
+                s.iter()
+                    .any(|s| s["path"] == "spec.steps[0]" && s["phase"] == "Running")
+            })
+        },
+    )
+    .await;
+    let before: Vec<String> = pods
+        .list(&controllers)
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    assert_eq!(before.len(), 2, "{before:?}");
+    pods.delete_collection(&DeleteParams::default(), &controllers)
+        .await
+        .unwrap();
+    let status = wait_done(&client, &ns, "survivor", 240).await;
+    assert_eq!(status["phase"], "Succeeded", "{status:#}");
+    let after: Vec<Pod> = pods.list(&controllers).await.unwrap().items;
+    assert!(
+        after
+            .iter()
+            .all(|p| !before.contains(p.metadata.name.as_ref().unwrap())),
+        "the flow was finished by new controller pods"
+    );
+    let jobs = Api::<Job>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default().labels("ops.example.com/flow=survivor"))
+        .await
+        .unwrap()
+        .items;
+    let mut nodes: Vec<String> = jobs
+        .iter()
+        .map(|j| j.metadata.labels.as_ref().unwrap()["ops.example.com/node"].clone())
+        .collect();
+    nodes.sort();
+    assert_eq!(nodes, ["s0", "s1"], "one Job per step, none twice");
+
+    // Metrics, from inside the cluster: a flow's bash script reads a controller pod's /metrics.
+    let ip = after
+        .iter()
+        .find_map(|p| p.status.as_ref()?.pod_ip.clone())
+        .expect("a controller pod with an IP");
+    let scrape = format!(
+        "exec 3<>/dev/tcp/{ip}/8080; printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n' >&3; cat <&3 > /tmp/m; kubectl create configmap scraped --from-file=m=/tmp/m"
+    );
+    create_flow(
+        &client,
+        &ns,
+        "scrape",
+        json!({"serviceAccountName": "flow", "steps": [
+            {"type": "script", "code": scrape}
+        ]}),
+    )
+    .await;
+    let status = wait_done(&client, &ns, "scrape", 120).await;
+    assert_eq!(status["phase"], "Succeeded", "{status:#}");
+    let text = Api::<ConfigMap>::namespaced(client.clone(), &ns)
+        .get("scraped")
+        .await
+        .unwrap()
+        .data
+        .unwrap()["m"]
+        .clone();
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(text.contains("pseudoflow_step_duration_seconds"), "{text}");
+}
