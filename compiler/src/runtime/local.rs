@@ -119,7 +119,9 @@ pub fn run(engine: &Engine, node: &PlanNode, scope: &Scope) -> LocalOutcome {
                 | StepKind::IncludeFlow(_)
                 | StepKind::Cordon(_)
                 | StepKind::Drain(_)
-                | StepKind::Uncordon(_),
+                | StepKind::Uncordon(_)
+                // The walker waits for its decision; nothing runs it.
+                | StepKind::Approval(_),
             ),
         ) => done(failed(format!(
             "{} ({}) has no controller-side implementation",

@@ -1,7 +1,8 @@
 //! The controller's one HTTP server (axum on hyper): `/metrics` (Prometheus text, encoded by
 //! `prometheus-client`), `/healthz` (the process answers), `/readyz` (its watches have synced,
-//! or it is a standby replica waiting for the lease, which can still serve the webhook) and the
-//! validating admission webhook (`/validate`). The same router is served on a plain listener
+//! or it is a standby replica waiting for the lease, which can still serve the webhook), the
+//! validating admission webhook (`/validate`) and the mutating one that stamps approvals
+//! (`/mutate`). The same router is served on a plain listener
 //! (metrics and probes, `--metrics-addr`) and on a TLS listener (`--webhook-addr`), whose
 //! certificate [`tls`] makes, stores, reuses and rotates.
 
@@ -81,7 +82,7 @@ impl State {
     }
 }
 
-/// The routes: `/metrics`, `/healthz`, `/readyz`, `/validate`.
+/// The routes: `/metrics`, `/healthz`, `/readyz`, `/validate`, `/mutate`.
 pub fn router(state: State) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
@@ -92,6 +93,11 @@ pub fn router(state: State) -> Router {
         .route(
             "/validate",
             post(crate::webhook::handle).layer(axum::extract::DefaultBodyLimit::max(8 << 20)),
+        )
+        .route(
+            "/mutate",
+            post(crate::webhook::stamp::handle)
+                .layer(axum::extract::DefaultBodyLimit::max(8 << 20)),
         )
         .with_state(state)
 }

@@ -191,9 +191,16 @@ pub fn of_run(
         .collect();
     let (done, total) = progress(run, &work_nodes, &by_node);
     let current_step = current_step(plan, run);
+    let awaiting = awaiting_decision(plan, run);
+    let reason = if awaiting.is_some() {
+        "WaitingForApproval"
+    } else {
+        reason
+    };
     let message = match (&run.state.failure, run.state.phase) {
         (Some(failure), _) => failure_message(plan, failure),
         (None, RunPhase::Succeeded) => format!("{done}/{total} steps done"),
+        (None, _) if awaiting.is_some() => awaiting.unwrap_or_default(),
         (None, _) => format!(
             "{done}/{total} steps done; running {}",
             current_step.clone().unwrap_or_default()
@@ -251,6 +258,22 @@ fn phase_of(run: &StoredRun) -> (FlowPhase, &'static str) {
         }
         RunPhase::Failed => (FlowPhase::Failed, "StepFailed"),
     }
+}
+
+/// What the first `approval` step waiting for a decision says ("waiting for approval: NAME").
+fn awaiting_decision(plan: &Plan, run: &StoredRun) -> Option<String> {
+    if run.state.phase != RunPhase::Running {
+        return None;
+    }
+    run.state
+        .instances
+        .iter()
+        .filter(|(_, i)| i.phase == Phase::Running)
+        .find(|(id, _)| {
+            plan.node(&split_instance_id(id).0)
+                .is_some_and(crate::walk::awaits_decision)
+        })
+        .map(|(_, i)| i.message.clone())
 }
 
 /// The run's instances grouped by their node's id.
@@ -358,6 +381,7 @@ fn step_entry(plan: &Plan, n: &PlanNode, insts: &[Instance]) -> StepStatus {
         attempt: None,
         node: None,
         instances: None,
+        approval: None,
     };
     if let [i] = insts {
         if !i.message.is_empty() {
@@ -369,6 +393,7 @@ fn step_entry(plan: &Plan, n: &PlanNode, insts: &[Instance]) -> StepStatus {
         entry.started_at = i.started_at.map(time);
         entry.finished_at = i.finished_at.filter(|_| i.phase.settled()).map(time);
         entry.attempt = Some(i.attempt).filter(|a| *a > 1);
+        entry.approval = i.approval.clone();
     } else {
         entry.changed = Some(insts.iter().any(|i| i.changed));
         entry.instances = Some(InstanceCounts {
