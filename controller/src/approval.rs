@@ -59,7 +59,8 @@ impl Key {
                 .and_then(Key::new)
         };
         if let Some(s) = api.get_opt(KEY_SECRET).await? {
-            return read(&s).ok_or_else(|| anyhow::anyhow!("Secret {KEY_SECRET} has no {KEY_FIELD}"));
+            return read(&s)
+                .ok_or_else(|| anyhow::anyhow!("Secret {KEY_SECRET} has no {KEY_FIELD}"));
         }
         let key = Key::random();
         let secret = Secret {
@@ -266,9 +267,8 @@ mod tests {
     fn forged_copied_stale_or_withdrawn_stamps_are_ignored() {
         let key = Key::random();
         let ok = stamp(Decision::Approve, "gate", "r2", 100);
-        let ignored = |a: &BTreeMap<String, String>| {
-            matches!(verdict(Some(&key), a, W), Verdict::Ignored(_))
-        };
+        let ignored =
+            |a: &BTreeMap<String, String>| matches!(verdict(Some(&key), a, W), Verdict::Ignored(_));
         // No stamp; a stamp signed with another key; one altered after signing.
         assert!(ignored(&ann(&[(APPROVE, "gate")])));
         let other = ok.sign(&Key::random(), "team", "f");
@@ -290,11 +290,17 @@ mod tests {
         }
         // A stamp for another step, or a reject stamp beside an approve annotation.
         let other_step = stamp(Decision::Approve, "other", "r2", 100).sign(&key, "team", "f");
-        assert!(ignored(&ann(&[(APPROVE, "gate"), (APPROVED_BY, &other_step)])));
+        assert!(ignored(&ann(&[
+            (APPROVE, "gate"),
+            (APPROVED_BY, &other_step)
+        ])));
         let rej = stamp(Decision::Reject, "gate", "r2", 100).sign(&key, "team", "f");
         assert!(ignored(&ann(&[(APPROVE, "gate"), (APPROVED_BY, &rej)])));
         // Without a key nothing is accepted.
-        let a = ann(&[(APPROVE, "gate"), (APPROVED_BY, &ok.sign(&key, "team", "f"))]);
+        let a = ann(&[
+            (APPROVE, "gate"),
+            (APPROVED_BY, &ok.sign(&key, "team", "f")),
+        ]);
         assert!(matches!(verdict(None, &a, W), Verdict::Ignored(_)));
     }
 

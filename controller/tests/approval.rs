@@ -134,13 +134,7 @@ async fn annotate(ns: &str, name: &str, user: Option<&str>, what: &str) -> (bool
 async fn wait_webhooks_active(ns: &str) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
-        let (ok, out) = annotate(
-            ns,
-            "gated",
-            None,
-            "ops.example.com/approved-by=probe",
-        )
-        .await;
+        let (ok, out) = annotate(ns, "gated", None, "ops.example.com/approved-by=probe").await;
         if !ok && out.contains("written by the admission webhook only") {
             return;
         }
@@ -293,7 +287,10 @@ async fn an_approval_by_an_allowed_user_continues_the_run_and_is_recorded_a_reje
     );
     assert!(common::api::unix(&record["time"]) >= before - 1, "{st:#}");
     assert!(
-        gate["message"].as_str().unwrap().starts_with("approved by boss"),
+        gate["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("approved by boss"),
         "{st:#}"
     );
     let first_run = st["run"]["id"].as_str().unwrap().to_string();
@@ -379,11 +376,18 @@ async fn without_the_webhook_no_approval_or_forged_stamp_is_accepted_and_the_tim
     )
     .await;
     assert!(ok, "{out}");
-    wait_status(&client, &ns, "gated", 10, "the forged stamp refused", |st| {
-        st["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("not signed by the admission webhook"))
-    })
+    wait_status(
+        &client,
+        &ns,
+        "gated",
+        10,
+        "the forged stamp refused",
+        |st| {
+            st["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("not signed by the admission webhook"))
+        },
+    )
     .await;
 
     // The step's timeout fails the run, naming the step.

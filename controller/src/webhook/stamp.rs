@@ -32,12 +32,10 @@ pub async fn handle(
             match stamp_patch(&req, webhook.key.as_ref(), crate::http::tls::unix_now()) {
                 Ok(None) => allow,
                 Err(refusal) => allow.deny(refusal),
-                Ok(Some(patch)) => {
-                    match super::approval::authorize(&webhook.client, &req).await {
-                        Err(refusal) => allow.deny(refusal),
-                        Ok(()) => with_patch(allow, patch),
-                    }
-                }
+                Ok(Some(patch)) => match super::approval::authorize(&webhook.client, &req).await {
+                    Err(refusal) => allow.deny(refusal),
+                    Ok(()) => with_patch(allow, patch),
+                },
             }
         }
         Err(e) => AdmissionResponse::invalid(e),
@@ -189,12 +187,18 @@ mod tests {
     fn a_stamp_written_by_a_client_is_refused_and_removing_it_is_not() {
         let key = Key::random();
         for (new, old) in [
-            (json!({APPROVE: "gate", APPROVED_BY: "x"}), json!({APPROVE: "gate"})),
+            (
+                json!({APPROVE: "gate", APPROVED_BY: "x"}),
+                json!({APPROVE: "gate"}),
+            ),
             (json!({APPROVED_BY: "y"}), json!({APPROVED_BY: "x"})),
         ] {
             let r = req("UPDATE", new, Some(old));
             let err = stamp_patch(&r, Some(&key), 1).unwrap_err();
-            assert!(err.contains("written by the admission webhook only"), "{err}");
+            assert!(
+                err.contains("written by the admission webhook only"),
+                "{err}"
+            );
         }
         let r = req("CREATE", json!({APPROVED_BY: "x"}), None);
         assert!(stamp_patch(&r, Some(&key), 1).is_err());

@@ -9,12 +9,23 @@ use serde::{Deserialize, Serialize};
 
 use super::{Placement, StepParams};
 
-/// Waits for `ops.example.com/approve=<name>` (or `ops.example.com/reject=<name>`) on the flow,
-/// set by a user with the `approve` verb on pseudoflows; the step's `name` is required.
+/// Waits until a user allowed to `approve` pseudoflows approves or rejects the step.
+///
+/// The step's `name` is required: `kubectl annotate pf FLOW ops.example.com/approve=NAME` (or
+/// `kubectl pf approve FLOW NAME`) continues the run, `ops.example.com/reject=NAME` fails it.
+/// The admission webhook refuses the annotation from a user without the `approve` verb on
+/// pseudoflows and records who decided (user, groups, time) in a signed stamp the controller
+/// checks; status shows it under the step's `approval`. Without the webhook no approval is
+/// accepted (the step's message says why). While it waits, the flow's reason is
+/// `WaitingForApproval` and its message `waiting for approval: NAME`; `timeoutSeconds` fails
+/// the step when no decision came in time. A decision counts only for the run that is waiting:
+/// to approve the same step again in a later run, set the annotation again (remove it first if
+/// it still names the step).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ApprovalStep {
-    /// What the approver should check, shown in the status message and the waiting Event.
+    /// What the approver should check, shown in the Event published when the step begins
+    /// waiting.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
 }

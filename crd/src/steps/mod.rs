@@ -6,8 +6,8 @@ use crate::check::Ctx;
 use crate::step::Step;
 
 pub mod apply;
-pub mod approval;
 pub mod apply_file;
+pub mod approval;
 pub mod config_file;
 pub mod copy;
 pub mod cordon;
