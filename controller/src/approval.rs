@@ -215,9 +215,7 @@ pub fn verdict(key: Option<&Key>, annotations: &BTreeMap<String, String>, w: Wai
         ));
     }
     if stamp.run != w.run || stamp.time < w.since {
-        return ignored(&format!(
-            "the decision was made before this run's step began waiting; set it again"
-        ));
+        return ignored("the decision was made before this run's step began waiting; set it again");
     }
     Verdict::Decided(stamp)
 }
