@@ -131,12 +131,6 @@ pub fn check_steps(steps: &[Value], ctx: &mut Ctx) {
             if step.name.as_deref().is_some_and(|n| n.trim().is_empty()) {
                 sctx.error("name", "must not be blank");
             }
-            if ty == "approval" && step.name.is_none() {
-                sctx.error(
-                    "name",
-                    "an approval step needs a name: ops.example.com/approve=NAME approves it",
-                );
-            }
             if ty == "includeFlow" {
                 crate::steps::include_flow::check_flow_name(&mut sctx, step.name.as_deref());
             }

@@ -39,3 +39,30 @@ impl StepParams for ApprovalStep {
         true
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    #[test]
+    fn an_approval_needs_a_name_also_nested() {
+        let spec = json!({"steps": [
+            {"type": "approval", "name": "gate", "timeoutSeconds": 60},
+            {"type": "approval"},
+            {"type": "loop", "forEach": [1], "steps": [{"type": "approval", "message": "m"}]},
+        ]});
+        let (_, diags) = crate::validate::validate_spec(&spec);
+        let errors: Vec<String> = diags
+            .errors()
+            .map(|d| format!("{}: {}", d.path, d.message))
+            .collect();
+        assert_eq!(
+            errors,
+            [
+                "spec.steps[1]: missing required field \"name\"",
+                "spec.steps[2].steps[0]: missing required field \"name\"",
+            ],
+            "{errors:?}"
+        );
+    }
+}
