@@ -601,6 +601,44 @@ mod tests {
     }
 
     #[test]
+    fn a_waiting_approval_is_the_reason_and_message_and_its_decider_is_recorded() {
+        let c = pseudoflow_compiler::compile(
+            &pseudoflow_compiler::FlowId {
+                name: "f",
+                namespace: Some("ns"),
+            },
+            &json!({"steps": [{"type": "approval", "name": "gate"}]}),
+        )
+        .unwrap();
+        let walker = crate::walk::Walker::new(&c.plan);
+        let mut run = StoredRun::default();
+        walker.advance(&mut run.state, 100);
+        let st = to_patch(&of_run(&Value::Null, &c.plan, &run, 1, None, 100));
+        assert_eq!(st["phase"], "Running");
+        assert_eq!(st["reason"], "WaitingForApproval");
+        assert_eq!(st["message"], "waiting for approval: gate");
+        let record = pseudoflow_crd::status::ApprovalRecord {
+            decision: "Approved".into(),
+            user: "boss".into(),
+            groups: vec!["ops".into()],
+            time: time(120),
+        };
+        run.state.entry("s0", &[]).approval = Some(record);
+        let done = crate::walk::Completion {
+            ok: true,
+            message: "approved by boss".into(),
+            ..Default::default()
+        };
+        walker.complete(&mut run.state, "s0", &[], done, 120);
+        walker.advance(&mut run.state, 120);
+        let st = to_patch(&of_run(&Value::Null, &c.plan, &run, 1, None, 120));
+        assert_eq!(st["phase"], "Succeeded");
+        assert_eq!(st["steps"][0]["approval"]["user"], "boss");
+        assert_eq!(st["steps"][0]["approval"]["groups"], json!(["ops"]));
+        assert_eq!(st["steps"][0]["approval"]["time"], "1970-01-01T00:02:00Z");
+    }
+
+    #[test]
     fn a_failure_is_told_by_the_step_path_not_the_node_id() {
         let c = pseudoflow_compiler::compile(
             &pseudoflow_compiler::FlowId {
