@@ -215,7 +215,10 @@ pub fn verdict(key: Option<&Key>, annotations: &BTreeMap<String, String>, w: Wai
         ));
     }
     if stamp.run != w.run || stamp.time < w.since {
-        return ignored("the decision was made before this run's step began waiting; set it again");
+        return ignored(
+            "it was made before this run's step began waiting; decide again (kubectl pf \
+             approve/reject, or remove the annotation and set it again)",
+        );
     }
     Verdict::Decided(stamp)
 }

@@ -9,8 +9,8 @@
 //! observable breaks: the flow does not succeed, no Events are recorded, or no leader holds the
 //! lease, or the webhook stops answering (it must refuse a flow with a typo nested in a loop's `steps:`
 //! and let an admin's approval annotation through, which takes a SubjectAccessReview, stamped by
-//! the mutating webhook). The
-//! apiserver enforces OwnerReferencesPermissionEnforcement, as hardened clusters do.
+//! the mutating webhook). The apiserver enforces OwnerReferencesPermissionEnforcement, as
+//! hardened clusters do.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
