@@ -202,6 +202,29 @@ fn gated_spec(timeout: Option<u32>) -> Value {
     ]})
 }
 
+/// A ConfigMap `name` made by an `apply` step.
+fn apply_config_map(ns: &str, name: &str) -> Value {
+    json!({"type": "apply", "manifests": {"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": ns}}})
+}
+
+/// The gate between two Job steps (which would otherwise share one Job).
+fn gated_between_jobs(ns: &str) -> Value {
+    json!({"serviceAccountName": "flow", "steps": [
+        apply_config_map(ns, "before"),
+        {"type": "approval", "name": "gate", "message": "check the canary"},
+        apply_config_map(ns, "after"),
+    ]})
+}
+
+async fn config_map_exists(client: &Client, ns: &str, name: &str) -> bool {
+    Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .unwrap()
+        .is_some()
+}
+
 /// Waits until the flow waits at `gate` in a run other than `not_run`; returns its status.
 async fn wait_waiting(client: &Client, ns: &str, name: &str, not_run: &str) -> Value {
     wait_status(client, ns, name, 30, "waiting for approval", |st| {
@@ -212,11 +235,13 @@ async fn wait_waiting(client: &Client, ns: &str, name: &str, not_run: &str) -> V
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_approval_by_an_allowed_user_continues_the_run_and_is_recorded_a_reject_fails_it() {
-    let (client, ns) = prepare("approval", json!([]), json!([])).await;
+    let rules = json!([{"apiGroups": [""], "resources": ["configmaps"],
+        "verbs": ["get", "list", "watch", "create", "patch"]}]);
+    let (client, ns) = prepare("approval", rules, json!([])).await;
     editor_and_approver(&client, &ns).await;
     let key = Key::random();
     let ctl = start_controller_with_key(&client, &ns, &key);
-    create_flow(&client, &ns, "gated", gated_spec(None)).await;
+    create_flow(&client, &ns, "gated", gated_between_jobs(&ns)).await;
     let vwc = start_webhooks(&client, &ns, &key).await;
     wait_webhooks_active(&ns).await;
 
@@ -267,13 +292,19 @@ async fn an_approval_by_an_allowed_user_continues_the_run_and_is_recorded_a_reje
     tokio::time::sleep(Duration::from_secs(1)).await;
     let st = flows(&client, &ns).get("gated").await.unwrap().data["status"].clone();
     assert_eq!(st["reason"], "WaitingForApproval", "{st:#}");
+    assert!(config_map_exists(&client, &ns, "before").await);
+    assert!(
+        !config_map_exists(&client, &ns, "after").await,
+        "nothing after the gate ran"
+    );
 
     // The approver approves: the run goes on, and status says who, in which groups, when.
     let before = tls::unix_now();
     let (ok, out) = annotate(&ns, "gated", Some("boss"), "ops.example.com/approve=gate").await;
     assert!(ok, "{out}");
-    let st = wait_done(&client, &ns, "gated", 30).await;
+    let st = wait_done(&client, &ns, "gated", 60).await;
     assert_eq!(st["phase"], "Succeeded", "{st:#}");
+    assert!(config_map_exists(&client, &ns, "after").await);
     let gate = step(&st, "spec.steps[1]");
     assert_eq!(gate["phase"], "Succeeded", "{st:#}");
     let record = &gate["approval"];
