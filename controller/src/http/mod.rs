@@ -313,6 +313,52 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn mutate_refuses_a_client_written_stamp_and_is_not_served_without_the_webhook() {
+        let review = serde_json::json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {
+                "uid": "u", "name": "f", "namespace": "t", "operation": "CREATE",
+                "kind": {"group": "ops.example.com", "version": "v1alpha1", "kind": "PseudoFlow"},
+                "resource": {"group": "ops.example.com", "version": "v1alpha1", "resource": "pseudoflows"},
+                "userInfo": {"username": "u"},
+                "object": {"apiVersion": "ops.example.com/v1alpha1", "kind": "PseudoFlow",
+                    "metadata": {"name": "f", "namespace": "t",
+                        "annotations": {crate::approval::APPROVED_BY: "{}"}},
+                    "spec": {"steps": []}},
+            }
+        });
+        let post = || {
+            Request::post("/mutate")
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(serde_json::to_vec(&review).unwrap()))
+                .unwrap()
+        };
+        let resp = router(State::new(Arc::default()))
+            .oneshot(post())
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let mut state = State::new(Arc::default());
+        state.webhook = Some(crate::webhook::Webhook::with_key(
+            kube::Client::try_from(config).unwrap(),
+            crate::approval::Key::random(),
+        ));
+        let resp = router(state).oneshot(post()).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        let body = axum::body::to_bytes(resp.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        let answer: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(answer["response"]["allowed"], false, "{answer}");
+        let why = answer["response"]["status"]["message"].as_str().unwrap();
+        assert!(
+            why.contains("written by the admission webhook only"),
+            "{why}"
+        );
+    }
+
+    #[tokio::test]
     async fn a_standby_replica_is_ready() {
         let state = State::new(Arc::default());
         state.readiness.set_standby();
