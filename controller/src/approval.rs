@@ -18,6 +18,14 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::webhook::approval::{APPROVE, REJECT};
 
+/// The time now in unix milliseconds, as stamps and waiting steps record it.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
+}
+
 /// The stamp annotation, written only by the admission webhook.
 pub const APPROVED_BY: &str = "ops.example.com/approved-by";
 /// The Secret (in the controller's namespace) holding the stamp key.
@@ -117,7 +125,9 @@ pub struct Stamp {
     /// Their groups.
     #[serde(default)]
     pub groups: Vec<String>,
-    /// When the webhook admitted the decision (unix seconds).
+    /// When the webhook admitted the decision (unix milliseconds: a step that begins waiting
+    /// again in the same second, as the next node of a rolling `loopNodes` does, is not decided
+    /// by the decision that let the previous one go).
     pub time: i64,
     /// The run id status showed then ("" if none).
     #[serde(default)]
@@ -171,7 +181,7 @@ pub enum Verdict {
     Decided(Stamp),
 }
 
-/// Where an approval step waits: which flow, step, run, and since when (unix seconds).
+/// Where an approval step waits: which flow, step, run, and since when (unix milliseconds).
 #[derive(Debug, Clone, Copy)]
 pub struct Waiting<'a> {
     /// The flow's namespace.
@@ -182,7 +192,7 @@ pub struct Waiting<'a> {
     pub step: &'a str,
     /// The run waiting.
     pub run: &'a str,
-    /// When the step began waiting.
+    /// When the step began waiting (unix milliseconds).
     pub since: i64,
 }
 

@@ -272,7 +272,7 @@ async fn an_approval_by_an_allowed_user_continues_the_run_and_is_recorded_a_reje
         step: "gate".into(),
         user: "boss".into(),
         groups: vec![],
-        time: tls::unix_now(),
+        time: pseudoflow_controller::approval::now_ms(),
         run: st["run"]["id"].as_str().unwrap().into(),
     }
     .sign(&Key::random(), &ns, "gated");
@@ -395,7 +395,7 @@ async fn without_the_webhook_no_approval_or_forged_stamp_is_accepted_and_the_tim
         step: "gate".into(),
         user: "boss".into(),
         groups: vec!["system:masters".into()],
-        time: tls::unix_now(),
+        time: pseudoflow_controller::approval::now_ms(),
         run,
     }
     .sign(&Key::random(), &ns, "gated");
@@ -430,5 +430,80 @@ async fn without_the_webhook_no_approval_or_forged_stamp_is_accepted_and_the_tim
         "{st:#}"
     );
     assert!(step(&st, "spec.steps[1]")["approval"].is_null(), "{st:#}");
+    ctl.abort();
+}
+
+/// The `status.steps` entry of the approval inside the loopNodes: how many nodes it let go.
+fn passed(st: &Value) -> u64 {
+    step(st, "spec.steps[0].steps[0]")["instances"]["succeeded"]
+        .as_u64()
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inside_a_rolling_loop_nodes_each_node_needs_its_own_approval() {
+    let nodes =
+        json!([{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}]);
+    let (client, ns) = prepare("approval-roll", json!([]), nodes).await;
+    editor_and_approver(&client, &ns).await;
+    let key = Key::random();
+    let ctl = start_controller_with_key(&client, &ns, &key);
+    create_flow(
+        &client,
+        &ns,
+        "gated",
+        json!({"serviceAccountName": "flow", "steps": [
+            {"type": "loopNodes", "selector": "", "maxParallel": 1, "steps": [
+                {"type": "approval", "name": "next-node"},
+                {"type": "log", "message": "${node} done"},
+            ]}
+        ]}),
+    )
+    .await;
+    let vwc = start_webhooks(&client, &ns, &key).await;
+    wait_webhooks_active(&ns).await;
+    let total = 3; // cp-0, worker-0, worker-1
+    for n in 0..total {
+        let st = wait_status(&client, &ns, "gated", 60, "the next node waiting", |st| {
+            st["reason"] == "WaitingForApproval" && passed(st) == n
+        })
+        .await;
+        let msg = st["message"].as_str().unwrap();
+        assert!(msg.starts_with("waiting for approval: next-node"), "{st:#}");
+        // The previous node's approval is still on the flow: it does not let this node go.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let st = flows(&client, &ns).get("gated").await.unwrap().data["status"].clone();
+        assert_eq!(
+            passed(&st),
+            n,
+            "node {n} went without its own approval: {st:#}"
+        );
+        if n > 0 {
+            annotate(&ns, "gated", Some("boss"), "ops.example.com/approve-").await;
+        }
+        let (ok, out) = annotate(
+            &ns,
+            "gated",
+            Some("boss"),
+            "ops.example.com/approve=next-node",
+        )
+        .await;
+        assert!(ok, "{out}");
+    }
+    let st = wait_done(&client, &ns, "gated", 60).await;
+    assert_eq!(st["phase"], "Succeeded", "{st:#}");
+    assert_eq!(passed(&st), total, "{st:#}");
+    // Each node's approval is told by an Event naming who gave it.
+    let approved = flow_events(&client, &ns, "gated")
+        .await
+        .into_iter()
+        .filter(|e| {
+            e.message
+                .as_deref()
+                .is_some_and(|m| m.contains("approved by boss"))
+        })
+        .count();
+    assert_eq!(approved as u64, total);
+    remove_webhooks(&client, &vwc).await;
     ctl.abort();
 }

@@ -423,8 +423,15 @@ impl Driving<'_> {
     async fn decide_approvals(&self, run: &mut StoredRun) -> bool {
         let annotations = self.r.flow.metadata.annotations.clone().unwrap_or_default();
         let mut decided = false;
-        for (node, key, since) in self.walker.awaiting_decision(&run.state) {
+        for (node, key, _) in self.walker.awaiting_decision(&run.state) {
             let step = crate::walk::step_label(node);
+            // First seen waiting in this drive, right after it began: a decision admitted
+            // before then (for the previous node of a rolling loop, say) does not count.
+            let since = *run
+                .state
+                .entry(&node.id, &key)
+                .waiting_since_ms
+                .get_or_insert_with(approval::now_ms);
             let waiting = approval::Waiting {
                 namespace: self.r.ns(),
                 name: self.r.flow_id.name,
@@ -455,7 +462,7 @@ impl Driving<'_> {
                 decision: if approved { "Approved" } else { "Rejected" }.into(),
                 user: stamp.user.clone(),
                 groups: stamp.groups.clone(),
-                time: super::status::time(stamp.time),
+                time: super::status::time(stamp.time.div_euclid(1000)),
             });
             let c = Completion {
                 ok: approved,

@@ -281,7 +281,8 @@ impl<'p> Walker<'p> {
         }
     }
 
-    /// The `approval` instances waiting for a decision: node, key, and when each began waiting.
+    /// The `approval` instances waiting for a decision: node, key, and when each began waiting
+    /// (unix seconds).
     pub fn awaiting_decision(&self, state: &RunState) -> Vec<(&'p PlanNode, Key, i64)> {
         let mut out = Vec::new();
         for (id, inst) in &state.instances {

@@ -29,7 +29,7 @@ pub async fn handle(
     let response = match request {
         Ok(req) => {
             let allow = AdmissionResponse::from(&req);
-            match stamp_patch(&req, webhook.key.as_ref(), crate::http::tls::unix_now()) {
+            match stamp_patch(&req, webhook.key.as_ref(), crate::approval::now_ms()) {
                 Ok(None) => allow,
                 Err(refusal) => allow.deny(refusal),
                 Ok(Some(patch)) => match super::approval::authorize(&webhook.client, &req).await {
@@ -56,8 +56,8 @@ fn annotation<'a>(o: Option<&'a DynamicObject>, key: &str) -> Option<&'a String>
     o?.metadata.annotations.as_ref()?.get(key)
 }
 
-/// The JSON Patch stamping the decision `req` makes (None: it makes none), or why it is
-/// refused: it writes the stamp itself, makes two decisions at once, or cannot be stamped.
+/// The JSON Patch stamping the decision `req` makes at `now` (unix milliseconds; None: it makes
+/// none), or why it is refused: it writes the stamp itself, makes two decisions at once, or cannot be stamped.
 pub fn stamp_patch(
     req: &AdmissionRequest<DynamicObject>,
     key: Option<&Key>,
