@@ -18,9 +18,11 @@ use super::{Placement, StepParams};
 /// checks; status shows it under the step's `approval`. Without the webhook no approval is
 /// accepted (the step's message says why). While it waits, the flow's reason is
 /// `WaitingForApproval` and its message `waiting for approval: NAME`; `timeoutSeconds` fails
-/// the step when no decision came in time. A decision counts only for the run that is waiting:
-/// to approve the same step again in a later run, set the annotation again (remove it first if
-/// it still names the step).
+/// the step when no decision came in time. A decision counts only for the step instances
+/// waiting when it is made, in the run that waits: a later run, the next item or node of a loop
+/// (inside a rolling `loopNodes` it gates each node) and a retried step each need their own
+/// (`kubectl pf approve` sets the annotation again; by hand, remove it first if it still names
+/// the step).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ApprovalStep {
