@@ -3,8 +3,9 @@
 //! with phase, message and an Event saying so; a user with edit rights but not `approve` is
 //! refused, and so is a stamp written by a client; an allowed user's approval continues the run
 //! and status records their name, groups and time; an approval from an earlier run does not
-//! carry over; a reject fails the run naming who rejected; and without the webhook neither a bare
-//! approval nor a forged stamp is accepted, until the step's timeout fails the run.
+//! carry over; a reject fails the run naming who rejected; without the webhook neither a bare
+//! approval nor a forged stamp is accepted, until the step's timeout fails the run; and inside a
+//! rolling loopNodes each node needs its own approval.
 
 mod common;
 
