@@ -74,7 +74,7 @@ pub async fn complete(args: &[String]) -> Vec<String> {
                     .collect()
             }
             ["completion"] => out = ["bash", "zsh", "fish"].map(String::from).to_vec(),
-            ["get" | "logs" | "plan" | "retry" | "suspend" | "resume"] => {
+            ["get" | "logs" | "plan" | "retry" | "suspend" | "resume" | "approve" | "reject"] => {
                 out = flow_names(&g).await
             }
             ["logs", flow] => out = step_names(&g, flow).await,

@@ -1,9 +1,10 @@
-//! `kubectl-pf`: the kubectl plugin for PseudoFlows. `kubectl pf list|get|logs|plan|retry|suspend|resume`
-//! once it is on `PATH` (docs/cli.md).
+//! `kubectl-pf`: the kubectl plugin for PseudoFlows. `kubectl pf
+//! list|get|logs|plan|retry|suspend|resume|approve|reject` once it is on `PATH` (docs/cli.md).
 //!
 //! Exit codes follow kubectl: 0 success, 1 an error. `plan` follows `flux diff`: 0 no change,
 //! 1 changes, 2 an error.
 
+mod approve;
 mod cluster;
 mod complete;
 mod get;
@@ -115,6 +116,21 @@ enum Verb {
         /// The flow's name.
         name: String,
     },
+    /// Approve a waiting `approval` step: sets `ops.example.com/approve=STEP` (needs the
+    /// `approve` verb on pseudoflows; the webhook records who approved).
+    Approve {
+        /// The flow's name.
+        name: String,
+        /// The approval step's name.
+        step: String,
+    },
+    /// Reject a waiting `approval` step (the run fails): sets `ops.example.com/reject=STEP`.
+    Reject {
+        /// The flow's name.
+        name: String,
+        /// The approval step's name.
+        step: String,
+    },
     /// Print a shell completion script: `source <(kubectl pf completion bash)`.
     Completion {
         /// The shell.
@@ -196,6 +212,16 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         Verb::Resume { name } => {
             let k = cluster::connect(g, None).await?;
             suspend::set(&k, &name, false).await?;
+            Ok(0)
+        }
+        Verb::Approve { name, step } => {
+            let k = cluster::connect(g, None).await?;
+            approve::decide(&k, &name, &step, true).await?;
+            Ok(0)
+        }
+        Verb::Reject { name, step } => {
+            let k = cluster::connect(g, None).await?;
+            approve::decide(&k, &name, &step, false).await?;
             Ok(0)
         }
         Verb::Completion { .. } => unreachable!("handled before the runtime starts"),

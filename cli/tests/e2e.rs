@@ -119,6 +119,8 @@ async fn help_on_every_verb_and_shell_completion() {
         "retry",
         "suspend",
         "resume",
+        "approve",
+        "reject",
         "completion",
     ] {
         let o = pf(&[verb, "--help"]).await;
@@ -339,6 +341,47 @@ async fn suspend_and_resume_set_spec_suspend() {
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert_ne!(suspend(client.clone(), ns.clone()).await, Some(true));
     let o = pf(&["suspend", "absent", "-n", &ns]).await;
+    assert_eq!(o.code, 1);
+    assert!(o.stderr.contains("absent"), "{}", o.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approve_and_reject_set_the_annotation_again_each_time() {
+    let (client, ns) = namespace("pf-approve").await;
+    create_flow(
+        &client,
+        &ns,
+        "gated",
+        json!({"serviceAccountName": "flow", "steps": [{"type": "approval", "name": "gate"}]}),
+    )
+    .await;
+    let annotation = |client: Client, ns: String, key: &'static str| async move {
+        flows(&client, &ns)
+            .get("gated")
+            .await
+            .unwrap()
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .get(key)
+            .cloned()
+    };
+    for _ in 0..2 {
+        let o = pf(&["approve", "gated", "gate", "-n", &ns]).await;
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        assert!(
+            o.stdout.contains("gated step \"gate\" approved"),
+            "{}",
+            o.stdout
+        );
+        let approve = annotation(client.clone(), ns.clone(), "ops.example.com/approve").await;
+        assert_eq!(approve.as_deref(), Some("gate"));
+    }
+    let o = pf(&["reject", "gated", "gate", "-n", &ns]).await;
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let reject = annotation(client.clone(), ns.clone(), "ops.example.com/reject").await;
+    assert_eq!(reject.as_deref(), Some("gate"));
+    let o = pf(&["approve", "absent", "gate", "-n", &ns]).await;
     assert_eq!(o.code, 1);
     assert!(o.stderr.contains("absent"), "{}", o.stderr);
 }

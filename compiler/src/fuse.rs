@@ -97,7 +97,8 @@ enum Fusable {
 /// cheap controller-local work.
 fn fusable(n: &PlanNode) -> Option<Fusable> {
     let step = n.step.as_ref()?;
-    if n.kind != NodeKind::Action || step.isolate {
+    // An `approval` waits in the controller for a person: a Job must not run past it.
+    if n.kind != NodeKind::Action || step.isolate || step.kind.params().awaits_decision() {
         return None;
     }
     match (&step.kind, n.placement) {
@@ -330,6 +331,25 @@ mod tests {
             apply("e"),
         ]));
         assert!(got.iter().all(|(_, s)| s.is_none()), "{got:?}");
+    }
+
+    #[test]
+    fn an_approval_splits_the_segment_around_it() {
+        let got = segments(json!([
+            apply("a"),
+            {"type": "approval", "name": "gate"},
+            apply("b"),
+            apply("c"),
+        ]));
+        assert_eq!(
+            got,
+            seg(&[
+                ("s0", None),
+                ("s1", None),
+                ("s2", Some("s2")),
+                ("s3", Some("s2")),
+            ])
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! and what one flow may cost is bounded in [`limits`].
 #![warn(missing_docs)]
 
+pub mod approval;
 pub mod backoff;
 pub mod http;
 pub mod labels;

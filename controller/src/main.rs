@@ -11,7 +11,7 @@ use std::sync::Arc;
 use pseudoflow_controller::leader::{self, LeaseConfig};
 use pseudoflow_controller::metrics::Metrics;
 use pseudoflow_controller::reconcile::pod_security::NodeStepNamespaces;
-use pseudoflow_controller::{http, webhook};
+use pseudoflow_controller::{approval, http, webhook};
 use pseudoflow_controller::{run_controllers, Context};
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -131,8 +131,12 @@ async fn main() -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::default());
     let allowed: Vec<&str> = args.node_step_namespaces.names().collect();
     tracing::info!("node steps allowed in namespaces {allowed:?} labelled enforce=privileged");
-    let ctx = Context::new(client.clone(), args.image.clone(), metrics.clone())
+    let mut ctx = Context::new(client.clone(), args.image.clone(), metrics.clone())
         .with_node_step_namespaces(args.node_step_namespaces.clone());
+    let key = approval_key(&client).await;
+    if let Some(k) = &key {
+        ctx = ctx.with_approval_key(k.clone());
+    }
     let ctx = Arc::new(ctx);
     let mut state = http::State::new(metrics);
     state.readiness = ctx.readiness.clone();
@@ -140,8 +144,25 @@ async fn main() -> anyhow::Result<()> {
         // A standby replica serves the webhook; only the leader's watches must sync.
         state.readiness.set_standby();
     }
-    serve_http(&args, &client, state).await?;
+    serve_http(&args, &client, state, key).await?;
     run(args, client, ctx).await
+}
+
+/// The key approval stamps are signed with (Secret `pseudoflow-approval-key` in the
+/// controller's namespace, made on first start). Without it (no POD_NAMESPACE, or the Secret
+/// cannot be read or made) no approval is stamped or accepted, and the controller says why.
+async fn approval_key(client: &kube::Client) -> Option<approval::Key> {
+    let Ok(namespace) = std::env::var("POD_NAMESPACE") else {
+        tracing::warn!("no POD_NAMESPACE: approval steps cannot be approved");
+        return None;
+    };
+    match approval::Key::load_or_create(client, &namespace).await {
+        Ok(k) => Some(k),
+        Err(e) => {
+            tracing::warn!("approval key: {e}; approval steps cannot be approved");
+            None
+        }
+    }
 }
 
 /// Starts the HTTP servers: the webhook over TLS (when asked for) and, on the plain port,
@@ -151,10 +172,14 @@ async fn serve_http(
     args: &Args,
     client: &kube::Client,
     mut state: http::State,
+    key: Option<approval::Key>,
 ) -> anyhow::Result<()> {
     if let Some(addr) = args.webhook_addr {
         let cert = args.webhook_cert()?;
-        state.webhook = Some(webhook::Webhook::new(client.clone()));
+        state.webhook = Some(match key {
+            Some(k) => webhook::Webhook::with_key(client.clone(), k),
+            None => webhook::Webhook::new(client.clone()),
+        });
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let router = http::router(state.clone());
         let client = client.clone();

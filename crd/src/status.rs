@@ -161,6 +161,25 @@ pub struct StepStatus {
     /// For steps inside loops: counts per phase over all instances.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instances: Option<InstanceCounts>,
+    /// For an `approval` step: who approved or rejected it, as the admission webhook
+    /// authenticated them; only for a step with one instance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<ApprovalRecord>,
+}
+
+/// Who decided an `approval` step, from the stamp only the admission webhook can write.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalRecord {
+    /// `Approved` or `Rejected`.
+    pub decision: String,
+    /// The user the API server authenticated.
+    pub user: String,
+    /// Their groups.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<String>,
+    /// When the decision was admitted.
+    pub time: Time,
 }
 
 /// Phase counts over a node's loop instances.

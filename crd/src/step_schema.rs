@@ -44,8 +44,9 @@ pub fn step_schemas() -> &'static BTreeMap<&'static str, Value> {
                 }
                 let req = obj.entry("required").or_insert_with(|| json!([]));
                 req.as_array_mut().unwrap().insert(0, json!("type"));
-                if *tag == "includeFlow" {
-                    // The original DSL names the included flow with the common `name` field.
+                if matches!(*tag, "includeFlow" | "approval") {
+                    // The original DSL names the included flow with the common `name` field;
+                    // the approve annotation names an approval step by it.
                     req.as_array_mut().unwrap().push(json!("name"));
                 }
                 (*tag, schema)

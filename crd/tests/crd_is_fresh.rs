@@ -32,13 +32,13 @@ fn crd_schema_is_structural() {
             .as_array()
             .unwrap()
             .len(),
-        30
+        31
     );
     // One CEL rule per step type with a required field of a declared type (CEL cannot test
     // open fields such as `condition`, which differs between if/when and waitFor, or
     // `loopNodes.selector`, a string or a structured selector).
     let rules = steps["x-kubernetes-validations"].as_array().unwrap();
-    assert_eq!(rules.len(), 23);
+    assert_eq!(rules.len(), 24);
     // `copy` needs its source and targets.
     assert!(
         rules

@@ -73,7 +73,7 @@ async fn the_crd_is_served_and_its_rules_reject_bad_steps_at_apply_time() {
             admitted += 1;
         }
     }
-    assert_eq!(admitted, 39);
+    assert_eq!(admitted, 40);
 
     // A sleep without seconds: the CEL rule for `sleep` rejects it, naming the field.
     let err = api
@@ -85,6 +85,16 @@ async fn the_crd_is_served_and_its_rules_reject_bad_steps_at_apply_time() {
         .unwrap_err();
     let msg = err.to_string();
     assert!(msg.contains("sleep steps need seconds"), "{msg}");
+    // An approval without the name its annotation approves it by.
+    let err = api
+        .create(
+            &PostParams::default(),
+            &flow("no-name", serde_json::json!([{"type": "approval"}])),
+        )
+        .await
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("approval steps need name"), "{msg}");
     // A setLabel without target: its rule still applies although `target.selector` is open
     // (a string or a structured selector; examples/steps/setLabel.yaml, admitted above, has both).
     let err = api

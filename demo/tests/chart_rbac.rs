@@ -8,8 +8,9 @@
 //! removed runs a small flow (an object, a node step, a log line), and the test shows something
 //! observable breaks: the flow does not succeed, no Events are recorded, or no leader holds the
 //! lease, or the webhook stops answering (it must refuse a flow with a typo nested in a loop's `steps:`
-//! and let an admin's approval annotation through, which takes a SubjectAccessReview). The
-//! apiserver enforces OwnerReferencesPermissionEnforcement, as hardened clusters do.
+//! and let an admin's approval annotation through, which takes a SubjectAccessReview, stamped by
+//! the mutating webhook). The apiserver enforces OwnerReferencesPermissionEnforcement, as
+//! hardened clusters do.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -221,7 +222,8 @@ spec:
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     // An approval decision by a user who may approve (the admin) is let through: the webhook
-    // asked the API server (a SubjectAccessReview).
+    // asked the API server (a SubjectAccessReview), and the mutating webhook stamped it with the
+    // key from the Secret the controller made in its namespace.
     let approves = Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &flow_resource())
         .patch(
             "probe",
@@ -232,7 +234,16 @@ spec:
         )
         .await
         .map_err(|e| eprintln!("{release}: the admin's approval was refused: {e}"))
-        .is_ok();
+        .is_ok_and(|f| {
+            let stamped = f
+                .metadata
+                .annotations
+                .is_some_and(|a| a.contains_key("ops.example.com/approved-by"));
+            if !stamped {
+                eprintln!("{release}: the admin's approval was not stamped");
+            }
+            stamped
+        });
     let status = final_status(client, &ns, "probe", 45).await;
     let phase = status
         .as_ref()

@@ -48,12 +48,8 @@ fn failed(message: String) -> Completion {
 }
 
 /// Runs one controller-local node with `scope`.
+/// (An `approval` is never started here: the walker waits for its decision.)
 pub fn run(engine: &Engine, node: &PlanNode, scope: &Scope) -> LocalOutcome {
-    let done = |completion| LocalOutcome {
-        completion,
-        var: None,
-        event: None,
-    };
     let step = node.step.as_ref().map(|s| &s.kind);
     match (&node.kind, step) {
         (
@@ -119,12 +115,22 @@ pub fn run(engine: &Engine, node: &PlanNode, scope: &Scope) -> LocalOutcome {
                 | StepKind::IncludeFlow(_)
                 | StepKind::Cordon(_)
                 | StepKind::Drain(_)
-                | StepKind::Uncordon(_),
+                | StepKind::Uncordon(_)
+                | StepKind::Approval(_),
             ),
         ) => done(failed(format!(
             "{} ({}) has no controller-side implementation",
             node.id, node.step_type
         ))),
+    }
+}
+
+/// An outcome that only completes.
+fn done(completion: Completion) -> LocalOutcome {
+    LocalOutcome {
+        completion,
+        var: None,
+        event: None,
     }
 }
 

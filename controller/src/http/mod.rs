@@ -1,7 +1,8 @@
 //! The controller's one HTTP server (axum on hyper): `/metrics` (Prometheus text, encoded by
 //! `prometheus-client`), `/healthz` (the process answers), `/readyz` (its watches have synced,
-//! or it is a standby replica waiting for the lease, which can still serve the webhook) and the
-//! validating admission webhook (`/validate`). The same router is served on a plain listener
+//! or it is a standby replica waiting for the lease, which can still serve the webhook), the
+//! validating admission webhook (`/validate`) and the mutating one that stamps approvals
+//! (`/mutate`). The same router is served on a plain listener
 //! (metrics and probes, `--metrics-addr`) and on a TLS listener (`--webhook-addr`), whose
 //! certificate [`tls`] makes, stores, reuses and rotates.
 
@@ -81,7 +82,7 @@ impl State {
     }
 }
 
-/// The routes: `/metrics`, `/healthz`, `/readyz`, `/validate`.
+/// The routes: `/metrics`, `/healthz`, `/readyz`, `/validate`, `/mutate`.
 pub fn router(state: State) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
@@ -92,6 +93,11 @@ pub fn router(state: State) -> Router {
         .route(
             "/validate",
             post(crate::webhook::handle).layer(axum::extract::DefaultBodyLimit::max(8 << 20)),
+        )
+        .route(
+            "/mutate",
+            post(crate::webhook::stamp::handle)
+                .layer(axum::extract::DefaultBodyLimit::max(8 << 20)),
         )
         .with_state(state)
 }
@@ -304,6 +310,52 @@ mod tests {
             .await
             .unwrap();
         assert_ne!(resp.status(), StatusCode::OK);
+    }
+
+    #[tokio::test]
+    async fn mutate_refuses_a_client_written_stamp_and_is_not_served_without_the_webhook() {
+        let review = serde_json::json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {
+                "uid": "u", "name": "f", "namespace": "t", "operation": "CREATE",
+                "kind": {"group": "ops.example.com", "version": "v1alpha1", "kind": "PseudoFlow"},
+                "resource": {"group": "ops.example.com", "version": "v1alpha1", "resource": "pseudoflows"},
+                "userInfo": {"username": "u"},
+                "object": {"apiVersion": "ops.example.com/v1alpha1", "kind": "PseudoFlow",
+                    "metadata": {"name": "f", "namespace": "t",
+                        "annotations": {crate::approval::APPROVED_BY: "{}"}},
+                    "spec": {"steps": []}},
+            }
+        });
+        let post = || {
+            Request::post("/mutate")
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(serde_json::to_vec(&review).unwrap()))
+                .unwrap()
+        };
+        let resp = router(State::new(Arc::default()))
+            .oneshot(post())
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let mut state = State::new(Arc::default());
+        state.webhook = Some(crate::webhook::Webhook::with_key(
+            kube::Client::try_from(config).unwrap(),
+            crate::approval::Key::random(),
+        ));
+        let resp = router(state).oneshot(post()).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        let body = axum::body::to_bytes(resp.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        let answer: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(answer["response"]["allowed"], false, "{answer}");
+        let why = answer["response"]["status"]["message"].as_str().unwrap();
+        assert!(
+            why.contains("written by the admission webhook only"),
+            "{why}"
+        );
     }
 
     #[tokio::test]

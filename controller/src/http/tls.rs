@@ -11,7 +11,9 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
-use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::ByteString;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -287,8 +289,8 @@ impl SelfSigned {
     }
 
     /// Writes `ca` (one or more PEM certificates, the first being the current CA) into every
-    /// webhook of the configuration (if one is configured), unless each already trusts the
-    /// current CA.
+    /// webhook of the configuration (if one is configured) and of the mutating configuration of
+    /// the same name (if there is one), unless each already trusts the current CA.
     async fn patch_ca_bundle(&self, client: &Client, ca: &str) -> Result<(), TlsError> {
         let Some(name) = &self.webhook_configuration else {
             return Ok(());
@@ -308,7 +310,7 @@ impl SelfSigned {
             .iter()
             .all(|w| current(w).is_some_and(|b| String::from_utf8_lossy(&b).contains(first)))
         {
-            return Ok(());
+            return self.patch_mutating_ca_bundle(client, name, ca, first).await;
         }
         let patch = serde_json::json!({
             "webhooks": webhooks.iter().map(|w| serde_json::json!({
@@ -319,6 +321,41 @@ impl SelfSigned {
         api.patch(name, &PatchParams::default(), &Patch::Strategic(patch))
             .await?;
         tracing::info!(configuration = %name, "wrote the webhook CA bundle");
+        self.patch_mutating_ca_bundle(client, name, ca, first).await
+    }
+
+    /// The same for the MutatingWebhookConfiguration of the same name (the approval stamp,
+    /// `/mutate`), if there is one.
+    async fn patch_mutating_ca_bundle(
+        &self,
+        client: &Client,
+        name: &str,
+        ca: &str,
+        first: &str,
+    ) -> Result<(), TlsError> {
+        let api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+        let Some(mwc) = api.get_opt(name).await? else {
+            return Ok(());
+        };
+        let webhooks = mwc.webhooks.unwrap_or_default();
+        let trusted = |w: &k8s_openapi::api::admissionregistration::v1::MutatingWebhook| {
+            w.client_config
+                .ca_bundle
+                .as_ref()
+                .is_some_and(|b| String::from_utf8_lossy(&b.0).contains(first))
+        };
+        if webhooks.iter().all(trusted) {
+            return Ok(());
+        }
+        let patch = serde_json::json!({
+            "webhooks": webhooks.iter().map(|w| serde_json::json!({
+                "name": w.name,
+                "clientConfig": {"caBundle": ByteString(ca.as_bytes().to_vec())},
+            })).collect::<Vec<_>>()
+        });
+        api.patch(name, &PatchParams::default(), &Patch::Strategic(patch))
+            .await?;
+        tracing::info!(configuration = %name, "wrote the mutating webhook CA bundle");
         Ok(())
     }
 

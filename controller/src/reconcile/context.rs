@@ -34,6 +34,8 @@ pub struct Context {
     pub nodes: NodeHealth,
     /// Whether the watches have synced (`/readyz`).
     pub readiness: Arc<crate::http::Readiness>,
+    /// Checks the admission webhook's approval stamps; without it no approval is accepted.
+    pub approval_key: Option<crate::approval::Key>,
 }
 
 impl Context {
@@ -50,7 +52,14 @@ impl Context {
             node_step_namespaces: Default::default(),
             nodes: NodeHealth::default(),
             readiness: Arc::default(),
+            approval_key: None,
         }
+    }
+
+    /// The same context accepting approvals stamped with `key` (the admission webhook's).
+    pub fn with_approval_key(mut self, key: crate::approval::Key) -> Self {
+        self.approval_key = Some(key);
+        self
     }
 
     /// The same context allowing node steps in `namespaces` (the controller's half of the

@@ -92,6 +92,11 @@ impl Narrator {
                         format!("{at}: started ({what})"),
                     )
                 }
+                (_, Phase::Running) if crate::walk::awaits_decision(node) => (
+                    EventType::Normal,
+                    "WaitingForApproval",
+                    waiting_note(node, &at),
+                ),
                 (_, Phase::Running) => (
                     EventType::Normal,
                     "StepStarted",
@@ -113,6 +118,20 @@ impl Narrator {
             r.publish(ty, reason, &note).await;
         }
     }
+}
+
+/// The Event of an `approval` step beginning to wait: what to check, and how to decide.
+fn waiting_note(node: &pseudoflow_compiler::plan::PlanNode, at: &str) -> String {
+    let name = crate::walk::step_label(node);
+    let check = match node.step_kind() {
+        Some(pseudoflow_crd::StepKind::Approval(a)) => a.message.clone(),
+        _ => None,
+    };
+    let check = check.map(|m| format!(" ({m})")).unwrap_or_default();
+    format!(
+        "{at}: waiting for approval: {name}{check}; approve with the annotation \
+         ops.example.com/approve={name} (or reject with ops.example.com/reject={name})"
+    )
 }
 
 /// Whether a node of this kind opens a structural step that a `CompoundEnd` closes.

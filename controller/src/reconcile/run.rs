@@ -9,6 +9,7 @@ use pseudoflow_compiler::plan::{Plan, PlanNode};
 use pseudoflow_compiler::result::{IncludedDocument, StepResult};
 use pseudoflow_compiler::runtime::{includes, local};
 use pseudoflow_compiler::{fuse, Compiled};
+use pseudoflow_crd::status::ApprovalRecord;
 use pseudoflow_crd::steps::Placement;
 use pseudoflow_crd::{PseudoFlowSpec, StepKind, RUN_ANNOTATION};
 use serde_json::Value;
@@ -18,6 +19,7 @@ use super::job_reports::{self as reports, Reports};
 use super::narrate::Narrator;
 use super::status::{said_at, step_at};
 use super::{finalizer, launch, observe, plan_of, pod_security, Error, Reconciling};
+use crate::approval;
 use crate::walk::fold::{changed_on_same_node, deadline, earliest, merge_var, timed_out_message};
 use crate::walk::{
     split_instance_id, Action as WalkAction, Completion, Instance, Phase, RunPhase, StoredRun,
@@ -335,6 +337,7 @@ impl Driving<'_> {
                     progressed |= start.await?;
                 }
             }
+            progressed |= self.decide_approvals(run).await;
             if !progressed {
                 return Ok(outcome.wake_at);
             }
@@ -418,6 +421,65 @@ impl Driving<'_> {
             }
             None => false,
         }
+    }
+
+    /// Completes each waiting `approval` step a decision accepted by [`approval::verdict`]
+    /// names: approved, the run goes on; rejected, the step fails naming who rejected it. Who
+    /// decided is kept for status; a decision not accepted is said in the step's message.
+    /// Returns whether one was decided.
+    async fn decide_approvals(&self, run: &mut StoredRun) -> bool {
+        let annotations = self.r.flow.metadata.annotations.clone().unwrap_or_default();
+        let mut decided = false;
+        for (node, key, _) in self.walker.awaiting_decision(&run.state) {
+            let step = crate::walk::step_label(node);
+            // First seen waiting in this drive, right after it began: a decision admitted
+            // before then (for the previous node of a rolling loop, say) does not count.
+            let since = *run
+                .state
+                .entry(&node.id, &key)
+                .waiting_since_ms
+                .get_or_insert_with(approval::now_ms);
+            let waiting = approval::Waiting {
+                namespace: self.r.ns(),
+                name: self.r.flow_id.name,
+                step: &step,
+                run: &run.run_id,
+                since,
+            };
+            let note = format!("waiting for approval: {step}");
+            let key_ = self.r.ctx.approval_key.as_ref();
+            let stamp = match approval::verdict(key_, &annotations, waiting) {
+                approval::Verdict::Undecided => {
+                    run.state.entry(&node.id, &key).message = note;
+                    continue;
+                }
+                approval::Verdict::Ignored(why) => {
+                    run.state.entry(&node.id, &key).message = format!("{note} ({why})");
+                    continue;
+                }
+                approval::Verdict::Decided(stamp) => stamp,
+            };
+            let approved = stamp.decision == approval::Decision::Approve;
+            let verb = if approved { "approved" } else { "rejected" };
+            let groups = match stamp.groups.as_slice() {
+                [] => String::new(),
+                g => format!(" (groups {})", g.join(", ")),
+            };
+            run.state.entry(&node.id, &key).approval = Some(ApprovalRecord {
+                decision: if approved { "Approved" } else { "Rejected" }.into(),
+                user: stamp.user.clone(),
+                groups: stamp.groups.clone(),
+                time: super::status::time(stamp.time.div_euclid(1000)),
+            });
+            let c = Completion {
+                ok: approved,
+                message: format!("{verb} by {}{groups}", stamp.user),
+                ..Default::default()
+            };
+            self.complete(run, &node.id, &key, c).await;
+            decided = true;
+        }
+        decided
     }
 
     /// Controller-local work (`log`, `eval`, `template`, a loop's items): done now, its

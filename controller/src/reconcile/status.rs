@@ -205,9 +205,16 @@ pub fn of_run(
         .collect();
     let (done, total) = progress(run, &work_nodes, &by_node);
     let current_step = current_step(plan, run);
+    let awaiting = awaiting_decision(plan, run);
+    let reason = if awaiting.is_some() {
+        "WaitingForApproval"
+    } else {
+        reason
+    };
     let message = match (&run.state.failure, run.state.phase) {
         (Some(failure), _) => failure_message(plan, failure),
         (None, RunPhase::Succeeded) => format!("{done}/{total} steps done"),
+        (None, _) if awaiting.is_some() => awaiting.unwrap_or_default(),
         (None, _) => format!(
             "{done}/{total} steps done; running {}",
             current_step.clone().unwrap_or_default()
@@ -267,6 +274,22 @@ fn phase_of(run: &StoredRun) -> (FlowPhase, &'static str) {
         }
         RunPhase::Failed => (FlowPhase::Failed, "StepFailed"),
     }
+}
+
+/// What the first `approval` step waiting for a decision says ("waiting for approval: NAME").
+fn awaiting_decision(plan: &Plan, run: &StoredRun) -> Option<String> {
+    if run.state.phase != RunPhase::Running {
+        return None;
+    }
+    run.state
+        .instances
+        .iter()
+        .filter(|(_, i)| i.phase == Phase::Running)
+        .find(|(id, _)| {
+            plan.node(&split_instance_id(id).0)
+                .is_some_and(crate::walk::awaits_decision)
+        })
+        .map(|(_, i)| i.message.clone())
 }
 
 /// The run's instances grouped by their node's id.
@@ -374,6 +397,7 @@ fn step_entry(plan: &Plan, n: &PlanNode, insts: &[Instance]) -> StepStatus {
         attempt: None,
         node: None,
         instances: None,
+        approval: None,
     };
     if let [i] = insts {
         if !i.message.is_empty() {
@@ -385,6 +409,7 @@ fn step_entry(plan: &Plan, n: &PlanNode, insts: &[Instance]) -> StepStatus {
         entry.started_at = i.started_at.map(time);
         entry.finished_at = i.finished_at.filter(|_| i.phase.settled()).map(time);
         entry.attempt = Some(i.attempt).filter(|a| *a > 1);
+        entry.approval = i.approval.clone();
     } else {
         entry.changed = Some(insts.iter().any(|i| i.changed));
         entry.instances = Some(InstanceCounts {
@@ -589,6 +614,44 @@ mod tests {
         let msg = st["message"].as_str().unwrap();
         assert!(msg.starts_with(RUN_STATE_TOO_LARGE), "{msg:.80}");
         assert_eq!(msg.chars().count(), MAX_STATUS_MESSAGE_CHARS);
+    }
+
+    #[test]
+    fn a_waiting_approval_is_the_reason_and_message_and_its_decider_is_recorded() {
+        let c = pseudoflow_compiler::compile(
+            &pseudoflow_compiler::FlowId {
+                name: "f",
+                namespace: Some("ns"),
+            },
+            &json!({"steps": [{"type": "approval", "name": "gate"}]}),
+        )
+        .unwrap();
+        let walker = crate::walk::Walker::new(&c.plan);
+        let mut run = StoredRun::default();
+        walker.advance(&mut run.state, 100);
+        let st = to_patch(&of_run(&Value::Null, &c.plan, &run, 1, None, 100));
+        assert_eq!(st["phase"], "Running");
+        assert_eq!(st["reason"], "WaitingForApproval");
+        assert_eq!(st["message"], "waiting for approval: gate");
+        let record = pseudoflow_crd::status::ApprovalRecord {
+            decision: "Approved".into(),
+            user: "boss".into(),
+            groups: vec!["ops".into()],
+            time: time(120),
+        };
+        run.state.entry("s0", &[]).approval = Some(record);
+        let done = crate::walk::Completion {
+            ok: true,
+            message: "approved by boss".into(),
+            ..Default::default()
+        };
+        walker.complete(&mut run.state, "s0", &[], done, 120);
+        walker.advance(&mut run.state, 120);
+        let st = to_patch(&of_run(&Value::Null, &c.plan, &run, 1, None, 120));
+        assert_eq!(st["phase"], "Succeeded");
+        assert_eq!(st["steps"][0]["approval"]["user"], "boss");
+        assert_eq!(st["steps"][0]["approval"]["groups"], json!(["ops"]));
+        assert_eq!(st["steps"][0]["approval"]["time"], "1970-01-01T00:02:00Z");
     }
 
     #[test]

@@ -230,23 +230,8 @@ impl<'p> Walker<'p> {
                                 }
                             }
                         }
-                        // A sleep fused into a segment waits in its Job's pod instead.
-                        Phase::Running if node.segment.is_none() && waits(node).is_some() => {
-                            match inst.not_before {
-                                Some(t) if t <= now => {
-                                    if let Some(secs) = sleep_timeout(node) {
-                                        let msg = format!("timed out after {secs}s");
-                                        self.fail(state, id, &key, msg, now, &mut out);
-                                    } else {
-                                        let e = state.entry(id, &key);
-                                        e.phase = Phase::Succeeded;
-                                        e.finished_at = Some(now);
-                                    }
-                                    progressed = true;
-                                }
-                                Some(t) => out.wake_at = Some(out.wake_at.map_or(t, |w| w.min(t))),
-                                None => {}
-                            }
+                        Phase::Running => {
+                            progressed |= self.timer(state, node, &key, now, &mut out);
                         }
                         _ => {}
                     }
@@ -261,6 +246,64 @@ impl<'p> Walker<'p> {
             }
             if !progressed {
                 break;
+            }
+        }
+        out
+    }
+
+    /// A running instance the controller times itself: a `sleep` (one fused into a segment
+    /// waits in its Job's pod instead) ends, an `approval` waiting past its `timeoutSeconds`
+    /// fails. Returns whether it settled.
+    fn timer(
+        &self,
+        state: &mut RunState,
+        node: &PlanNode,
+        key: &Key,
+        now: i64,
+        out: &mut Outcome,
+    ) -> bool {
+        let sleeps = node.segment.is_none() && waits(node).is_some();
+        if !sleeps && !awaits_decision(node) {
+            return false;
+        }
+        match state.get(&node.id, key).not_before {
+            Some(t) if t <= now => {
+                if awaits_decision(node) {
+                    let secs = node.timeout_seconds.unwrap_or_default();
+                    let msg = format!(
+                        "timed out after {secs}s waiting for approval: {}",
+                        step_label(node)
+                    );
+                    self.fail(state, &node.id, key, msg, now, out);
+                } else if let Some(secs) = sleep_timeout(node) {
+                    let msg = format!("timed out after {secs}s");
+                    self.fail(state, &node.id, key, msg, now, out);
+                } else {
+                    let e = state.entry(&node.id, key);
+                    e.phase = Phase::Succeeded;
+                    e.finished_at = Some(now);
+                }
+                true
+            }
+            Some(t) => {
+                out.wake_at = Some(out.wake_at.map_or(t, |w| w.min(t)));
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// The `approval` instances waiting for a decision: node, key, and when each began waiting
+    /// (unix seconds).
+    pub fn awaiting_decision(&self, state: &RunState) -> Vec<(&'p PlanNode, Key, i64)> {
+        let mut out = Vec::new();
+        for (id, inst) in &state.instances {
+            if inst.phase != Phase::Running {
+                continue;
+            }
+            let (node, key) = split_instance_id(id);
+            if let Some(n) = self.plan.node(&node).filter(|n| awaits_decision(n)) {
+                out.push((n, key, inst.started_at.unwrap_or_default()));
             }
         }
         out
@@ -297,6 +340,16 @@ impl<'p> Walker<'p> {
             }
             _ => {
                 inst.phase = Phase::Running;
+                if awaits_decision(node) {
+                    // Nothing runs it: the reconcile completes it when a decision arrives.
+                    inst.message = format!("waiting for approval: {}", step_label(node));
+                    if let Some(secs) = node.timeout_seconds {
+                        let at = now + i64::from(secs);
+                        inst.not_before = Some(at);
+                        out.wake_at = Some(out.wake_at.map_or(at, |w| w.min(at)));
+                    }
+                    return;
+                }
                 if let Some(seconds) = waits(node) {
                     if node.kind == NodeKind::Action && node.segment.is_none() {
                         // A timeout shorter than the sleep ends it early, as a failure.
@@ -837,6 +890,19 @@ fn body_timeout(node: &PlanNode) -> Option<(&str, u32)> {
 fn sleep_timeout(node: &PlanNode) -> Option<u32> {
     let seconds = waits(node)?;
     node.timeout_seconds.filter(|t| *t < seconds)
+}
+
+/// Whether `node` waits for a person's decision (an `approval` step).
+pub fn awaits_decision(node: &PlanNode) -> bool {
+    node.kind == NodeKind::Action
+        && node
+            .step_kind()
+            .is_some_and(|k| k.params().awaits_decision())
+}
+
+/// A step as people name it: its `name`, else its path.
+pub fn step_label(node: &PlanNode) -> String {
+    node.name.clone().unwrap_or_else(|| node.path.clone())
 }
 
 /// How long `node` only waits (a `sleep`), if that is all it does.

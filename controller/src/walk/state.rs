@@ -51,6 +51,13 @@ pub struct Instance {
     /// `finished_at - started_at` knows only whole seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub took_ms: Option<u64>,
+    /// For an `approval` step: when the controller first saw it waiting (unix milliseconds);
+    /// only a decision stamped since counts for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_since_ms: Option<i64>,
+    /// For an `approval` step: who decided it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<pseudoflow_crd::status::ApprovalRecord>,
     /// For a fused step: the node whose Job runs it (its segment's head, normally).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job_node: Option<String>,

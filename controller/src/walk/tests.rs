@@ -454,6 +454,50 @@ fn a_sleep_past_its_timeout_fails_when_the_timeout_is_reached() {
 }
 
 #[test]
+fn an_approval_waits_without_an_action_until_decided_or_its_timeout() {
+    let gate = json!({"type": "approval", "name": "gate", "timeoutSeconds": 60});
+    let c = plan(json!([gate, apply_step("after")]));
+    let w = Walker::new(&c.plan);
+    let mut s = RunState::default();
+    let o = w.advance(&mut s, 1000);
+    assert!(o.actions.is_empty(), "nothing runs an approval: {o:?}");
+    assert_eq!(o.wake_at, Some(1060));
+    assert_eq!(phase(&s, "s0"), Phase::Running);
+    assert_eq!(s.instances["s0"].message, "waiting for approval: gate");
+    let waiting: Vec<_> = w
+        .awaiting_decision(&s)
+        .into_iter()
+        .map(|(n, k, since)| (n.id.clone(), k, since))
+        .collect();
+    assert_eq!(waiting, [("s0".to_string(), vec![], 1000)]);
+    // Decided: the run goes on.
+    let o = finish(&w, &mut s, "s0", ok());
+    assert_eq!(started(&o), ["s1"]);
+    assert!(w.awaiting_decision(&s).is_empty());
+
+    // Undecided past its timeout: the step fails, naming itself.
+    let mut s = RunState::default();
+    w.advance(&mut s, 1000);
+    assert!(started(&w.advance(&mut s, 1059)).is_empty());
+    w.advance(&mut s, 1060);
+    assert_eq!(s.phase, RunPhase::Failed);
+    assert_eq!(
+        s.failure,
+        Some((
+            "s0".to_string(),
+            "timed out after 60s waiting for approval: gate".to_string()
+        ))
+    );
+
+    // Without timeoutSeconds it waits with no timer.
+    let c = plan(json!([{"type": "approval", "name": "gate"}]));
+    let w = Walker::new(&c.plan);
+    let mut s = RunState::default();
+    assert_eq!(w.advance(&mut s, 1000).wake_at, None);
+    assert_eq!(phase(&s, "s0"), Phase::Running);
+}
+
+#[test]
 fn state_survives_a_round_trip_through_json() {
     let c = plan(
         json!([{"type": "loopNodes", "selector": "", "steps": [{"type": "execNode", "cmd": "true"}]}]),

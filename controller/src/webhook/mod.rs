@@ -18,6 +18,7 @@ use pseudoflow_compiler::{compile, FlowId};
 use serde_json::Value;
 
 pub mod approval;
+pub mod stamp;
 
 /// At most this many problems are listed in a refusal (the rest are counted).
 pub const MAX_LISTED: usize = 50;
@@ -27,12 +28,22 @@ pub const MAX_LISTED: usize = 50;
 pub struct Webhook {
     /// The controller's client: asks the API server whether a user may approve.
     pub client: kube::Client,
+    /// Signs approval stamps (`/mutate`); without it decisions are refused there.
+    pub key: Option<crate::approval::Key>,
 }
 
 impl Webhook {
-    /// A webhook asking authorization questions through `client`.
+    /// A webhook asking authorization questions through `client`, with no approval key.
     pub fn new(client: kube::Client) -> Arc<Webhook> {
-        Arc::new(Webhook { client })
+        Arc::new(Webhook { client, key: None })
+    }
+
+    /// A webhook that also stamps approval decisions with `key`.
+    pub fn with_key(client: kube::Client, key: crate::approval::Key) -> Arc<Webhook> {
+        Arc::new(Webhook {
+            client,
+            key: Some(key),
+        })
     }
 }
 

@@ -7,6 +7,7 @@ use crate::step::Step;
 
 pub mod apply;
 pub mod apply_file;
+pub mod approval;
 pub mod config_file;
 pub mod copy;
 pub mod cordon;
@@ -97,6 +98,12 @@ pub trait StepParams {
     /// fused into a segment, its Job's pod waits) — no type name needs checking for this.
     fn waits_seconds(&self) -> Option<u32> {
         None
+    }
+
+    /// Whether the step waits for a person's decision (`approval`): the controller keeps it
+    /// running, with `timeoutSeconds` as its deadline, until the decision arrives.
+    fn awaits_decision(&self) -> bool {
+        false
     }
 
     /// Whether `timeoutSeconds` bounds the step's whole body (a structural step: its nested

@@ -84,4 +84,5 @@ step_registry! {
     Cordon => cordon::CordonStep = "cordon",
     Drain => drain::DrainStep = "drain",
     Uncordon => uncordon::UncordonStep = "uncordon",
+    Approval => approval::ApprovalStep = "approval",
 }

@@ -83,6 +83,7 @@ pub async fn run(ctx: &ExecCtx, step: &Step) -> Result<StepResult, StepError> {
         // Listed, not `_`: a new step type does not compile until it is decided here.
         StepKind::Log(_)
         | StepKind::Sleep(_)
+        | StepKind::Approval(_)
         | StepKind::Eval(_)
         | StepKind::Include(_)
         | StepKind::IncludeFlow(_)
@@ -131,6 +132,7 @@ pub fn has_executor(kind: &StepKind) -> bool {
         // The controller does these itself, or they only shape the DAG.
         StepKind::Log(_)
         | StepKind::Sleep(_)
+        | StepKind::Approval(_)
         | StepKind::Eval(_)
         | StepKind::Loop(_)
         | StepKind::Parallel(_)

@@ -1,0 +1,232 @@
+//! The mutating admission webhook (`POST /mutate`): records who made an approval decision so
+//! that nobody can forge it (see [`crate::approval`]). A request that sets or changes
+//! `ops.example.com/approve` or `ops.example.com/reject` — from a user who may `approve`
+//! pseudoflows there (the same SubjectAccessReview as the validating webhook) — gets the
+//! annotation [`APPROVED_BY`] written by this webhook: the decision, the step, the user and
+//! groups the API server authenticated, the time, the run status showed, and its HMAC. A
+//! request that writes that annotation itself, without a decision, is refused; removing it is
+//! allowed (it only withdraws a decision, as removing the approve annotation does).
+
+use axum::extract::State;
+use axum::Json;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use kube::core::DynamicObject;
+use serde_json::{json, Value};
+
+use super::approval::{decisions, APPROVE};
+use crate::approval::{Decision, Key, Stamp, APPROVED_BY};
+
+/// `POST /mutate`: an AdmissionReview in, the same with its response (and patch) out. 404 when
+/// the server runs without the webhook.
+pub async fn handle(
+    State(state): State<crate::http::State>,
+    Json(review): Json<AdmissionReview<DynamicObject>>,
+) -> Result<Json<AdmissionReview<DynamicObject>>, axum::http::StatusCode> {
+    let Some(webhook) = state.webhook.clone() else {
+        return Err(axum::http::StatusCode::NOT_FOUND);
+    };
+    let request: Result<AdmissionRequest<DynamicObject>, _> = review.try_into();
+    let response = match request {
+        Ok(req) => {
+            let allow = AdmissionResponse::from(&req);
+            match stamp_patch(&req, webhook.key.as_ref(), crate::approval::now_ms()) {
+                Ok(None) => allow,
+                Err(refusal) => allow.deny(refusal),
+                Ok(Some(patch)) => match super::approval::authorize(&webhook.client, &req).await {
+                    Err(refusal) => allow.deny(refusal),
+                    Ok(()) => with_patch(allow, patch),
+                },
+            }
+        }
+        Err(e) => AdmissionResponse::invalid(e),
+    };
+    Ok(Json(response.into_review()))
+}
+
+fn with_patch(allow: AdmissionResponse, patch: Value) -> AdmissionResponse {
+    let parsed: Result<json_patch::Patch, _> = serde_json::from_value(patch);
+    match parsed.map(|p| allow.clone().with_patch(p)) {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => allow.deny(format!("cannot record the approval: {e}")),
+        Err(e) => allow.deny(format!("cannot record the approval: {e}")),
+    }
+}
+
+fn annotation<'a>(o: Option<&'a DynamicObject>, key: &str) -> Option<&'a String> {
+    o?.metadata.annotations.as_ref()?.get(key)
+}
+
+/// The JSON Patch stamping the decision `req` makes at `now` (unix milliseconds; None: it makes
+/// none), or why it is refused: it writes the stamp itself, makes two decisions at once, or cannot be stamped.
+pub fn stamp_patch(
+    req: &AdmissionRequest<DynamicObject>,
+    key: Option<&Key>,
+    now: i64,
+) -> Result<Option<Value>, String> {
+    if !matches!(req.operation, Operation::Create | Operation::Update) || req.sub_resource.is_some()
+    {
+        return Ok(None);
+    }
+    let decided = decisions(req);
+    let new = annotation(req.object.as_ref(), APPROVED_BY);
+    let old = annotation(req.old_object.as_ref(), APPROVED_BY);
+    let (annotation_key, step) = match decided.as_slice() {
+        [] if new.is_some() && new != old => {
+            return Err(format!(
+                "{APPROVED_BY} is written by the admission webhook only, when a user who may \
+                 approve sets ops.example.com/approve or ops.example.com/reject; remove it from \
+                 the request"
+            ))
+        }
+        [] => return Ok(None),
+        [one] => one.clone(),
+        _ => {
+            return Err(
+                "set ops.example.com/approve or ops.example.com/reject in a request, not both"
+                    .into(),
+            )
+        }
+    };
+    let key = key.ok_or("the webhook has no approval key: cannot record the decision")?;
+    let user = req
+        .user_info
+        .username
+        .clone()
+        .ok_or("the request has no user: cannot record the decision")?;
+    let run = req
+        .old_object
+        .as_ref()
+        .and_then(|o| o.data.pointer("/status/run/id"))
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let stamp = Stamp {
+        decision: if annotation_key == APPROVE {
+            Decision::Approve
+        } else {
+            Decision::Reject
+        },
+        step,
+        user,
+        groups: req.user_info.groups.clone().unwrap_or_default(),
+        time: now,
+        run: run.to_string(),
+    };
+    let obj = req.object.as_ref().ok_or("no object in the request")?;
+    let name = obj.metadata.name.as_deref().unwrap_or(req.name.as_str());
+    let namespace = req.namespace.as_deref().unwrap_or_default();
+    let value = stamp.sign(key, namespace, name);
+    Ok(Some(json!([{
+        "op": "add",
+        "path": format!("/metadata/annotations/{}", APPROVED_BY.replace('~', "~0").replace('/', "~1")),
+        "value": value,
+    }])))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::webhook::approval::REJECT;
+
+    fn req(op: &str, ann: Value, old_ann: Option<Value>) -> AdmissionRequest<DynamicObject> {
+        let obj = |a: Value| {
+            json!({"apiVersion": "ops.example.com/v1alpha1", "kind": "PseudoFlow",
+            "metadata": {"name": "f", "namespace": "team", "annotations": a}, "spec": {},
+            "status": {"run": {"id": "r1", "generation": 1}}})
+        };
+        let review: AdmissionReview<DynamicObject> = serde_json::from_value(json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {
+                "uid": "u", "name": "f", "namespace": "team", "operation": op,
+                "kind": {"group": "ops.example.com", "version": "v1alpha1", "kind": "PseudoFlow"},
+                "resource": {"group": "ops.example.com", "version": "v1alpha1", "resource": "pseudoflows"},
+                "userInfo": {"username": "boss", "groups": ["ops", "system:authenticated"]},
+                "object": obj(ann), "oldObject": old_ann.map(obj),
+            }
+        }))
+        .unwrap();
+        review.try_into().unwrap()
+    }
+
+    fn stamped(patch: &Value) -> String {
+        assert_eq!(
+            patch[0]["path"],
+            "/metadata/annotations/ops.example.com~1approved-by"
+        );
+        patch[0]["value"].as_str().unwrap().to_string()
+    }
+
+    #[test]
+    fn a_decision_is_stamped_with_the_user_groups_time_and_run() {
+        let key = Key::random();
+        let r = req("UPDATE", json!({APPROVE: "gate"}), Some(json!({})));
+        let patch = stamp_patch(&r, Some(&key), 1000).unwrap().unwrap();
+        let stamp = Stamp::verify(&key, "team", "f", &stamped(&patch)).unwrap();
+        assert_eq!(
+            stamp,
+            Stamp {
+                decision: Decision::Approve,
+                step: "gate".into(),
+                user: "boss".into(),
+                groups: vec!["ops".into(), "system:authenticated".into()],
+                time: 1000,
+                run: "r1".into(),
+            }
+        );
+        // A client's own stamp sent with the decision is replaced.
+        let r = req(
+            "UPDATE",
+            json!({REJECT: "gate", APPROVED_BY: "{\"forged\":1}"}),
+            Some(json!({})),
+        );
+        let patch = stamp_patch(&r, Some(&key), 1000).unwrap().unwrap();
+        let stamp = Stamp::verify(&key, "team", "f", &stamped(&patch)).unwrap();
+        assert_eq!(stamp.decision, Decision::Reject);
+    }
+
+    #[test]
+    fn a_stamp_written_by_a_client_is_refused_and_removing_it_is_not() {
+        let key = Key::random();
+        for (new, old) in [
+            (
+                json!({APPROVE: "gate", APPROVED_BY: "x"}),
+                json!({APPROVE: "gate"}),
+            ),
+            (json!({APPROVED_BY: "y"}), json!({APPROVED_BY: "x"})),
+        ] {
+            let r = req("UPDATE", new, Some(old));
+            let err = stamp_patch(&r, Some(&key), 1).unwrap_err();
+            assert!(
+                err.contains("written by the admission webhook only"),
+                "{err}"
+            );
+        }
+        let r = req("CREATE", json!({APPROVED_BY: "x"}), None);
+        assert!(stamp_patch(&r, Some(&key), 1).is_err());
+        let removed = req(
+            "UPDATE",
+            json!({APPROVE: "gate"}),
+            Some(json!({APPROVE: "gate", APPROVED_BY: "x"})),
+        );
+        assert_eq!(stamp_patch(&removed, Some(&key), 1), Ok(None));
+        let unchanged = req(
+            "UPDATE",
+            json!({APPROVE: "gate", APPROVED_BY: "x", "team": "a"}),
+            Some(json!({APPROVE: "gate", APPROVED_BY: "x"})),
+        );
+        assert_eq!(stamp_patch(&unchanged, Some(&key), 1), Ok(None));
+    }
+
+    #[test]
+    fn two_decisions_at_once_or_no_key_are_refused() {
+        let both = req(
+            "UPDATE",
+            json!({APPROVE: "gate", REJECT: "gate"}),
+            Some(json!({})),
+        );
+        assert!(stamp_patch(&both, Some(&Key::random()), 1).is_err());
+        let one = req("UPDATE", json!({APPROVE: "gate"}), Some(json!({})));
+        assert!(stamp_patch(&one, None, 1)
+            .unwrap_err()
+            .contains("no approval key"));
+    }
+}
