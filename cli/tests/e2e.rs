@@ -1039,12 +1039,15 @@ async fn kubectl_plugin_completion_names_verbs_flows_and_files() {
     assert_eq!(
         c(vec![""]).await.unwrap(),
         [
+            "approve",
             "completion",
             "get",
             "list",
             "logs",
             "plan",
+            "reject",
             "resume",
+            "retry",
             "suspend",
             ":4"
         ]
