@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 pub mod backoff;
+pub mod bind;
 pub mod http;
 pub mod labels;
 pub mod leader;

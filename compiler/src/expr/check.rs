@@ -14,6 +14,7 @@ use super::{Engine, ExprRef};
 pub fn check_expressions(spec: &PseudoFlowSpec, diags: &mut Diagnostics) {
     let engine = Engine::new();
     let mut known: BTreeSet<String> = spec.vars.keys().cloned().collect();
+    known.extend(spec.bound_vars().iter().map(|v| v.to_string()));
     collect_outputs(&spec.steps, &mut known);
     if let Some(d) = &spec.on_delete {
         collect_outputs(d, &mut known);

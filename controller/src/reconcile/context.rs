@@ -34,6 +34,8 @@ pub struct Context {
     pub nodes: NodeHealth,
     /// Whether the watches have synced (`/readyz`).
     pub readiness: Arc<crate::http::Readiness>,
+    /// Flows bound to a kind: their watches and ServiceAccount clients (docs/bound-flows.md).
+    pub binder: crate::bind::Binder,
 }
 
 impl Context {
@@ -50,7 +52,15 @@ impl Context {
             node_step_namespaces: Default::default(),
             nodes: NodeHealth::default(),
             readiness: Arc::default(),
+            binder: Default::default(),
         }
+    }
+
+    /// The same context able to serve bound flows: `config` is the controller's own client
+    /// configuration, from which clients acting as a flow's ServiceAccount are made.
+    pub fn with_config(mut self, config: kube::Config) -> Self {
+        self.binder = crate::bind::Binder::with_config(config);
+        self
     }
 
     /// The same context allowing node steps in `namespaces` (the controller's half of the
@@ -66,7 +76,7 @@ impl Context {
 
 /// One reconcile of one flow: what every part of it needs to know, passed instead of five
 /// arguments to each.
-pub(super) struct Reconciling<'a> {
+pub(crate) struct Reconciling<'a> {
     /// What all reconciles share.
     pub ctx: &'a Context,
     /// The flow as read (its spec already known to decode).

@@ -11,6 +11,7 @@ use pseudoflow_compiler::runtime::{includes, local};
 use pseudoflow_compiler::{fuse, Compiled};
 use pseudoflow_crd::steps::Placement;
 use pseudoflow_crd::{PseudoFlowSpec, StepKind, RUN_ANNOTATION};
+use pseudoflow_crd::bind::{OBJECT_VAR, TRIGGER_VAR};
 use serde_json::Value;
 use tracing::{info, warn};
 
@@ -308,6 +309,11 @@ impl Driving<'_> {
             .into_iter()
             .map(|(k, v)| (k, Value::String(v)))
             .collect();
+        // A flow made for one bound object sees it, and what started its run, as values.
+        if let Some(b) = &self.spec.bound {
+            s.insert(OBJECT_VAR.into(), b.object.clone());
+            s.insert(TRIGGER_VAR.into(), b.trigger.clone());
+        }
         s.extend(run.vars.clone());
         s.extend(walker.loop_vars(node, key, &run.state));
         s
