@@ -11,11 +11,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
 use k8s_openapi::api::core::v1::ServiceAccount;
-use k8s_openapi::api::authentication::v1::TokenRequest;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::config::{AuthInfo, KubeConfigOptions, Kubeconfig};
 use kube::discovery::ApiResource;
@@ -27,7 +27,9 @@ use serde_json::{json, Value};
 
 mod common;
 
-use common::{apply, create_flow, env, eventually, flows, install_crd, wait_status, FlowNamespace, IMAGE};
+use common::{
+    apply, create_flow, env, eventually, flows, install_crd, wait_status, FlowNamespace, IMAGE,
+};
 
 const GROUP: &str = "bind.test.example.com";
 
@@ -56,8 +58,12 @@ fn widgets(client: &Client, ns: &str) -> Api<DynamicObject> {
 }
 
 async fn create_widget(client: &Client, ns: &str, name: &str, spec: Value) {
-    apply(client, json!({"apiVersion": format!("{GROUP}/v1"), "kind": "Widget",
-        "metadata": {"name": name, "namespace": ns}, "spec": spec})).await;
+    apply(
+        client,
+        json!({"apiVersion": format!("{GROUP}/v1"), "kind": "Widget",
+        "metadata": {"name": name, "namespace": ns}, "spec": spec}),
+    )
+    .await;
 }
 
 /// The rights a bound flow's ServiceAccount needs on widgets, plus ConfigMaps for its steps.
@@ -83,7 +89,13 @@ async fn setup(prefix: &str, widget_verbs: Value) -> (Client, String) {
     let config = controller_config(&client, &ns).await;
     let ctl = Client::try_from(config.clone()).unwrap();
     assert!(
-        !may(&client, &format!("system:serviceaccount:{ns}:controller"), &ns, "list").await,
+        !may(
+            &client,
+            &format!("system:serviceaccount:{ns}:controller"),
+            &ns,
+            "list"
+        )
+        .await,
         "the controller must hold no rights on the kind"
     );
     let ctx = Context::new(ctl, IMAGE.into(), Arc::new(Metrics::default())).with_config(config);
@@ -104,19 +116,34 @@ async fn wait_served(client: &Client, ns: &str) {
 async fn controller_config(client: &Client, ns: &str) -> kube::Config {
     let docs = pseudoflow_test_support::helm::template(
         "bind",
-        &["--show-only".into(), "templates/rbac.yaml".into(), "--set".into(), "leaderElection.enabled=false".into()],
+        &[
+            "--show-only".into(),
+            "templates/rbac.yaml".into(),
+            "--set".into(),
+            "leaderElection.enabled=false".into(),
+        ],
     );
     let role = docs.iter().find(|d| d["kind"] == "ClusterRole").unwrap();
     let name = format!("pseudoflow-bind-{ns}");
-    apply(client, json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-        "metadata": {"name": name}, "rules": role["rules"]})).await;
+    apply(
+        client,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": name}, "rules": role["rules"]}),
+    )
+    .await;
     apply(client, json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "controller", "namespace": ns}})).await;
-    apply(client, json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+    apply(
+        client,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
         "metadata": {"name": name},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-        "subjects": [{"kind": "ServiceAccount", "name": "controller", "namespace": ns}]})).await;
+        "subjects": [{"kind": "ServiceAccount", "name": "controller", "namespace": ns}]}),
+    )
+    .await;
     let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
-    let req: TokenRequest = serde_json::from_value(json!({"spec": {"audiences": [], "expirationSeconds": 3600}})).unwrap();
+    let req: TokenRequest =
+        serde_json::from_value(json!({"spec": {"audiences": [], "expirationSeconds": 3600}}))
+            .unwrap();
     let token = sas
         .create_token_request("controller", &PostParams::default(), &req)
         .await
@@ -125,9 +152,10 @@ async fn controller_config(client: &Client, ns: &str) -> kube::Config {
         .unwrap()
         .token;
     let kubeconfig = Kubeconfig::read_from(env().kubeconfig_path()).unwrap();
-    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .unwrap();
+    let mut config =
+        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .unwrap();
     config.auth_info = AuthInfo {
         token: Some(token.into()),
         ..Default::default()
@@ -222,21 +250,42 @@ async fn each_object_gets_its_own_run_and_status_and_one_failure_blocks_no_other
     create_widget(&client, &ns, "bad", json!({"version": "NOT_A_NAME"})).await;
     let good = wait_widget(&client, &ns, "good", "Running").await;
     assert_eq!(good["made"], "good-made", "{good:#}");
-    let ready = good["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap();
-    assert_eq!((ready["status"].as_str(), ready["observedGeneration"].as_i64()), (Some("True"), Some(1)));
+    let ready = good["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .unwrap();
+    assert_eq!(
+        (
+            ready["status"].as_str(),
+            ready["observedGeneration"].as_i64()
+        ),
+        (Some("True"), Some(1))
+    );
     assert!(config_map_exists(&client, &ns, "good-made-one").await);
     assert!(config_map_exists(&client, &ns, "good-created").await);
     let bad = wait_widget(&client, &ns, "bad", "Failed").await;
-    assert!(bad["message"].as_str().unwrap_or_default().contains("made"), "{bad:#}");
+    assert!(
+        bad["message"].as_str().unwrap_or_default().contains("made"),
+        "{bad:#}"
+    );
     let status = wait_status(&client, &ns, "widgets", 60, "both objects summed up", |s| {
         s["bound"]["running"] == 1 && s["bound"]["failed"] == 1
     })
     .await;
     assert_eq!(status["bound"]["objects"], 2, "{status:#}");
-    assert_eq!(status["bound"]["failures"][0]["object"], format!("{ns}/bad"));
+    assert_eq!(
+        status["bound"]["failures"][0]["object"],
+        format!("{ns}/bad")
+    );
     let w = widgets(&client, &ns).get("good").await.unwrap();
     let fins = w.metadata.finalizers.unwrap_or_default();
-    assert!(fins.iter().any(|f| f.starts_with("ops.example.com/flow-widgets-")), "{fins:?}");
+    assert!(
+        fins.iter()
+            .any(|f| f.starts_with("ops.example.com/flow-widgets-")),
+        "{fins:?}"
+    );
 }
 
 /// The run id of the child flow serving widget `w`.
@@ -259,27 +308,68 @@ async fn a_status_only_change_starts_no_run_and_a_watched_field_does() {
     // A status write and a label: nothing the flow watches.
     let api = widgets(&client, &ns);
     let status = json!({"status": {"note": "written by someone else"}});
-    api.patch_status("w", &PatchParams::default(), &Patch::Merge(&status)).await.unwrap();
+    api.patch_status("w", &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
     let label = json!({"metadata": {"labels": {"team": "a"}}});
-    api.patch("w", &PatchParams::default(), &Patch::Merge(&label)).await.unwrap();
+    api.patch("w", &PatchParams::default(), &Patch::Merge(&label))
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_secs(5)).await;
-    assert_eq!(child_run(&client, &ns, "w").await, first, "no run for a status or label change");
+    assert_eq!(
+        child_run(&client, &ns, "w").await,
+        first,
+        "no run for a status or label change"
+    );
     // The watched annotation: a run, told it was an update of that path.
     let pw = json!({"metadata": {"annotations": {"password": "new"}}});
-    api.patch("w", &PatchParams::default(), &Patch::Merge(&pw)).await.unwrap();
-    eventually(60, "a new run", || async { child_run(&client, &ns, "w").await != first }).await;
-    let child = flows(&client, &ns).get(&child_name("widgets", &ns, "w")).await.unwrap();
+    api.patch("w", &PatchParams::default(), &Patch::Merge(&pw))
+        .await
+        .unwrap();
+    eventually(60, "a new run", || async {
+        child_run(&client, &ns, "w").await != first
+    })
+    .await;
+    let child = flows(&client, &ns)
+        .get(&child_name("widgets", &ns, "w"))
+        .await
+        .unwrap();
     let trigger = &child.data["spec"]["bound"]["trigger"];
-    assert_eq!(trigger, &json!({"event": "update", "changed": [".metadata.annotations.password"]}));
+    assert_eq!(
+        trigger,
+        &json!({"event": "update", "changed": [".metadata.annotations.password"]})
+    );
     wait_widget(&client, &ns, "w", "Running").await;
-    let status = wait_status(&client, &ns, &child_name("widgets", &ns, "w"), 60, "done", |s| s["phase"] == "Succeeded").await;
+    let status = wait_status(
+        &client,
+        &ns,
+        &child_name("widgets", &ns, "w"),
+        60,
+        "done",
+        |s| s["phase"] == "Succeeded",
+    )
+    .await;
     let cm = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), &ns)
-        .get("w-made-one").await.unwrap();
+        .get("w-made-one")
+        .await
+        .unwrap();
     assert_eq!(cm.data.unwrap()["event"], "update", "{status:#}");
     // The create-only step ran for no item this time.
-    let on_create = status["steps"].as_array().unwrap().iter().find(|s| s["name"] == "on create only").unwrap();
+    let on_create = status["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "on create only")
+        .unwrap();
     assert_eq!(on_create["phase"], "Succeeded", "{on_create:#}");
-    assert!(status["steps"].as_array().unwrap().iter().all(|s| s["path"] != "spec.steps[1].steps[0]" || s["phase"] != "Succeeded"), "{status:#}");
+    assert!(
+        status["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["path"] != "spec.steps[1].steps[0]" || s["phase"] != "Succeeded"),
+        "{status:#}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -291,10 +381,19 @@ async fn deleting_an_object_runs_its_on_delete_then_lets_it_go() {
     assert!(!config_map_exists(&client, &ns, "w-farewell").await);
     let api = widgets(&client, &ns);
     api.delete("w", &DeleteParams::default()).await.unwrap();
-    eventually(90, "the widget gone", || async { api.get_opt("w").await.unwrap().is_none() }).await;
-    assert!(config_map_exists(&client, &ns, "w-farewell").await, "onDelete ran before the object went");
+    eventually(90, "the widget gone", || async {
+        api.get_opt("w").await.unwrap().is_none()
+    })
+    .await;
+    assert!(
+        config_map_exists(&client, &ns, "w-farewell").await,
+        "onDelete ran before the object went"
+    );
     let child = child_name("widgets", &ns, "w");
-    eventually(30, "its flow gone", || async { flows(&client, &ns).get_opt(&child).await.unwrap().is_none() }).await;
+    eventually(30, "its flow gone", || async {
+        flows(&client, &ns).get_opt(&child).await.unwrap().is_none()
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -303,47 +402,87 @@ async fn deleting_the_bound_flow_removes_its_finalizers_and_runs_no_on_delete() 
     create_flow(&client, &ns, "widgets", widget_flow(json!({}))).await;
     create_widget(&client, &ns, "w", json!({"version": "one"})).await;
     wait_widget(&client, &ns, "w", "Running").await;
-    flows(&client, &ns).delete("widgets", &DeleteParams::default()).await.unwrap();
+    flows(&client, &ns)
+        .delete("widgets", &DeleteParams::default())
+        .await
+        .unwrap();
     eventually(60, "the bound flow gone", || async {
-        flows(&client, &ns).get_opt("widgets").await.unwrap().is_none()
+        flows(&client, &ns)
+            .get_opt("widgets")
+            .await
+            .unwrap()
+            .is_none()
     })
     .await;
     let w = widgets(&client, &ns).get("w").await.unwrap();
     assert!(
-        !w.metadata.finalizers.unwrap_or_default().iter().any(|f| f.starts_with("ops.example.com/")),
+        !w.metadata
+            .finalizers
+            .unwrap_or_default()
+            .iter()
+            .any(|f| f.starts_with("ops.example.com/")),
         "the object keeps none of our finalizers"
     );
     let child = child_name("widgets", &ns, "w");
-    eventually(30, "its flow gone", || async { flows(&client, &ns).get_opt(&child).await.unwrap().is_none() }).await;
-    assert!(!config_map_exists(&client, &ns, "w-farewell").await, "no onDelete ran");
-    assert!(config_map_exists(&client, &ns, "w-made-one").await, "what the run made stays");
+    eventually(30, "its flow gone", || async {
+        flows(&client, &ns).get_opt(&child).await.unwrap().is_none()
+    })
+    .await;
+    assert!(
+        !config_map_exists(&client, &ns, "w-farewell").await,
+        "no onDelete ran"
+    );
+    assert!(
+        config_map_exists(&client, &ns, "w-made-one").await,
+        "what the run made stays"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flow_of_the_childs_name_made_by_someone_else_is_not_adopted() {
     let (client, ns) = setup("bind-squat", all_verbs()).await;
     let squat = child_name("widgets", &ns, "w");
-    create_flow(&client, &ns, &squat, json!({"suspend": true, "steps": [{"type": "log", "message": "mine"}]})).await;
+    create_flow(
+        &client,
+        &ns,
+        &squat,
+        json!({"suspend": true, "steps": [{"type": "log", "message": "mine"}]}),
+    )
+    .await;
     create_flow(&client, &ns, "widgets", widget_flow(json!({}))).await;
     create_widget(&client, &ns, "w", json!({"version": "one"})).await;
-    let status = wait_status(&client, &ns, "widgets", 60, "the object refused", |s| s["bound"]["failed"] == 1).await;
+    let status = wait_status(&client, &ns, "widgets", 60, "the object refused", |s| {
+        s["bound"]["failed"] == 1
+    })
+    .await;
     let message = status["bound"]["failures"][0]["message"].as_str().unwrap();
     assert!(message.contains("not adopted"), "{message}");
     let f = flows(&client, &ns).get(&squat).await.unwrap();
-    assert!(f.data["spec"].get("bound").is_none(), "the squatter's spec is untouched");
+    assert!(
+        f.data["spec"].get("bound").is_none(),
+        "the squatter's spec is untouched"
+    );
     let w = widgets(&client, &ns).get("w").await.unwrap();
-    assert!(w.metadata.finalizers.unwrap_or_default().is_empty(), "no finalizer without a flow");
+    assert!(
+        w.metadata.finalizers.unwrap_or_default().is_empty(),
+        "no finalizer without a flow"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_service_account_that_may_not_watch_the_kind_fails_naming_the_right() {
     let (client, ns) = setup("bind-norights", json!(["get", "list", "patch"])).await;
     create_flow(&client, &ns, "widgets", widget_flow(json!({}))).await;
-    let status = wait_status(&client, &ns, "widgets", 60, "refused", |s| s["phase"] == "Failed").await;
+    let status = wait_status(&client, &ns, "widgets", 60, "refused", |s| {
+        s["phase"] == "Failed"
+    })
+    .await;
     assert_eq!(status["reason"], "BindRefused", "{status:#}");
     let message = status["message"].as_str().unwrap();
     assert!(
-        message.contains(&format!("ServiceAccount {ns}/flow may not watch widgets.{GROUP} in namespace {ns}")),
+        message.contains(&format!(
+            "ServiceAccount {ns}/flow may not watch widgets.{GROUP} in namespace {ns}"
+        )),
         "{message}"
     );
 }

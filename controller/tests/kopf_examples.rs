@@ -102,15 +102,21 @@ async fn install_database_crd(client: &kube::Client, ns: &str) -> Api<DynamicObj
 }
 
 async fn database(client: &kube::Client, ns: &str, name: &str, version: &str) {
-    apply(client, json!({"apiVersion": "example.com/v1", "kind": "Database",
+    apply(
+        client,
+        json!({"apiVersion": "example.com/v1", "kind": "Database",
         "metadata": {"name": name, "namespace": ns},
-        "spec": {"version": version, "size": "1Gi"}}))
+        "spec": {"version": version, "size": "1Gi"}}),
+    )
     .await;
 }
 
 async fn phase_of(databases: &Api<DynamicObject>, name: &str) -> String {
     let db = databases.get(name).await.unwrap();
-    db.data["status"]["phase"].as_str().unwrap_or_default().to_string()
+    db.data["status"]["phase"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
 }
 
 /// The image and the first env var's name of `<name>-pod`, once it exists.
@@ -137,16 +143,25 @@ async fn the_database_operator_of_seed_001_serves_every_database_object() {
     // Each waits for its credentials, Creating meanwhile; the database owner creates them.
     for name in ["postgres-test", "mysql-dev"] {
         let what = format!("{name} Creating");
-        eventually(60, &what, || async { phase_of(&databases, name).await == "Creating" }).await;
+        eventually(60, &what, || async {
+            phase_of(&databases, name).await == "Creating"
+        })
+        .await;
         credentials(&client, &ns, name, "s3cret-value").await;
     }
     for name in ["postgres-test", "mysql-dev"] {
         let what = format!("{name} Running");
-        eventually(120, &what, || async { phase_of(&databases, name).await == "Running" }).await;
+        eventually(120, &what, || async {
+            phase_of(&databases, name).await == "Running"
+        })
+        .await;
     }
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let (image, env, pod) = database_pod(&pods, "postgres-test").await;
-    assert_eq!((image.as_str(), env.as_str()), ("postgres:15.3", "POSTGRES_PASSWORD"));
+    assert_eq!(
+        (image.as_str(), env.as_str()),
+        ("postgres:15.3", "POSTGRES_PASSWORD")
+    );
     let labels = pod.metadata.labels.clone().unwrap_or_default();
     assert_eq!(labels["app"], "database");
     assert_eq!(labels["database-name"], "postgres-test");
@@ -158,15 +173,24 @@ async fn the_database_operator_of_seed_001_serves_every_database_object() {
         .unwrap();
     assert_eq!(secret_ref.name, "postgres-test-credentials");
     let (image, env, _) = database_pod(&pods, "mysql-dev").await;
-    assert_eq!((image.as_str(), env.as_str()), ("mysql:8.0", "MYSQL_ROOT_PASSWORD"));
+    assert_eq!(
+        (image.as_str(), env.as_str()),
+        ("mysql:8.0", "MYSQL_ROOT_PASSWORD")
+    );
     let flow = common::wait_status(&client, &ns, "database", 60, "both Running", |st| {
         st["bound"]["running"] == 2
     })
     .await;
-    assert!(!flow.to_string().contains("s3cret-value"), "the password is nowhere in status");
+    assert!(
+        !flow.to_string().contains("s3cret-value"),
+        "the password is nowhere in status"
+    );
 
     // Deleting a Database deletes its pod first, as kopf's @on.delete handler did; the other stays.
-    databases.delete("postgres-test", &DeleteParams::default()).await.unwrap();
+    databases
+        .delete("postgres-test", &DeleteParams::default())
+        .await
+        .unwrap();
     eventually(90, "the Database is gone", || async {
         databases.get_opt("postgres-test").await.unwrap().is_none()
     })

@@ -129,7 +129,10 @@ impl Bind {
         let (group, version) = self.group_version();
         if version.is_empty() || self.api_version.matches('/').count() > 1 {
             let v = &self.api_version;
-            ctx.error("apiVersion", format!("{v:?} is not GROUP/VERSION or VERSION"));
+            ctx.error(
+                "apiVersion",
+                format!("{v:?} is not GROUP/VERSION or VERSION"),
+            );
         } else if !group.is_empty() && !crate::text::is_dns_subdomain(group) {
             ctx.error("apiVersion", format!("{group:?} is not a valid API group"));
         }
@@ -173,7 +176,10 @@ impl BindStatus {
             if !ident(key) {
                 ctx.error(&at, format!("{key:?} is not a status field name"));
             } else if key == &self.phase_field
-                || matches!(key.as_str(), "message" | "conditions" | "observedGeneration")
+                || matches!(
+                    key.as_str(),
+                    "message" | "conditions" | "observedGeneration"
+                )
             {
                 ctx.error(&at, format!("{key:?} is written by the controller already"));
             }
@@ -191,7 +197,10 @@ mod tests {
         let bind: Bind = serde_json::from_value(v).unwrap();
         let mut diags = Diagnostics::default();
         bind.validate(&mut Ctx::new("spec.bind", &mut diags));
-        diags.errors().map(|d| format!("{}: {}", d.path, d.message)).collect()
+        diags
+            .errors()
+            .map(|d| format!("{}: {}", d.path, d.message))
+            .collect()
     }
 
     #[test]

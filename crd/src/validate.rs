@@ -78,7 +78,10 @@ fn check_bind(spec: &PseudoFlowSpec, ctx: &mut Ctx) {
         );
     }
     if spec.bound.is_some() {
-        ctx.error("bound", "is set by the controller on the flows it makes; remove it");
+        ctx.error(
+            "bound",
+            "is set by the controller on the flows it makes; remove it",
+        );
     }
     for name in spec.bound_vars() {
         if spec.vars.contains_key(*name) {

@@ -27,9 +27,11 @@ impl Binder {
             return Ok(c.clone());
         }
         let Some(config) = &self.config else {
-            return Err("this controller was started without a client configuration to act \
+            return Err(
+                "this controller was started without a client configuration to act \
                         as the flow's ServiceAccount; bound flows cannot run"
-                .into());
+                    .into(),
+            );
         };
         let mut config = config.clone();
         config.auth_info.impersonate = Some(service_account_user(ns, sa));
@@ -107,7 +109,11 @@ pub fn missing_message(
          patches (finalizers, status) its objects with its ServiceAccount's rights: grant {}",
         NEEDED
             .iter()
-            .map(|(v, s)| if s.is_empty() { v.to_string() } else { format!("{v} {s}") })
+            .map(|(v, s)| if s.is_empty() {
+                v.to_string()
+            } else {
+                format!("{v} {s}")
+            })
             .collect::<Vec<_>>()
             .join(", ")
     )
@@ -128,11 +134,16 @@ mod tests {
         };
         let m = missing_message("ops/db", "watch", "", &ar, Some("ops"));
         assert!(
-            m.starts_with("ServiceAccount ops/db may not watch databases.example.com in namespace ops"),
+            m.starts_with(
+                "ServiceAccount ops/db may not watch databases.example.com in namespace ops"
+            ),
             "{m}"
         );
         let m = missing_message("ops/db", "patch", "status", &ar, None);
-        assert!(m.contains("patch databases.example.com/status cluster-wide"), "{m}");
+        assert!(
+            m.contains("patch databases.example.com/status cluster-wide"),
+            "{m}"
+        );
         assert_eq!(service_account_user("a", "b"), "system:serviceaccount:a:b");
     }
 }

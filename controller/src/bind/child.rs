@@ -67,7 +67,10 @@ fn content_changes(prev: &Value, now: &Value) -> BTreeSet<String> {
         if matches!(k.as_str(), "metadata" | "apiVersion" | "kind") || a.get(k) == b.get(k) {
             continue;
         }
-        match (a.get(k).and_then(Value::as_object), b.get(k).and_then(Value::as_object)) {
+        match (
+            a.get(k).and_then(Value::as_object),
+            b.get(k).and_then(Value::as_object),
+        ) {
             (Some(x), Some(y)) => {
                 let inner: BTreeSet<&String> = x.keys().chain(y.keys()).collect();
                 for i in inner.into_iter().filter(|i| x.get(*i) != y.get(*i)) {
@@ -113,8 +116,14 @@ pub fn child_flow(p: &Parent, name: &str, plural: &str, view: &Value, trigger: &
         }
     }
     let object = match view["metadata"]["namespace"].as_str() {
-        Some(ns) => format!("{ns}/{}", view["metadata"]["name"].as_str().unwrap_or_default()),
-        None => view["metadata"]["name"].as_str().unwrap_or_default().to_string(),
+        Some(ns) => format!(
+            "{ns}/{}",
+            view["metadata"]["name"].as_str().unwrap_or_default()
+        ),
+        None => view["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
     };
     json!({
         "apiVersion": "ops.example.com/v1alpha1",
@@ -171,7 +180,10 @@ mod tests {
     fn an_unchanged_generation_is_no_run_unless_a_watched_field_changed() {
         let (a, b) = (obj(1, "15", "a"), obj(1, "15", "b"));
         assert_eq!(trigger(Some(&a), &b, &bind(&[])), None);
-        assert_eq!(trigger(Some(&a), &a, &bind(&[".metadata.annotations.pw"])), None);
+        assert_eq!(
+            trigger(Some(&a), &a, &bind(&[".metadata.annotations.pw"])),
+            None
+        );
         let t = trigger(Some(&a), &b, &bind(&[".metadata.annotations.pw"])).unwrap();
         assert_eq!(
             t,

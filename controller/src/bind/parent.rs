@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::GroupVersionKind;
 use kube::discovery::{pinned_kind, ApiResource, Scope};
 use kube::runtime::controller::Action;
-use kube::core::GroupVersionKind;
 use pseudoflow_crd::bind::{Bind, BIND_FINALIZER, BOUND_TO_LABEL, RELEASED_ANNOTATION};
 use pseudoflow_crd::selector::Selector;
 use pseudoflow_crd::{FlowPhase, PseudoFlowSpec, PseudoFlowStatus};
@@ -101,7 +101,10 @@ impl<'a> Binding<'a> {
         let (group, version) = bind.group_version();
         let gvk = GroupVersionKind::gvk(group, version, &bind.kind);
         let (ar, caps) = pinned_kind(&client, &gvk).await.map_err(|e| {
-            format!("kind {} of {} is not served: {e}", bind.kind, bind.api_version)
+            format!(
+                "kind {} of {} is not served: {e}",
+                bind.kind, bind.api_version
+            )
         })?;
         let scope = match caps.scope {
             Scope::Namespaced if !bind.all_namespaces => Some(ns),
@@ -145,8 +148,14 @@ impl<'a> Binding<'a> {
 
     /// The child flows of this bound flow (labelled, and owned by it), by name.
     async fn children(&self) -> Result<BTreeMap<String, DynamicObject>, Error> {
-        let label = format!("{BOUND_TO_LABEL}={}", pseudoflow_compiler::names::label_value(self.r.flow_id.name));
-        let list = self.flows.list(&ListParams::default().labels(&label)).await?;
+        let label = format!(
+            "{BOUND_TO_LABEL}={}",
+            pseudoflow_compiler::names::label_value(self.r.flow_id.name)
+        );
+        let list = self
+            .flows
+            .list(&ListParams::default().labels(&label))
+            .await?;
         Ok(list
             .items
             .into_iter()
@@ -235,7 +244,9 @@ impl<'a> Binding<'a> {
                         "a PseudoFlow named {name} already exists and is not this flow's; it is \
                          not adopted (delete or rename it to have the object served)"
                     );
-                    self.r.publish(EventType::Warning, "ChildRefused", &why).await;
+                    self.r
+                        .publish(EventType::Warning, "ChildRefused", &why)
+                        .await;
                     Ok(Some(why))
                 }
                 Err(e) => Err(e.into()),
@@ -245,13 +256,19 @@ impl<'a> Binding<'a> {
         // child changed meanwhile.
         made["metadata"]["resourceVersion"] = json!(existing.metadata.resource_version);
         let params = PatchParams::apply("pseudoflow-bind").force();
-        self.flows.patch(name, &params, &Patch::Apply(&made)).await?;
+        self.flows
+            .patch(name, &params, &Patch::Apply(&made))
+            .await?;
         Ok(None)
     }
 
     /// An object being deleted (or no longer matching): delete its flow (whose `onDelete` runs
     /// first), then, once the flow is gone, remove the finalizer from the object.
-    async fn let_go(&self, obj: &DynamicObject, child: Option<&DynamicObject>) -> Result<(), Error> {
+    async fn let_go(
+        &self,
+        obj: &DynamicObject,
+        child: Option<&DynamicObject>,
+    ) -> Result<(), Error> {
         match child {
             Some(c) if c.metadata.deletion_timestamp.is_none() => {
                 let name = c.metadata.name.clone().unwrap_or_default();
@@ -316,13 +333,35 @@ async fn summarise(
     let (busy, failed) = (s.creating > 0, s.failed > 0);
     let next = PseudoFlowStatus {
         observed_generation: Some(generation),
-        phase: Some(if busy { FlowPhase::Running } else { FlowPhase::Succeeded }),
+        phase: Some(if busy {
+            FlowPhase::Running
+        } else {
+            FlowPhase::Succeeded
+        }),
         reason: Some("Bound".into()),
         message: Some(message.clone()),
         conditions: vec![
-            status::condition(conds, "Ready", !busy && !failed, "Bound", &message, generation, r.now),
-            status::condition(conds, "Progressing", busy, "Bound", &message, generation, r.now),
-            status::condition(conds, "Degraded", failed, "Bound", &message, generation, r.now),
+            status::condition(
+                conds,
+                "Ready",
+                !busy && !failed,
+                "Bound",
+                &message,
+                generation,
+                r.now,
+            ),
+            status::condition(
+                conds,
+                "Progressing",
+                busy,
+                "Bound",
+                &message,
+                generation,
+                r.now,
+            ),
+            status::condition(
+                conds, "Degraded", failed, "Bound", &message, generation, r.now,
+            ),
         ],
         bound: Some(s),
         ..Default::default()
@@ -343,7 +382,10 @@ async fn release(
     spec: &PseudoFlowSpec,
 ) -> Result<(), Error> {
     r.ctx.binder.watches.stop(r.uid);
-    let label = format!("{BOUND_TO_LABEL}={}", pseudoflow_compiler::names::label_value(r.flow_id.name));
+    let label = format!(
+        "{BOUND_TO_LABEL}={}",
+        pseudoflow_compiler::names::label_value(r.flow_id.name)
+    );
     let children = flows.list(&ListParams::default().labels(&label)).await?;
     let fin = object::finalizer_name(r.ns(), r.flow_id.name);
     let sa = spec.service_account_name.as_deref().unwrap_or("default");
@@ -355,7 +397,9 @@ async fn release(
         }
         let name = c.metadata.name.clone().unwrap_or_default();
         let mark = json!({"metadata": {"annotations": {RELEASED_ANNOTATION: "true"}}});
-        flows.patch(&name, &PatchParams::default(), &Patch::Merge(&mark)).await?;
+        flows
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&mark))
+            .await?;
         match flows.delete(&name, &DeleteParams::default()).await {
             Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 404 => {}
@@ -368,7 +412,9 @@ async fn release(
 
 fn object_of(child: &DynamicObject) -> String {
     let a = child.metadata.annotations.as_ref();
-    a.and_then(|a| a.get(OBJECT_ANNOTATION)).cloned().unwrap_or_default()
+    a.and_then(|a| a.get(OBJECT_ANNOTATION))
+        .cloned()
+        .unwrap_or_default()
 }
 
 /// Removes `fin` from the object `child` serves, as the flow's ServiceAccount (gone: done).

@@ -24,7 +24,9 @@ pub fn summarise(children: &[(String, &DynamicObject)], refused: &[Refused]) -> 
     let mut failures: Vec<(String, BoundFailure)> = Vec::new();
     for (object, child) in children {
         let status = child.data.get("status");
-        let phase = status.and_then(|st| st["phase"].as_str()).unwrap_or("Pending");
+        let phase = status
+            .and_then(|st| st["phase"].as_str())
+            .unwrap_or("Pending");
         match phase {
             "Succeeded" => s.running += 1,
             "Failed" | "Aborted" => {

@@ -169,8 +169,10 @@ mod tests {
     use super::*;
 
     fn bound() -> Bound {
-        serde_json::from_value(json!({"object": {"metadata": {"name": "pg", "generation": 4}},
-            "trigger": {"event": "create"}, "plural": "databases"}))
+        serde_json::from_value(
+            json!({"object": {"metadata": {"name": "pg", "generation": 4}},
+            "trigger": {"event": "create"}, "plural": "databases"}),
+        )
         .unwrap()
     }
 
@@ -183,12 +185,21 @@ mod tests {
         assert_eq!(s["conditions"][1]["status"], "True");
         assert_eq!(s["conditions"][0]["observedGeneration"], 4);
         let s = object_status(&bound(), Some(FlowPhase::Succeeded), None, Map::new());
-        assert_eq!((s["phase"].as_str(), s["conditions"][0]["status"].as_str()), (Some("Running"), Some("True")));
+        assert_eq!(
+            (s["phase"].as_str(), s["conditions"][0]["status"].as_str()),
+            (Some("Running"), Some("True"))
+        );
         let s = object_status(&bound(), Some(FlowPhase::Failed), Some("boom"), Map::new());
-        assert_eq!((s["phase"].as_str(), s["message"].as_str()), (Some("Failed"), Some("boom")));
+        assert_eq!(
+            (s["phase"].as_str(), s["message"].as_str()),
+            (Some("Failed"), Some("boom"))
+        );
         assert_eq!(s["conditions"][2]["status"], "True");
         let s = with_times(s, "2026-01-01T00:00:00Z");
-        assert_eq!(s["conditions"][2]["lastTransitionTime"], "2026-01-01T00:00:00Z");
+        assert_eq!(
+            s["conditions"][2]["lastTransitionTime"],
+            "2026-01-01T00:00:00Z"
+        );
     }
 
     #[test]

@@ -37,8 +37,8 @@ use kube::discovery::ApiResource;
 use kube::runtime::controller::Action;
 use pseudoflow_compiler::plan::Plan;
 use pseudoflow_compiler::{compile, Compiled, FlowId};
-use serde_json::Value;
 use pseudoflow_crd::bind::BIND_FINALIZER;
+use serde_json::Value;
 use tracing::warn;
 
 use crate::limits::MAX_RUN_STATE_BYTES;

@@ -9,9 +9,9 @@ use pseudoflow_compiler::plan::{Plan, PlanNode};
 use pseudoflow_compiler::result::{IncludedDocument, StepResult};
 use pseudoflow_compiler::runtime::{includes, local};
 use pseudoflow_compiler::{fuse, Compiled};
+use pseudoflow_crd::bind::{OBJECT_VAR, TRIGGER_VAR};
 use pseudoflow_crd::steps::Placement;
 use pseudoflow_crd::{PseudoFlowSpec, StepKind, RUN_ANNOTATION};
-use pseudoflow_crd::bind::{OBJECT_VAR, TRIGGER_VAR};
 use serde_json::Value;
 use tracing::{info, warn};
 

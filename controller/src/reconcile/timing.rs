@@ -141,7 +141,10 @@ mod tests {
         let seen = steps_seen(&plan, &run);
         let looped = seen.iter().find(|s| s.step_type == "loop").unwrap();
         assert_eq!((looped.started_at, looped.finished_at), (10, Some(12)));
-        assert_eq!(looped.took, None, "a compound step has no Job to measure it");
+        assert_eq!(
+            looped.took, None,
+            "a compound step has no Job to measure it"
+        );
         // A step its Job measured carries the measurement; one still running does not.
         run.state.instances.get_mut("s1-s0@0").unwrap().took_ms = Some(1250);
         let seen = steps_seen(&plan, &run);
