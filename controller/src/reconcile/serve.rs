@@ -33,19 +33,12 @@ struct Shared {
 
 /// Runs the controller until the process is told to stop; `namespace` limits it to one.
 pub async fn run_controller(ctx: Arc<Context>, namespace: Option<String>) {
-    let (flows, jobs, journals): (Api<RawFlow>, Api<Job>, Api<ConfigMap>) = match &namespace {
-        Some(ns) => (
-            Api::namespaced(ctx.client.clone(), ns),
-            Api::namespaced(ctx.client.clone(), ns),
-            Api::namespaced(ctx.client.clone(), ns),
-        ),
-        None => (
-            Api::all(ctx.client.clone()),
-            Api::all(ctx.client.clone()),
-            Api::all(ctx.client.clone()),
-        ),
-    };
-    let children = flows.clone();
+    let (flows, jobs, journals): (Api<RawFlow>, Api<Job>, Api<ConfigMap>) = (
+        scoped(&ctx, &namespace),
+        scoped(&ctx, &namespace),
+        scoped(&ctx, &namespace),
+    );
+    let children: Api<RawFlow> = scoped(&ctx, &namespace);
     let shared = Arc::new(Shared {
         ctx: ctx.clone(),
         backoff: Backoff::default(),
@@ -117,6 +110,18 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: Option<String>) {
             }
         })
         .await;
+}
+
+/// The controller's API for `K` in `namespace` (all namespaces when `None`).
+fn scoped<K>(ctx: &Context, namespace: &Option<String>) -> Api<K>
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope>,
+    <K as kube::Resource>::DynamicType: Default,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
+        None => Api::all(ctx.client.clone()),
+    }
 }
 
 /// The Nodes, mirrored into `ctx.nodes`; a refused watch is recorded there (node steps then
