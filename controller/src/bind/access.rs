@@ -8,8 +8,10 @@ use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
 use kube::api::{Api, PostParams};
-use kube::discovery::ApiResource;
+use kube::core::GroupVersionKind;
+use kube::discovery::{pinned_kind, ApiResource, Scope};
 use kube::Client;
+use pseudoflow_crd::bind::Bind;
 
 use super::Binder;
 
@@ -39,6 +41,33 @@ impl Binder {
         let client = Client::try_from(config).map_err(|e| format!("client for {key}: {e}"))?;
         clients.insert(key, client.clone());
         Ok(client)
+    }
+}
+
+impl Binder {
+    /// The resource of `bind`'s kind and whether it is namespaced, as discovery tells the flow's
+    /// ServiceAccount (asked once per account and kind, then remembered).
+    pub async fn kind(
+        &self,
+        client: &Client,
+        ns: &str,
+        sa: &str,
+        bind: &Bind,
+    ) -> Result<(ApiResource, bool), String> {
+        let key = format!("{ns}/{sa} {}/{}", bind.api_version, bind.kind);
+        if let Some(k) = self.kinds.lock().expect("not poisoned").get(&key) {
+            return Ok(k.clone());
+        }
+        let (group, version) = bind.group_version();
+        let gvk = GroupVersionKind::gvk(group, version, &bind.kind);
+        let (ar, caps) = pinned_kind(client, &gvk).await.map_err(|e| {
+            let (k, v) = (&bind.kind, &bind.api_version);
+            format!("kind {k} of {v} is not served: {e}")
+        })?;
+        let found = (ar, caps.scope == Scope::Namespaced);
+        let mut kinds = self.kinds.lock().expect("not poisoned");
+        kinds.insert(key, found.clone());
+        Ok(found)
     }
 }
 

@@ -39,6 +39,8 @@ pub struct Binder {
     config: Option<kube::Config>,
     /// Clients acting as `namespace/serviceaccount`, made once.
     clients: Mutex<HashMap<String, kube::Client>>,
+    /// The resource of each bound kind and whether it is namespaced, per ServiceAccount.
+    kinds: Mutex<HashMap<String, (kube::discovery::ApiResource, bool)>>,
     /// One watch per bound flow.
     pub watches: watch::Watches,
     /// Per child flow uid: a digest of the object status it last wrote, so an unchanged status is

@@ -8,8 +8,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
-use kube::core::GroupVersionKind;
-use kube::discovery::{pinned_kind, ApiResource, Scope};
+use kube::discovery::ApiResource;
 use kube::runtime::controller::Action;
 use pseudoflow_crd::bind::{Bind, BIND_FINALIZER, BOUND_TO_LABEL, RELEASED_ANNOTATION};
 use pseudoflow_crd::selector::Selector;
@@ -98,42 +97,36 @@ impl<'a> Binding<'a> {
         let ns = r.ns();
         let sa = spec.service_account_name.as_deref().unwrap_or("default");
         let client = r.ctx.binder.client_as(ns, sa)?;
-        let (group, version) = bind.group_version();
-        let gvk = GroupVersionKind::gvk(group, version, &bind.kind);
-        let (ar, caps) = pinned_kind(&client, &gvk).await.map_err(|e| {
-            format!(
-                "kind {} of {} is not served: {e}",
-                bind.kind, bind.api_version
-            )
-        })?;
-        let scope = match caps.scope {
-            Scope::Namespaced if !bind.all_namespaces => Some(ns),
-            _ => None,
+        let (ar, namespaced) = r.ctx.binder.kind(&client, ns, sa, bind).await?;
+        let scope = (namespaced && !bind.all_namespaces).then_some(ns);
+        let objects = match scope {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+            None => Api::all_with(client.clone(), &ar),
         };
         let who = format!("{ns}/{sa}");
-        let missing = access::missing_right(&client, &who, &ar, scope).await;
-        if let Some(m) = missing.map_err(|e| format!("asking what {who} may do: {e}"))? {
-            return Err(m);
+        let what = format!("{}/{} {scope:?} as {who}", bind.api_version, bind.kind);
+        let watches = &r.ctx.binder.watches;
+        match watches.running(r.uid, &what) {
+            Some(Some(refusal)) => return Err(refusal),
+            // Its rights were checked when it started; a revoked one shows as a refused watch.
+            Some(None) => {}
+            None => {
+                let missing = access::missing_right(&client, &who, &ar, scope).await;
+                if let Some(m) = missing.map_err(|e| format!("asking what {who} may do: {e}"))? {
+                    return Err(m);
+                }
+                watches.start(watch::Target {
+                    uid: r.uid.to_string(),
+                    flow: (ns.to_string(), r.flow_id.name.to_string()),
+                    what,
+                    api: objects.clone(),
+                });
+            }
         }
-        let objects = match scope {
-            Some(ns) => Api::namespaced_with(client, ns, &ar),
-            None => Api::all_with(client, &ar),
-        };
         let selector = match &bind.selector {
             Some(s) => s.parse().map_err(|e| e.to_string())?,
             None => Selector(vec![]),
         };
-        let what = format!("{}/{} {scope:?} as {who}", bind.api_version, bind.kind);
-        let target = watch::Target {
-            uid: r.uid.to_string(),
-            flow: (ns.to_string(), r.flow_id.name.to_string()),
-            what,
-            api: objects.clone(),
-            selector: String::new(),
-        };
-        if let Some(refusal) = r.ctx.binder.watches.ensure(target) {
-            return Err(refusal);
-        }
         Ok(Binding {
             r,
             bind,

@@ -45,28 +45,31 @@ pub struct Target {
     pub flow: (String, String),
     /// A description of what is watched (kind, scope, selector, identity): a change replaces it.
     pub what: String,
-    /// The objects, as the flow's ServiceAccount.
+    /// The objects, as the flow's ServiceAccount (all of them: the selector is applied by the
+    /// bound flow, so an object that stops matching is seen).
     pub api: Api<DynamicObject>,
-    /// The label selector, in the string form.
-    pub selector: String,
 }
 
 impl Watches {
-    /// Starts the watch for `t` unless the same one runs; returns why the API refused it, if
-    /// it did (a 401/403 while listing or watching).
-    pub fn ensure(&self, t: Target) -> Option<String> {
+    /// Whether the watch of bound flow `uid` on `what` runs: `Some(refusal)` if it does (the
+    /// refusal the API last gave it, if any), `None` if it must be started.
+    pub fn running(&self, uid: &str, what: &str) -> Option<Option<String>> {
+        let map = self.by_flow.lock().expect("not poisoned");
+        let w = map.get(uid)?;
+        (w.what == what && !w.task.is_finished())
+            .then(|| w.refused.lock().expect("not poisoned").clone())
+    }
+
+    /// Starts the watch for `t`, replacing the bound flow's earlier one.
+    pub fn start(&self, t: Target) {
         let mut map = self.by_flow.lock().expect("not poisoned");
-        if let Some(w) = map.get(&t.uid) {
-            if w.what == t.what && !w.task.is_finished() {
-                return w.refused.lock().expect("not poisoned").clone();
-            }
+        if let Some(w) = map.remove(&t.uid) {
             w.task.abort();
         }
         let refused = Arc::new(Mutex::new(None));
-        let config = watcher::Config::default().labels(&t.selector);
         let (wake, flow, seen) = (self.wake.clone(), t.flow.clone(), refused.clone());
         let task = tokio::spawn(async move {
-            watcher(t.api, config)
+            watcher(t.api, watcher::Config::default())
                 .backoff(WatchBackoff::default())
                 .for_each(|ev| {
                     match ev {
@@ -85,15 +88,15 @@ impl Watches {
                 })
                 .await
         });
+        let what = t.what;
         map.insert(
             t.uid,
             Watch {
-                what: t.what,
+                what,
                 task,
                 refused,
             },
         );
-        None
     }
 
     /// Stops the watch of the bound flow `uid` (deleted, or no longer bound).
