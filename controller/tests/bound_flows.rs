@@ -1,6 +1,6 @@
 //! Flows bound to a kind (`spec.bind`, docs/bound-flows.md), on testenv: each object of the kind
 //! gets its own flow, runs and status; status-only changes start nothing, watched fields do;
-//! deleting an object runs its `onDelete` before its finalizer goes; deleting the bound flow lets
+//! deleting an object (also mid-run) runs its `onDelete` before its finalizer goes; deleting the bound flow lets
 //! the objects go; a flow of the child's name made by someone else is never adopted; and a
 //! ServiceAccount that may not watch the kind fails the flow naming that right.
 //!
@@ -484,5 +484,34 @@ async fn a_service_account_that_may_not_watch_the_kind_fails_naming_the_right() 
             "ServiceAccount {ns}/flow may not watch widgets.{GROUP} in namespace {ns}"
         )),
         "{message}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_deleted_mid_run_has_its_run_stopped_then_its_on_delete_run() {
+    let (client, ns) = setup("bind-midrun", all_verbs()).await;
+    let mut flow = widget_flow(json!({}));
+    flow["steps"] = json!([{"type": "sleep", "name": "long", "seconds": 600}]);
+    create_flow(&client, &ns, "widgets", flow).await;
+    create_widget(&client, &ns, "w", json!({"version": "one"})).await;
+    wait_widget(&client, &ns, "w", "Creating").await;
+    let child = child_name("widgets", &ns, "w");
+    wait_status(&client, &ns, &child, 60, "sleeping", |s| {
+        s["currentStep"]
+            .as_str()
+            .is_some_and(|c| c.contains("long"))
+    })
+    .await;
+    let api = widgets(&client, &ns);
+    api.delete("w", &DeleteParams::default()).await.unwrap();
+    eventually(
+        90,
+        "the widget gone long before its run would end",
+        || async { api.get_opt("w").await.unwrap().is_none() },
+    )
+    .await;
+    assert!(
+        config_map_exists(&client, &ns, "w-farewell").await,
+        "onDelete ran"
     );
 }
