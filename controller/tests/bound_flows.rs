@@ -515,3 +515,41 @@ async fn an_object_deleted_mid_run_has_its_run_stopped_then_its_on_delete_run() 
         "onDelete ran"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_of_the_bound_flow_runs_each_object_again_with_the_new_spec() {
+    let (client, ns) = setup("bind-edit", all_verbs()).await;
+    let mut flow = widget_flow(json!({}));
+    flow["vars"] = json!({"color": "red", "dropped": "x"});
+    flow["steps"][0]["manifests"] = json!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ${object.metadata.name}-color\ndata:\n  color: ${color}\n");
+    create_flow(&client, &ns, "widgets", flow.clone()).await;
+    create_widget(&client, &ns, "w", json!({"version": "one"})).await;
+    wait_widget(&client, &ns, "w", "Running").await;
+    let first = child_run(&client, &ns, "w").await;
+    flow["vars"] = json!({"color": "blue"});
+    create_flow(&client, &ns, "widgets", flow).await;
+    eventually(60, "a new run", || async {
+        child_run(&client, &ns, "w").await != first
+    })
+    .await;
+    let child = child_name("widgets", &ns, "w");
+    wait_status(&client, &ns, &child, 60, "done", |s| {
+        s["phase"] == "Succeeded"
+    })
+    .await;
+    let cm = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), &ns)
+        .get("w-color")
+        .await
+        .unwrap();
+    assert_eq!(cm.data.unwrap()["color"], "blue");
+    let spec = flows(&client, &ns).get(&child).await.unwrap().data["spec"].clone();
+    assert_eq!(
+        spec["vars"],
+        json!({"color": "blue"}),
+        "a dropped var is gone from the child"
+    );
+    assert_eq!(
+        spec["bound"]["trigger"],
+        json!({"event": "update", "changed": []})
+    );
+}

@@ -245,12 +245,21 @@ impl<'a> Binding<'a> {
                 Err(e) => Err(e.into()),
             };
         };
-        // The resourceVersion read makes the write fail (and the reconcile retry) if the
-        // child changed meanwhile.
-        made["metadata"]["resourceVersion"] = json!(existing.metadata.resource_version);
-        let params = PatchParams::apply("pseudoflow-bind").force();
+        // The whole spec is replaced (a field the bound flow dropped goes too); the rest of the
+        // child (its finalizer, status) stays. The resourceVersion read makes the write fail
+        // (and the reconcile retry) if the child changed meanwhile.
+        let mut updated = existing.clone();
+        updated.data["spec"] = made["spec"].take();
+        let ours = made["metadata"]["annotations"].as_object().cloned();
+        let annotations = updated
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default);
+        for (k, v) in ours.into_iter().flatten() {
+            annotations.insert(k, v.as_str().unwrap_or_default().to_string());
+        }
         self.flows
-            .patch(name, &params, &Patch::Apply(&made))
+            .replace(name, &PostParams::default(), &updated)
             .await?;
         Ok(None)
     }
