@@ -553,3 +553,32 @@ async fn a_change_of_the_bound_flow_runs_each_object_again_with_the_new_spec() {
         json!({"event": "update", "changed": []})
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bound_flow_broken_by_an_edit_still_lets_its_objects_go_when_deleted() {
+    let (client, ns) = setup("bind-broken", all_verbs()).await;
+    let mut flow = widget_flow(json!({}));
+    create_flow(&client, &ns, "widgets", flow.clone()).await;
+    create_widget(&client, &ns, "w", json!({"version": "one"})).await;
+    wait_widget(&client, &ns, "w", "Running").await;
+    flow["steps"] = json!([{"type": "log", "message": "${nope.x}"}]);
+    create_flow(&client, &ns, "widgets", flow).await;
+    wait_status(&client, &ns, "widgets", 60, "invalid", |s| {
+        s["reason"] == "InvalidSpec"
+    })
+    .await;
+    flows(&client, &ns)
+        .delete("widgets", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(60, "the bound flow gone", || async {
+        flows(&client, &ns)
+            .get_opt("widgets")
+            .await
+            .unwrap()
+            .is_none()
+    })
+    .await;
+    let w = widgets(&client, &ns).get("w").await.unwrap();
+    assert!(w.metadata.finalizers.unwrap_or_default().is_empty());
+}

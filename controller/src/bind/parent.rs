@@ -37,7 +37,7 @@ pub(crate) async fn reconcile_parent(
 ) -> Result<Action, Error> {
     let deleting = r.flow.metadata.deletion_timestamp.is_some();
     let Some(bind) = spec.bind.as_ref().filter(|_| !deleting) else {
-        release(r, flows, spec).await?;
+        release(r, flows).await?;
         return Ok(Action::await_change());
     };
     finalizer::set_named(flows, r.flow, BIND_FINALIZER, true).await?;
@@ -375,14 +375,11 @@ async fn summarise(
     Ok(())
 }
 
-/// Lets the objects go, when the bound flow is deleted or no longer bound: the finalizer comes
+/// Lets the objects go, when the bound flow is deleted (also with a spec that no longer
+/// compiles) or no longer bound: the finalizer comes
 /// off each object, and each child flow is marked released and deleted, so no `onDelete` runs
 /// and the objects stay as they are (docs/bound-flows.md). Then the flow's own finalizer goes.
-async fn release(
-    r: &Reconciling<'_>,
-    flows: &Api<DynamicObject>,
-    spec: &PseudoFlowSpec,
-) -> Result<(), Error> {
+pub(crate) async fn release(r: &Reconciling<'_>, flows: &Api<DynamicObject>) -> Result<(), Error> {
     r.ctx.binder.watches.stop(r.uid);
     let label = format!(
         "{BOUND_TO_LABEL}={}",
@@ -390,8 +387,12 @@ async fn release(
     );
     let children = flows.list(&ListParams::default().labels(&label)).await?;
     let fin = object::finalizer_name(r.ns(), r.flow_id.name);
-    let sa = spec.service_account_name.as_deref().unwrap_or("default");
     for c in children.items.iter().filter(|c| owned_by(c, r.uid)) {
+        // The child's account is the bound flow's when it was made: known even if the bound
+        // flow's spec no longer reads.
+        let sa = c.data["spec"]["serviceAccountName"]
+            .as_str()
+            .unwrap_or("default");
         if let Err(e) = unfinalize_object(r, sa, c, &fin).await {
             let note = format!("removing finalizer {fin} from {}: {e}", object_of(c));
             r.publish(EventType::Warning, "ReleaseFailed", &note).await;

@@ -172,6 +172,10 @@ impl FlowReconcile<'_> {
             Ok(c) => c,
             Err(diags) => {
                 outcome::invalid_spec(r, &self.flows, &self.previous, &diags, deleting).await?;
+                if deleting && finalizer::has(flow, BIND_FINALIZER) {
+                    // A bound flow deleted after an edit broke it still lets its objects go.
+                    crate::bind::parent::release(r, &self.flows).await?;
+                }
                 return Ok(None);
             }
         };
