@@ -25,6 +25,8 @@ use crate::reconcile::{finalizer, outcome, status, Error, Reconciling};
 /// How often a bound flow looks at all its objects even if no watch event came (a missed event,
 /// rights granted since a refusal).
 const RESYNC: Duration = Duration::from_secs(300);
+/// How soon an object that could not be served is tried again.
+const RETRY_OBJECT: Duration = Duration::from_secs(10);
 /// How soon a refused binding is tried again.
 const RETRY_REFUSED: Duration = Duration::from_secs(30);
 
@@ -58,17 +60,24 @@ pub(crate) async fn reconcile_parent(
     };
     let children = binding.children().await?;
     let mut refusals = Vec::new();
+    let mut again = RESYNC;
     for obj in &objects {
-        if let Some(why) = binding.serve(obj, &children).await? {
-            refusals.push(Refused {
-                object: object::key(obj),
-                message: why,
-            });
-        }
+        // One object's trouble (a conflict, an admission webhook refusing its finalizer) is
+        // its own: the others are served, and it is tried again soon.
+        let message = match binding.serve(obj, &children).await {
+            Ok(None) => continue,
+            Ok(Some(why)) => why,
+            Err(e) => {
+                again = RETRY_OBJECT;
+                format!("serving it: {e}")
+            }
+        };
+        let object = object::key(obj);
+        refusals.push(Refused { object, message });
     }
     let children = binding.children().await?;
     summarise(r, flows, previous, &bind.kind, &children, &refusals).await?;
-    Ok(Action::requeue(RESYNC))
+    Ok(Action::requeue(again))
 }
 
 /// A bound flow's binding, opened for one reconcile.
