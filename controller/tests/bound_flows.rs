@@ -582,3 +582,62 @@ async fn a_bound_flow_broken_by_an_edit_still_lets_its_objects_go_when_deleted()
     let w = widgets(&client, &ns).get("w").await.unwrap();
     assert!(w.metadata.finalizers.unwrap_or_default().is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kind_without_status_is_served_when_nothing_is_written_back_and_the_selector_holds() {
+    let (client, ns) = setup("bind-cm", json!(["get"])).await;
+    // ConfigMaps: no status subresource, no generation; only those labelled bound=yes.
+    let rules = json!([{"apiGroups": [""], "resources": ["configmaps"],
+        "verbs": ["get", "list", "watch", "create", "patch"]}]);
+    apply(
+        &client,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "flow", "namespace": ns}, "rules": rules}),
+    )
+    .await;
+    create_flow(&client, &ns, "cms", json!({
+        "serviceAccountName": "flow",
+        "bind": {"apiVersion": "v1", "kind": "ConfigMap", "selector": "bound=yes",
+            "status": {"phaseField": "", "conditions": false}},
+        "steps": [{"type": "apply", "manifests": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ${object.metadata.name}-seen\ndata:\n  k: ${object.data.k}\n"}]
+    })).await;
+    let cm = |name: &str, k: &str, labelled: bool| {
+        let labels = if labelled {
+            json!({"bound": "yes"})
+        } else {
+            json!({})
+        };
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": ns, "labels": labels}, "data": {"k": k}})
+    };
+    apply(&client, cm("src", "1", true)).await;
+    apply(&client, cm("other", "1", false)).await;
+    let cms = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), &ns);
+    let seen = |v: &'static str| {
+        let cms = cms.clone();
+        async move {
+            cms.get_opt("src-seen")
+                .await
+                .unwrap()
+                .and_then(|c| c.data)
+                .is_some_and(|d| d["k"] == v)
+        }
+    };
+    eventually(60, "src served", || seen("1")).await;
+    apply(&client, cm("src", "2", true)).await;
+    eventually(60, "a change of its data served", || seen("2")).await;
+    let status = wait_status(&client, &ns, "cms", 60, "summed up", |s| {
+        s["bound"]["running"] == 1
+    })
+    .await;
+    assert_eq!(
+        status["bound"]["objects"], 1,
+        "the unlabelled one is not served: {status:#}"
+    );
+    assert!(!config_map_exists(&client, &ns, "other-seen").await);
+    let child = child_name("cms", &ns, "src");
+    let events = common::flow_events(&client, &ns, &child).await;
+    assert!(events
+        .iter()
+        .all(|e| e.reason.as_deref() != Some("StatusWriteFailed")));
+}

@@ -160,6 +160,12 @@ impl Bind {
 }
 
 impl BindStatus {
+    /// Whether anything is written back (not for `phaseField: ""`, `conditions: false` and no
+    /// `fields`: then kinds without a status subresource, such as ConfigMaps, can be bound).
+    pub fn writes_anything(&self) -> bool {
+        !self.phase_field.is_empty() || self.conditions || !self.fields.is_empty()
+    }
+
     /// Field names are plain identifiers and do not collide with the phase, `message` or
     /// `conditions`; their values' expressions are checked with the flow's others.
     fn validate(&self, ctx: &mut Ctx) {

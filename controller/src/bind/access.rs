@@ -71,7 +71,8 @@ impl Binder {
     }
 }
 
-/// The rights a bound flow's ServiceAccount needs on its kind: (verb, subresource).
+/// The rights a bound flow's ServiceAccount needs on its kind: (verb, subresource); the last
+/// only when it writes the objects' status.
 pub const NEEDED: [(&str, &str); 4] = [
     ("list", ""),
     ("watch", ""),
@@ -79,16 +80,27 @@ pub const NEEDED: [(&str, &str); 4] = [
     ("patch", "status"),
 ];
 
-/// The first right of [`NEEDED`] that `client` (acting as the flow's ServiceAccount) lacks on
+/// The rights of [`NEEDED`] a binding uses: all, or all but `patch status` when it writes no
+/// status (kinds without a status subresource, such as ConfigMaps).
+pub fn needed(writes_status: bool) -> &'static [(&'static str, &'static str)] {
+    if writes_status {
+        &NEEDED
+    } else {
+        &NEEDED[..3]
+    }
+}
+
+/// The first right of [`needed`] that `client` (acting as the flow's ServiceAccount) lacks on
 /// `ar` in `ns` (all namespaces when `None`), as a sentence naming it; `None` when it has all.
 pub async fn missing_right(
     client: &Client,
     who: &str,
     ar: &ApiResource,
     ns: Option<&str>,
+    writes_status: bool,
 ) -> Result<Option<String>, kube::Error> {
     let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
-    for (verb, sub) in NEEDED {
+    for &(verb, sub) in needed(writes_status) {
         let review = SelfSubjectAccessReview {
             spec: SelfSubjectAccessReviewSpec {
                 resource_attributes: Some(ResourceAttributes {
@@ -105,7 +117,8 @@ pub async fn missing_right(
         };
         let answer = api.create(&PostParams::default(), &review).await?;
         if !answer.status.is_some_and(|s| s.allowed) {
-            return Ok(Some(missing_message(who, verb, sub, ar, ns)));
+            let needs = needed(writes_status);
+            return Ok(Some(missing_message(who, (verb, sub), ar, ns, needs)));
         }
     }
     Ok(None)
@@ -114,10 +127,10 @@ pub async fn missing_right(
 /// "ServiceAccount ops/db may not watch databases.example.com in namespace ops ...".
 pub fn missing_message(
     who: &str,
-    verb: &str,
-    sub: &str,
+    (verb, sub): (&str, &str),
     ar: &ApiResource,
     ns: Option<&str>,
+    needed: &[(&str, &str)],
 ) -> String {
     let resource = if ar.group.is_empty() {
         ar.plural.clone()
@@ -136,7 +149,7 @@ pub fn missing_message(
     format!(
         "ServiceAccount {who} may not {verb} {resource} {place}; a bound flow watches, lists and \
          patches (finalizers, status) its objects with its ServiceAccount's rights: grant {}",
-        NEEDED
+        needed
             .iter()
             .map(|(v, s)| if s.is_empty() {
                 v.to_string()
@@ -161,14 +174,14 @@ mod tests {
             kind: "Database".into(),
             plural: "databases".into(),
         };
-        let m = missing_message("ops/db", "watch", "", &ar, Some("ops"));
+        let m = missing_message("ops/db", ("watch", ""), &ar, Some("ops"), &NEEDED);
         assert!(
             m.starts_with(
                 "ServiceAccount ops/db may not watch databases.example.com in namespace ops"
             ),
             "{m}"
         );
-        let m = missing_message("ops/db", "patch", "status", &ar, None);
+        let m = missing_message("ops/db", ("patch", "status"), &ar, None, needed(true));
         assert!(
             m.contains("patch databases.example.com/status cluster-wide"),
             "{m}"

@@ -120,7 +120,8 @@ impl<'a> Binding<'a> {
             // Its rights were checked when it started; a revoked one shows as a refused watch.
             Some(None) => {}
             None => {
-                let missing = access::missing_right(&client, &who, &ar, scope).await;
+                let writes = bind.status.writes_anything();
+                let missing = access::missing_right(&client, &who, &ar, scope, writes).await;
                 if let Some(m) = missing.map_err(|e| format!("asking what {who} may do: {e}"))? {
                     return Err(m);
                 }

@@ -108,7 +108,7 @@ pub(crate) async fn write_back(
     status: &PseudoFlowStatus,
     run_vars: &BTreeMap<String, Value>,
 ) {
-    let Some(bound) = &spec.bound else {
+    let Some(bound) = spec.bound.as_ref().filter(|b| b.status.writes_anything()) else {
         return;
     };
     let succeeded = status.phase == Some(FlowPhase::Succeeded);
