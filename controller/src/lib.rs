@@ -9,6 +9,7 @@
 
 pub mod approval;
 pub mod backoff;
+pub mod bind;
 pub mod http;
 pub mod labels;
 pub mod leader;

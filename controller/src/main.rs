@@ -127,12 +127,14 @@ async fn main() -> anyhow::Result<()> {
         tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
     tracing_subscriber::fmt().with_env_filter(filter).init();
     let args = Args::parse()?;
-    let client = kube::Client::try_default().await?;
+    let config = kube::Config::infer().await?;
+    let client = kube::Client::try_from(config.clone())?;
     let metrics = Arc::new(Metrics::default());
     let allowed: Vec<&str> = args.node_step_namespaces.names().collect();
     tracing::info!("node steps allowed in namespaces {allowed:?} labelled enforce=privileged");
     let mut ctx = Context::new(client.clone(), args.image.clone(), metrics.clone())
-        .with_node_step_namespaces(args.node_step_namespaces.clone());
+        .with_node_step_namespaces(args.node_step_namespaces.clone())
+        .with_config(config);
     let key = approval_key(&client).await;
     if let Some(k) = &key {
         ctx = ctx.with_approval_key(k.clone());

@@ -7,7 +7,8 @@ use std::path::PathBuf;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
-use kube::api::{Api, DeleteParams};
+use kube::api::{Api, DeleteParams, DynamicObject};
+use kube::discovery::ApiResource;
 use pseudoflow_compiler::{compile, FlowId};
 use pseudoflow_testenv::apply::apply_value;
 use serde_json::{json, Value};
@@ -80,54 +81,125 @@ fn every_kopf_example_compiles() {
     }
 }
 
+/// Installs the seed's Database CRD as written (`examples/kopf/database-crd.yaml`) and waits
+/// until its kind is served.
+async fn install_database_crd(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
+    let text = std::fs::read_to_string(example("database-crd.yaml")).unwrap();
+    common::seed::apply_text(client, &text).await;
+    let ar = ApiResource {
+        group: "example.com".into(),
+        version: "v1".into(),
+        api_version: "example.com/v1".into(),
+        kind: "Database".into(),
+        plural: "databases".into(),
+    };
+    let databases: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
+    eventually(30, "databases are served", || async {
+        databases.list(&Default::default()).await.is_ok()
+    })
+    .await;
+    databases
+}
+
+async fn database(client: &kube::Client, ns: &str, name: &str, version: &str) {
+    apply(
+        client,
+        json!({"apiVersion": "example.com/v1", "kind": "Database",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"version": version, "size": "1Gi"}}),
+    )
+    .await;
+}
+
+async fn phase_of(databases: &Api<DynamicObject>, name: &str) -> String {
+    let db = databases.get(name).await.unwrap();
+    db.data["status"]["phase"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The image and the first env var's name of `<name>-pod`, once it exists.
+async fn database_pod(pods: &Api<Pod>, name: &str) -> (String, String, Pod) {
+    let pod = pods.get(&format!("{name}-pod")).await.unwrap();
+    let container = &pod.spec.as_ref().unwrap().containers[0];
+    let env = &container.env.as_ref().unwrap()[0];
+    let image = container.image.clone().unwrap_or_default();
+    (image, env.name.clone(), pod)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_database_operator_of_seed_001_creates_its_pod_and_removes_it_on_delete() {
+async fn the_database_operator_of_seed_001_serves_every_database_object() {
     let (client, ns) = prepare("kopf-db", json!([]), json!([])).await;
+    let databases = install_database_crd(&client, &ns).await;
     for doc in documents_in("rbac/database.yaml", &ns) {
         apply_value(&client, doc, None).await.unwrap();
     }
     let ctl = start_controller(&client, &ns);
-    let flow = documents_in("database.yaml", &ns).remove(0);
-    apply(&client, flow).await;
+    apply(&client, documents_in("database.yaml", &ns).remove(0)).await;
+    database(&client, &ns, "postgres-test", "15.3").await;
+    database(&client, &ns, "mysql-dev", "8.0").await;
 
-    // The flow waits for its credentials; the database owner creates them.
-    let st = common::wait_status(&client, &ns, "postgres-test", 60, "waiting", |st| {
-        st["currentStep"]
-            .as_str()
-            .is_some_and(|s| s.contains("credentials exist"))
-    })
-    .await;
-    assert_eq!(st["phase"], "Running", "{st:#}");
-    credentials(&client, &ns, "postgres-test", "s3cret-value").await;
-
-    let status = wait_done(&client, &ns, "postgres-test", 120).await;
-    assert_eq!(status["phase"], "Succeeded", "{status:#}");
-    assert!(
-        !status.to_string().contains("s3cret-value"),
-        "the password is nowhere in status"
-    );
+    // Each waits for its credentials, Creating meanwhile; the database owner creates them.
+    for name in ["postgres-test", "mysql-dev"] {
+        let what = format!("{name} Creating");
+        eventually(60, &what, || async {
+            phase_of(&databases, name).await == "Creating"
+        })
+        .await;
+        credentials(&client, &ns, name, "s3cret-value").await;
+    }
+    for name in ["postgres-test", "mysql-dev"] {
+        let what = format!("{name} Running");
+        eventually(120, &what, || async {
+            phase_of(&databases, name).await == "Running"
+        })
+        .await;
+    }
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let pod = pods.get("postgres-test-pod").await.unwrap();
+    let (image, env, pod) = database_pod(&pods, "postgres-test").await;
+    assert_eq!(
+        (image.as_str(), env.as_str()),
+        ("postgres:15.3", "POSTGRES_PASSWORD")
+    );
     let labels = pod.metadata.labels.clone().unwrap_or_default();
     assert_eq!(labels["app"], "database");
     assert_eq!(labels["database-name"], "postgres-test");
     let container = &pod.spec.as_ref().unwrap().containers[0];
-    assert_eq!(container.image.as_deref(), Some("postgres:15.3"));
-    let env = &container.env.as_ref().unwrap()[0];
-    assert_eq!(env.name, "POSTGRES_PASSWORD", "chosen by the engine var");
-    let secret_ref = env
+    let secret_ref = container.env.as_ref().unwrap()[0]
         .value_from
         .as_ref()
         .and_then(|v| v.secret_key_ref.as_ref())
         .unwrap();
     assert_eq!(secret_ref.name, "postgres-test-credentials");
+    let (image, env, _) = database_pod(&pods, "mysql-dev").await;
+    assert_eq!(
+        (image.as_str(), env.as_str()),
+        ("mysql:8.0", "MYSQL_ROOT_PASSWORD")
+    );
+    let flow = common::wait_status(&client, &ns, "database", 60, "both Running", |st| {
+        st["bound"]["running"] == 2
+    })
+    .await;
+    assert!(
+        !flow.to_string().contains("s3cret-value"),
+        "the password is nowhere in status"
+    );
 
-    // Deleting the database deletes its pod, as kopf's @on.delete handler did.
-    delete_flow(&client, &ns, "postgres-test", &DeleteParams::default(), 90).await;
-    eventually(30, "the database pod is gone", || async {
+    // Deleting a Database deletes its pod first, as kopf's @on.delete handler did; the other stays.
+    databases
+        .delete("postgres-test", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(90, "the Database is gone", || async {
+        databases.get_opt("postgres-test").await.unwrap().is_none()
+    })
+    .await;
+    eventually(30, "its pod is gone", || async {
         pods.get_opt("postgres-test-pod").await.unwrap().is_none()
     })
     .await;
+    assert!(pods.get_opt("mysql-dev-pod").await.unwrap().is_some());
     ctl.abort();
 }
 

@@ -5,6 +5,7 @@
 //! its semantic validation; [`steps::registry`] is the one list that ties them together.
 #![warn(missing_docs)]
 
+pub mod bind;
 pub mod check;
 pub mod common;
 pub mod depth;

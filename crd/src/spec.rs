@@ -68,6 +68,14 @@ pub struct PseudoFlowSpec {
     /// No new run starts (scheduled or from a spec change); a running run finishes.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub suspend: bool,
+    /// Serve every object of a kind, each with its own runs, status and `onDelete`
+    /// (docs/bound-flows.md); the flow then runs no steps of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bind: Option<crate::bind::Bind>,
+    /// Set by the controller on the flow it made for one bound object (never by hand): the
+    /// object and what started the run, as the variables `object` and `trigger`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bound: Option<crate::bind::Bound>,
 }
 
 /// Run-wide options.
@@ -112,6 +120,16 @@ impl PseudoFlowSpec {
             cron,
             self.time_zone.as_deref(),
         ))
+    }
+
+    /// The variables the controller provides beside `vars`: `object` and `trigger` in a flow
+    /// bound to a kind (and in the flows it makes for each object).
+    pub fn bound_vars(&self) -> &'static [&'static str] {
+        if self.bind.is_some() || self.bound.is_some() {
+            &[crate::bind::OBJECT_VAR, crate::bind::TRIGGER_VAR]
+        } else {
+            &[]
+        }
     }
 
     /// Where `applyFile`/`deleteFile` look, in order: `spec.artifacts`, or the default ConfigMap.

@@ -96,6 +96,38 @@ pub struct PseudoFlowStatus {
     /// The next `spec.schedule` slot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_schedule_time: Option<Time>,
+    /// A flow bound to a kind (`spec.bind`): its objects, counted by phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bound: Option<BoundSummary>,
+}
+
+/// What a flow bound to a kind serves: counts, and the latest failures (bounded in size
+/// whatever the number of objects).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BoundSummary {
+    /// Objects of the kind that match.
+    pub objects: u32,
+    /// Objects whose run is pending or running.
+    pub creating: u32,
+    /// Objects whose latest run succeeded.
+    pub running: u32,
+    /// Objects whose latest run failed, or whose flow could not be made.
+    pub failed: u32,
+    /// The latest failures (at most 5), newest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 5))]
+    pub failures: Vec<BoundFailure>,
+}
+
+/// One object whose run failed.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BoundFailure {
+    /// `namespace/name` of the object.
+    pub object: String,
+    /// What failed.
+    pub message: String,
 }
 
 /// Identity of one run: what started it and when.

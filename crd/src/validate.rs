@@ -60,8 +60,37 @@ pub fn validate_spec(raw: &Value) -> (Option<PseudoFlowSpec>, Diagnostics) {
         a.validate(&mut ctx.at(&format!("artifacts[{i}]")));
     }
     check_schedule(&spec, &mut ctx);
+    check_bind(&spec, &mut ctx);
     let ok = !diags.has_errors();
     (ok.then_some(spec), diags)
+}
+
+/// `bind` is valid and not combined with what it replaces; `bound` only beside no `bind`.
+fn check_bind(spec: &PseudoFlowSpec, ctx: &mut Ctx) {
+    let Some(bind) = &spec.bind else {
+        return;
+    };
+    bind.validate(&mut ctx.at("bind"));
+    if spec.schedule.is_some() {
+        ctx.error(
+            "schedule",
+            "a flow bound to a kind runs for its objects' changes, not on a schedule",
+        );
+    }
+    if spec.bound.is_some() {
+        ctx.error(
+            "bound",
+            "is set by the controller on the flows it makes; remove it",
+        );
+    }
+    for name in spec.bound_vars() {
+        if spec.vars.contains_key(*name) {
+            ctx.error(
+                &format!("vars.{name}"),
+                format!("{name:?} is the bound object's variable in a flow bound to a kind"),
+            );
+        }
+    }
 }
 
 /// `schedule` parses in `timeZone`; `timeZone` and `startingDeadlineSeconds` only beside it.

@@ -61,7 +61,10 @@ async fn the_crd_is_served_and_its_rules_reject_bad_steps_at_apply_time() {
     for dir in ["examples", "examples/steps", "examples/kopf"] {
         for entry in std::fs::read_dir(root.join(dir)).unwrap() {
             let path = entry.unwrap().path();
-            if path.extension().is_none_or(|e| e != "yaml") {
+            // `*-crd.yaml`: the CRD of a kind a bound flow serves, beside the flow; no flow.
+            if path.extension().is_none_or(|e| e != "yaml")
+                || path.to_string_lossy().ends_with("-crd.yaml")
+            {
                 continue;
             }
             let mut obj: DynamicObject =

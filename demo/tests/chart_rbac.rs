@@ -7,10 +7,10 @@
 //! flows run to Succeeded. Then, for every rule of those roles, a release with that one rule
 //! removed runs a small flow (an object, a node step, a log line), and the test shows something
 //! observable breaks: the flow does not succeed, no Events are recorded, or no leader holds the
-//! lease, or the webhook stops answering (it must refuse a flow with a typo nested in a loop's `steps:`
-//! and let an admin's approval annotation through, which takes a SubjectAccessReview, stamped by
-//! the mutating webhook). The apiserver enforces OwnerReferencesPermissionEnforcement, as
-//! hardened clusters do.
+//! lease, or a flow bound to a kind cannot serve its object, or the webhook stops answering (it
+//! must refuse a flow with a typo nested in a loop's `steps:` and let an admin's approval
+//! annotation through, which takes a SubjectAccessReview, stamped by the mutating webhook). The
+//! apiserver enforces OwnerReferencesPermissionEnforcement, as hardened clusters do.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -174,6 +174,9 @@ struct Outcome {
     message: Option<String>,
     events: usize,
     leader: Option<String>,
+    /// A flow bound to a kind served an object (its status written back) and let it go when
+    /// it was deleted: done as the flow's ServiceAccount, by impersonation.
+    bound: bool,
 }
 
 impl Outcome {
@@ -183,7 +186,91 @@ impl Outcome {
             && self.phase.as_deref() == Some("Succeeded")
             && self.events > 0
             && self.leader.is_some()
+            && self.bound
     }
+}
+
+/// A kind for the bound probe, with a status subresource.
+const PROBE_CRD: &str = r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: probes.rbac.test.example.com}
+spec:
+  group: rbac.test.example.com
+  scope: Namespaced
+  names: {kind: Probe, plural: probes, singular: probe, listKind: ProbeList}
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      subresources: {status: {}}
+      schema:
+        openAPIV3Schema:
+          type: object
+          x-kubernetes-preserve-unknown-fields: true
+"#;
+
+/// Whether, within 45 s each, a flow bound to Probes in `ns` writes `phase: Running` into a
+/// Probe's status, and deleting the Probe lets it go (its flow deleted, its finalizer removed).
+async fn bound_probe(client: &Client, release: &str, ns: &str) -> bool {
+    apply_text(client, PROBE_CRD, None).await.unwrap();
+    let ar = kube::discovery::ApiResource {
+        group: "rbac.test.example.com".into(),
+        version: "v1".into(),
+        api_version: "rbac.test.example.com/v1".into(),
+        kind: "Probe".into(),
+        plural: "probes".into(),
+    };
+    let probes: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
+    let served = within(30, || async {
+        probes.list(&ListParams::default()).await.is_ok()
+    });
+    if !served.await {
+        return false;
+    }
+    let flow = format!("apiVersion: ops.example.com/v1alpha1\nkind: PseudoFlow\nmetadata: {{name: bound, namespace: {ns}}}\nspec:\n  bind: {{apiVersion: rbac.test.example.com/v1, kind: Probe}}\n  steps: [{{type: log, message: served}}]\n");
+    let object = format!("apiVersion: rbac.test.example.com/v1\nkind: Probe\nmetadata: {{name: p, namespace: {ns}}}\nspec: {{x: 1}}\n");
+    if apply_text(client, &flow, None).await.is_err()
+        || apply_text(client, &object, None).await.is_err()
+    {
+        return false;
+    }
+    let running = within(45, || async {
+        probes
+            .get_opt("p")
+            .await
+            .ok()
+            .flatten()
+            .is_some_and(|p| p.data["status"]["phase"] == "Running")
+    });
+    if !running.await {
+        eprintln!("{release}: the bound flow never wrote Running into its object's status");
+        return false;
+    }
+    let _ = probes.delete("p", &Default::default()).await;
+    let gone = within(45, || async {
+        matches!(probes.get_opt("p").await, Ok(None))
+    })
+    .await;
+    if !gone {
+        eprintln!("{release}: a deleted object of the bound flow was never let go");
+    }
+    gone
+}
+
+/// Whether `check` holds within `secs` (asked every 500 ms).
+async fn within<F, Fut>(secs: u64, check: F) -> bool
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    while tokio::time::Instant::now() < deadline {
+        if check().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    false
 }
 
 /// Installs `docs` as `release`, watching namespace `release`-flows, and runs the probe flow there.
@@ -263,6 +350,7 @@ spec:
         .unwrap()
         .and_then(|l| l.spec?.holder_identity)
         .filter(|h| !h.is_empty());
+    let bound = bound_probe(client, release, &ns).await;
     Outcome {
         refuses_bad,
         approves,
@@ -270,6 +358,7 @@ spec:
         message,
         events,
         leader,
+        bound,
     }
 }
 

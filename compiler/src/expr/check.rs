@@ -14,6 +14,7 @@ use super::{Engine, ExprRef};
 pub fn check_expressions(spec: &PseudoFlowSpec, diags: &mut Diagnostics) {
     let engine = Engine::new();
     let mut known: BTreeSet<String> = spec.vars.keys().cloned().collect();
+    known.extend(spec.bound_vars().iter().map(|v| v.to_string()));
     collect_outputs(&spec.steps, &mut known);
     if let Some(d) = &spec.on_delete {
         collect_outputs(d, &mut known);
@@ -32,6 +33,11 @@ pub fn check_expressions(spec: &PseudoFlowSpec, diags: &mut Diagnostics) {
     checker.steps(&spec.steps, "spec.steps", &[]);
     if let Some(d) = &spec.on_delete {
         checker.steps(d, "spec.onDelete", &[]);
+    }
+    if let Some(bind) = &spec.bind {
+        for (key, text) in &bind.status.fields {
+            checker.status_field(text, &format!("spec.bind.status.fields.{key}"));
+        }
     }
 }
 
@@ -151,6 +157,30 @@ impl Checker<'_> {
         }
     }
 
+    /// Checks one of a bound flow's status fields (rendered over the run's variables).
+    fn status_field(&mut self, text: &str, path: &str) {
+        let segments = match super::scan(text) {
+            Ok(segs) => segs,
+            Err(e) => return self.diags.error(path, e.to_string()),
+        };
+        for seg in segments {
+            let super::Segment::Expr(expr) = seg else {
+                continue;
+            };
+            match self.engine.check(&format!("${{{expr}}}"), path) {
+                Err(e) => self.diags.error(
+                    path,
+                    format!("invalid expression ${{{expr}}}: {}", e.reason),
+                ),
+                Ok(refs) => {
+                    for ExprRef { expr, plain, names } in refs {
+                        self.unknown(path, &names, plain, &[], &expr);
+                    }
+                }
+            }
+        }
+    }
+
     /// Warns when a step's output is spliced into a shell command without `| shq`: the output
     /// is data a command printed, and unquoted it is parsed as shell syntax.
     fn unquoted_output(&mut self, path: &str, expr: &str, names: &[String]) {
@@ -252,5 +282,37 @@ mod tests {
                 && w[0].contains("${ out | shq }"),
             "{w:?}"
         );
+    }
+
+    #[test]
+    fn a_bound_flow_knows_object_and_trigger_and_checks_its_status_fields() {
+        let id = crate::FlowId {
+            name: "db",
+            namespace: Some("ops"),
+        };
+        let spec = |fields: serde_json::Value| {
+            json!({"bind": {"apiVersion": "example.com/v1", "kind": "Database",
+                    "status": {"fields": fields}},
+                "steps": [{"type": "log", "message": "${object.spec.version} ${trigger.event}"}]})
+        };
+        assert!(crate::compile(&id, &spec(json!({"pod": "${object.metadata.name}-pod"}))).is_ok());
+        let errors: Vec<String> =
+            crate::compile(&id, &spec(json!({"pod": "${nope.x}", "bad": "${(}"})))
+                .unwrap_err()
+                .errors()
+                .map(|d| format!("{}: {}", d.path, d.message))
+                .collect();
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert!(
+            errors[0].starts_with("spec.bind.status.fields.bad: invalid expression"),
+            "{errors:?}"
+        );
+        assert!(
+            errors[1].starts_with("spec.bind.status.fields.pod: nope.x uses unknown variable"),
+            "{errors:?}"
+        );
+        // Without bind, `object` is no variable.
+        let plain = json!({"steps": [{"type": "log", "message": "${object.spec.version}"}]});
+        assert!(crate::compile(&id, &plain).is_err());
     }
 }

@@ -36,6 +36,8 @@ pub struct Context {
     pub readiness: Arc<crate::http::Readiness>,
     /// Checks the admission webhook's approval stamps; without it no approval is accepted.
     pub approval_key: Option<crate::approval::Key>,
+    /// Flows bound to a kind: their watches and ServiceAccount clients (docs/bound-flows.md).
+    pub binder: crate::bind::Binder,
 }
 
 impl Context {
@@ -53,12 +55,20 @@ impl Context {
             nodes: NodeHealth::default(),
             readiness: Arc::default(),
             approval_key: None,
+            binder: Default::default(),
         }
     }
 
     /// The same context accepting approvals stamped with `key` (the admission webhook's).
     pub fn with_approval_key(mut self, key: crate::approval::Key) -> Self {
         self.approval_key = Some(key);
+        self
+    }
+
+    /// The same context able to serve bound flows: `config` is the controller's own client
+    /// configuration, from which clients acting as a flow's ServiceAccount are made.
+    pub fn with_config(mut self, config: kube::Config) -> Self {
+        self.binder = crate::bind::Binder::with_config(config);
         self
     }
 
@@ -75,7 +85,7 @@ impl Context {
 
 /// One reconcile of one flow: what every part of it needs to know, passed instead of five
 /// arguments to each.
-pub(super) struct Reconciling<'a> {
+pub(crate) struct Reconciling<'a> {
     /// What all reconciles share.
     pub ctx: &'a Context,
     /// The flow as read (its spec already known to decode).

@@ -16,6 +16,9 @@ pub enum Error {
     /// A node the walker started cannot become a Job.
     #[error("{0}")]
     Lower(#[from] LowerError),
+    /// A bound flow cannot act as its ServiceAccount (no client configuration for it).
+    #[error("{0}")]
+    Bind(String),
 }
 
 impl Error {
@@ -25,6 +28,7 @@ impl Error {
             Error::Kube(_) => "kube",
             Error::Expand(_) => "expand",
             Error::Lower(_) => "lower",
+            Error::Bind(_) => "bind",
         }
     }
 }

@@ -13,34 +13,45 @@ pub const ON_DELETE: &str = "ops.example.com/on-delete";
 
 /// Whether the flow carries [`ON_DELETE`].
 pub fn present(flow: &DynamicObject) -> bool {
-    flow.metadata
+    has(flow, ON_DELETE)
+}
+
+/// Whether `obj` (a flow, or an object of a bound kind) carries the finalizer `name`.
+pub fn has(obj: &DynamicObject, name: &str) -> bool {
+    obj.metadata
         .finalizers
         .as_ref()
-        .is_some_and(|f| f.iter().any(|x| x == ON_DELETE))
+        .is_some_and(|f| f.iter().any(|x| x == name))
 }
 
 /// Adds (`on`) or removes [`ON_DELETE`].
 pub async fn set(api: &Api<DynamicObject>, flow: &DynamicObject, on: bool) -> kube::Result<()> {
-    let current = flow.metadata.finalizers.clone().unwrap_or_default();
-    let mut next: Vec<String> = current
-        .iter()
-        .filter(|f| *f != ON_DELETE)
-        .cloned()
-        .collect();
+    set_named(api, flow, ON_DELETE, on).await
+}
+
+/// Adds (`on`) or removes the finalizer `name` of `obj` (a flow, or an object of a bound kind).
+pub async fn set_named(
+    api: &Api<DynamicObject>,
+    obj: &DynamicObject,
+    name: &str,
+    on: bool,
+) -> kube::Result<()> {
+    let current = obj.metadata.finalizers.clone().unwrap_or_default();
+    let mut next: Vec<String> = current.iter().filter(|f| *f != name).cloned().collect();
     if on {
-        next.push(ON_DELETE.to_string());
+        next.push(name.to_string());
     }
     if next == current {
         return Ok(());
     }
     // A merge patch replaces the list; the resourceVersion makes it fail (and the reconcile
-    // retry) if someone changed the flow meanwhile, so no other finalizer is lost.
+    // retry) if someone changed the object meanwhile, so no other finalizer is lost.
     let patch = json!({"metadata": {
         "finalizers": next,
-        "resourceVersion": flow.metadata.resource_version,
+        "resourceVersion": obj.metadata.resource_version,
     }});
-    let name = flow.metadata.name.clone().unwrap_or_default();
-    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+    let obj_name = obj.metadata.name.clone().unwrap_or_default();
+    api.patch(&obj_name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map(|_| ())
 }

@@ -6,14 +6,14 @@
 mod context;
 mod error;
 pub mod events;
-mod finalizer;
+pub(crate) mod finalizer;
 mod guard;
 mod job_reports;
 mod launch;
 mod narrate;
 pub mod node_health;
 mod observe;
-mod outcome;
+pub(crate) mod outcome;
 pub mod pod_security;
 mod retry;
 mod run;
@@ -21,12 +21,12 @@ mod schedule;
 mod serve;
 mod size;
 mod start;
-mod status;
+pub(crate) mod status;
 pub mod store;
 mod timing;
 
 pub use context::Context;
-use context::Reconciling;
+pub(crate) use context::Reconciling;
 pub use error::Error;
 pub use serve::run_controller;
 
@@ -38,6 +38,7 @@ use kube::discovery::ApiResource;
 use kube::runtime::controller::Action;
 use pseudoflow_compiler::plan::Plan;
 use pseudoflow_compiler::{compile, Compiled, FlowId};
+use pseudoflow_crd::bind::BIND_FINALIZER;
 use serde_json::Value;
 use tracing::warn;
 
@@ -65,7 +66,8 @@ async fn reconcile_flow(
     name: &str,
 ) -> Result<Action, Error> {
     let deleting = flow.metadata.deletion_timestamp.is_some();
-    if deleting && !finalizer::present(flow) {
+    let binding = finalizer::has(flow, BIND_FINALIZER);
+    if deleting && !finalizer::present(flow) && !binding {
         return Ok(Action::await_change());
     }
     let f = FlowReconcile {
@@ -89,6 +91,10 @@ async fn reconcile_flow(
     let Some(compiled) = f.compile().await? else {
         return Ok(Action::await_change());
     };
+    if compiled.spec.bind.is_some() || binding {
+        // A flow bound to a kind runs nothing itself: it keeps a flow per object.
+        return crate::bind::reconcile_parent(&f.r, &f.flows, &compiled.spec, &f.previous).await;
+    }
     // 2. Load the stored run.
     let Some((stored, rv)) = f.load().await? else {
         return Ok(Action::await_change());
@@ -110,8 +116,13 @@ async fn reconcile_flow(
         save(flow, ctx, &run, rv.as_deref()).await?;
     }
     let plan = plan_of(&compiled, deleting);
-    f.write_status(plan, &run, queued.as_deref(), &sched)
+    let status = f
+        .write_status(plan, &run, queued.as_deref(), &sched)
         .await?;
+    if !deleting {
+        // A flow made for a bound object writes that object's status (docs/bound-flows.md).
+        crate::bind::write_back(&f.r, &compiled.spec, &status, &run.vars).await;
+    }
     let active = run.state.phase == RunPhase::Running || !run.beside.is_empty();
     ctx.metrics.set_active(&f.r.key(), f.r.uid, active);
     // Every step type's duration, to the sub-second; and the steps still running. (Runs beside
@@ -162,14 +173,23 @@ impl FlowReconcile<'_> {
             Ok(c) => c,
             Err(diags) => {
                 outcome::invalid_spec(r, &self.flows, &self.previous, &diags, deleting).await?;
+                if deleting && finalizer::has(flow, BIND_FINALIZER) {
+                    // A bound flow deleted after an edit broke it still lets its objects go.
+                    crate::bind::parent::release(r, &self.flows).await?;
+                }
                 return Ok(None);
             }
         };
-        if !deleting && finalizer::present(flow) != compiled.on_delete.is_some() {
-            // onDelete steps hold deletion until they ran; without them nothing should.
-            finalizer::set(&self.flows, flow, compiled.on_delete.is_some()).await?;
+        // onDelete steps hold deletion until they ran; without them nothing should. A bound
+        // flow's onDelete is its objects' (each runs in the object's own flow), and a flow
+        // made for an object that its bound flow released lets its object be.
+        let holds = compiled.on_delete.is_some()
+            && compiled.spec.bind.is_none()
+            && !crate::bind::released(flow);
+        if !deleting && finalizer::present(flow) != holds {
+            finalizer::set(&self.flows, flow, holds).await?;
         }
-        if deleting && compiled.on_delete.is_none() {
+        if deleting && !holds && compiled.spec.bind.is_none() {
             finalizer::remove(&self.flows, flow).await?;
             return Ok(None);
         }
@@ -313,7 +333,7 @@ impl FlowReconcile<'_> {
         run: &StoredRun,
         queued: Option<&str>,
         sched: &schedule::Decision,
-    ) -> Result<(), Error> {
+    ) -> Result<pseudoflow_crd::PseudoFlowStatus, Error> {
         let previous = &self.previous;
         let queued = queued.map(|id| (id, self.generation));
         let mut status = status::of_run(previous, plan, run, run.generation, queued, self.r.now);
@@ -325,7 +345,7 @@ impl FlowReconcile<'_> {
         if status::without_nulls(&patch) != *previous {
             outcome::patch_status(&self.flows, self.r.flow_id.name, patch).await?;
         }
-        Ok(())
+        Ok(status)
     }
 }
 

@@ -9,6 +9,7 @@ use pseudoflow_compiler::plan::{Plan, PlanNode};
 use pseudoflow_compiler::result::{IncludedDocument, StepResult};
 use pseudoflow_compiler::runtime::{includes, local};
 use pseudoflow_compiler::{fuse, Compiled};
+use pseudoflow_crd::bind::{OBJECT_VAR, TRIGGER_VAR};
 use pseudoflow_crd::status::ApprovalRecord;
 use pseudoflow_crd::steps::Placement;
 use pseudoflow_crd::{PseudoFlowSpec, StepKind, RUN_ANNOTATION};
@@ -317,6 +318,11 @@ impl Driving<'_> {
             .into_iter()
             .map(|(k, v)| (k, Value::String(v)))
             .collect();
+        // A flow made for one bound object sees it, and what started its run, as values.
+        if let Some(b) = &self.spec.bound {
+            s.insert(OBJECT_VAR.into(), b.object.clone());
+            s.insert(TRIGGER_VAR.into(), b.trigger.clone());
+        }
         s.extend(run.vars.clone());
         s.extend(walker.loop_vars(node, key, &run.state));
         s

@@ -33,18 +33,12 @@ struct Shared {
 
 /// Runs the controller until the process is told to stop; `namespace` limits it to one.
 pub async fn run_controller(ctx: Arc<Context>, namespace: Option<String>) {
-    let (flows, jobs, journals): (Api<RawFlow>, Api<Job>, Api<ConfigMap>) = match &namespace {
-        Some(ns) => (
-            Api::namespaced(ctx.client.clone(), ns),
-            Api::namespaced(ctx.client.clone(), ns),
-            Api::namespaced(ctx.client.clone(), ns),
-        ),
-        None => (
-            Api::all(ctx.client.clone()),
-            Api::all(ctx.client.clone()),
-            Api::all(ctx.client.clone()),
-        ),
-    };
+    let (flows, jobs, journals): (Api<RawFlow>, Api<Job>, Api<ConfigMap>) = (
+        scoped(&ctx, &namespace),
+        scoped(&ctx, &namespace),
+        scoped(&ctx, &namespace),
+    );
+    let children: Api<RawFlow> = scoped(&ctx, &namespace);
     let shared = Arc::new(Shared {
         ctx: ctx.clone(),
         backoff: Backoff::default(),
@@ -98,6 +92,15 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: Option<String>) {
             let ctx = ctx.clone();
             move |node: Node| ctx.nodes.flows_on(&node)
         })
+        // A bound flow's child changed (its run's phase): the bound flow sums up again, and
+        // lets a deleted object go once its flow is gone.
+        .watches(
+            children,
+            watcher::Config::default().labels(pseudoflow_crd::bind::BOUND_TO_LABEL),
+            bound_parent,
+        )
+        // An object of a bound kind changed (docs/bound-flows.md).
+        .reconcile_on(ctx.binder.watches.wakes())
         // One backoff for all watches of the controller: see `WatchBackoff`.
         .trigger_backoff(WatchBackoff::default())
         .run(reconcile, error_policy, shared)
@@ -107,6 +110,18 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: Option<String>) {
             }
         })
         .await;
+}
+
+/// The controller's API for `K` in `namespace` (all namespaces when `None`).
+fn scoped<K>(ctx: &Context, namespace: &Option<String>) -> Api<K>
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope>,
+    <K as kube::Resource>::DynamicType: Default,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
+        None => Api::all(ctx.client.clone()),
+    }
 }
 
 /// The Nodes, mirrored into `ctx.nodes`; a refused watch is recorded there (node steps then
@@ -148,6 +163,16 @@ fn journal_owner(cm: ConfigMap) -> Option<ObjectRef<RawFlow>> {
     cm.owner_references()
         .iter()
         .find(|o| o.kind == "PseudoFlow" && o.api_version.starts_with("ops.example.com/"))
+        .map(|o| ObjectRef::new(&o.name).within(&ns))
+}
+
+/// The bound flow a child flow serves (its controlling PseudoFlow owner).
+fn bound_parent(child: RawFlow) -> Option<ObjectRef<RawFlow>> {
+    let ns = child.namespace()?;
+    child
+        .owner_references()
+        .iter()
+        .find(|o| o.kind == "PseudoFlow" && o.controller == Some(true))
         .map(|o| ObjectRef::new(&o.name).within(&ns))
 }
 

@@ -23,7 +23,7 @@ pub fn time(unix: i64) -> Time {
 }
 
 /// One standard condition, keeping `lastTransitionTime` when the status did not change.
-fn condition(
+pub(crate) fn condition(
     previous: &Value,
     ty: &str,
     status: bool,
@@ -256,6 +256,7 @@ pub fn of_run(
         // Set by the reconcile for a scheduled flow (reconcile/schedule.rs).
         last_schedule_time: None,
         next_schedule_time: None,
+        bound: None,
     }
 }
 

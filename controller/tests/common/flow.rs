@@ -53,8 +53,20 @@ pub fn start_controller_with(
     ns: &str,
     metrics: Arc<Metrics>,
 ) -> tokio::task::JoinHandle<()> {
-    let ctx = Arc::new(Context::new(client.clone(), IMAGE.into(), metrics));
-    tokio::spawn(run_controller(ctx, Some(ns.to_string())))
+    let (client, ns) = (client.clone(), ns.to_string());
+    tokio::spawn(async move {
+        let ctx = Context::new(client, IMAGE.into(), metrics).with_config(admin_config().await);
+        run_controller(Arc::new(ctx), Some(ns)).await
+    })
+}
+
+/// The client configuration of testenv's admin: what the in-process controller derives the
+/// clients of bound flows' ServiceAccounts from (docs/bound-flows.md).
+pub async fn admin_config() -> kube::Config {
+    let kubeconfig = kube::config::Kubeconfig::read_from(env().kubeconfig_path()).unwrap();
+    kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap()
 }
 
 /// A controller for `ns` whose `--node-step-namespaces` are `node_step_namespaces`: the

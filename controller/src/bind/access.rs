@@ -1,0 +1,191 @@
+//! Everything done to objects of a bound kind — watching, listing, patching finalizers and
+//! status — is done as the flow's ServiceAccount, by impersonation (docs/security.md): the
+//! controller holds no rights on the kind, only `impersonate` on ServiceAccounts. A flow whose
+//! ServiceAccount lacks a right fails naming it, checked with SelfSubjectAccessReviews (which
+//! every identity may ask about itself) before anything is watched.
+
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
+use kube::api::{Api, PostParams};
+use kube::core::GroupVersionKind;
+use kube::discovery::{pinned_kind, ApiResource, Scope};
+use kube::Client;
+use pseudoflow_crd::bind::Bind;
+
+use super::Binder;
+
+/// The username Kubernetes gives ServiceAccount `sa` of `ns`.
+pub fn service_account_user(ns: &str, sa: &str) -> String {
+    format!("system:serviceaccount:{ns}:{sa}")
+}
+
+impl Binder {
+    /// A client acting as ServiceAccount `sa` of `ns` (made once, then shared).
+    pub fn client_as(&self, ns: &str, sa: &str) -> Result<Client, String> {
+        let key = format!("{ns}/{sa}");
+        let mut clients = self.clients.lock().expect("not poisoned");
+        if let Some(c) = clients.get(&key) {
+            return Ok(c.clone());
+        }
+        let Some(config) = &self.config else {
+            return Err(
+                "this controller was started without a client configuration to act \
+                        as the flow's ServiceAccount; bound flows cannot run"
+                    .into(),
+            );
+        };
+        let mut config = config.clone();
+        config.auth_info.impersonate = Some(service_account_user(ns, sa));
+        config.auth_info.impersonate_groups = None;
+        let client = Client::try_from(config).map_err(|e| format!("client for {key}: {e}"))?;
+        clients.insert(key, client.clone());
+        Ok(client)
+    }
+}
+
+impl Binder {
+    /// The resource of `bind`'s kind and whether it is namespaced, as discovery tells the flow's
+    /// ServiceAccount (asked once per account and kind, then remembered).
+    pub async fn kind(
+        &self,
+        client: &Client,
+        ns: &str,
+        sa: &str,
+        bind: &Bind,
+    ) -> Result<(ApiResource, bool), String> {
+        let key = format!("{ns}/{sa} {}/{}", bind.api_version, bind.kind);
+        if let Some(k) = self.kinds.lock().expect("not poisoned").get(&key) {
+            return Ok(k.clone());
+        }
+        let (group, version) = bind.group_version();
+        let gvk = GroupVersionKind::gvk(group, version, &bind.kind);
+        let (ar, caps) = pinned_kind(client, &gvk).await.map_err(|e| {
+            let (k, v) = (&bind.kind, &bind.api_version);
+            format!("kind {k} of {v} is not served: {e}")
+        })?;
+        let found = (ar, caps.scope == Scope::Namespaced);
+        let mut kinds = self.kinds.lock().expect("not poisoned");
+        kinds.insert(key, found.clone());
+        Ok(found)
+    }
+}
+
+/// The rights a bound flow's ServiceAccount needs on its kind: (verb, subresource); the last
+/// only when it writes the objects' status.
+pub const NEEDED: [(&str, &str); 4] = [
+    ("list", ""),
+    ("watch", ""),
+    ("patch", ""),
+    ("patch", "status"),
+];
+
+/// The rights of [`NEEDED`] a binding uses: all, or all but `patch status` when it writes no
+/// status (kinds without a status subresource, such as ConfigMaps).
+pub fn needed(writes_status: bool) -> &'static [(&'static str, &'static str)] {
+    if writes_status {
+        &NEEDED
+    } else {
+        &NEEDED[..3]
+    }
+}
+
+/// The first right of [`needed`] that `client` (acting as the flow's ServiceAccount) lacks on
+/// `ar` in `ns` (all namespaces when `None`), as a sentence naming it; `None` when it has all.
+pub async fn missing_right(
+    client: &Client,
+    who: &str,
+    ar: &ApiResource,
+    ns: Option<&str>,
+    writes_status: bool,
+) -> Result<Option<String>, kube::Error> {
+    let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
+    for &(verb, sub) in needed(writes_status) {
+        let review = SelfSubjectAccessReview {
+            spec: SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(ResourceAttributes {
+                    group: Some(ar.group.clone()),
+                    resource: Some(ar.plural.clone()),
+                    subresource: (!sub.is_empty()).then(|| sub.to_string()),
+                    verb: Some(verb.to_string()),
+                    namespace: ns.map(str::to_string),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let answer = api.create(&PostParams::default(), &review).await?;
+        if !answer.status.is_some_and(|s| s.allowed) {
+            let needs = needed(writes_status);
+            return Ok(Some(missing_message(who, (verb, sub), ar, ns, needs)));
+        }
+    }
+    Ok(None)
+}
+
+/// "ServiceAccount ops/db may not watch databases.example.com in namespace ops ...".
+pub fn missing_message(
+    who: &str,
+    (verb, sub): (&str, &str),
+    ar: &ApiResource,
+    ns: Option<&str>,
+    needed: &[(&str, &str)],
+) -> String {
+    let resource = if ar.group.is_empty() {
+        ar.plural.clone()
+    } else {
+        format!("{}.{}", ar.plural, ar.group)
+    };
+    let resource = if sub.is_empty() {
+        resource
+    } else {
+        format!("{resource}/{sub}")
+    };
+    let place = match ns {
+        Some(ns) => format!("in namespace {ns}"),
+        None => "cluster-wide (allNamespaces)".into(),
+    };
+    format!(
+        "ServiceAccount {who} may not {verb} {resource} {place}; a bound flow watches, lists and \
+         patches (finalizers, status) its objects with its ServiceAccount's rights: grant {}",
+        needed
+            .iter()
+            .map(|(v, s)| if s.is_empty() {
+                v.to_string()
+            } else {
+                format!("{v} {s}")
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_message_names_the_verb_the_resource_and_the_place() {
+        let ar = ApiResource {
+            group: "example.com".into(),
+            version: "v1".into(),
+            api_version: "example.com/v1".into(),
+            kind: "Database".into(),
+            plural: "databases".into(),
+        };
+        let m = missing_message("ops/db", ("watch", ""), &ar, Some("ops"), &NEEDED);
+        assert!(
+            m.starts_with(
+                "ServiceAccount ops/db may not watch databases.example.com in namespace ops"
+            ),
+            "{m}"
+        );
+        let m = missing_message("ops/db", ("patch", "status"), &ar, None, needed(true));
+        assert!(
+            m.contains("patch databases.example.com/status cluster-wide"),
+            "{m}"
+        );
+        assert_eq!(service_account_user("a", "b"), "system:serviceaccount:a:b");
+    }
+}

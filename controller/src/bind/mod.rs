@@ -1,0 +1,68 @@
+//! Flows bound to a kind (`spec.bind`, docs/bound-flows.md): one flow serves every object of a
+//! kind, as a hand-written operator would. Rather than a second run engine, the bound flow (the
+//! *parent*) keeps one ordinary flow per object (its *child*): the child reuses everything a flow
+//! has (runs, `concurrencyPolicy`, status, `onDelete`, metrics) and sees the object as the
+//! variable `object`.
+//!
+//! - [`parent`]: the parent's reconcile: watch the kind, keep a child per object, a finalizer on
+//!   each object, and a summary in the parent's status.
+//! - [`child`]: what a child is (its name, its spec, and which change of an object starts a run).
+//! - [`object`]: what a child sees of an object, and the finalizer the parent puts on it.
+//! - [`access`]: everything done to objects of the kind is done as the flow's ServiceAccount.
+//! - [`watch`]: one watch per bound flow, waking the parent when an object changes.
+//! - [`write_back`]: the object's status, written by the child's reconcile after each phase change.
+//! - [`summary`]: the parent's bounded status.
+
+pub mod access;
+pub mod child;
+pub mod object;
+pub mod parent;
+pub mod summary;
+pub mod watch;
+pub mod write_back;
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use kube::api::DynamicObject;
+use pseudoflow_crd::bind::RELEASED_ANNOTATION;
+
+pub(crate) use parent::reconcile_parent;
+pub(crate) use write_back::write_back;
+
+/// What bound flows share across reconciles: the controller's client configuration (to act as a
+/// flow's ServiceAccount), the watches of bound kinds, and the object statuses last written.
+#[derive(Default)]
+pub struct Binder {
+    /// The controller's own configuration; impersonating clients are derived from it. Without
+    /// it (a controller started from a bare client) bound flows fail, saying so.
+    config: Option<kube::Config>,
+    /// Clients acting as `namespace/serviceaccount`, made once.
+    clients: Mutex<HashMap<String, kube::Client>>,
+    /// The resource of each bound kind and whether it is namespaced, per ServiceAccount.
+    kinds: Mutex<HashMap<String, (kube::discovery::ApiResource, bool)>>,
+    /// One watch per bound flow.
+    pub watches: watch::Watches,
+    /// Per child flow uid: a digest of the object status it last wrote, so an unchanged status is
+    /// not written again (lost on restart: then it is written once more, harmlessly).
+    written: Mutex<HashMap<String, u64>>,
+}
+
+impl Binder {
+    /// A binder acting from `config` (the controller's own client configuration).
+    pub fn with_config(config: kube::Config) -> Self {
+        Binder {
+            config: Some(config),
+            ..Default::default()
+        }
+    }
+}
+
+/// Whether the bound flow released this child (it is being deleted or no longer bound): then
+/// deleting the child runs no `onDelete`.
+pub fn released(flow: &DynamicObject) -> bool {
+    flow.metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(RELEASED_ANNOTATION))
+}

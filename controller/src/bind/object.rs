@@ -1,0 +1,103 @@
+//! What a child flow sees of its object (`${object...}`), and the finalizer the bound flow puts
+//! on each object so that deleting it first runs its `onDelete`.
+
+use kube::api::DynamicObject;
+use pseudoflow_compiler::names::{bounded_name, stable_hash};
+use serde_json::{json, Map, Value};
+
+/// The finalizer flow `parent` (in `ns`) puts on each of its objects:
+/// `ops.example.com/flow-<parent>`, bounded to a valid name (with a hash when shortened).
+pub fn finalizer_name(ns: &str, parent: &str) -> String {
+    let hash = stable_hash(&[ns, parent]);
+    format!(
+        "ops.example.com/{}",
+        bounded_name(&format!("flow-{parent}"), hash, 63)
+    )
+}
+
+/// `namespace/name` of an object (just `name` for a cluster-scoped one).
+pub fn key(obj: &DynamicObject) -> String {
+    match &obj.metadata.namespace {
+        Some(ns) => format!("{ns}/{}", obj.metadata.name.as_deref().unwrap_or_default()),
+        None => obj.metadata.name.clone().unwrap_or_default(),
+    }
+}
+
+/// The object as `${object}` shows it: apiVersion, kind, metadata (name, namespace, uid,
+/// generation, labels, annotations) and every other top-level field but `status`. Left out:
+/// what changes without the object changing (resourceVersion, managedFields, finalizers), so
+/// a status write or our own finalizer never looks like a change.
+pub fn view(obj: &DynamicObject) -> Value {
+    let m = &obj.metadata;
+    let mut meta = Map::new();
+    meta.insert("name".into(), json!(m.name));
+    if let Some(ns) = &m.namespace {
+        meta.insert("namespace".into(), json!(ns));
+    }
+    meta.insert("uid".into(), json!(m.uid));
+    if let Some(g) = m.generation {
+        meta.insert("generation".into(), json!(g));
+    }
+    meta.insert("labels".into(), json!(m.labels.clone().unwrap_or_default()));
+    let annotations = m.annotations.clone().unwrap_or_default();
+    let annotations: std::collections::BTreeMap<_, _> = annotations
+        .into_iter()
+        // kubectl's copy of the whole object would double the child's size.
+        .filter(|(k, _)| k != "kubectl.kubernetes.io/last-applied-configuration")
+        .collect();
+    meta.insert("annotations".into(), json!(annotations));
+    let mut out = Map::new();
+    if let Some(t) = &obj.types {
+        out.insert("apiVersion".into(), json!(t.api_version));
+        out.insert("kind".into(), json!(t.kind));
+    }
+    out.insert("metadata".into(), Value::Object(meta));
+    if let Some(data) = obj.data.as_object() {
+        for (k, v) in data {
+            if !matches!(k.as_str(), "status" | "metadata" | "apiVersion" | "kind") {
+                out.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    Value::Object(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn db() -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "example.com/v1", "kind": "Database",
+            "metadata": {"name": "pg", "namespace": "ops", "uid": "u1", "generation": 2,
+                "resourceVersion": "77", "finalizers": ["x"], "labels": {"a": "b"},
+                "managedFields": [{"manager": "kubectl"}],
+                "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{...}", "n": "1"}},
+            "spec": {"version": "15"},
+            "status": {"phase": "Running"}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_view_keeps_what_the_object_says_and_drops_what_changes_without_it() {
+        let v = view(&db());
+        assert_eq!(
+            v,
+            json!({"apiVersion": "example.com/v1", "kind": "Database",
+                "metadata": {"name": "pg", "namespace": "ops", "uid": "u1", "generation": 2,
+                    "labels": {"a": "b"}, "annotations": {"n": "1"}},
+                "spec": {"version": "15"}})
+        );
+        assert_eq!(key(&db()), "ops/pg");
+    }
+
+    #[test]
+    fn finalizer_names_are_valid_and_differ_per_flow() {
+        let f = finalizer_name("ops", "database");
+        assert!(f.starts_with("ops.example.com/flow-database-"), "{f}");
+        let long = finalizer_name("ops", &"x".repeat(200));
+        assert!(long.split('/').nth(1).unwrap().len() <= 63, "{long}");
+        assert_ne!(finalizer_name("a", "db"), finalizer_name("b", "db"));
+    }
+}

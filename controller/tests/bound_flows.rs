@@ -1,0 +1,643 @@
+//! Flows bound to a kind (`spec.bind`, docs/bound-flows.md), on testenv: each object of the kind
+//! gets its own flow, runs and status; status-only changes start nothing, watched fields do;
+//! deleting an object (also mid-run) runs its `onDelete` before its finalizer goes; deleting the bound flow lets
+//! the objects go; a flow of the child's name made by someone else is never adopted; and a
+//! ServiceAccount that may not watch the kind fails the flow naming that right.
+//!
+//! The controller runs with the chart's ClusterRole only (a token of a ServiceAccount bound to
+//! it): it holds no rights on the kind, so everything done to the objects is done as the flow's
+//! ServiceAccount, by impersonation.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::config::{AuthInfo, KubeConfigOptions, Kubeconfig};
+use kube::discovery::ApiResource;
+use kube::Client;
+use pseudoflow_controller::bind::child::child_name;
+use pseudoflow_controller::metrics::Metrics;
+use pseudoflow_controller::{run_controller, Context};
+use serde_json::{json, Value};
+
+mod common;
+
+use common::{
+    apply, create_flow, env, eventually, flows, install_crd, wait_status, FlowNamespace, IMAGE,
+};
+
+const GROUP: &str = "bind.test.example.com";
+
+/// A kind for these tests whose status keeps any field (the seed's CRD keeps only `phase`).
+fn widget_crd() -> Value {
+    json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("widgets.{GROUP}")},
+        "spec": {"group": GROUP, "scope": "Namespaced",
+            "names": {"kind": "Widget", "plural": "widgets", "singular": "widget", "listKind": "WidgetList"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}]}})
+}
+
+fn widgets(client: &Client, ns: &str) -> Api<DynamicObject> {
+    let ar = ApiResource {
+        group: GROUP.into(),
+        version: "v1".into(),
+        api_version: format!("{GROUP}/v1"),
+        kind: "Widget".into(),
+        plural: "widgets".into(),
+    };
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+async fn create_widget(client: &Client, ns: &str, name: &str, spec: Value) {
+    apply(
+        client,
+        json!({"apiVersion": format!("{GROUP}/v1"), "kind": "Widget",
+        "metadata": {"name": name, "namespace": ns}, "spec": spec}),
+    )
+    .await;
+}
+
+/// The rights a bound flow's ServiceAccount needs on widgets, plus ConfigMaps for its steps.
+fn flow_rules(widget_verbs: Value) -> Value {
+    json!([
+        {"apiGroups": [GROUP], "resources": ["widgets"], "verbs": widget_verbs},
+        {"apiGroups": [GROUP], "resources": ["widgets/status"], "verbs": ["patch"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "create", "patch", "delete"]},
+    ])
+}
+
+/// A namespace whose ServiceAccount `flow` may do `widget_verbs` on widgets, and a controller
+/// for it running as a ServiceAccount with the chart's ClusterRole and nothing else.
+async fn setup(prefix: &str, widget_verbs: Value) -> (Client, String) {
+    let client = env().client().await.unwrap();
+    install_crd(&client).await;
+    apply(&client, widget_crd()).await;
+    let ns = FlowNamespace::new(prefix)
+        .rules(flow_rules(widget_verbs))
+        .create(env(), &client)
+        .await;
+    wait_served(&client, &ns).await;
+    let config = controller_config(&client, &ns).await;
+    let ctl = Client::try_from(config.clone()).unwrap();
+    assert!(
+        !may(
+            &client,
+            &format!("system:serviceaccount:{ns}:controller"),
+            &ns,
+            "list"
+        )
+        .await,
+        "the controller must hold no rights on the kind"
+    );
+    let ctx = Context::new(ctl, IMAGE.into(), Arc::new(Metrics::default())).with_config(config);
+    tokio::spawn(run_controller(Arc::new(ctx), Some(ns.clone())));
+    (client, ns)
+}
+
+async fn wait_served(client: &Client, ns: &str) {
+    let api = widgets(client, ns);
+    eventually(30, "widgets served", || async {
+        api.list(&Default::default()).await.is_ok()
+    })
+    .await;
+}
+
+/// The chart's ClusterRole (rendered by helm), bound to ServiceAccount `controller` of `ns`;
+/// a client configuration with a token of that account (the testenv admin's certificate gone).
+async fn controller_config(client: &Client, ns: &str) -> kube::Config {
+    let docs = pseudoflow_test_support::helm::template(
+        "bind",
+        &[
+            "--show-only".into(),
+            "templates/rbac.yaml".into(),
+            "--set".into(),
+            "leaderElection.enabled=false".into(),
+        ],
+    );
+    let role = docs.iter().find(|d| d["kind"] == "ClusterRole").unwrap();
+    let name = format!("pseudoflow-bind-{ns}");
+    apply(
+        client,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": name}, "rules": role["rules"]}),
+    )
+    .await;
+    apply(client, json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "controller", "namespace": ns}})).await;
+    apply(
+        client,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": "controller", "namespace": ns}]}),
+    )
+    .await;
+    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+    let req: TokenRequest =
+        serde_json::from_value(json!({"spec": {"audiences": [], "expirationSeconds": 3600}}))
+            .unwrap();
+    let token = sas
+        .create_token_request("controller", &PostParams::default(), &req)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .token;
+    let kubeconfig = Kubeconfig::read_from(env().kubeconfig_path()).unwrap();
+    let mut config =
+        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .unwrap();
+    config.auth_info = AuthInfo {
+        token: Some(token.into()),
+        ..Default::default()
+    };
+    config
+}
+
+/// Whether `user` may `verb` widgets in `ns` (asked as the admin).
+async fn may(client: &Client, user: &str, ns: &str, verb: &str) -> bool {
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(user.into()),
+            resource_attributes: Some(ResourceAttributes {
+                group: Some(GROUP.into()),
+                resource: Some("widgets".into()),
+                verb: Some(verb.into()),
+                namespace: Some(ns.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::<SubjectAccessReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .allowed
+}
+
+/// A bound flow `name` over widgets: it applies ConfigMap `<widget>-made` holding the widget's
+/// `spec.version` (a version that is no valid name part fails the step), counts runs started
+/// by create in ConfigMap `<widget>-created` (a loop over one item on create, none otherwise),
+/// and its onDelete applies `<widget>-farewell`.
+fn widget_flow(extra_bind: Value) -> Value {
+    let mut bind = json!({"apiVersion": format!("{GROUP}/v1"), "kind": "Widget",
+        "status": {"fields": {"made": "${object.metadata.name}-made"}}});
+    if let (Some(b), Some(extra)) = (bind.as_object_mut(), extra_bind.as_object()) {
+        b.extend(extra.clone());
+    }
+    json!({
+        "serviceAccountName": "flow",
+        "bind": bind,
+        "steps": [
+            {"type": "apply", "name": "made", "manifests": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ${object.metadata.name}-made-${object.spec.version}\n  labels: {widget: \"${object.metadata.name}\"}\ndata:\n  event: ${trigger.event}\n"},
+            {"type": "loop", "name": "on create only", "forEach": "${['once'] if trigger.event == 'create' else []}", "steps": [
+                {"type": "apply", "manifests": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ${object.metadata.name}-created\n"}
+            ]}
+        ],
+        "onDelete": [
+            {"type": "apply", "manifests": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ${object.metadata.name}-farewell\n"}
+        ]
+    })
+}
+
+async fn widget_status(client: &Client, ns: &str, name: &str) -> Value {
+    widgets(client, ns)
+        .get(name)
+        .await
+        .map(|w| w.data["status"].clone())
+        .unwrap_or_default()
+}
+
+async fn wait_widget(client: &Client, ns: &str, name: &str, phase: &str) -> Value {
+    let what = format!("widget {name} phase {phase}");
+    eventually(90, &what, || async {
+        widget_status(client, ns, name).await["phase"] == phase
+    })
+    .await;
+    widget_status(client, ns, name).await
+}
+
+async fn config_map_exists(client: &Client, ns: &str, name: &str) -> bool {
+    Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .unwrap()
+        .is_some()
+}
+
+fn all_verbs() -> Value {
+    json!(["get", "list", "watch", "patch"])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_object_gets_its_own_run_and_status_and_one_failure_blocks_no_other() {
+    let (client, ns) = setup("bind-two", all_verbs()).await;
+    create_flow(&client, &ns, "widgets", widget_flow(json!({}))).await;
+    create_widget(&client, &ns, "good", json!({"version": "one"})).await;
+    create_widget(&client, &ns, "bad", json!({"version": "NOT_A_NAME"})).await;
+    let good = wait_widget(&client, &ns, "good", "Running").await;
+    assert_eq!(good["made"], "good-made", "{good:#}");
+    let ready = good["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .unwrap();
+    assert_eq!(
+        (
+            ready["status"].as_str(),
+            ready["observedGeneration"].as_i64()
+        ),
+        (Some("True"), Some(1))
+    );
+    assert!(config_map_exists(&client, &ns, "good-made-one").await);
+    assert!(config_map_exists(&client, &ns, "good-created").await);
+    let bad = wait_widget(&client, &ns, "bad", "Failed").await;
+    assert!(
+        bad["message"].as_str().unwrap_or_default().contains("made"),
+        "{bad:#}"
+    );
+    let status = wait_status(&client, &ns, "widgets", 60, "both objects summed up", |s| {
+        s["bound"]["running"] == 1 && s["bound"]["failed"] == 1
+    })
+    .await;
+    assert_eq!(status["bound"]["objects"], 2, "{status:#}");
+    assert_eq!(
+        status["bound"]["failures"][0]["object"],
+        format!("{ns}/bad")
+    );
+    let w = widgets(&client, &ns).get("good").await.unwrap();
+    let fins = w.metadata.finalizers.unwrap_or_default();
+    assert!(
+        fins.iter()
+            .any(|f| f.starts_with("ops.example.com/flow-widgets-")),
+        "{fins:?}"
+    );
+}
+
+/// The run id of the child flow serving widget `w`.
+async fn child_run(client: &Client, ns: &str, w: &str) -> String {
+    let child = child_name("widgets", ns, w);
+    flows(client, ns).get(&child).await.unwrap().data["status"]["run"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_only_change_starts_no_run_and_a_watched_field_does() {
+    let (client, ns) = setup("bind-watch", all_verbs()).await;
+    let flow = widget_flow(json!({"watchFields": [".metadata.annotations.password"]}));
+    create_flow(&client, &ns, "widgets", flow).await;
+    create_widget(&client, &ns, "w", json!({"version": "one"})).await;
+    wait_widget(&client, &ns, "w", "Running").await;
+    let first = child_run(&client, &ns, "w").await;
+    // A status write and a label: nothing the flow watches.
+    let api = widgets(&client, &ns);
+    let status = json!({"status": {"note": "written by someone else"}});
+    api.patch_status("w", &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+    let label = json!({"metadata": {"labels": {"team": "a"}}});
+    api.patch("w", &PatchParams::default(), &Patch::Merge(&label))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        child_run(&client, &ns, "w").await,
+        first,
+        "no run for a status or label change"
+    );
+    // The watched annotation: a run, told it was an update of that path.
+    let pw = json!({"metadata": {"annotations": {"password": "new"}}});
+    api.patch("w", &PatchParams::default(), &Patch::Merge(&pw))
+        .await
+        .unwrap();
+    eventually(60, "a new run", || async {
+        child_run(&client, &ns, "w").await != first
+    })
+    .await;
+    let child = flows(&client, &ns)
+        .get(&child_name("widgets", &ns, "w"))
+        .await
+        .unwrap();
+    let trigger = &child.data["spec"]["bound"]["trigger"];
+    assert_eq!(
+        trigger,
+        &json!({"event": "update", "changed": [".metadata.annotations.password"]})
+    );
+    wait_widget(&client, &ns, "w", "Running").await;
+    let status = wait_status(
+        &client,
+        &ns,
+        &child_name("widgets", &ns, "w"),
+        60,
+        "done",
+        |s| s["phase"] == "Succeeded",
+    )
+    .await;
+    let cm = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), &ns)
+        .get("w-made-one")
+        .await
+        .unwrap();
+    assert_eq!(cm.data.unwrap()["event"], "update", "{status:#}");
+    // The create-only step ran for no item this time.
+    let on_create = status["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "on create only")
+        .unwrap();
+    assert_eq!(on_create["phase"], "Succeeded", "{on_create:#}");
+    assert!(
+        status["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["path"] != "spec.steps[1].steps[0]" || s["phase"] != "Succeeded"),
+        "{status:#}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_an_object_runs_its_on_delete_then_lets_it_go() {
+    let (client, ns) = setup("bind-delete", all_verbs()).await;
+    create_flow(&client, &ns, "widgets", widget_flow(json!({}))).await;
+    create_widget(&client, &ns, "w", json!({"version": "one"})).await;
+    wait_widget(&client, &ns, "w", "Running").await;
+    assert!(!config_map_exists(&client, &ns, "w-farewell").await);
+    let api = widgets(&client, &ns);
+    api.delete("w", &DeleteParams::default()).await.unwrap();
+    eventually(90, "the widget gone", || async {
+        api.get_opt("w").await.unwrap().is_none()
+    })
+    .await;
+    assert!(
+        config_map_exists(&client, &ns, "w-farewell").await,
+        "onDelete ran before the object went"
+    );
+    let child = child_name("widgets", &ns, "w");
+    eventually(30, "its flow gone", || async {
+        flows(&client, &ns).get_opt(&child).await.unwrap().is_none()
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_the_bound_flow_removes_its_finalizers_and_runs_no_on_delete() {
+    let (client, ns) = setup("bind-unbind", all_verbs()).await;
+    create_flow(&client, &ns, "widgets", widget_flow(json!({}))).await;
+    create_widget(&client, &ns, "w", json!({"version": "one"})).await;
+    wait_widget(&client, &ns, "w", "Running").await;
+    flows(&client, &ns)
+        .delete("widgets", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(60, "the bound flow gone", || async {
+        flows(&client, &ns)
+            .get_opt("widgets")
+            .await
+            .unwrap()
+            .is_none()
+    })
+    .await;
+    let w = widgets(&client, &ns).get("w").await.unwrap();
+    assert!(
+        !w.metadata
+            .finalizers
+            .unwrap_or_default()
+            .iter()
+            .any(|f| f.starts_with("ops.example.com/")),
+        "the object keeps none of our finalizers"
+    );
+    let child = child_name("widgets", &ns, "w");
+    eventually(30, "its flow gone", || async {
+        flows(&client, &ns).get_opt(&child).await.unwrap().is_none()
+    })
+    .await;
+    assert!(
+        !config_map_exists(&client, &ns, "w-farewell").await,
+        "no onDelete ran"
+    );
+    assert!(
+        config_map_exists(&client, &ns, "w-made-one").await,
+        "what the run made stays"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flow_of_the_childs_name_made_by_someone_else_is_not_adopted() {
+    let (client, ns) = setup("bind-squat", all_verbs()).await;
+    let squat = child_name("widgets", &ns, "w");
+    create_flow(
+        &client,
+        &ns,
+        &squat,
+        json!({"suspend": true, "steps": [{"type": "log", "message": "mine"}]}),
+    )
+    .await;
+    create_flow(&client, &ns, "widgets", widget_flow(json!({}))).await;
+    create_widget(&client, &ns, "w", json!({"version": "one"})).await;
+    let status = wait_status(&client, &ns, "widgets", 60, "the object refused", |s| {
+        s["bound"]["failed"] == 1
+    })
+    .await;
+    let message = status["bound"]["failures"][0]["message"].as_str().unwrap();
+    assert!(message.contains("not adopted"), "{message}");
+    let f = flows(&client, &ns).get(&squat).await.unwrap();
+    assert!(
+        f.data["spec"].get("bound").is_none(),
+        "the squatter's spec is untouched"
+    );
+    let w = widgets(&client, &ns).get("w").await.unwrap();
+    assert!(
+        w.metadata.finalizers.unwrap_or_default().is_empty(),
+        "no finalizer without a flow"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_account_that_may_not_watch_the_kind_fails_naming_the_right() {
+    let (client, ns) = setup("bind-norights", json!(["get", "list", "patch"])).await;
+    create_flow(&client, &ns, "widgets", widget_flow(json!({}))).await;
+    let status = wait_status(&client, &ns, "widgets", 60, "refused", |s| {
+        s["phase"] == "Failed"
+    })
+    .await;
+    assert_eq!(status["reason"], "BindRefused", "{status:#}");
+    let message = status["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!(
+            "ServiceAccount {ns}/flow may not watch widgets.{GROUP} in namespace {ns}"
+        )),
+        "{message}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_deleted_mid_run_has_its_run_stopped_then_its_on_delete_run() {
+    let (client, ns) = setup("bind-midrun", all_verbs()).await;
+    let mut flow = widget_flow(json!({}));
+    flow["steps"] = json!([{"type": "sleep", "name": "long", "seconds": 600}]);
+    create_flow(&client, &ns, "widgets", flow).await;
+    create_widget(&client, &ns, "w", json!({"version": "one"})).await;
+    wait_widget(&client, &ns, "w", "Creating").await;
+    let child = child_name("widgets", &ns, "w");
+    wait_status(&client, &ns, &child, 60, "sleeping", |s| {
+        s["currentStep"]
+            .as_str()
+            .is_some_and(|c| c.contains("long"))
+    })
+    .await;
+    let api = widgets(&client, &ns);
+    api.delete("w", &DeleteParams::default()).await.unwrap();
+    eventually(
+        90,
+        "the widget gone long before its run would end",
+        || async { api.get_opt("w").await.unwrap().is_none() },
+    )
+    .await;
+    assert!(
+        config_map_exists(&client, &ns, "w-farewell").await,
+        "onDelete ran"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_of_the_bound_flow_runs_each_object_again_with_the_new_spec() {
+    let (client, ns) = setup("bind-edit", all_verbs()).await;
+    let mut flow = widget_flow(json!({}));
+    flow["vars"] = json!({"color": "red", "dropped": "x"});
+    flow["steps"][0]["manifests"] = json!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ${object.metadata.name}-color\ndata:\n  color: ${color}\n");
+    create_flow(&client, &ns, "widgets", flow.clone()).await;
+    create_widget(&client, &ns, "w", json!({"version": "one"})).await;
+    wait_widget(&client, &ns, "w", "Running").await;
+    let first = child_run(&client, &ns, "w").await;
+    flow["vars"] = json!({"color": "blue"});
+    create_flow(&client, &ns, "widgets", flow).await;
+    eventually(60, "a new run", || async {
+        child_run(&client, &ns, "w").await != first
+    })
+    .await;
+    let child = child_name("widgets", &ns, "w");
+    wait_status(&client, &ns, &child, 60, "done", |s| {
+        s["phase"] == "Succeeded"
+    })
+    .await;
+    let cm = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), &ns)
+        .get("w-color")
+        .await
+        .unwrap();
+    assert_eq!(cm.data.unwrap()["color"], "blue");
+    let spec = flows(&client, &ns).get(&child).await.unwrap().data["spec"].clone();
+    assert_eq!(
+        spec["vars"],
+        json!({"color": "blue"}),
+        "a dropped var is gone from the child"
+    );
+    assert_eq!(
+        spec["bound"]["trigger"],
+        json!({"event": "update", "changed": []})
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bound_flow_broken_by_an_edit_still_lets_its_objects_go_when_deleted() {
+    let (client, ns) = setup("bind-broken", all_verbs()).await;
+    let mut flow = widget_flow(json!({}));
+    create_flow(&client, &ns, "widgets", flow.clone()).await;
+    create_widget(&client, &ns, "w", json!({"version": "one"})).await;
+    wait_widget(&client, &ns, "w", "Running").await;
+    flow["steps"] = json!([{"type": "log", "message": "${nope.x}"}]);
+    create_flow(&client, &ns, "widgets", flow).await;
+    wait_status(&client, &ns, "widgets", 60, "invalid", |s| {
+        s["reason"] == "InvalidSpec"
+    })
+    .await;
+    flows(&client, &ns)
+        .delete("widgets", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(60, "the bound flow gone", || async {
+        flows(&client, &ns)
+            .get_opt("widgets")
+            .await
+            .unwrap()
+            .is_none()
+    })
+    .await;
+    let w = widgets(&client, &ns).get("w").await.unwrap();
+    assert!(w.metadata.finalizers.unwrap_or_default().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kind_without_status_is_served_when_nothing_is_written_back_and_the_selector_holds() {
+    let (client, ns) = setup("bind-cm", json!(["get"])).await;
+    // ConfigMaps: no status subresource, no generation; only those labelled bound=yes.
+    let rules = json!([{"apiGroups": [""], "resources": ["configmaps"],
+        "verbs": ["get", "list", "watch", "create", "patch"]}]);
+    apply(
+        &client,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "flow", "namespace": ns}, "rules": rules}),
+    )
+    .await;
+    create_flow(&client, &ns, "cms", json!({
+        "serviceAccountName": "flow",
+        "bind": {"apiVersion": "v1", "kind": "ConfigMap", "selector": "bound=yes",
+            "status": {"phaseField": "", "conditions": false}},
+        "steps": [{"type": "apply", "manifests": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ${object.metadata.name}-seen\ndata:\n  k: ${object.data.k}\n"}]
+    })).await;
+    let cm = |name: &str, k: &str, labelled: bool| {
+        let labels = if labelled {
+            json!({"bound": "yes"})
+        } else {
+            json!({})
+        };
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": ns, "labels": labels}, "data": {"k": k}})
+    };
+    apply(&client, cm("src", "1", true)).await;
+    apply(&client, cm("other", "1", false)).await;
+    let cms = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), &ns);
+    let seen = |v: &'static str| {
+        let cms = cms.clone();
+        async move {
+            cms.get_opt("src-seen")
+                .await
+                .unwrap()
+                .and_then(|c| c.data)
+                .is_some_and(|d| d["k"] == v)
+        }
+    };
+    eventually(60, "src served", || seen("1")).await;
+    apply(&client, cm("src", "2", true)).await;
+    eventually(60, "a change of its data served", || seen("2")).await;
+    let status = wait_status(&client, &ns, "cms", 60, "summed up", |s| {
+        s["bound"]["running"] == 1
+    })
+    .await;
+    assert_eq!(
+        status["bound"]["objects"], 1,
+        "the unlabelled one is not served: {status:#}"
+    );
+    assert!(!config_map_exists(&client, &ns, "other-seen").await);
+    let child = child_name("cms", &ns, "src");
+    let events = common::flow_events(&client, &ns, &child).await;
+    assert!(events
+        .iter()
+        .all(|e| e.reason.as_deref() != Some("StatusWriteFailed")));
+}

@@ -1,0 +1,250 @@
+//! `spec.bind`: a flow bound to a kind serves every object of that kind, as a hand-written
+//! operator would (docs/bound-flows.md). The controller gives each matching object a child flow
+//! of its own, whose `spec.bound` carries the object and what started its run; the types of both
+//! live here so the validator, the controller and the CRD agree on them.
+
+use std::collections::BTreeMap;
+
+use schemars::{JsonSchema, Schema, SchemaGenerator};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::check::Ctx;
+use crate::selector::LabelSelector;
+
+/// Label on every child flow, naming the bound flow it serves.
+pub const BOUND_TO_LABEL: &str = "ops.example.com/bound-to";
+/// Finalizer a bound flow holds while it has put finalizers on objects, so deleting it removes them.
+pub const BIND_FINALIZER: &str = "ops.example.com/bind";
+/// Annotation on a child flow the bound flow released (it is being deleted): the child's
+/// `onDelete` does not run, the object stays as it is.
+pub const RELEASED_ANNOTATION: &str = "ops.example.com/released";
+/// The variable holding the bound object in every expression.
+pub const OBJECT_VAR: &str = "object";
+/// The variable saying what started the run (`event`, `changed`).
+pub const TRIGGER_VAR: &str = "trigger";
+/// Most failed objects the bound flow's status lists (the latest ones).
+pub const MAX_FAILURES_SHOWN: usize = 5;
+/// Most `watchFields`.
+pub const MAX_WATCH_FIELDS: usize = 32;
+
+/// Binds the flow to a kind: every matching object gets its own runs, status and `onDelete`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Bind {
+    /// API version of the kind, e.g. `example.com/v1` or `v1`.
+    #[schemars(length(min = 1, max = 253))]
+    pub api_version: String,
+    /// The kind, e.g. `Database`.
+    #[schemars(length(min = 1, max = 63))]
+    pub kind: String,
+    /// Only objects with matching labels (string or structured form); default: all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "open_schema")]
+    pub selector: Option<LabelSelector>,
+    /// Objects in every namespace (the ServiceAccount needs a cluster-wide grant); default: the
+    /// flow's own namespace.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub all_namespaces: bool,
+    /// jsonPaths (e.g. `.spec.password`) whose change also starts a run, besides create and a
+    /// change of `metadata.generation`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_WATCH_FIELDS))]
+    pub watch_fields: Vec<String>,
+    /// What is written back into each object's status.
+    #[serde(default)]
+    pub status: BindStatus,
+}
+
+/// What the controller writes into a bound object's status (through its status subresource).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BindStatus {
+    /// The status field holding the phase: Creating while a run runs, Running when it
+    /// succeeded, Failed (with `message`) when it failed. Empty: no phase is written.
+    #[serde(default = "default_phase_field")]
+    #[schemars(length(max = 63))]
+    pub phase_field: String,
+    /// More status fields, each rendered from `${...}` over the run's variables when a run
+    /// succeeded (e.g. `podName: "${object.metadata.name}-pod"`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub fields: BTreeMap<String, String>,
+    /// Write standard `Ready`/`Progressing`/`Degraded` conditions with `observedGeneration`.
+    #[serde(default = "yes")]
+    pub conditions: bool,
+}
+
+fn default_phase_field() -> String {
+    "phase".into()
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for BindStatus {
+    fn default() -> Self {
+        BindStatus {
+            phase_field: default_phase_field(),
+            fields: BTreeMap::new(),
+            conditions: true,
+        }
+    }
+}
+
+/// `spec.bound`, set by the controller on a child flow (never by hand): the object it serves and
+/// what started its run. Its fields become the variables `object` and `trigger`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Bound {
+    /// The object (metadata name/namespace/uid/generation/labels/annotations and every
+    /// top-level field but `status`).
+    #[schemars(schema_with = "open_schema")]
+    pub object: Value,
+    /// `{event: create|update, changed: [jsonPaths]}`.
+    #[schemars(schema_with = "open_schema")]
+    pub trigger: Value,
+    /// The kind's plural resource name, for writing its status.
+    pub plural: String,
+    /// What to write back into the object's status.
+    #[serde(default)]
+    pub status: BindStatus,
+}
+
+fn open_schema(_: &mut SchemaGenerator) -> Schema {
+    schemars::json_schema!({"x-kubernetes-preserve-unknown-fields": true})
+}
+
+impl Bind {
+    /// The group (empty for the core group) and version of `apiVersion`.
+    pub fn group_version(&self) -> (&str, &str) {
+        match self.api_version.split_once('/') {
+            Some((g, v)) => (g, v),
+            None => ("", self.api_version.as_str()),
+        }
+    }
+
+    /// Checks every field, reporting each problem at its path under `spec.bind`.
+    pub fn validate(&self, ctx: &mut Ctx) {
+        let (group, version) = self.group_version();
+        if version.is_empty() || self.api_version.matches('/').count() > 1 {
+            let v = &self.api_version;
+            ctx.error(
+                "apiVersion",
+                format!("{v:?} is not GROUP/VERSION or VERSION"),
+            );
+        } else if !group.is_empty() && !crate::text::is_dns_subdomain(group) {
+            ctx.error("apiVersion", format!("{group:?} is not a valid API group"));
+        }
+        let k = &self.kind;
+        let kind_ok = k.chars().next().is_some_and(|c| c.is_ascii_uppercase())
+            && k.chars().all(|c| c.is_ascii_alphanumeric());
+        if !kind_ok {
+            ctx.error("kind", format!("{k:?} is not a kind (e.g. Database)"));
+        }
+        if self.group_version() == ("ops.example.com", "v1alpha1") && k == "PseudoFlow" {
+            ctx.error("kind", "a flow cannot be bound to PseudoFlows");
+        }
+        if let Some(s) = &self.selector {
+            ctx.label_selector("selector", s);
+        }
+        for (i, path) in self.watch_fields.iter().enumerate() {
+            if path.contains("${") {
+                ctx.error(&format!("watchFields[{i}]"), "must be a literal jsonPath");
+            } else {
+                ctx.json_path(&format!("watchFields[{i}]"), path);
+            }
+        }
+        self.status.validate(&mut ctx.at("status"));
+    }
+}
+
+impl BindStatus {
+    /// Whether anything is written back (not for `phaseField: ""`, `conditions: false` and no
+    /// `fields`: then kinds without a status subresource, such as ConfigMaps, can be bound).
+    pub fn writes_anything(&self) -> bool {
+        !self.phase_field.is_empty() || self.conditions || !self.fields.is_empty()
+    }
+
+    /// Field names are plain identifiers and do not collide with the phase, `message` or
+    /// `conditions`; their values' expressions are checked with the flow's others.
+    fn validate(&self, ctx: &mut Ctx) {
+        let ident = |s: &str| {
+            s.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+                && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        };
+        if !self.phase_field.is_empty() && !ident(&self.phase_field) {
+            let f = &self.phase_field;
+            ctx.error("phaseField", format!("{f:?} is not a status field name"));
+        }
+        for key in self.fields.keys() {
+            let at = format!("fields.{key}");
+            if !ident(key) {
+                ctx.error(&at, format!("{key:?} is not a status field name"));
+            } else if key == &self.phase_field
+                || matches!(
+                    key.as_str(),
+                    "message" | "conditions" | "observedGeneration"
+                )
+            {
+                ctx.error(&at, format!("{key:?} is written by the controller already"));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Diagnostics;
+    use serde_json::json;
+
+    fn problems(v: Value) -> Vec<String> {
+        let bind: Bind = serde_json::from_value(v).unwrap();
+        let mut diags = Diagnostics::default();
+        bind.validate(&mut Ctx::new("spec.bind", &mut diags));
+        diags
+            .errors()
+            .map(|d| format!("{}: {}", d.path, d.message))
+            .collect()
+    }
+
+    #[test]
+    fn a_plain_binding_is_valid_and_defaults_to_phase_and_conditions() {
+        let v = json!({"apiVersion": "example.com/v1", "kind": "Database"});
+        assert!(problems(v.clone()).is_empty());
+        let bind: Bind = serde_json::from_value(v).unwrap();
+        assert_eq!(bind.status.phase_field, "phase");
+        assert!(bind.status.conditions && !bind.all_namespaces);
+        assert_eq!(bind.group_version(), ("example.com", "v1"));
+    }
+
+    #[test]
+    fn each_mistake_is_named_at_its_path() {
+        let p = problems(json!({
+            "apiVersion": "a/b/c", "kind": "database",
+            "selector": "a in (", "watchFields": [".spec.x", "spec[", "${x}"],
+            "status": {"phaseField": "a b", "fields": {"message": "x", "ok": "${y}"}}
+        }));
+        let paths: Vec<&str> = p.iter().map(|s| s.split(": ").next().unwrap()).collect();
+        assert_eq!(
+            paths,
+            [
+                "spec.bind.apiVersion",
+                "spec.bind.kind",
+                "spec.bind.selector",
+                "spec.bind.watchFields[1]",
+                "spec.bind.watchFields[2]",
+                "spec.bind.status.phaseField",
+                "spec.bind.status.fields.message"
+            ],
+            "{p:#?}"
+        );
+    }
+
+    #[test]
+    fn a_flow_cannot_bind_to_flows() {
+        let p = problems(json!({"apiVersion": "ops.example.com/v1alpha1", "kind": "PseudoFlow"}));
+        assert_eq!(p, ["spec.bind.kind: a flow cannot be bound to PseudoFlows"]);
+    }
+}
