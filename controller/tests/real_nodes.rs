@@ -222,13 +222,7 @@ async fn the_chart_runs_the_controller_as_a_deployment_that_survives_losing_its_
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/pseudoflow-operator");
     let set = |kv: &str| ["--set".to_string(), kv.to_string()];
     let mut args: Vec<String> = vec!["install".into(), ns.clone(), chart.display().to_string()];
-    args.extend([
-        "--namespace".into(),
-        ns.clone(),
-        "--wait".into(),
-        "--timeout".into(),
-        "240s".into(),
-    ]);
+    args.extend(["--namespace".into(), ns.clone()]);
     for kv in [
         "crds.install=false".to_string(),
         "image.controller.repository=docker.io/pseudoflow/controller".into(),
@@ -262,8 +256,44 @@ async fn the_chart_runs_the_controller_as_a_deployment_that_survives_losing_its_
     );
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
     let name = format!("{ns}-pseudoflow");
-    let ready = deployments.get(&name).await.unwrap().status.unwrap();
-    assert_eq!(ready.ready_replicas, Some(2), "{ready:?}");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let controllers = ListParams::default().labels("app.kubernetes.io/name=pseudoflow-operator");
+    let t0 = Instant::now();
+    loop {
+        let status = deployments
+            .get(&name)
+            .await
+            .unwrap()
+            .status
+            .unwrap_or_default();
+        if status.ready_replicas == Some(2) {
+            break;
+        }
+        if t0.elapsed().as_secs() > 180 {
+            let mut why = String::new();
+            for p in pods.list(&controllers).await.unwrap().items {
+                let n = p.metadata.name.clone().unwrap_or_default();
+                let log = pods.logs(&n, &Default::default()).await.unwrap_or_default();
+                why += &format!("{n}: {:?}\n{log}\n", p.status);
+            }
+            let events = Api::<k8s_openapi::api::core::v1::Event>::namespaced(client.clone(), &ns)
+                .list(&ListParams::default())
+                .await
+                .unwrap();
+            for e in events.items {
+                why += &format!(
+                    "event {:?} {:?}: {:?}\n",
+                    e.involved_object.name, e.reason, e.message
+                );
+            }
+            panic!("the controller Deployment is not ready after 180 s: {status:?}\n{why}");
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    }
+    eprintln!(
+        "controller Deployment ready {:?} after helm install",
+        t0.elapsed()
+    );
 
     // A flow whose first step runs long enough to lose every controller pod under it.
     create_flow(&client, &ns, "survivor", json!({"serviceAccountName": "flow", "steps": [
@@ -272,8 +302,6 @@ async fn the_chart_runs_the_controller_as_a_deployment_that_survives_losing_its_
             "metadata": {"name": "after", "namespace": ns}}}
     ]}))
     .await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let controllers = ListParams::default().labels("app.kubernetes.io/name=pseudoflow-operator");
     pseudoflow_test_support::wait_status(
         &client,
         &ns,

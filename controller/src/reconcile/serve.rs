@@ -45,18 +45,20 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: Option<String>) {
     });
     let writer = Writer::<RawFlow>::default();
     let reader = writer.as_reader();
-    let synced = ctx.readiness.watch_started();
-    let store = reader.clone();
-    tokio::spawn(async move {
-        if store.wait_until_ready().await.is_ok() {
-            synced.done();
-        }
-    });
+    // Ready once the flows were listed: told by the watch's own InitDone, not by waiting on the
+    // store beside the Controller (kube-runtime's store readiness wakes only its last waiter,
+    // so a second waiter can sleep forever: the leading replica then never passed /readyz).
+    let mut synced = Some(ctx.readiness.watch_started());
     let mut gone = Gone::new(namespace);
     let on_event = shared.clone();
     let events = watcher(flows, watcher::Config::default())
         .backoff(WatchBackoff::default())
         .inspect_ok(move |ev| {
+            if matches!(ev, watcher::Event::InitDone) {
+                if let Some(s) = synced.take() {
+                    s.done();
+                }
+            }
             let uid = match ev {
                 watcher::Event::Delete(f) => f.uid(),
                 _ => None,
