@@ -214,7 +214,7 @@ async fn the_chart_runs_the_controller_as_a_deployment_that_survives_losing_its_
     install_crd(&client).await;
     let ns = FlowNamespace::new("real-chart")
         .rules(
-            json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create"]}]),
+            json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "patch"]}]),
         )
         .create(env, &client)
         .await;
@@ -349,11 +349,28 @@ async fn the_chart_runs_the_controller_as_a_deployment_that_survives_losing_its_
     nodes.sort();
     assert_eq!(nodes, ["s0", "s1"], "one Job per step, none twice");
 
-    // Metrics, from inside the cluster: a flow's bash script reads a controller pod's /metrics.
-    let ip = after
-        .iter()
-        .find_map(|p| p.status.as_ref()?.pod_ip.clone())
-        .expect("a controller pod with an IP");
+    // Metrics, from inside the cluster: a flow's bash script reads the leading controller
+    // pod's /metrics (the Lease holder's identity starts with its pod name), as Prometheus would.
+    let lease = Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(client.clone(), &ns)
+        .get("pseudoflow-controller")
+        .await
+        .unwrap();
+    let holder = lease
+        .spec
+        .and_then(|s| s.holder_identity)
+        .unwrap_or_default();
+    let leader = pods
+        .list(&controllers)
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find(|p| holder.starts_with(p.metadata.name.as_deref().unwrap_or("-")))
+        .unwrap_or_else(|| panic!("no controller pod holds the Lease ({holder})"));
+    let ip = leader
+        .status
+        .and_then(|s| s.pod_ip)
+        .expect("the leader's pod IP");
     let scrape = format!(
         "exec 3<>/dev/tcp/{ip}/8080; printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n' >&3; cat <&3 > /tmp/m; kubectl create configmap scraped --from-file=m=/tmp/m"
     );
@@ -375,6 +392,12 @@ async fn the_chart_runs_the_controller_as_a_deployment_that_survives_losing_its_
         .data
         .unwrap()["m"]
         .clone();
-    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
-    assert!(text.contains("pseudoflow_step_duration_seconds"), "{text}");
+    assert!(text.starts_with("HTTP/1.0 200 OK"), "{text}");
+    // The new leader finished the run the deleted pods had started, and counted it.
+    assert!(
+        text.contains(&format!(
+            "pseudoflow_runs_total{{flow=\"{ns}/survivor\",status=\"Succeeded\"}} 1"
+        )),
+        "{text}"
+    );
 }
