@@ -19,7 +19,9 @@ pub fn check_expressions(spec: &PseudoFlowSpec, diags: &mut Diagnostics) {
     if let Some(d) = &spec.on_delete {
         collect_outputs(d, &mut known);
     }
-    let mut outputs = BTreeSet::new();
+    // Data a flow's author does not write: step outputs, and in a bound flow the object and
+    // its trigger, written by whoever may create or edit objects of the kind.
+    let mut outputs: BTreeSet<String> = spec.bound_vars().iter().map(|v| v.to_string()).collect();
     collect_outputs(&spec.steps, &mut outputs);
     if let Some(d) = &spec.on_delete {
         collect_outputs(d, &mut outputs);
@@ -28,6 +30,7 @@ pub fn check_expressions(spec: &PseudoFlowSpec, diags: &mut Diagnostics) {
         engine: &engine,
         known: &known,
         outputs: &outputs,
+        bound: spec.bound_vars(),
         diags,
     };
     checker.steps(&spec.steps, "spec.steps", &[]);
@@ -56,6 +59,8 @@ struct Checker<'a> {
     known: &'a BTreeSet<String>,
     /// Variables that steps set at run time (command output, not reviewed text).
     outputs: &'a BTreeSet<String>,
+    /// A bound flow's own variables (`object`, `trigger`): data its author does not write.
+    bound: &'static [&'static str],
     diags: &'a mut Diagnostics,
 }
 
@@ -190,10 +195,15 @@ impl Checker<'_> {
         let Some(out) = names.iter().find(|n| self.outputs.contains(*n)) else {
             return;
         };
+        let what = if self.bound.contains(&out.as_str()) {
+            format!("the bound object's {out:?} (written by whoever may edit objects of the kind)")
+        } else {
+            format!("step output {out:?}")
+        };
         self.diags.warning(
             path,
             format!(
-                "${{{}}} splices step output {out:?} into a shell command unquoted; write \
+                "${{{}}} splices {what} into a shell command unquoted; write \
                  ${{ {} | shq }} to pass it as one word",
                 expr.trim(),
                 expr.trim()
@@ -310,6 +320,19 @@ mod tests {
         assert!(
             errors[1].starts_with("spec.bind.status.fields.pod: nope.x uses unknown variable"),
             "{errors:?}"
+        );
+        // The object is written by whoever may edit objects of the kind: unquoted in a command,
+        // a warning, as for a step's output.
+        let shell = json!({"bind": {"apiVersion": "example.com/v1", "kind": "Database"},
+            "steps": [{"type": "exec", "cmd": "createdb ${object.spec.name}"},
+                      {"type": "exec", "cmd": "createdb ${ object.spec.name | shq }"}]});
+        let w = warnings(&crate::compile(&id, &shell).unwrap());
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].starts_with(
+                "spec.steps[0].cmd: ${object.spec.name} splices the bound object's \"object\""
+            ),
+            "{w:?}"
         );
         // Without bind, `object` is no variable.
         let plain = json!({"steps": [{"type": "log", "message": "${object.spec.version}"}]});
