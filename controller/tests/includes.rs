@@ -104,9 +104,10 @@ async fn invalid_included_steps_fail_the_include_with_their_path_and_run_nothing
 #[tokio::test]
 async fn include_flow_runs_the_other_flows_steps_with_scoped_vars() {
     let (client, ns) = setup("include-flow").await;
-    // A library flow; it also runs on its own (every PseudoFlow does), which is harmless here.
+    // A library flow (includeOnly): it never runs on its own, only inside its callers.
     create_flow(&client, &ns, "lib", json!({
         "serviceAccountName": "flow",
+        "includeOnly": true,
         "vars": {"what": "lib"},
         "steps": [{"type": "apply", "manifests": format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: \"made-by-${{what}}-for-${{who}}\", namespace: {ns}}}\n")}]
     })).await;
@@ -138,6 +139,24 @@ async fn include_flow_runs_the_other_flows_steps_with_scoped_vars() {
     assert!(
         failed["message"].as_str().unwrap().contains("who"),
         "{failed:#}"
+    );
+    // The library itself never ran, not even when asked to with the run annotation.
+    common::flow::request_run(&client, &ns, "lib", "please").await;
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let lib = common::flow::flows(&client, &ns)
+        .get("lib")
+        .await
+        .unwrap()
+        .data["status"]
+        .clone();
+    assert_eq!(lib["phase"], "Pending", "{lib:#}");
+    assert!(lib["run"].is_null(), "{lib:#}");
+    assert!(
+        lib["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("included only"),
+        "{lib:#}"
     );
 }
 

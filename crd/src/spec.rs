@@ -65,9 +65,14 @@ pub struct PseudoFlowSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = crate::limits::MAX_DURATION_SECONDS))]
     pub starting_deadline_seconds: Option<u32>,
-    /// No new run starts (scheduled or from a spec change); a running run finishes.
+    /// No new run starts (scheduled or from a spec change); a running run holds: its running
+    /// steps finish and no new step starts until `suspend` is false again.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub suspend: bool,
+    /// A library for `includeFlow`: this flow never runs on its own (not when created or
+    /// changed, not from the run annotation); the flows that include it run its steps.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub include_only: bool,
     /// Serve every object of a kind, each with its own runs, status and `onDelete`
     /// (docs/bound-flows.md); the flow then runs no steps of its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]

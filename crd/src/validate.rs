@@ -61,6 +61,7 @@ pub fn validate_spec(raw: &Value) -> (Option<PseudoFlowSpec>, Diagnostics) {
     }
     check_schedule(&spec, &mut ctx);
     check_bind(&spec, &mut ctx);
+    check_include_only(&spec, &mut ctx);
     let ok = !diags.has_errors();
     (ok.then_some(spec), diags)
 }
@@ -90,6 +91,26 @@ fn check_bind(spec: &PseudoFlowSpec, ctx: &mut Ctx) {
                 format!("{name:?} is the bound object's variable in a flow bound to a kind"),
             );
         }
+    }
+}
+
+/// A library flow (`includeOnly`) has nothing that would run it on its own.
+fn check_include_only(spec: &PseudoFlowSpec, ctx: &mut Ctx) {
+    if !spec.include_only {
+        return;
+    }
+    let never_runs = "a flow with includeOnly never runs on its own";
+    if spec.schedule.is_some() {
+        ctx.error("schedule", format!("{never_runs}: it has no schedule"));
+    }
+    if spec.bind.is_some() {
+        ctx.error("bind", format!("{never_runs}: it cannot serve a kind"));
+    }
+    if spec.on_delete.is_some() {
+        ctx.error(
+            "onDelete",
+            format!("{never_runs}, so it has nothing to undo when deleted; put onDelete in the flows that include it"),
+        );
     }
 }
 
@@ -238,6 +259,19 @@ mod tests {
             Some("configFile")
         );
         assert_eq!(suggest("kubernetes", step_type_names()), None);
+    }
+
+    #[test]
+    fn an_include_only_flow_cannot_have_what_would_run_it() {
+        let spec = serde_json::json!({"includeOnly": true, "schedule": "* * * * *",
+            "onDelete": [{"type": "log", "message": "x"}],
+            "steps": [{"type": "log", "message": "x"}]});
+        let (_, diags) = validate_spec(&spec);
+        let paths: Vec<&str> = diags.errors().map(|d| d.path.as_str()).collect();
+        assert_eq!(paths, ["spec.schedule", "spec.onDelete"], "{diags}");
+        let ok =
+            serde_json::json!({"includeOnly": true, "steps": [{"type": "log", "message": "x"}]});
+        assert!(!validate_spec(&ok).1.has_errors());
     }
 
     #[test]

@@ -62,6 +62,10 @@ pub fn decide(
     created: i64,
     now: i64,
 ) -> Decision {
+    if spec.include_only {
+        // A library for includeFlow: it never runs on its own.
+        return Decision::default();
+    }
     let schedule = match spec.parsed_schedule() {
         None if spec.suspend => return Decision::default(),
         None => {
@@ -159,6 +163,10 @@ pub fn stamp(status: &mut PseudoFlowStatus, d: &Decision) {
 /// Status of a flow with no run at all yet: waiting for its first slot, or suspended.
 pub fn idle(spec: &PseudoFlowSpec, d: &Decision, generation: i64) -> PseudoFlowStatus {
     let message = match d.next {
+        _ if spec.include_only => {
+            "included only: its steps run in the flows that include it (includeFlow), never on their own"
+                .to_string()
+        }
         _ if spec.suspend => "suspended: no run starts while spec.suspend is true".to_string(),
         Some(next) => format!("waiting for the schedule: next run at {}", time(next).0),
         None => "the schedule has no further slot".to_string(),
