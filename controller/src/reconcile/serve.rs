@@ -10,6 +10,7 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::api::Api;
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::reflector::{self, store::Writer};
@@ -33,7 +34,7 @@ struct Shared {
 
 /// Runs the controller until the process is told to stop; `namespace` limits it to one.
 pub async fn run_controller(ctx: Arc<Context>, namespace: Option<String>) {
-    let (flows, jobs, journals): (Api<RawFlow>, Api<Job>, Api<ConfigMap>) = (
+    let (flows, jobs, journals): (Api<RawFlow>, Api<PartialObjectMeta<Job>>, Api<ConfigMap>) = (
         scoped(&ctx, &namespace),
         scoped(&ctx, &namespace),
         scoped(&ctx, &namespace),
@@ -45,47 +46,29 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: Option<String>) {
     });
     let writer = Writer::<RawFlow>::default();
     let reader = writer.as_reader();
-    // Ready once the flows were listed: told by the watch's own InitDone, not by waiting on the
-    // store beside the Controller (kube-runtime's store readiness wakes only its last waiter,
-    // so a second waiter can sleep forever: the leading replica then never passed /readyz).
-    let mut synced = Some(ctx.readiness.watch_started());
-    let mut gone = Gone::new(namespace);
-    let on_event = shared.clone();
-    let events = watcher(flows, watcher::Config::default())
-        .backoff(WatchBackoff::default())
-        .inspect_ok(move |ev| {
-            if matches!(ev, watcher::Event::InitDone) {
-                if let Some(s) = synced.take() {
-                    s.done();
-                }
-            }
-            let uid = match ev {
-                watcher::Event::Delete(f) => f.uid(),
-                _ => None,
-            };
-            for flow in gone.observe(ev, &on_event.ctx.metrics) {
-                on_event.ctx.metrics.forget(&flow, uid.as_deref());
-                on_event.backoff.reset(&flow);
-            }
-        });
-    let flows = reflector::reflector(writer, events).applied_objects();
-    let nodes = node_watch(&ctx);
+    let events = flow_events(flows, namespace, shared.clone());
+    let flows = reflector::reflector(writer, quiet(events, "flows")).applied_objects();
+    let nodes = quiet(node_watch(&ctx), "nodes");
     Controller::for_stream(flows, reader)
         // Bounded: 1,000 flows created at once must not mean 1,000 reconciles in memory at once
         // (each holds its compiled plan and its run's Jobs).
         .with_config(
             kube::runtime::controller::Config::default().concurrency(MAX_CONCURRENT_RECONCILES),
         )
-        .owns(
-            jobs,
-            watcher::Config::default().labels(&crate::labels::managed_by_selector()),
+        // The flow's Jobs (owned by it).
+        .watches_stream(
+            labelled(jobs, &crate::labels::managed_by_selector(), "jobs"),
+            job_owner,
         )
         // A fused segment's journal records a step: show it (and start what follows) now,
         // not when the segment's Job ends. Anyone who may write ConfigMaps can trigger a
         // reconcile this way, which is harmless: the journal's content counts only if signed.
-        .watches(
-            journals,
-            watcher::Config::default().labels(&format!("{LABEL_ROLE}={JOURNAL_ROLE}")),
+        .watches_stream(
+            labelled(
+                journals,
+                &format!("{LABEL_ROLE}={JOURNAL_ROLE}"),
+                "journals",
+            ),
             journal_owner,
         )
         // A node that stops reporting: the flows with a step running on it look again (see
@@ -96,9 +79,12 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: Option<String>) {
         })
         // A bound flow's child changed (its run's phase): the bound flow sums up again, and
         // lets a deleted object go once its flow is gone.
-        .watches(
-            children,
-            watcher::Config::default().labels(pseudoflow_crd::bind::BOUND_TO_LABEL),
+        .watches_stream(
+            labelled(
+                children,
+                pseudoflow_crd::bind::BOUND_TO_LABEL,
+                "bound flows' children",
+            ),
             bound_parent,
         )
         // An object of a bound kind changed (docs/bound-flows.md).
@@ -145,6 +131,81 @@ fn node_watch(
         Err(e) => health.nodes.watch_refused(refusal(e)),
     });
     reflector::reflector(writer, watch).touched_objects()
+}
+
+/// The watch of the flows themselves: it marks the controller ready once they were listed,
+/// and drops a deleted flow's metrics series and backoff.
+fn flow_events(
+    flows: Api<RawFlow>,
+    namespace: Option<String>,
+    on_event: Arc<Shared>,
+) -> impl futures::Stream<Item = Result<watcher::Event<RawFlow>, watcher::Error>> + Send + 'static {
+    // Ready once the flows were listed: told by the watch's own InitDone, not by waiting on the
+    // store beside the Controller (kube-runtime's store readiness wakes only its last waiter,
+    // so a second waiter can sleep forever: the leading replica then never passed /readyz).
+    let mut synced = Some(on_event.ctx.readiness.watch_started());
+    let mut gone = Gone::new(namespace);
+    watcher(flows, watcher::Config::default())
+        .backoff(WatchBackoff::default())
+        .inspect_ok(move |ev| {
+            if matches!(ev, watcher::Event::InitDone) {
+                if let Some(s) = synced.take() {
+                    s.done();
+                }
+            }
+            let uid = match ev {
+                watcher::Event::Delete(f) => f.uid(),
+                _ => None,
+            };
+            for flow in gone.observe(ev, &on_event.ctx.metrics) {
+                on_event.ctx.metrics.forget(&flow, uid.as_deref());
+                on_event.backoff.reset(&flow);
+            }
+        })
+}
+
+/// The objects of `api` with labels matching `selector`, as they change: a watch retried with
+/// its own backoff, its errors logged and dropped (see [`quiet`]).
+fn labelled<K>(
+    api: Api<K>,
+    selector: &str,
+    what: &'static str,
+) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+{
+    let watch = watcher(api, watcher::Config::default().labels(selector))
+        .backoff(WatchBackoff::default())
+        .touched_objects();
+    quiet(watch, what)
+}
+
+/// `stream` with its errors logged and dropped (each watch retries with its own backoff).
+/// The controller's triggers share one backoff (`trigger_backoff`): any error of any of them
+/// paused all of them, and after an API server restart every watch errs at least once — each
+/// more watch made the controller slower to get back to work (the chaos suite measures it).
+fn quiet<T: Send + 'static>(
+    stream: impl futures::Stream<Item = Result<T, watcher::Error>> + Send + 'static,
+    what: &'static str,
+) -> impl futures::Stream<Item = Result<T, watcher::Error>> + Send + 'static {
+    stream.filter_map(move |r| async move {
+        match r {
+            Ok(o) => Some(Ok(o)),
+            Err(e) => {
+                warn!("{what} watch: {e}");
+                None
+            }
+        }
+    })
+}
+
+/// The flow a Job belongs to (its PseudoFlow owner).
+fn job_owner(job: PartialObjectMeta<Job>) -> Option<ObjectRef<RawFlow>> {
+    let ns = job.namespace()?;
+    job.owner_references()
+        .iter()
+        .find(|o| o.kind == "PseudoFlow" && o.api_version.starts_with("ops.example.com/"))
+        .map(|o| ObjectRef::new(&o.name).within(&ns))
 }
 
 /// The API's refusal in a watch error (403, 401), if that is what it is.
