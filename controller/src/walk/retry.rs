@@ -52,7 +52,7 @@ pub fn retry_run(plan: &Plan, ended: &StoredRun, request: Request) -> Result<Sto
         None if ended.state.phase == RunPhase::Succeeded => {
             return Err(Refused::NothingFailed(ended.run_id.clone()))
         }
-        None => (unfinished(plan, ended), failed_path(plan, ended)),
+        None => (retry_groups(plan, ended), failed_path(plan, ended)),
     };
     let mut run = StoredRun {
         run_id: request.id.to_string(),
@@ -88,25 +88,26 @@ fn kept(phase: Phase) -> bool {
     matches!(phase, Phase::Succeeded | Phase::Skipped)
 }
 
-/// Nodes to run again when retrying the failure: those with an instance that did not end
-/// well, and every `retry` group around one of them (whole, so its attempts start afresh).
-fn unfinished(plan: &Plan, ended: &StoredRun) -> BTreeSet<String> {
-    let mut again: BTreeSet<String> = ended
+/// Nodes to run again whole when retrying the failure: every `retry` group around an instance
+/// that did not end well (so its attempts start afresh). Other instances are kept or not one
+/// by one: a node rollout keeps the nodes that succeeded.
+fn retry_groups(plan: &Plan, ended: &StoredRun) -> BTreeSet<String> {
+    let failed: BTreeSet<String> = ended
         .state
         .instances
         .iter()
         .filter(|(_, i)| !kept(i.phase))
         .map(|(id, _)| split_instance_id(id).0)
         .collect();
-    let groups: Vec<&PlanNode> = again
+    let groups: Vec<&PlanNode> = failed
         .iter()
         .filter_map(|id| plan.node(id))
         .flat_map(|n| enclosing_retries(plan, n))
         .collect();
-    for start in groups {
-        again.extend(group_nodes(plan, start));
-    }
-    again
+    groups
+        .into_iter()
+        .flat_map(|start| group_nodes(plan, start))
+        .collect()
 }
 
 /// The `retry` starts enclosing `node`, innermost first.

@@ -186,3 +186,48 @@ fn a_retry_group_around_the_failure_starts_afresh_and_other_loop_items_are_kept(
     );
     assert_eq!(run.state.instances["s1"].attempt, 1, "with fresh attempts");
 }
+
+#[test]
+fn a_retry_of_a_node_rollout_reruns_only_the_nodes_that_failed_or_never_ran() {
+    let body = json!([{"type": "configFile", "path": "/etc/x", "content": "y"}]);
+    let c =
+        compiled(json!([{"type": "loopNodes", "selector": "", "maxParallel": 2, "steps": body}]));
+    let w = Walker::new(&c.plan);
+    let mut old = StoredRun {
+        run_id: "r1".into(),
+        ..Default::default()
+    };
+    w.advance(&mut old.state, 0);
+    let items = Completion {
+        items: Some(
+            ["a", "b", "c", "d"]
+                .map(|n| (n.to_string(), json!(n)))
+                .to_vec(),
+        ),
+        ..outcome(true)
+    };
+    let mut o = w.complete(&mut old.state, "s0", &[], items, 0);
+    o.actions.extend(w.advance(&mut old.state, 0).actions);
+    assert_eq!(started(&o), ["s0-s0@a", "s0-s0@b"]);
+    assert_eq!(finish(&w, &mut old.state, "s0-s0@a", true), ["s0-s0@c"]);
+    // b fails: the rollout stops, c is aborted, d never ran.
+    finish(&w, &mut old.state, "s0-s0@b", false);
+    assert_eq!(old.state.phase, RunPhase::Failed);
+    let mut run = retry_run(&c.plan, &old, request(None)).unwrap();
+    assert_eq!(
+        run.state.instances["s0-s0@a"].phase,
+        Phase::Succeeded,
+        "a is kept"
+    );
+    let mut again = started(&w.advance(&mut run.state, 100));
+    again.sort();
+    assert_eq!(
+        again,
+        ["s0-s0@b", "s0-s0@c"],
+        "b and c again, two at a time; a never"
+    );
+    assert_eq!(finish(&w, &mut run.state, "s0-s0@b", true), ["s0-s0@d"]);
+    finish(&w, &mut run.state, "s0-s0@c", true);
+    finish(&w, &mut run.state, "s0-s0@d", true);
+    assert_eq!(run.state.phase, RunPhase::Succeeded);
+}
