@@ -23,7 +23,7 @@ assert vwc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == "pseu
 dep = next(d for d in docs if d["kind"] == "Deployment")
 assert "--webhook-cert-dir=/tls" in dep["spec"]["template"]["spec"]["containers"][0]["args"]
 role = next(d for d in docs if d["kind"] == "ClusterRole")
-assert not any(r["resources"] == ["validatingwebhookconfigurations"] for r in role["rules"]), "cert-manager injects the CA"
+assert not any("validatingwebhookconfigurations" in r["resources"] or "mutatingwebhookconfigurations" in r["resources"] for r in role["rules"]), "cert-manager injects the CA"
 PY
 # The admission policy refuses to render without an allowed ServiceAccount (it would refuse every flow).
 if "$HELM" template pf "$CHART" --set admissionPolicy.enabled=true > /dev/null 2> "$out/err"; then
@@ -67,8 +67,12 @@ assert sorted(hook["rules"][0]["operations"]) == ["CREATE", "UPDATE"], hook
 assert hook["clientConfig"]["service"] == {"name": "pf-pseudoflow-webhook", "namespace": "pseudoflow-system", "path": "/validate", "port": 443}, hook
 assert hook["namespaceSelector"]["matchExpressions"][0]["values"] == ["a", "b"], hook
 role = next(d for d in docs if d["kind"] == "ClusterRole")
-vwc_rule = next(r for r in role["rules"] if r["resources"] == ["validatingwebhookconfigurations"])
+# Both configurations (validating, and mutating for approval stamps) carry its CA.
+vwc_rule = next(r for r in role["rules"] if "validatingwebhookconfigurations" in r["resources"])
+assert sorted(vwc_rule["resources"]) == ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"], vwc_rule
 assert vwc_rule["resourceNames"] == ["pf-pseudoflow"] and vwc_rule["verbs"] == ["get", "patch"], vwc_rule
+mwc = next(d for d in docs if d["kind"] == "MutatingWebhookConfiguration")
+assert mwc["webhooks"][0]["clientConfig"]["service"]["path"] == "/mutate", mwc
 policy = next(d for d in docs if d["kind"] == "ValidatingAdmissionPolicy")
 binding = next(d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding")
 assert binding["spec"]["policyName"] == policy["metadata"]["name"], binding
