@@ -5,6 +5,20 @@ use kube::api::DynamicObject;
 use pseudoflow_compiler::names::{bounded_name, stable_hash};
 use serde_json::{json, Map, Value};
 
+/// The API resource of a bound object as `spec.bound` keeps it (its `apiVersion` and `kind`,
+/// and the kind's plural the bound flow discovered).
+pub fn resource_of(object: &Value, plural: &str) -> kube::discovery::ApiResource {
+    let api_version = object["apiVersion"].as_str().unwrap_or_default();
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    kube::discovery::ApiResource {
+        group: group.into(),
+        version: version.into(),
+        api_version: api_version.into(),
+        kind: object["kind"].as_str().unwrap_or_default().into(),
+        plural: plural.into(),
+    }
+}
+
 /// The finalizer flow `parent` (in `ns`) puts on each of its objects:
 /// `ops.example.com/flow-<parent>`, bounded to a valid name (with a hash when shortened).
 pub fn finalizer_name(ns: &str, parent: &str) -> String {

@@ -439,15 +439,7 @@ async fn unfinalize_object(
 ) -> Result<(), Error> {
     let bound = &child.data["spec"]["bound"];
     let obj = &bound["object"];
-    let api_version = obj["apiVersion"].as_str().unwrap_or_default();
-    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    let ar = ApiResource {
-        group: group.into(),
-        version: version.into(),
-        api_version: api_version.into(),
-        kind: obj["kind"].as_str().unwrap_or_default().into(),
-        plural: bound["plural"].as_str().unwrap_or_default().into(),
-    };
+    let ar = super::object::resource_of(obj, bound["plural"].as_str().unwrap_or_default());
     let client = r.ctx.binder.client_as(r.ns(), sa).map_err(Error::Bind)?;
     let api: Api<DynamicObject> = match obj["metadata"]["namespace"].as_str() {
         Some(ns) => Api::namespaced_with(client, ns, &ar),

@@ -6,7 +6,6 @@
 use std::collections::BTreeMap;
 
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
-use kube::discovery::ApiResource;
 use pseudoflow_compiler::expr::Scope;
 use pseudoflow_crd::bind::{Bound, OBJECT_VAR, TRIGGER_VAR};
 use pseudoflow_crd::{FlowPhase, PseudoFlowSpec, PseudoFlowStatus};
@@ -144,15 +143,7 @@ async fn patch_object_status(
     let sa = spec.service_account_name.as_deref().unwrap_or("default");
     let client = r.ctx.binder.client_as(r.ns(), sa)?;
     let obj = &bound.object;
-    let api_version = obj["apiVersion"].as_str().unwrap_or_default();
-    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    let ar = ApiResource {
-        group: group.into(),
-        version: version.into(),
-        api_version: api_version.into(),
-        kind: obj["kind"].as_str().unwrap_or_default().into(),
-        plural: bound.plural.clone(),
-    };
+    let ar = super::object::resource_of(obj, &bound.plural);
     let name = obj["metadata"]["name"].as_str().unwrap_or_default();
     let api: Api<DynamicObject> = match obj["metadata"]["namespace"].as_str() {
         Some(ns) => Api::namespaced_with(client, ns, &ar),
