@@ -4,7 +4,7 @@ use super::*;
 use pseudoflow_compiler::{compile, Compiled, FlowId};
 use serde_json::json;
 
-fn plan(steps: Value) -> Compiled {
+pub(in crate::walk) fn plan(steps: Value) -> Compiled {
     compile(
         &FlowId {
             name: "t",
@@ -15,14 +15,14 @@ fn plan(steps: Value) -> Compiled {
     .unwrap_or_else(|d| panic!("{d}"))
 }
 
-fn ok() -> Completion {
+pub(in crate::walk) fn ok() -> Completion {
     Completion {
         ok: true,
         ..Default::default()
     }
 }
 
-fn failed(msg: &str) -> Completion {
+pub(in crate::walk) fn failed(msg: &str) -> Completion {
     Completion {
         ok: false,
         message: msg.into(),
@@ -31,7 +31,7 @@ fn failed(msg: &str) -> Completion {
 }
 
 /// Starts as `advance` says and returns the started instance ids.
-fn started(o: &Outcome) -> Vec<String> {
+pub(in crate::walk) fn started(o: &Outcome) -> Vec<String> {
     o.actions
         .iter()
         .filter_map(|a| match a {
@@ -56,7 +56,7 @@ fn phase(s: &RunState, id: &str) -> Phase {
 }
 
 /// Completes an instance and advances; returns both outcomes' actions together.
-fn finish(w: &Walker, s: &mut RunState, id: &str, c: Completion) -> Outcome {
+pub(in crate::walk) fn finish(w: &Walker, s: &mut RunState, id: &str, c: Completion) -> Outcome {
     let (node, key) = split_instance_id(id);
     let mut o = w.complete(s, &node, &key, c, 0);
     let next = w.advance(s, 0);

@@ -3,50 +3,23 @@
 use serde_json::{json, Value};
 
 use super::*;
-use crate::walk::{instance_id, Action, Completion, Outcome, RunState, Walker};
-use pseudoflow_compiler::{compile, Compiled, FlowId};
-
-fn compiled(steps: Value) -> Compiled {
-    compile(
-        &FlowId {
-            name: "t",
-            namespace: Some("ns"),
-        },
-        &json!({ "steps": steps }),
-    )
-    .unwrap_or_else(|d| panic!("{d}"))
-}
+use crate::walk::tests::{self as walk_tests, plan as compiled, started};
+use crate::walk::{Completion, RunState, Walker};
+use pseudoflow_compiler::Compiled;
 
 fn step(name: &str) -> Value {
     json!({"type": "apply", "name": name,
            "manifests": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}}})
 }
 
-fn started(o: &Outcome) -> Vec<String> {
-    o.actions
-        .iter()
-        .filter_map(|a| match a {
-            Action::Start { node, key, .. } => Some(instance_id(node, key)),
-            _ => None,
-        })
-        .collect()
-}
-
-fn outcome(ok: bool) -> Completion {
-    Completion {
-        ok,
-        message: if ok { String::new() } else { "boom".into() },
-        ..Default::default()
-    }
-}
-
-/// Completes `id` as `ok` says, advances, and returns what started next.
+/// Completes `id` as `ok` says (the walk tests' `finish`) and returns what started next.
 fn finish(w: &Walker, s: &mut RunState, id: &str, ok: bool) -> Vec<String> {
-    let (node, key) = split_instance_id(id);
-    let mut o = w.complete(s, &node, &key, outcome(ok), 0);
-    let next = w.advance(s, 0);
-    o.actions.extend(next.actions);
-    started(&o)
+    let c = if ok {
+        walk_tests::ok()
+    } else {
+        walk_tests::failed("boom")
+    };
+    started(&walk_tests::finish(w, s, id, c))
 }
 
 fn request<'a>(from: Option<&'a str>) -> Request<'a> {
@@ -154,7 +127,7 @@ fn a_retry_group_around_the_failure_starts_afresh_and_other_loop_items_are_kept(
     assert_eq!(started(&w.advance(&mut old.state, 0)), ["s0"]);
     let items = Completion {
         items: Some(vec![("0".into(), json!("x")), ("1".into(), json!("y"))]),
-        ..outcome(true)
+        ..walk_tests::ok()
     };
     let mut o = w.complete(&mut old.state, "s0", &[], items, 0);
     o.actions.extend(w.advance(&mut old.state, 0).actions);
@@ -204,7 +177,7 @@ fn a_retry_of_a_node_rollout_reruns_only_the_nodes_that_failed_or_never_ran() {
                 .map(|n| (n.to_string(), json!(n)))
                 .to_vec(),
         ),
-        ..outcome(true)
+        ..walk_tests::ok()
     };
     let mut o = w.complete(&mut old.state, "s0", &[], items, 0);
     o.actions.extend(w.advance(&mut old.state, 0).actions);
