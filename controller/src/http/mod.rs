@@ -269,18 +269,10 @@ mod tests {
             kube::Client::try_from(config).unwrap(),
         ));
         let big = "x".repeat(3 << 20);
-        let review = serde_json::json!({
-            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-            "request": {
-                "uid": "u", "name": "f", "namespace": "t", "operation": "CREATE",
-                "kind": {"group": "ops.example.com", "version": "v1alpha1", "kind": "PseudoFlow"},
-                "resource": {"group": "ops.example.com", "version": "v1alpha1", "resource": "pseudoflows"},
-                "userInfo": {"username": "u"},
-                "object": {"apiVersion": "ops.example.com/v1alpha1", "kind": "PseudoFlow",
-                    "metadata": {"name": "f", "namespace": "t"},
-                    "spec": {"steps": [{"type": "log", "message": big}]}},
-            }
-        });
+        let review = create_review(
+            serde_json::json!({"name": "f", "namespace": "t"}),
+            serde_json::json!({"steps": [{"type": "log", "message": big}]}),
+        );
         let resp = router(state)
             .oneshot(
                 Request::post("/validate")
@@ -296,6 +288,21 @@ mod tests {
             .unwrap();
         let answer: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(answer["response"]["uid"], "u", "{answer}");
+    }
+
+    /// An AdmissionReview of user `u` creating flow t/f with `metadata` and `spec`.
+    fn create_review(metadata: serde_json::Value, spec: serde_json::Value) -> serde_json::Value {
+        serde_json::json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {
+                "uid": "u", "name": "f", "namespace": "t", "operation": "CREATE",
+                "kind": {"group": "ops.example.com", "version": "v1alpha1", "kind": "PseudoFlow"},
+                "resource": {"group": "ops.example.com", "version": "v1alpha1", "resource": "pseudoflows"},
+                "userInfo": {"username": "u"},
+                "object": {"apiVersion": "ops.example.com/v1alpha1", "kind": "PseudoFlow",
+                    "metadata": metadata, "spec": spec},
+            }
+        })
     }
 
     #[tokio::test]
@@ -314,19 +321,11 @@ mod tests {
 
     #[tokio::test]
     async fn mutate_refuses_a_client_written_stamp_and_is_not_served_without_the_webhook() {
-        let review = serde_json::json!({
-            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-            "request": {
-                "uid": "u", "name": "f", "namespace": "t", "operation": "CREATE",
-                "kind": {"group": "ops.example.com", "version": "v1alpha1", "kind": "PseudoFlow"},
-                "resource": {"group": "ops.example.com", "version": "v1alpha1", "resource": "pseudoflows"},
-                "userInfo": {"username": "u"},
-                "object": {"apiVersion": "ops.example.com/v1alpha1", "kind": "PseudoFlow",
-                    "metadata": {"name": "f", "namespace": "t",
-                        "annotations": {crate::approval::APPROVED_BY: "{}"}},
-                    "spec": {"steps": []}},
-            }
-        });
+        let review = create_review(
+            serde_json::json!({"name": "f", "namespace": "t",
+                "annotations": {crate::approval::APPROVED_BY: "{}"}}),
+            serde_json::json!({"steps": []}),
+        );
         let post = || {
             Request::post("/mutate")
                 .header(header::CONTENT_TYPE, "application/json")
