@@ -312,12 +312,7 @@ impl SelfSigned {
         {
             return self.patch_mutating_ca_bundle(client, name, ca, first).await;
         }
-        let patch = serde_json::json!({
-            "webhooks": webhooks.iter().map(|w| serde_json::json!({
-                "name": w.name,
-                "clientConfig": {"caBundle": ByteString(ca.as_bytes().to_vec())},
-            })).collect::<Vec<_>>()
-        });
+        let patch = ca_bundle_patch(webhooks.iter().map(|w| w.name.as_str()), ca);
         api.patch(name, &PatchParams::default(), &Patch::Strategic(patch))
             .await?;
         tracing::info!(configuration = %name, "wrote the webhook CA bundle");
@@ -347,12 +342,7 @@ impl SelfSigned {
         if webhooks.iter().all(trusted) {
             return Ok(());
         }
-        let patch = serde_json::json!({
-            "webhooks": webhooks.iter().map(|w| serde_json::json!({
-                "name": w.name,
-                "clientConfig": {"caBundle": ByteString(ca.as_bytes().to_vec())},
-            })).collect::<Vec<_>>()
-        });
+        let patch = ca_bundle_patch(webhooks.iter().map(|w| w.name.as_str()), ca);
         api.patch(name, &PatchParams::default(), &Patch::Strategic(patch))
             .await?;
         tracing::info!(configuration = %name, "wrote the mutating webhook CA bundle");
@@ -383,6 +373,17 @@ impl SelfSigned {
             }
         }
     }
+}
+
+/// A strategic-merge patch setting `ca` as the caBundle of each named webhook of a
+/// (validating or mutating) webhook configuration.
+fn ca_bundle_patch<'a>(names: impl Iterator<Item = &'a str>, ca: &str) -> serde_json::Value {
+    serde_json::json!({
+        "webhooks": names.map(|name| serde_json::json!({
+            "name": name,
+            "clientConfig": {"caBundle": ByteString(ca.as_bytes().to_vec())},
+        })).collect::<Vec<_>>()
+    })
 }
 
 /// Loads `tls.crt` and `tls.key` from `dir` (a mounted cert-manager Secret).
