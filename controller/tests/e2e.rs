@@ -324,5 +324,12 @@ async fn replace_aborts_the_running_run_and_deletes_its_jobs() {
         "the new run finished"
     );
     assert_eq!(status["run"]["trigger"], "2");
+    // The replaced run is still told: Aborted, because a newer run replaced it (seed: phase
+    // Aborted for it), with when it was stopped.
+    let previous = &status["previousRuns"][0];
+    assert_eq!(previous["id"], json!(first_run), "{status:#}");
+    assert_eq!(previous["phase"], "Aborted", "{status:#}");
+    assert_eq!(previous["reason"], "Replaced", "{status:#}");
+    assert!(previous["finishedAt"].is_string(), "{status:#}");
     ctl.abort();
 }

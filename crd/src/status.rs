@@ -96,6 +96,11 @@ pub struct PseudoFlowStatus {
     /// The next `spec.schedule` slot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_schedule_time: Option<Time>,
+    /// The runs before the current one, newest first (at most [`MAX_PREVIOUS_RUNS`]): how each
+    /// ended, so a run replaced by a newer one (`concurrencyPolicy: Replace`, a deletion)
+    /// still shows as Aborted after its successor took `phase` and `run`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub previous_runs: Vec<PreviousRun>,
     /// A flow bound to a kind (`spec.bind`): its objects, counted by phase.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bound: Option<BoundSummary>,
@@ -128,6 +133,28 @@ pub struct BoundFailure {
     pub object: String,
     /// What failed.
     pub message: String,
+}
+
+/// Most runs `status.previousRuns` keeps.
+pub const MAX_PREVIOUS_RUNS: usize = 5;
+
+/// How an earlier run ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PreviousRun {
+    /// The run's id (its Jobs' `ops.example.com/run` label).
+    pub id: String,
+    /// Succeeded, Failed, or Aborted (stopped before its end).
+    pub phase: FlowPhase,
+    /// Why it ended so: Succeeded, StepFailed, Timeout, Replaced (a newer run took over under
+    /// `concurrencyPolicy: Replace`), Deleted (the flow was deleted while it ran).
+    pub reason: String,
+    /// When it started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+    /// When it ended (or was stopped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<Time>,
 }
 
 /// Identity of one run: what started it and when.

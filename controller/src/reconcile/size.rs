@@ -11,8 +11,7 @@ use crate::depth;
 use crate::limits::MAX_RUN_STATE_DEPTH;
 use crate::walk::RunPhase;
 
-/// The pseudo node id under which a run ended for its state size is recorded.
-pub const RUN_STATE_TOO_LARGE: &str = "run-state";
+pub use crate::walk::RUN_STATE_TOO_LARGE;
 
 /// What [`shrink_to_fit`] did to an oversized run.
 #[derive(Debug, Clone, PartialEq)]

@@ -8,11 +8,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use pseudoflow_compiler::plan::{NodeKind, Plan, PlanNode};
 use pseudoflow_crd::common::RunOn;
-use pseudoflow_crd::status::{InstanceCounts, RunStatus, MAX_STEP_ENTRIES};
+use pseudoflow_crd::status::{InstanceCounts, PreviousRun, RunStatus, MAX_STEP_ENTRIES};
 use pseudoflow_crd::{FlowPhase, PseudoFlowStatus, StepStatus};
 use serde_json::Value;
 
-use super::size::RUN_STATE_TOO_LARGE;
 use super::store::StoredRun;
 use crate::limits::{bounded, MAX_STATUS_MESSAGE_CHARS, MAX_STEP_MESSAGE_CHARS};
 use crate::walk::{instance_id, split_instance_id, Instance, Phase, RunPhase};
@@ -256,25 +255,28 @@ pub fn of_run(
         // Set by the reconcile for a scheduled flow (reconcile/schedule.rs).
         last_schedule_time: None,
         next_schedule_time: None,
+        previous_runs: previous_runs(run),
         bound: None,
     }
 }
 
-/// The flow's phase and reason from its run's: a failed run says why (a step, the run's
-/// timeout, a run state too large to store).
+/// The flow's phase and reason from its run's (see [`StoredRun::outcome`]).
 fn phase_of(run: &StoredRun) -> (FlowPhase, &'static str) {
-    let cause = run.state.failure.as_ref().map(|(id, _)| id.as_str());
-    match run.state.phase {
-        RunPhase::Running => (FlowPhase::Running, "Running"),
-        RunPhase::Succeeded => (FlowPhase::Succeeded, "Succeeded"),
-        RunPhase::Failed if cause == Some(crate::walk::RUN_TIMEOUT) => {
-            (FlowPhase::Failed, "Timeout")
-        }
-        RunPhase::Failed if cause == Some(RUN_STATE_TOO_LARGE) => {
-            (FlowPhase::Failed, "RunStateTooLarge")
-        }
-        RunPhase::Failed => (FlowPhase::Failed, "StepFailed"),
-    }
+    run.outcome()
+}
+
+/// `status.previousRuns` from the run's history.
+fn previous_runs(run: &StoredRun) -> Vec<PreviousRun> {
+    run.previous
+        .iter()
+        .map(|ended| PreviousRun {
+            id: ended.run_id.clone(),
+            phase: ended.phase,
+            reason: ended.reason.clone(),
+            started_at: Some(time(ended.started_at)),
+            finished_at: ended.finished_at.map(time),
+        })
+        .collect()
 }
 
 /// What the first `approval` step waiting for a decision says ("waiting for approval: NAME").
@@ -530,6 +532,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::reconcile::size::RUN_STATE_TOO_LARGE;
 
     #[test]
     fn a_new_status_deletes_what_the_last_one_said_and_no_longer_holds() {

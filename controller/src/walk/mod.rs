@@ -16,7 +16,7 @@ use pseudoflow_crd::StepKind;
 use serde_json::Value;
 
 pub use state::{instance_id, Instance, Key, Phase, RunPhase, RunState};
-pub use stored::StoredRun;
+pub use stored::{EndedRun, StopCause, StoredRun, RUN_STATE_TOO_LARGE};
 
 use crate::limits::{bounded, MAX_INSTANCES, MAX_INSTANCE_MESSAGE_CHARS};
 

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 
 use pseudoflow_compiler::plan::{NodeKind, Plan, PlanNode};
 
-use super::{split_instance_id, Phase, RunPhase, StoredRun};
+use super::{split_instance_id, Phase, RunPhase, StopCause, StoredRun};
 
 /// Why a run cannot be retried now; the message is what the user is told.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -66,6 +66,7 @@ pub fn retry_run(plan: &Plan, ended: &StoredRun, request: Request) -> Result<Sto
         retry_of: Some(ended.run_id.clone()),
         retried_from: Some(restarted_at),
         retry_token: Some(request.token.to_string()),
+        previous: ended.with_previous(vec![ended.ended(StopCause::Replaced, request.now)]),
         ..Default::default()
     };
     // A step fetched again brings its steps again.

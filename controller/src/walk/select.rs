@@ -5,7 +5,7 @@
 use pseudoflow_compiler::names::run_id;
 use pseudoflow_crd::ConcurrencyPolicy;
 
-use super::{RunPhase, StoredRun};
+use super::{RunPhase, StopCause, StoredRun};
 
 /// The run a flow object wants now: `run_id` over (uid, generation, run annotation), prefixed
 /// with `d` for the `onDelete` run so its Jobs never collide with the last run's.
@@ -55,19 +55,23 @@ pub fn select(
         old.generation = wanted.generation;
         return drive(old);
     }
-    let replace = |old: &StoredRun, new| Selection {
-        run: new,
-        aborted: running_runs(old),
-        queued: None,
+    let replace = |old: &StoredRun, mut new: StoredRun, cause| {
+        new.previous = old.history_after(cause, new.started_at);
+        Selection {
+            run: new,
+            aborted: running_runs(old),
+            queued: None,
+        }
     };
     if deleting {
         // Deletion stops every running run before the onDelete steps start.
-        return replace(&old, wanted);
+        return replace(&old, wanted, StopCause::Deleted);
     }
     if old.state.phase != RunPhase::Running {
         // The last run ended; Allow runs still going beside it keep going.
         let mut new = wanted;
         new.beside = std::mem::take(&mut old.beside);
+        new.previous = old.history_after(StopCause::Replaced, new.started_at);
         return drive(new);
     }
     match policy {
@@ -80,11 +84,12 @@ pub fn select(
                 queued,
             }
         }
-        ConcurrencyPolicy::Replace => replace(&old, wanted),
+        ConcurrencyPolicy::Replace => replace(&old, wanted, StopCause::Replaced),
         ConcurrencyPolicy::Allow => {
             // The running run goes on beside the new one.
             let mut new = wanted;
             new.beside = std::mem::take(&mut old.beside);
+            new.previous = std::mem::take(&mut old.previous);
             new.beside.push(old);
             drive(new)
         }
@@ -130,6 +135,9 @@ pub fn is_wanted_run(stored: &StoredRun, wanted: &StoredRun, deleting: bool) -> 
 
 #[cfg(test)]
 mod tests {
+    use pseudoflow_crd::status::MAX_PREVIOUS_RUNS;
+    use pseudoflow_crd::FlowPhase;
+
     use super::*;
 
     fn run(id: &str, generation: i64, trigger: Option<&str>) -> StoredRun {
@@ -205,6 +213,77 @@ mod tests {
         assert_eq!(s.run.run_id, "r3");
         assert_eq!(s.aborted, ["r2", "r1"]);
         assert!(s.run.beside.is_empty() && s.queued.is_none());
+    }
+
+    fn history(run: &StoredRun) -> Vec<(&str, FlowPhase, &str)> {
+        run.previous
+            .iter()
+            .map(|e| (e.run_id.as_str(), e.phase, e.reason.as_str()))
+            .collect()
+    }
+
+    #[test]
+    fn a_replaced_run_is_kept_in_the_history_as_aborted_and_an_ended_one_as_it_ended() {
+        let mut old = run("r2", 2, None);
+        old.started_at = 20;
+        let mut beside = ended(run("r1", 1, None), RunPhase::Failed);
+        beside.started_at = 10;
+        beside.finished_at = Some(15);
+        old.beside = vec![beside];
+        let mut new = run("r3", 3, None);
+        new.started_at = 30;
+        let s = select(Some(old), new, ConcurrencyPolicy::Replace, false);
+        assert_eq!(
+            history(&s.run),
+            [
+                ("r2", FlowPhase::Aborted, "Replaced"),
+                ("r1", FlowPhase::Failed, "StepFailed")
+            ]
+        );
+        // Stopped when the new run started; an ended run keeps its own end.
+        assert_eq!(s.run.previous[0].finished_at, Some(30));
+        assert_eq!(s.run.previous[1].finished_at, Some(15));
+
+        // The next run after r3 ended keeps r3 first, then r3's history.
+        let r3 = ended(s.run, RunPhase::Succeeded);
+        let s = select(
+            Some(r3),
+            run("r4", 4, None),
+            ConcurrencyPolicy::Forbid,
+            false,
+        );
+        assert_eq!(
+            history(&s.run)[0..2],
+            [
+                ("r3", FlowPhase::Succeeded, "Succeeded"),
+                ("r2", FlowPhase::Aborted, "Replaced")
+            ]
+        );
+    }
+
+    #[test]
+    fn deletion_records_the_run_it_stops_as_aborted_for_the_deletion() {
+        let s = select(
+            Some(run("r1", 1, None)),
+            run("dr1", 1, None),
+            ConcurrencyPolicy::Allow,
+            true,
+        );
+        assert_eq!(history(&s.run), [("r1", FlowPhase::Aborted, "Deleted")]);
+    }
+
+    #[test]
+    fn the_history_is_bounded() {
+        let mut last = ended(run("r0", 0, None), RunPhase::Succeeded);
+        for i in 1..20 {
+            let next = run(&format!("r{i}"), i, None);
+            last = ended(
+                select(Some(last), next, ConcurrencyPolicy::Replace, false).run,
+                RunPhase::Succeeded,
+            );
+        }
+        assert_eq!(last.previous.len(), MAX_PREVIOUS_RUNS);
+        assert_eq!(last.previous[0].run_id, "r18");
     }
 
     #[test]
