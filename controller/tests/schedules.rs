@@ -1,8 +1,10 @@
 //! `spec.schedule` and `spec.suspend` end to end on a real control plane (testenv): a seconds
 //! schedule fires and records last/nextScheduleTime, suspend stops new runs (scheduled or not),
 //! Forbid skips the slots that come while a long run is active, and a controller that was down
-//! across several slots starts exactly one catch-up run. The slot arithmetic itself is unit-tested
-//! in controller/src/reconcile/schedule.rs; these check what a person sees on the cluster.
+//! across several slots starts exactly one catch-up run (none when that slot is past
+//! `startingDeadlineSeconds`: it is told by a `ScheduleMissed` Event). The slot arithmetic
+//! itself is unit-tested in controller/src/reconcile/schedule.rs; these check what a person
+//! sees on the cluster.
 
 use std::time::Duration;
 
@@ -222,5 +224,57 @@ async fn a_controller_down_across_several_slots_starts_one_catch_up_run() {
     .await;
     let runs = succeeded_runs(&client, &ns, "tick").await;
     assert_eq!(runs.len(), 2, "one run before, one catch-up: {runs:?}");
+    ctl.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_missed_past_the_starting_deadline_does_not_run_and_is_told() {
+    let (client, ns, first_ctl) = setup("sched-deadline", json!([]), json!([])).await;
+    let mut spec = log_flow("*/10 * * * * *");
+    spec["startingDeadlineSeconds"] = json!(3);
+    create_flow(&client, &ns, "tick", spec).await;
+    let first = wait_status(&client, &ns, "tick", 30, "a first run", |s| {
+        s["phase"] == "Succeeded"
+    })
+    .await;
+    first_ctl.abort();
+    let _ = first_ctl.await;
+    let slot1 = unix(&first["lastScheduleTime"]);
+    // Down across slot1+10, +20 and +30; back 4 s after slot1+30, past the 3 s deadline, and
+    // 6 s before slot1+40 (the wait below ends before it).
+    let back = slot1 + 34;
+    tokio::time::sleep(Duration::from_secs(
+        u64::try_from(back - now()).unwrap_or(0),
+    ))
+    .await;
+    let ctl = start_controller(&client, &ns);
+    let missed = wait_status(&client, &ns, "tick", 5, "the missed slot served", |s| {
+        unix(&s["lastScheduleTime"]) > slot1
+    })
+    .await;
+    // Served without a run: the latest slot was too late, and no older one is caught up.
+    assert_eq!(unix(&missed["lastScheduleTime"]), slot1 + 30, "{missed:#}");
+    assert_eq!(succeeded_runs(&client, &ns, "tick").await.len(), 1);
+    let notes: Vec<String> = flow_events(&client, &ns, "tick")
+        .await
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("ScheduleMissed"))
+        .filter_map(|e| e.message)
+        .collect();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0].contains("startingDeadlineSeconds (3s)"),
+        "{notes:?}"
+    );
+    // The next slot, on time, runs as usual.
+    let next = wait_status(&client, &ns, "tick", 12, "the next slot's run", |s| {
+        s["phase"] == "Succeeded" && unix(&s["lastScheduleTime"]) == slot1 + 40
+    })
+    .await;
+    assert_eq!(
+        succeeded_runs(&client, &ns, "tick").await.len(),
+        2,
+        "{next:#}"
+    );
     ctl.abort();
 }

@@ -224,6 +224,9 @@ impl FlowReconcile<'_> {
         sched: &schedule::Decision,
     ) -> Result<Selected, Error> {
         let (r, generation, deleting) = (&self.r, self.generation, self.deleting);
+        if let Some(note) = sched.missed_note(compiled.spec.starting_deadline_seconds) {
+            r.publish(EventType::Warning, "ScheduleMissed", &note).await;
+        }
         // A new ops.example.com/retry value replaces the ended run with its retry.
         let stored = retry::apply(r, stored, deleting).await?;
         let wanted = match (sched.start.clone(), &stored) {

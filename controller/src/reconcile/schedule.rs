@@ -50,6 +50,9 @@ pub struct Decision {
     pub next: Option<i64>,
     /// A due slot not started because a run is active under `concurrencyPolicy: Forbid`.
     pub skipped: Option<i64>,
+    /// A due slot not started because it is older than `startingDeadlineSeconds` (the
+    /// controller was down, or the API unreachable, past it): recorded as served, not run.
+    pub missed: Option<i64>,
 }
 
 /// Decides from the spec, the run annotation's value, whether the stored run is still running,
@@ -86,19 +89,27 @@ pub fn decide(
         return d;
     }
     d.next = schedule.next_after(now);
-    if let Due::Start(slot) = due(
+    match due(
         &schedule,
         last,
         created,
         now,
         spec.starting_deadline_seconds,
     ) {
-        d.last = Some(slot);
-        if running && spec.options.concurrency_policy == ConcurrencyPolicy::Forbid {
-            d.skipped = Some(slot);
-        } else {
-            d.start = Some(Some(format!("schedule {}", time(slot).0)));
+        Due::Start(slot) => {
+            d.last = Some(slot);
+            if running && spec.options.concurrency_policy == ConcurrencyPolicy::Forbid {
+                d.skipped = Some(slot);
+            } else {
+                d.start = Some(Some(format!("schedule {}", time(slot).0)));
+            }
         }
+        Due::TooLate(slot) => {
+            // Served, so it is told once, not at every reconcile until the next slot.
+            d.last = Some(slot);
+            d.missed = Some(slot);
+        }
+        Due::Wait => {}
     }
     d
 }
@@ -136,6 +147,16 @@ pub fn for_flow(
 }
 
 impl Decision {
+    /// The Event note for a slot missed past `startingDeadlineSeconds`, if one was.
+    pub fn missed_note(&self, deadline: Option<u32>) -> Option<String> {
+        let slot = self.missed?;
+        Some(format!(
+            "slot {} not started: more than startingDeadlineSeconds ({}s) late",
+            time(slot).0,
+            deadline.unwrap_or_default()
+        ))
+    }
+
     /// The Event note for a slot skipped under Forbid, if one was.
     pub fn skipped_note(&self) -> Option<String> {
         let slot = self.skipped?;
@@ -224,6 +245,19 @@ mod tests {
         let s = every_minute();
         assert_eq!(due(&s, Some(0), 0, NOW, Some(10)), Due::TooLate(NOW - 30));
         assert_eq!(due(&s, Some(0), 0, NOW, Some(30)), Due::Start(NOW - 30));
+    }
+
+    #[test]
+    fn a_missed_slot_is_served_without_a_run_and_told_once() {
+        let mut flow = spec(Some("* * * * *"), ConcurrencyPolicy::Allow, false);
+        flow.starting_deadline_seconds = Some(10);
+        let d = decide(&flow, None, false, Some(0), 0, NOW);
+        assert_eq!(d.start, None);
+        assert_eq!((d.last, d.missed), (Some(NOW - 30), Some(NOW - 30)));
+        assert!(d.missed_note(Some(10)).unwrap().contains("(10s) late"));
+        // The next reconcile before the next slot: served already, nothing more to tell.
+        let again = decide(&flow, None, false, d.last, 0, NOW + 5);
+        assert_eq!((again.start, again.missed), (None, None));
     }
 
     #[test]
