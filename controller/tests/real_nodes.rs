@@ -92,6 +92,23 @@ async fn node_steps_change_the_nodes_root_and_restart_its_kubelet() {
     std::fs::write(&flags, pseudoflow_testenv::env::KUBEADM_FLAGS).unwrap();
     let kubelet_before = node.exec("cat /run/pseudoflow/kubelet.pid").unwrap();
     let conf = format!("/etc/pseudoflow-e2e-{}.conf", std::process::id());
+    // A user and group only the node has: `owner` must be looked up in the node's /etc, not
+    // the machine's (where the name does not exist) and not in the executor image's.
+    let user = format!("pfe2e{}", std::process::id() % 10_000);
+    for (file, line) in [
+        (
+            "etc/passwd",
+            format!("{user}:x:4321:4322::/nonexistent:/usr/sbin/nologin\n"),
+        ),
+        ("etc/group", format!("{user}:x:4322:\n")),
+    ] {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(root.join(file))
+            .unwrap();
+        f.write_all(line.as_bytes()).unwrap();
+    }
 
     let _c = controller(&client, &ns, true);
     create_flow(
@@ -100,7 +117,8 @@ async fn node_steps_change_the_nodes_root_and_restart_its_kubelet() {
         "node-steps",
         json!({"serviceAccountName": "flow", "steps": [
             {"type": "loopNodes", "selector": format!("kubernetes.io/hostname={WORKER}"), "steps": [
-                {"type": "configFile", "path": conf, "content": "nameserver 100.64.0.10\n"},
+                {"type": "configFile", "path": conf, "content": "nameserver 100.64.0.10\n",
+                 "mode": "0640", "owner": format!("{user}:{user}")},
                 {"type": "patchFile", "path": "/var/lib/kubelet/kubeadm-flags.env",
                  "pattern": "--resolv-conf=[^\" ]*", "replace": "--resolv-conf=/etc/kubelet-resolv.conf",
                  "createIfMissing": false},
@@ -115,6 +133,14 @@ async fn node_steps_change_the_nodes_root_and_restart_its_kubelet() {
     // In the node's root, not the machine's.
     let written = std::fs::read_to_string(root.join(conf.trim_start_matches('/'))).unwrap();
     assert_eq!(written, "nameserver 100.64.0.10\n");
+    let meta = std::fs::metadata(root.join(conf.trim_start_matches('/'))).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(meta.mode() & 0o7777, 0o640, "configFile mode");
+    assert_eq!(
+        (meta.uid(), meta.gid()),
+        (4321, 4322),
+        "configFile owner, by the node's names"
+    );
     assert!(
         !std::path::Path::new(&conf).exists(),
         "{conf} reached the machine's /etc"
