@@ -98,6 +98,15 @@ pub fn union_step_schema() -> Schema {
             "message": format!("{tag} steps need {}", names.join(", ")),
         }));
     }
+    let shallow = shallow_step_schema(&props);
+    for (name, kind) in STEP_TYPES.iter().flat_map(|t| nested_fields(t)) {
+        // `steps` also holds `parallel`'s branches (lists of lists), so its items stay open.
+        if kind == "list" && name != "steps" {
+            if let Some(list) = props.get_mut(&name) {
+                list["items"] = shallow.clone();
+            }
+        }
+    }
     // No rule can bound `forEach` (a list or an expression, so free-form): the API server
     // refuses CEL on a field without a declared type ("undefined field 'forEach'"). Its items
     // and depth are the compiler's to check (see crate::depth).
@@ -110,6 +119,35 @@ pub fn union_step_schema() -> Schema {
         STEP_MARK: true,
     });
     Schema::try_from(schema).expect("object schema")
+}
+
+/// The schema of a step nested in `then`/`else`: its `type` required and from the enum, and
+/// every scalar field the union types (enums such as `runOn`, `op`, `condition`; bounds such as
+/// `timeoutSeconds`) checked as at the top level, the rest kept open. A structural schema cannot
+/// recurse and a full copy per level would multiply the CRD's size; per-type required fields
+/// would need CEL, whose estimated cost over two nested lists of 10,000 exceeds the API
+/// server's budget. The admission webhook checks everything else, at any depth.
+fn shallow_step_schema(props: &BTreeMap<String, Value>) -> Value {
+    let leaf = |v: &Value| {
+        let scalar = |v: &Value| {
+            matches!(
+                v.get("type").and_then(Value::as_str),
+                Some("string" | "integer" | "boolean" | "number")
+            )
+        };
+        scalar(v) || (v["type"] == "array" && v.get("items").is_some_and(scalar))
+    };
+    let typed: serde_json::Map<String, Value> = props
+        .iter()
+        .filter(|(_, v)| leaf(v))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    json!({
+        "type": "object",
+        "required": ["type"],
+        "properties": typed,
+        "x-kubernetes-preserve-unknown-fields": true,
+    })
 }
 
 /// Whether CEL can see a field: it and everything inside it has a declared type, except that

@@ -148,4 +148,49 @@ async fn the_crd_is_served_and_its_rules_reject_bad_steps_at_apply_time() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("spec.steps[0].runOn"), "{err}");
+    // Inside `then`/`else` too, without the webhook: an unknown type, a step without one, and
+    // a bad enum value are refused at apply time, each named by its path.
+    let nested = |name: &str, step: serde_json::Value| {
+        flow(
+            name,
+            serde_json::json!([{"type": "if", "condition": {"op": "exists", "expression": "x"},
+                "then": [{"type": "log", "message": "ok"}], "else": [step]}]),
+        )
+    };
+    for (name, step, path) in [
+        (
+            "nested-type",
+            serde_json::json!({"type": "aply"}),
+            "spec.steps[0].else[0].type",
+        ),
+        (
+            "nested-untyped",
+            serde_json::json!({"manifests": "x"}),
+            "spec.steps[0].else[0].type",
+        ),
+        (
+            "nested-enum",
+            serde_json::json!({"type": "execNode", "cmd": "true", "runOn": "sometimes"}),
+            "spec.steps[0].else[0].runOn",
+        ),
+        (
+            "nested-bound",
+            serde_json::json!({"type": "sleep", "seconds": 1, "timeoutSeconds": 0}),
+            "spec.steps[0].else[0].timeoutSeconds",
+        ),
+    ] {
+        let err = api
+            .create(&PostParams::default(), &nested(name, step))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains(path), "{name}: {err}");
+    }
+    // What the CRD cannot check in nested steps (per-type required fields, anything deeper
+    // or in `steps`, which parallel's branches share) passes here; the webhook refuses it.
+    api.create(
+        &PostParams::default(),
+        &nested("nested-open", serde_json::json!({"type": "sleep"})),
+    )
+    .await
+    .unwrap();
 }
