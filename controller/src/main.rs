@@ -102,7 +102,10 @@ impl Args {
     /// made and rotated by the controller itself.
     fn webhook_cert(&self) -> anyhow::Result<http::WebhookCert> {
         if let Some(dir) = &self.cert_dir {
-            return Ok(http::WebhookCert::Files(dir.clone()));
+            return Ok(http::WebhookCert::Files {
+                dir: dir.clone(),
+                reload_every: std::time::Duration::from_secs(60),
+            });
         }
         let namespace = std::env::var("POD_NAMESPACE").map_err(|_| {
             anyhow::anyhow!("--webhook-addr without --webhook-cert-dir needs POD_NAMESPACE")

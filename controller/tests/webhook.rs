@@ -2,7 +2,8 @@
 //! makes its CA and serving certificate, stores them in a Secret, writes the CA into the
 //! ValidatingWebhookConfiguration (`url:` client config to its loopback address), and then
 //! `kubectl apply` and `kubectl apply --dry-run=server` refuse a flow with typos nested inside a
-//! loop's `steps:` (where the CRD schema cannot reach), every problem with its path.
+//! loop's `steps:` (where the CRD schema cannot reach), every problem with its path. Also the
+//! cert-manager path (mounted certificate files, an injected caBundle).
 
 mod common;
 
@@ -12,6 +13,7 @@ use std::time::Duration;
 use common::*;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::ByteString;
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::Client;
 use pseudoflow_controller::http::{self, tls};
@@ -24,14 +26,30 @@ use serde_json::{json, Value};
 async fn start_webhook(client: &Client, ns: &str) -> (String, tls::SelfSigned) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
+    let name = register_webhook(client, ns, port, None).await;
+    let cfg = tls::SelfSigned {
+        namespace: ns.to_string(),
+        secret: "pseudoflow-webhook-tls".into(),
+        webhook_configuration: Some(name.clone()),
+        names: vec!["127.0.0.1".into()],
+        validity: tls::VALIDITY_SECONDS,
+    };
+    serve_webhook(client, listener, http::WebhookCert::SelfSigned(cfg.clone()));
+    (name, cfg)
+}
+
+/// Registers `https://127.0.0.1:port/validate` for flows in `ns`, with `ca_bundle` as its CA
+/// when given (as cert-manager's CA injector would write it); returns the configuration's name.
+async fn register_webhook(client: &Client, ns: &str, port: u16, ca_bundle: Option<&str>) -> String {
     let name = format!("pseudoflow-{ns}");
-    let vwc: ValidatingWebhookConfiguration = serde_json::from_value(json!({
+    let client_config = json!({"url": format!("https://127.0.0.1:{port}/validate")});
+    let mut vwc: ValidatingWebhookConfiguration = serde_json::from_value(json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
         "metadata": {"name": name},
         "webhooks": [{
             "name": "pseudoflows.ops.example.com",
-            "clientConfig": {"url": format!("https://127.0.0.1:{port}/validate")},
+            "clientConfig": client_config,
             "rules": [{
                 "apiGroups": ["ops.example.com"],
                 "apiVersions": ["*"],
@@ -47,28 +65,24 @@ async fn start_webhook(client: &Client, ns: &str) -> (String, tls::SelfSigned) {
         }],
     }))
     .unwrap();
+    if let Some(ca) = ca_bundle {
+        let webhook = &mut vwc.webhooks.as_mut().unwrap()[0];
+        webhook.client_config.ca_bundle = Some(ByteString(ca.as_bytes().to_vec()));
+    }
     Api::<ValidatingWebhookConfiguration>::all(client.clone())
         .create(&PostParams::default(), &vwc)
         .await
         .unwrap();
-    let cfg = tls::SelfSigned {
-        namespace: ns.to_string(),
-        secret: "pseudoflow-webhook-tls".into(),
-        webhook_configuration: Some(name.clone()),
-        names: vec!["127.0.0.1".into()],
-        validity: tls::VALIDITY_SECONDS,
-    };
+    name
+}
+
+/// Serves the controller's webhook router on `listener` with `cert`, as the controller does.
+fn serve_webhook(client: &Client, listener: tokio::net::TcpListener, cert: http::WebhookCert) {
     let mut state = http::State::new(Arc::new(Metrics::default()));
     state.webhook = Some(Webhook::new(client.clone()));
     state.readiness.set_standby();
     let router = http::router(state);
-    tokio::spawn(http::serve_webhook(
-        client.clone(),
-        listener,
-        router,
-        http::WebhookCert::SelfSigned(cfg.clone()),
-    ));
-    (name, cfg)
+    tokio::spawn(http::serve_webhook(client.clone(), listener, router, cert));
 }
 
 /// `kubectl` with `args`, `yaml` on stdin (off the runtime).
@@ -550,4 +564,94 @@ async fn a_running_server_switches_to_the_renewed_certificate_before_the_old_one
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// The chart's `webhook.certManager.enabled` path, with the test playing cert-manager: the
+/// serving certificate comes from mounted files (`--webhook-cert-dir`), the CA injector writes
+/// the caBundle. The controller serves those files, makes no certificate or Secret of its own,
+/// never writes the caBundle, and serves a renewal written in place without a restart.
+/// (cert-manager itself is not installed here: no registry to pull it from.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_cert_manager_the_mounted_certificate_is_served_and_its_renewal_picked_up() {
+    let (client, ns) = prepare("webhook-cm", json!([]), json!([])).await;
+    let names = vec!["127.0.0.1".to_string()];
+    let issue = |dir: &std::path::Path| {
+        let b = tls::Bundle::generate(&names, tls::unix_now(), tls::VALIDITY_SECONDS).unwrap();
+        // What cert-manager puts in its Secret (tls.crt, tls.key, ca.crt), mounted as files.
+        for (key, value) in b.to_secret("cert-manager", "issued").data.unwrap() {
+            std::fs::write(dir.join(key), value.0).unwrap();
+        }
+        b
+    };
+    let dir = std::env::temp_dir().join(format!("pf-cert-manager-{ns}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let first = issue(&dir);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let vwc = register_webhook(&client, &ns, port, Some(&first.ca_pem)).await;
+    serve_webhook(
+        &client,
+        listener,
+        http::WebhookCert::Files {
+            dir: dir.clone(),
+            reload_every: Duration::from_millis(300),
+        },
+    );
+    wait_webhook_active(&ns).await;
+    handshake(port, &first.ca_pem).await.unwrap();
+
+    // Nothing of the self-signed path: no Secret made, the injected caBundle left as it was.
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let made: Vec<String> = secrets
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|s| s.type_.as_deref() == Some("kubernetes.io/tls"))
+        .filter_map(|s| s.metadata.name)
+        .collect();
+    assert!(made.is_empty(), "the controller made TLS Secrets: {made:?}");
+    let vwcs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let injected = |v: ValidatingWebhookConfiguration| {
+        v.webhooks.unwrap()[0]
+            .client_config
+            .ca_bundle
+            .clone()
+            .unwrap()
+            .0
+    };
+    assert_eq!(
+        injected(vwcs.get(&vwc).await.unwrap()),
+        first.ca_pem.as_bytes()
+    );
+
+    // cert-manager renews (here with a new CA, the harder case) and its injector trusts both
+    // CAs; the files change in place and the running server switches to them.
+    let mut both = first.ca_pem.clone();
+    let renewed = issue(&dir);
+    both.push_str(&renewed.ca_pem);
+    vwcs.patch(
+        &vwc,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Strategic(json!({"webhooks": [{"name": "pseudoflows.ops.example.com",
+            "clientConfig": {"caBundle": ByteString(both.into_bytes())}}]})),
+    )
+    .await
+    .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while handshake(port, &renewed.ca_pem).await.is_err() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the renewed files were never served"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        handshake(port, &first.ca_pem).await.is_err(),
+        "still the old one"
+    );
+    wait_webhook_active(&ns).await;
+    vwcs.delete(&vwc, &DeleteParams::default()).await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -165,8 +165,14 @@ pub async fn serve_tls(
 pub enum WebhookCert {
     /// Made, stored and rotated by the controller (see [`tls::SelfSigned`]).
     SelfSigned(tls::SelfSigned),
-    /// `tls.crt` and `tls.key` in this directory (cert-manager), reloaded every minute.
-    Files(std::path::PathBuf),
+    /// `tls.crt` and `tls.key` in `dir` (a Secret cert-manager keeps), reloaded every
+    /// `reload_every` (a minute in the controller) so a renewal is served without a restart.
+    Files {
+        /// The mounted Secret's directory.
+        dir: std::path::PathBuf,
+        /// How often the files are read again.
+        reload_every: std::time::Duration,
+    },
 }
 
 /// Loads (or makes) the webhook's certificate, then serves `router` over TLS on `listener`,
@@ -190,13 +196,9 @@ pub async fn serve_webhook(
             ));
             current
         }
-        WebhookCert::Files(dir) => {
+        WebhookCert::Files { dir, reload_every } => {
             let current = tls::Current::new(tls::load_files(&dir)?);
-            tokio::spawn(tls::watch_files(
-                dir,
-                current.clone(),
-                std::time::Duration::from_secs(60),
-            ));
+            tokio::spawn(tls::watch_files(dir, current.clone(), reload_every));
             current
         }
     };
