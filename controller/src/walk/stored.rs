@@ -119,7 +119,7 @@ impl StoredRun {
             .chain(&self.beside)
             .map(|run| run.ended(cause, now))
             .collect();
-        ended.sort_by(|a, b| b.started_at.cmp(&a.started_at));
+        ended.sort_by_key(|e| std::cmp::Reverse(e.started_at));
         self.with_previous(ended)
     }
 
