@@ -17,8 +17,10 @@
 //! `PSEUDOFLOW_BENCH_SECTIONS` (e.g. `apply,seed`) runs a subset; the default is all four.
 
 mod apply50;
+mod bound;
 mod common;
 mod fanout;
+mod process;
 mod scale;
 mod seed;
 
@@ -37,10 +39,11 @@ async fn main() {
         return;
     }
     let sections = std::env::var("PSEUDOFLOW_BENCH_SECTIONS")
-        .unwrap_or_else(|_| "apply,seed,fanout,scale".into());
+        .unwrap_or_else(|_| "apply,seed,fanout,scale,bound".into());
     let on = |s: &str| sections.split(',').any(|x| x.trim() == s);
     let runs = common::env_usize("PSEUDOFLOW_BENCH_RUNS", 3).max(1);
     let flows = common::env_usize("PSEUDOFLOW_BENCH_SCALE_FLOWS", 1000).max(1);
+    let objects = common::env_usize("PSEUDOFLOW_BENCH_BOUND_OBJECTS", 1000).max(1);
     let scale_timeout =
         Duration::from_secs(common::env_usize("PSEUDOFLOW_BENCH_SCALE_TIMEOUT", 3600) as u64);
     let step = common::sibling_binary(
@@ -86,6 +89,10 @@ async fn main() {
     }
     if on("scale") {
         rows.extend(scale::run(&env, &client, &dir, flows, scale_timeout).await);
+        common::print_partial(&rows);
+    }
+    if on("bound") {
+        rows.extend(bound::run(&env, &client, &dir, objects, scale_timeout).await);
     }
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
     common::print_table(

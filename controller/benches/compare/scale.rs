@@ -4,7 +4,6 @@
 //! Succeeded. `PSEUDOFLOW_BENCH_SCALE_FLOWS` (default 1,000) sets the count.
 
 use std::path::Path;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use futures::{stream, StreamExt};
@@ -15,7 +14,8 @@ use pseudoflow_test_support::FlowNamespace;
 use pseudoflow_testenv::{apply, TestEnv};
 use serde_json::{json, Value};
 
-use crate::common::{self, JobCounter, Row, IMAGE};
+use crate::common::{self, JobCounter, Row};
+use crate::process::{peak_rss_kib, spawn_controller};
 
 const STEPS: usize = 5;
 
@@ -25,19 +25,6 @@ fn spec(ns: &str, flow: usize) -> Value {
             "metadata": {"name": format!("scale-{flow}-{k}"), "namespace": ns}, "data": {"k": k.to_string()}}}))
         .collect();
     json!({"serviceAccountName": "flow", "steps": steps})
-}
-
-/// `VmHWM` (peak resident set) of a process, in KiB.
-fn peak_rss_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()
 }
 
 pub async fn run(
@@ -51,22 +38,7 @@ pub async fn run(
         .rules(json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "patch"]}]))
         .create(env, client)
         .await;
-    let controller = common::sibling_binary(
-        "pseudoflow-controller",
-        "cargo build --release -p pseudoflow-controller --bin pseudoflow-controller",
-    );
-    let log = std::fs::File::create(dir.join("scale-controller.log")).unwrap();
-    let mut cmd = tokio::process::Command::new(&controller);
-    cmd.args(["--image", IMAGE, "--namespace", &ns])
-        .args(["--metrics-addr", "127.0.0.1:0"])
-        .env("KUBECONFIG", env.kubeconfig_path())
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::from(log.try_clone().unwrap()))
-        .stderr(Stdio::from(log))
-        .kill_on_drop(true);
-    // Dies with the bench, even when the bench is killed.
-    pseudoflow_testenv::procs::own_group_and_die_with_parent(&mut cmd);
-    let mut child = cmd.spawn().unwrap();
+    let mut child = spawn_controller(env, dir, &ns, "scale-controller.log");
     let pid = child.id().unwrap();
     let counter = JobCounter::start(client, &ns).await;
     tokio::time::sleep(Duration::from_secs(2)).await;

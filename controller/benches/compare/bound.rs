@@ -1,0 +1,194 @@
+//! Benchmark 5: one flow bound to a kind (`spec.bind`) serving many objects of it created at
+//! once, as a hand-written operator would: each object gets its own run (one `apply` of a
+//! ConfigMap named after it) and its status written back. Wall time: from the first create
+//! until every object's `Ready` condition is True. The controller runs as its own process, so
+//! its peak RSS is its own. `PSEUDOFLOW_BENCH_BOUND_OBJECTS` (default 1,000) sets the count.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use futures::{stream, StreamExt};
+use kube::api::{Api, DynamicObject, ListParams};
+use kube::discovery::ApiResource;
+use kube::Client;
+use pseudoflow_controller::reconcile::flow_resource;
+use pseudoflow_test_support::FlowNamespace;
+use pseudoflow_testenv::{apply, TestEnv};
+use serde_json::{json, Value};
+
+use crate::common::{self, JobCounter, Row};
+use crate::process::{peak_rss_kib, spawn_controller};
+
+const GROUP: &str = "bench.example.com";
+
+fn gadgets() -> ApiResource {
+    ApiResource {
+        group: GROUP.into(),
+        version: "v1".into(),
+        api_version: format!("{GROUP}/v1"),
+        kind: "Gadget".into(),
+        plural: "gadgets".into(),
+    }
+}
+
+fn crd() -> Value {
+    json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("gadgets.{GROUP}")},
+        "spec": {"group": GROUP, "scope": "Namespaced",
+            "names": {"kind": "Gadget", "plural": "gadgets", "singular": "gadget", "listKind": "GadgetList"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}]}})
+}
+
+/// The operator: a ConfigMap per Gadget, holding its size; phase and conditions written back.
+fn bound_flow(ns: &str) -> Value {
+    json!({"apiVersion": "ops.example.com/v1alpha1", "kind": "PseudoFlow",
+        "metadata": {"name": "gadget", "namespace": ns},
+        "spec": {"serviceAccountName": "flow",
+            "bind": {"apiVersion": format!("{GROUP}/v1"), "kind": "Gadget"},
+            "steps": [{"type": "apply", "manifests": {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "${object.metadata.name}-config", "namespace": ns},
+                "data": {"size": "${object.spec.size}"}}}]}})
+}
+
+fn ready(o: &DynamicObject) -> bool {
+    o.data["status"]["conditions"].as_array().is_some_and(|c| {
+        c.iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+    })
+}
+
+pub async fn run(
+    env: &TestEnv,
+    client: &Client,
+    dir: &Path,
+    objects: usize,
+    timeout: Duration,
+) -> Vec<Row> {
+    apply::apply_value(client, crd(), None).await.unwrap();
+    let ns = FlowNamespace::new("bound")
+        .rules(json!([
+            {"apiGroups": [GROUP], "resources": ["gadgets"], "verbs": ["get", "list", "watch", "patch"]},
+            {"apiGroups": [GROUP], "resources": ["gadgets/status"], "verbs": ["patch"]},
+            {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "patch"]},
+        ]))
+        .create(env, client)
+        .await;
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &gadgets());
+    let served = Instant::now();
+    while api.list(&ListParams::default()).await.is_err() {
+        assert!(
+            served.elapsed() < Duration::from_secs(30),
+            "gadgets never served"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mut child = spawn_controller(env, dir, &ns, "bound-controller.log");
+    let pid = child.id().unwrap();
+    let counter = JobCounter::start(client, &ns).await;
+    apply::apply_value(client, bound_flow(&ns), None)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let idle_kib = peak_rss_kib(pid).unwrap_or(0);
+
+    let t = Instant::now();
+    let client2 = client.clone();
+    stream::iter(0..objects)
+        .map(|i| {
+            let (client, ns) = (client2.clone(), ns.clone());
+            async move {
+                apply::apply_value(
+                    &client,
+                    json!({"apiVersion": format!("{GROUP}/v1"), "kind": "Gadget",
+                    "metadata": {"name": format!("g{i}"), "namespace": ns}, "spec": {"size": i}}),
+                    None,
+                )
+                .await
+                .unwrap();
+            }
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<()>>()
+        .await;
+    let created = t.elapsed();
+    println!(
+        "bound: {objects} objects created in {:.1} s",
+        created.as_secs_f64()
+    );
+    let (mut ready_count, mut failed) = (0, 0);
+    let mut last_print = Instant::now();
+    while t.elapsed() < timeout {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!(
+                "the controller exited ({status}); log: {}",
+                dir.join("bound-controller.log").display()
+            );
+        }
+        let list = api.list(&ListParams::default()).await.unwrap().items;
+        ready_count = list.iter().filter(|o| ready(o)).count();
+        failed = list
+            .iter()
+            .filter(|o| o.data["status"]["phase"] == "Failed")
+            .count();
+        if ready_count + failed == objects {
+            break;
+        }
+        if last_print.elapsed() > Duration::from_secs(30) {
+            println!(
+                "bound: {ready_count}/{objects} Ready after {:.0} s, {} Jobs so far, controller VmHWM {} MiB",
+                t.elapsed().as_secs_f64(),
+                counter.total(),
+                peak_rss_kib(pid).unwrap_or(0) / 1024
+            );
+            last_print = Instant::now();
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let took = t.elapsed();
+    let peak = peak_rss_kib(pid).unwrap_or(0);
+    child.kill().await.ok();
+    assert_eq!(failed, 0, "{failed} of {objects} objects Failed");
+    // Every object's own work was done: its ConfigMap, with its size.
+    let configs: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let made = configs
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|c| {
+            c.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.ends_with("-config"))
+        })
+        .count();
+    let flows: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &flow_resource());
+    let summary = flows.get("gadget").await.unwrap().data["status"]["message"].clone();
+    let done = ready_count == objects;
+    let wall = if done {
+        common::secs(took)
+    } else {
+        format!(
+            "not done: {ready_count}/{objects} Ready after {}",
+            common::secs(took)
+        )
+    };
+    vec![Row {
+        workload: format!("5. {objects} objects of a kind created at once, one flow bound to it"),
+        driver: "PseudoFlow (release `pseudoflow-controller` process)".into(),
+        wall,
+        jobs: counter.of_flows(|f| f.starts_with("gadget-")).to_string(),
+        ratio: "-".into(),
+        notes: format!(
+            "until every object's Ready condition is True; controller peak RSS (VmHWM) {:.1} MiB ({:.1} MiB idle); all created in {}; {made} ConfigMaps made; bound flow says {summary}",
+            peak as f64 / 1024.0,
+            idle_kib as f64 / 1024.0,
+            common::secs(created)
+        ),
+    }]
+}
