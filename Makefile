@@ -68,7 +68,7 @@ chart-test:
 ## ansible-playbook (pinned, into its own venv by bench/setup-ansible.sh) vs a kubectl loop; the
 ## seed NodeLocal DNS flow; a 100-node fan-out vs kubectl under xargs -P; 1,000 flows at once
 ## (PSEUDOFLOW_BENCH_SCALE_FLOWS), the controller's peak RSS. See controller/benches/compare/.
-bench: k8s
+bench: k8s images
 	bash bench/setup-ansible.sh
 	cargo bench --locked -p pseudoflow-compiler
 	cargo build --release --locked -q -p pseudoflow-runtime --bin pseudoflow-step

@@ -18,7 +18,7 @@ use pseudoflow_test_support::FlowNamespace;
 use pseudoflow_testenv::{apply, TestEnv};
 use serde_json::{json, Value};
 
-use crate::common::{self, JobCounter, Row, IMAGE};
+use crate::common::{self, JobCounter, Row};
 
 const CMS: usize = 50;
 const LABEL: &str = "pfbench";
@@ -114,14 +114,23 @@ fn run_command(what: &str, cmd: &mut std::process::Command) -> Duration {
     took
 }
 
-pub async fn run(env: &TestEnv, client: &Client, dir: &Path, runs: usize) -> Vec<Row> {
+/// The section on `env`'s nodes, executor pods from `image`; `title` names the rows'
+/// workload (the section's number, and which nodes).
+pub async fn run(
+    env: &TestEnv,
+    client: &Client,
+    dir: &Path,
+    runs: usize,
+    image: &str,
+    title: &str,
+) -> Vec<Row> {
     let ns = FlowNamespace::new("apply50")
         .rules(json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "create", "patch", "update"]}]))
         .create(env, client)
         .await;
     let ctx = Arc::new(Context::new(
         client.clone(),
-        IMAGE.into(),
+        image.into(),
         Arc::new(Metrics::default()),
     ));
     let ctl = tokio::spawn(run_controller(ctx, Some(ns.clone())));
@@ -204,7 +213,7 @@ pub async fn run(env: &TestEnv, client: &Client, dir: &Path, runs: usize) -> Vec
     } else {
         format!("{jobs:?}")
     };
-    let w = format!("1. {CMS} ConfigMaps, one step/task/command each");
+    let w = format!("{title} {CMS} ConfigMaps, one step/task/command each");
     vec![
         Row {
             workload: w.clone(),

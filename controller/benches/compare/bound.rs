@@ -104,7 +104,7 @@ pub async fn run(
                 apply::apply_value(
                     &client,
                     json!({"apiVersion": format!("{GROUP}/v1"), "kind": "Gadget",
-                    "metadata": {"name": format!("g{i}"), "namespace": ns}, "spec": {"size": i}}),
+                    "metadata": {"name": format!("g{i}"), "namespace": ns}, "spec": {"size": format!("{i}Gi")}}),
                     None,
                 )
                 .await
@@ -151,7 +151,9 @@ pub async fn run(
     let took = t.elapsed();
     let peak = peak_rss_kib(pid).unwrap_or(0);
     child.kill().await.ok();
-    assert_eq!(failed, 0, "{failed} of {objects} objects Failed");
+    let flows: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &flow_resource());
+    let bound = flows.get("gadget").await.unwrap().data["status"].clone();
+    assert_eq!(failed, 0, "{failed} of {objects} objects Failed: {bound:#}");
     // Every object's own work was done: its ConfigMap, with its size.
     let configs: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), &ns);
     let made = configs
@@ -167,8 +169,7 @@ pub async fn run(
                 .is_some_and(|n| n.ends_with("-config"))
         })
         .count();
-    let flows: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &flow_resource());
-    let summary = flows.get("gadget").await.unwrap().data["status"]["message"].clone();
+    let summary = bound["message"].clone();
     let done = ready_count == objects;
     let wall = if done {
         common::secs(took)

@@ -3,6 +3,8 @@
 //! (real etcd, kube-apiserver, controller-manager and scheduler v1.34.4, simulated kubelets),
 //! printed as one markdown table with ratios:
 //!
+//! 0. Pod start to step: a one-step flow, created to Succeeded (median of 5), on simulated and
+//!    on real nodes.
 //! 1. 50 ConfigMaps, one per step: PseudoFlow vs `ansible-playbook` (50 `kubernetes.core.k8s`
 //!    tasks, pinned versions from bench/setup-ansible.sh) vs a loop of 50
 //!    `kubectl apply --server-side`; median of `PSEUDOFLOW_BENCH_RUNS` (3) runs each.
@@ -12,14 +14,19 @@
 //! 4. `PSEUDOFLOW_BENCH_SCALE_FLOWS` (1,000) flows of 5 steps created at once, the controller a
 //!    separate process: its peak RSS and the time until all Succeeded (gives up after
 //!    `PSEUDOFLOW_BENCH_SCALE_TIMEOUT` seconds, 3600, and says how far it got).
+//! 5. `PSEUDOFLOW_BENCH_BOUND_OBJECTS` (1,000) objects of one kind served by one bound flow:
+//!    time until every object is Ready, the controller's peak RSS.
+//! 6. Section 1 again on a cluster of 2 real nodes (containerd, runc, the runtime image of
+//!    `make images`), started after the simulated one stops (section `real`).
 //!
 //! Jobs are counted from a watch (every Job the flow owned, even if removed later), never assumed.
-//! `PSEUDOFLOW_BENCH_SECTIONS` (e.g. `apply,seed`) runs a subset; the default is all four.
+//! `PSEUDOFLOW_BENCH_SECTIONS` (e.g. `apply,seed`) runs a subset (`latency,apply,seed,fanout,scale,bound,real`); the default is all.
 
 mod apply50;
 mod bound;
 mod common;
 mod fanout;
+mod latency;
 mod process;
 mod scale;
 mod seed;
@@ -39,7 +46,7 @@ async fn main() {
         return;
     }
     let sections = std::env::var("PSEUDOFLOW_BENCH_SECTIONS")
-        .unwrap_or_else(|_| "apply,seed,fanout,scale,bound".into());
+        .unwrap_or_else(|_| "latency,apply,seed,fanout,scale,bound,real".into());
     let on = |s: &str| sections.split(',').any(|x| x.trim() == s);
     let runs = common::env_usize("PSEUDOFLOW_BENCH_RUNS", 3).max(1);
     let flows = common::env_usize("PSEUDOFLOW_BENCH_SCALE_FLOWS", 1000).max(1);
@@ -72,8 +79,21 @@ async fn main() {
     install_crd(&client).await;
 
     let mut rows = Vec::new();
+    if on("latency") {
+        rows.push(
+            latency::run(
+                &env,
+                &client,
+                5,
+                common::IMAGE,
+                "simulated nodes (executor as a host process)",
+            )
+            .await,
+        );
+        common::print_partial(&rows);
+    }
     if on("apply") {
-        rows.extend(apply50::run(&env, &client, &dir, runs).await);
+        rows.extend(apply50::run(&env, &client, &dir, runs, common::IMAGE, "1.").await);
         common::print_partial(&rows);
     }
     if on("seed") {
@@ -93,11 +113,33 @@ async fn main() {
     }
     if on("bound") {
         rows.extend(bound::run(&env, &client, &dir, objects, scale_timeout).await);
+        common::print_partial(&rows);
+    }
+    if on("real") {
+        // The same work on a cluster of real nodes (kubelet, containerd, runc, CNI; the images
+        // of `make images`), started once the simulated one is gone.
+        drop(client);
+        drop(env);
+        let real = TestEnv::start(Options::with_real_nodes(0, 2))
+            .await
+            .unwrap_or_else(|e| panic!("real-node cluster did not start (make images first): {e}"));
+        println!(
+            "testenv: {} real nodes Ready in {:.1} s",
+            real.real_nodes().len(),
+            real.startup.as_secs_f64()
+        );
+        let client = real.client().await.unwrap();
+        install_crd(&client).await;
+        let image = pseudoflow_testenv::real_node::RUNTIME_IMAGE;
+        let title = "real nodes (the runtime image under containerd and runc)";
+        rows.push(latency::run(&real, &client, 5, image, title).await);
+        common::print_partial(&rows);
+        rows.extend(apply50::run(&real, &client, &dir, runs, image, "6. on 2 real nodes:").await);
     }
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
     common::print_table(
         &format!(
-            "PseudoFlow vs Ansible vs kubectl — one testenv (kube v1.34.4, simulated kubelets), {cpus} CPUs, load average at the end {}, whole run {:.0} s. Ratio: PseudoFlow's wall time ÷ the driver's (below 1.00× PseudoFlow is faster).",
+            "PseudoFlow vs Ansible vs kubectl — testenv (kube v1.34.4): simulated kubelets, then (section 6 and the second row 0) 2 real nodes, {cpus} CPUs, load average at the end {}, whole run {:.0} s. Ratio: PseudoFlow's wall time ÷ the driver's (below 1.00× PseudoFlow is faster).",
             std::fs::read_to_string("/proc/loadavg")
                 .unwrap_or_default()
                 .split_whitespace()
