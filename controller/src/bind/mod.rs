@@ -12,10 +12,12 @@
 //! - [`watch`]: one watch per bound flow, waking the parent when an object changes.
 //! - [`write_back`]: the object's status, written by the child's reconcile after each phase change.
 //! - [`summary`]: the parent's bounded status.
+//! - [`pages`]: the objects and children listed a page at a time, each cut to what is read.
 
 pub mod access;
 pub mod child;
 pub mod object;
+pub mod pages;
 pub mod parent;
 pub mod summary;
 pub mod watch;

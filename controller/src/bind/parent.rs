@@ -18,7 +18,7 @@ use tracing::info;
 
 use super::child::{self, Parent, FLOW_GENERATION_ANNOTATION, OBJECT_ANNOTATION};
 use super::summary::{self, Refused};
-use super::{access, object, watch};
+use super::{access, object, pages, watch};
 use crate::reconcile::events::EventType;
 use crate::reconcile::{finalizer, outcome, status, Error, Reconciling};
 
@@ -50,8 +50,12 @@ pub(crate) async fn reconcile_parent(
             return Ok(Action::requeue(RETRY_REFUSED));
         }
     };
-    let objects = match binding.objects.list(&ListParams::default()).await {
-        Ok(list) => list.items,
+    let objects = match pages::list_kept(&binding.objects, &ListParams::default(), |o| {
+        Some(pages::slim_object(o))
+    })
+    .await
+    {
+        Ok(objects) => objects,
         Err(e) => {
             let message = format!("listing {} objects: {e}", bind.kind);
             refused(r, flows, previous, &message).await?;
@@ -155,14 +159,14 @@ impl<'a> Binding<'a> {
             "{BOUND_TO_LABEL}={}",
             pseudoflow_compiler::names::label_value(self.r.flow_id.name)
         );
-        let list = self
-            .flows
-            .list(&ListParams::default().labels(&label))
-            .await?;
-        Ok(list
-            .items
+        let lp = ListParams::default().labels(&label);
+        let uid = self.r.uid;
+        let children = pages::list_kept(self.flows, &lp, |c| {
+            owned_by(&c, uid).then(|| pages::slim_child(c))
+        })
+        .await?;
+        Ok(children
             .into_iter()
-            .filter(|c| owned_by(c, self.r.uid))
             .map(|c| (c.metadata.name.clone().unwrap_or_default(), c))
             .collect())
     }
