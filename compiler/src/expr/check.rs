@@ -41,6 +41,12 @@ pub fn check_expressions(spec: &PseudoFlowSpec, diags: &mut Diagnostics) {
         for (key, text) in &bind.status.fields {
             checker.status_field(text, &format!("spec.bind.status.fields.{key}"));
         }
+        for (i, r) in bind.related.iter().enumerate() {
+            checker.status_field(&r.name, &format!("spec.bind.related[{i}].name"));
+            if let Some(ns) = &r.namespace {
+                checker.status_field(ns, &format!("spec.bind.related[{i}].namespace"));
+            }
+        }
     }
 }
 
