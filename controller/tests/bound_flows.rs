@@ -726,7 +726,11 @@ async fn a_related_objects_content_change_starts_a_run_naming_it_as_the_service_
     // A label on the related object is metadata: no run.
     apply(&client, settings(json!({"a": "1"}), json!({"x": "y"}))).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
-    assert_eq!(child_run(&client, &ns, "w").await, first, "a label starts no run");
+    assert_eq!(
+        child_run(&client, &ns, "w").await,
+        first,
+        "a label starts no run"
+    );
 
     // A change of its content starts one within seconds (the watch, not the resync), naming it.
     apply(&client, settings(json!({"a": "2"}), json!({"x": "y"}))).await;

@@ -254,14 +254,14 @@ async fn install_seed_crd(
     client: &kube::Client,
     ns: &str,
     file: &str,
-    (group, kind, plural): (&str, &str, &str),
+    (group, version, kind, plural): (&str, &str, &str, &str),
 ) -> Api<DynamicObject> {
     let text = std::fs::read_to_string(example(file)).unwrap();
     common::seed::apply_text(client, &text).await;
     let ar = ApiResource {
         group: group.into(),
-        version: "v1".into(),
-        api_version: format!("{group}/v1"),
+        version: version.into(),
+        api_version: format!("{group}/{version}"),
         kind: kind.into(),
         plural: plural.into(),
     };
@@ -352,7 +352,7 @@ async fn password_seen(client: &kube::Client, ns: &str, passwords: &[&str]) -> V
     out
 }
 
-const MYSQL_KIND: (&str, &str, &str) = ("otus.homework", "MySQL", "mysqls");
+const MYSQL_KIND: (&str, &str, &str, &str) = ("otus.homework", "v1", "MySQL", "mysqls");
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_mysql_operator_of_seed_004_serves_mysql_objects_with_backup_restore_and_password_change(
@@ -507,23 +507,41 @@ async fn eventually_get(mysqls: &Api<DynamicObject>) -> Option<String> {
     panic!("the MySQL was not created")
 }
 
-/// A seed's scheduled flow with its schedule shortened to every `seconds` seconds (a sixth,
-/// seconds field), so the test sees several slots without waiting minutes.
-fn every_seconds(mut flow: Value, seconds: u32) -> Value {
-    assert!(
-        flow["spec"]["schedule"].is_string(),
-        "the example is scheduled"
-    );
-    flow["spec"]["schedule"] = json!(format!("*/{seconds} * * * * *"));
-    flow
+const SECSYNCH_KIND: (&str, &str, &str, &str) =
+    ("k8sasdb.org", "v1alpha1", "SecSynch", "secsynches");
+
+/// A SecSynch in the seed's shape: the Secret to copy and the namespaces to copy it into.
+fn secsynch(ns: &str, name: &str, targets: &[&str]) -> Value {
+    json!({"apiVersion": "k8sasdb.org/v1alpha1", "kind": "SecSynch",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"secretName": "registry-credentials", "destinationNamespaces": targets}})
+}
+
+/// The source Secret, its `.dockerconfigjson` holding `auth`.
+fn registry_credentials(ns: &str, auth: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/dockerconfigjson",
+        "metadata": {"name": "registry-credentials", "namespace": ns},
+        "stringData": {".dockerconfigjson": format!("{{\"auths\":{{\"r.example\":{{\"auth\":\"{auth}\"}}}}}}")}})
+}
+
+/// The Ready condition of a SecSynch (`Null` until written).
+async fn ready_of(synchs: &Api<DynamicObject>, name: &str) -> Value {
+    let s = synchs.get(name).await.unwrap();
+    let conditions = s.data["status"]["conditions"].as_array().cloned();
+    conditions
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "Ready")
+        .unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_secret_sync_controller_of_seed_002_copies_and_resyncs_without_exposing_the_secret() {
-    use k8s_openapi::api::core::v1::Secret;
+async fn the_secret_sync_controller_of_seed_002_follows_its_source_and_deletes_its_copies() {
+    use k8s_openapi::api::core::v1::{Event, Secret};
     let (client, ns) = prepare("kopf-sync", json!([]), json!([])).await;
-    let (a, b) = (format!("{ns}-a"), format!("{ns}-b"));
-    for target in [&a, &b] {
+    let synchs = install_seed_crd(&client, &ns, "secret-sync-crd.yaml", SECSYNCH_KIND).await;
+    let (a, b, c) = (format!("{ns}-a"), format!("{ns}-b"), format!("{ns}-c"));
+    for target in [&a, &b, &c] {
         apply(
             &client,
             json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": target}}),
@@ -534,52 +552,124 @@ async fn the_secret_sync_controller_of_seed_002_copies_and_resyncs_without_expos
     for doc in documents_renamed("rbac/secret-sync.yaml", &ns, &renames) {
         apply_value(&client, doc, None).await.unwrap();
     }
-    apply(&client, json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/dockerconfigjson",
-        "metadata": {"name": "registry-credentials", "namespace": ns},
-        "stringData": {".dockerconfigjson": "{\"auths\":{\"r.example\":{\"auth\":\"c3luYy1jYW5hcnk=\"}}}"}})).await;
+    apply(&client, registry_credentials(&ns, "c3luYy1jYW5hcnk=")).await;
     let ctl = start_controller(&client, &ns);
-    let flow = documents_renamed("secret-sync.yaml", &ns, &renames).remove(0);
-    apply(&client, every_seconds(flow, 3)).await;
-    let status = common::wait_status(&client, &ns, "secret-sync", 60, "a run", |s| {
-        s["phase"] == "Succeeded" || s["phase"] == "Failed"
+    apply(
+        &client,
+        documents_renamed("secret-sync.yaml", &ns, &renames).remove(0),
+    )
+    .await;
+    apply(&client, secsynch(&ns, "secretsync-a", &[&a, &b])).await;
+
+    // Copies in both namespaces, with the source's type and data; the SecSynch is Ready.
+    let copy_holds = |target: String, auth: &'static str| {
+        let client = client.clone();
+        async move {
+            let secrets: Api<Secret> = Api::namespaced(client, &target);
+            secrets
+                .get_opt("registry-credentials")
+                .await
+                .unwrap()
+                .is_some_and(|s| {
+                    s.type_.as_deref() == Some("kubernetes.io/dockerconfigjson")
+                        && s.data
+                            .unwrap_or_default()
+                            .get(".dockerconfigjson")
+                            .is_some_and(|d| String::from_utf8_lossy(&d.0).contains(auth))
+                })
+        }
+    };
+    for target in [&a, &b] {
+        eventually(90, &format!("the copy in {target}"), || {
+            copy_holds(target.clone(), "c3luYy1jYW5hcnk=")
+        })
+        .await;
+    }
+    eventually(60, "secretsync-a Ready", || async {
+        ready_of(&synchs, "secretsync-a").await["status"] == "True"
     })
     .await;
-    assert_eq!(status["phase"], "Succeeded", "{status:#}");
-    assert!(
-        !status.to_string().contains("c3luYy1jYW5hcnk"),
-        "{status:#}"
-    );
+
+    // The seed's part 3.2: an edit of the source reaches every copy within seconds (a watch,
+    // no schedule), as a run of the SecSynch's flow naming the Secret.
+    apply(&client, registry_credentials(&ns, "bmV3LWNhbmFyeQ==")).await;
+    let edited = std::time::Instant::now();
     for target in [&a, &b] {
-        let secrets: Api<Secret> = Api::namespaced(client.clone(), target);
-        let copy = secrets.get("registry-credentials").await.unwrap();
-        assert_eq!(
-            copy.type_.as_deref(),
-            Some("kubernetes.io/dockerconfigjson")
-        );
-        let data = copy.data.unwrap_or_default();
-        assert!(String::from_utf8_lossy(&data[".dockerconfigjson"].0).contains("c3luYy1jYW5hcnk="));
+        eventually(30, &format!("the edit reaches {target}"), || {
+            copy_holds(target.clone(), "bmV3LWNhbmFyeQ==")
+        })
+        .await;
     }
-    // A copy deleted by hand comes back on a later slot, as the reconciler re-created it.
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), &a);
-    secrets
-        .delete("registry-credentials", &DeleteParams::default())
+    assert!(edited.elapsed() < std::time::Duration::from_secs(30));
+    let child = child_name("secret-sync", &ns, "secretsync-a");
+    let flow = common::flows(&client, &ns).get(&child).await.unwrap();
+    assert_eq!(
+        flow.data["spec"]["bound"]["trigger"],
+        json!({"event": "update", "changed": ["Secret/registry-credentials"]})
+    );
+
+    // A SecSynch naming a namespace the flow's ServiceAccount may not write: its copy runs as
+    // that account, so it fails naming the missing right and nothing is written there.
+    apply(&client, secsynch(&ns, "escape", &[&c])).await;
+    eventually(90, "escape failed", || async {
+        let ready = ready_of(&synchs, "escape").await;
+        ready["status"] == "False" && ready["reason"] == "Failed"
+    })
+    .await;
+    let ready = ready_of(&synchs, "escape").await;
+    let message = ready["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("secrets") && message.contains(c.as_str()),
+        "{ready:#}"
+    );
+    let secrets_c: Api<Secret> = Api::namespaced(client.clone(), &c);
+    assert!(secrets_c
+        .get_opt("registry-credentials")
+        .await
+        .unwrap()
+        .is_none());
+
+    // The data is nowhere a reader of the flows or the SecSynches can look.
+    let lp = kube::api::ListParams::default();
+    let leaked = |text: String| text.contains("c3luYy1jYW5hcnk") || text.contains("bmV3LWNhbmFyeQ");
+    for f in common::flows(&client, &ns).list(&lp).await.unwrap() {
+        assert!(!leaked(f.data.to_string()), "{:?}", f.metadata.name);
+    }
+    for s in synchs.list(&lp).await.unwrap() {
+        assert!(!leaked(s.data.to_string()), "{:?}", s.metadata.name);
+    }
+    for e in Api::<Event>::namespaced(client.clone(), &ns)
+        .list(&lp)
+        .await
+        .unwrap()
+    {
+        assert!(!leaked(serde_json::to_string(&e).unwrap()), "{e:?}");
+    }
+
+    // The seed's part 3.1: deleting the SecSynch deletes its copies; the source stays.
+    synchs
+        .delete("secretsync-a", &DeleteParams::default())
         .await
         .unwrap();
-    eventually(30, "the deleted copy is back", || async {
-        secrets
-            .get_opt("registry-credentials")
-            .await
-            .unwrap()
-            .is_some()
+    eventually(90, "secretsync-a is gone", || async {
+        synchs.get_opt("secretsync-a").await.unwrap().is_none()
     })
     .await;
-    for message in event_messages(&client, &ns, "secret-sync").await {
-        assert!(!message.contains("c3luYy1jYW5hcnk"), "{message}");
+    for target in [&a, &b] {
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), target);
+        let copy = secrets.get_opt("registry-credentials").await.unwrap();
+        assert!(copy.is_none(), "the copy in {target} is deleted");
     }
+    let source: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    assert!(source
+        .get_opt("registry-credentials")
+        .await
+        .unwrap()
+        .is_some());
     ctl.abort();
 }
 
-const BUNDLE_KIND: (&str, &str, &str) = ("operator.werf.dev", "Bundle", "bundles");
+const BUNDLE_KIND: (&str, &str, &str, &str) = ("operator.werf.dev", "v1", "Bundle", "bundles");
 
 /// A Bundle in the seed's format, naming the bundle ConfigMap by `repo`, values in `env`.
 fn bundle(ns: &str, image: &str) -> Value {
@@ -641,6 +731,24 @@ async fn the_werf_bundle_operator_of_seed_003_deploys_each_bundle_and_dismisses_
         s["bound"]["running"] == 1
     })
     .await;
+
+    // A newly published bundle (the ConfigMap's data) deploys within seconds, as the kopf
+    // operator's digest check and its values-ConfigMap handler did.
+    let mut published = documents_in("bundles/myapp.yaml", &ns).remove(0);
+    let text = published["data"]["bundle.yaml"].as_str().unwrap();
+    assert!(text.contains("replicas: 2"));
+    published["data"]["bundle.yaml"] = json!(text.replace("replicas: 2", "replicas: 3"));
+    apply(&client, published).await;
+    eventually(30, "the new bundle is deployed", || async {
+        let d = deployments.get("myapp").await.unwrap();
+        d.spec.as_ref().unwrap().replicas == Some(3)
+    })
+    .await;
+    let flow = common::flows(&client, &ns).get(&child).await.unwrap();
+    assert_eq!(
+        flow.data["spec"]["bound"]["trigger"]["changed"],
+        json!(["ConfigMap/myapp-bundle"])
+    );
 
     // Deleting the Bundle dismisses the release before the Bundle goes.
     bundles
