@@ -340,6 +340,22 @@ mod tests {
             ),
             "{w:?}"
         );
+        // Related references are expressions over the object, checked as the status fields are.
+        let related = |name: &str| {
+            json!({"bind": {"apiVersion": "example.com/v1", "kind": "SecSynch",
+                    "related": [{"apiVersion": "v1", "kind": "Secret", "name": name}]},
+                "steps": [{"type": "log", "message": "${trigger.changed}"}]})
+        };
+        assert!(crate::compile(&id, &related("${object.spec.secretName}")).is_ok());
+        let errors: Vec<String> = crate::compile(&id, &related("${nope.x}"))
+            .unwrap_err()
+            .errors()
+            .map(|d| format!("{}: {}", d.path, d.message))
+            .collect();
+        assert!(
+            errors[0].starts_with("spec.bind.related[0].name: nope.x uses unknown variable"),
+            "{errors:?}"
+        );
         // Without bind, `object` is no variable.
         let plain = json!({"steps": [{"type": "log", "message": "${object.spec.version}"}]});
         assert!(crate::compile(&id, &plain).is_err());
