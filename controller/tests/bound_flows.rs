@@ -645,10 +645,15 @@ async fn a_kind_without_status_is_served_when_nothing_is_written_back_and_the_se
 /// A bound flow over widgets whose objects name a ConfigMap (`spec.config`, `bind.related`): its
 /// one step writes ConfigMap `<widget>-seen` holding what started the run.
 fn related_flow() -> Value {
+    related_flow_of("ConfigMap", "${object.spec.config}")
+}
+
+/// [`related_flow`] with a reference to a `kind` named `name`.
+fn related_flow_of(kind: &str, name: &str) -> Value {
     json!({
         "serviceAccountName": "flow",
         "bind": {"apiVersion": format!("{GROUP}/v1"), "kind": "Widget",
-            "related": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "${object.spec.config}"}]},
+            "related": [{"apiVersion": "v1", "kind": kind, "name": name}]},
         "steps": [
             {"type": "apply", "name": "seen", "manifests": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ${object.metadata.name}-seen\ndata:\n  event: ${trigger.event}\n  changed: \"${trigger.changed | join(',')}\"\n"}
         ]
@@ -691,15 +696,7 @@ async fn a_related_objects_content_change_starts_a_run_naming_it_as_the_service_
             "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["watch"]}]}),
     )
     .await;
-    apply(
-        &client,
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-            "metadata": {"name": "watch-configmaps", "namespace": ns},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                "name": "watch-configmaps"},
-            "subjects": [{"kind": "ServiceAccount", "name": "flow", "namespace": ns}]}),
-    )
-    .await;
+    bind_role(&client, &ns, "watch-configmaps").await;
     let settings = |data: Value, labels: Value| {
         json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "settings", "namespace": ns, "labels": labels}, "data": data})
@@ -742,4 +739,80 @@ async fn a_related_objects_content_change_starts_a_run_naming_it_as_the_service_
     .await;
     assert!(started.elapsed() < Duration::from_secs(20));
     assert_ne!(child_run(&client, &ns, "w").await, first);
+}
+
+/// Binds Role `role` of `ns` to the flows' ServiceAccount `flow`.
+async fn bind_role(client: &Client, ns: &str, role: &str) {
+    apply(
+        client,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": role, "namespace": ns},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": "flow", "namespace": ns}]}),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn related_objects_are_read_by_name_as_the_service_account_never_the_controller() {
+    // The account may list and watch Secrets, but get only `shared`; the controller itself may
+    // get every Secret (the chart's ClusterRole), so a read with its rights would succeed.
+    let (client, ns) = setup("bind-related-get", all_verbs()).await;
+    apply(
+        &client,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "secrets", "namespace": ns},
+            "rules": [
+                {"apiGroups": [""], "resources": ["secrets"], "verbs": ["list", "watch"]},
+                {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"],
+                    "resourceNames": ["shared"]}]}),
+    )
+    .await;
+    bind_role(&client, &ns, "secrets").await;
+    for name in ["shared", "private"] {
+        apply(
+            &client,
+            json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": name, "namespace": ns}, "stringData": {"k": "v"}}),
+        )
+        .await;
+    }
+    create_flow(
+        &client,
+        &ns,
+        "widgets",
+        related_flow_of("Secret", "${object.spec.secret}"),
+    )
+    .await;
+    create_widget(&client, &ns, "allowed", json!({"secret": "shared"})).await;
+    create_widget(&client, &ns, "denied", json!({"secret": "private"})).await;
+    wait_widget(&client, &ns, "allowed", "Running").await;
+    let status = wait_status(&client, &ns, "widgets", 60, "denied refused", |s| {
+        s["bound"]["failures"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|f| f["object"] == format!("{ns}/denied")))
+    })
+    .await;
+    let failure = status["bound"]["failures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["object"] == format!("{ns}/denied"))
+        .unwrap();
+    let message = failure["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(&format!(
+            "spec.bind.related[0] (Secret/private): ServiceAccount {ns}/flow may not get \
+             secrets in namespace {ns}"
+        )),
+        "{message}"
+    );
+    // Refused before anything runs: no flow, no finalizer, no run.
+    let child = flows(&client, &ns)
+        .get_opt(&child_name("widgets", &ns, "denied"))
+        .await
+        .unwrap();
+    assert!(child.is_none(), "no flow for the denied widget");
+    assert!(!config_map_exists(&client, &ns, "denied-seen").await);
+    assert!(config_map_exists(&client, &ns, "allowed-seen").await);
 }

@@ -116,8 +116,9 @@ pub async fn missing_right(
     Ok(missing.map(|right| missing_message(who, right, ar, ns, needs)))
 }
 
-/// The rights a bound flow's ServiceAccount needs on each related kind (`bind.related`).
-pub const RELATED_NEEDED: [(&str, &str); 3] = [("get", ""), ("list", ""), ("watch", "")];
+/// The rights a bound flow's ServiceAccount needs on each related kind (`bind.related`) to
+/// watch it; `get` is asked per object, by name (it may be granted for some names only).
+pub const RELATED_NEEDED: [(&str, &str); 2] = [("list", ""), ("watch", "")];
 
 /// The first right of [`RELATED_NEEDED`] `client` lacks on the related kind `ar` in `ns` (all
 /// namespaces when `None`), as a sentence naming it.
@@ -167,7 +168,7 @@ async fn first_missing(
 pub fn related_message(who: &str, verb: &str, ar: &ApiResource, ns: Option<&str>) -> String {
     format!(
         "ServiceAccount {who} may not {verb} {} {}; a bound flow reads and watches its related \
-         objects (bind.related) with its ServiceAccount's rights: grant get, list, watch",
+         objects (bind.related) with its ServiceAccount's rights: grant list and watch on the kind, get on the objects named",
         resource_name(ar),
         place(ns)
     )
@@ -255,7 +256,7 @@ mod tests {
         assert!(
             m.starts_with("ServiceAccount ops/sync may not watch secrets in namespace ops; ")
                 && m.contains("related objects (bind.related)")
-                && m.ends_with("grant get, list, watch"),
+                && m.ends_with("grant list and watch on the kind, get on the objects named"),
             "{m}"
         );
     }
