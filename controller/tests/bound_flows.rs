@@ -641,3 +641,178 @@ async fn a_kind_without_status_is_served_when_nothing_is_written_back_and_the_se
         .iter()
         .all(|e| e.reason.as_deref() != Some("StatusWriteFailed")));
 }
+
+/// A bound flow over widgets whose objects name a ConfigMap (`spec.config`, `bind.related`): its
+/// one step writes ConfigMap `<widget>-seen` holding what started the run.
+fn related_flow() -> Value {
+    related_flow_of("ConfigMap", "${object.spec.config}")
+}
+
+/// [`related_flow`] with a reference to a `kind` named `name`.
+fn related_flow_of(kind: &str, name: &str) -> Value {
+    json!({
+        "serviceAccountName": "flow",
+        "bind": {"apiVersion": format!("{GROUP}/v1"), "kind": "Widget",
+            "related": [{"apiVersion": "v1", "kind": kind, "name": name}]},
+        "steps": [
+            {"type": "apply", "name": "seen", "manifests": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ${object.metadata.name}-seen\ndata:\n  event: ${trigger.event}\n  changed: \"${trigger.changed | join(',')}\"\n"}
+        ]
+    })
+}
+
+/// The data of ConfigMap `name` (empty when absent).
+async fn config_map_data(client: &Client, ns: &str, name: &str) -> Value {
+    let cm = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .unwrap();
+    json!(cm.and_then(|c| c.data).unwrap_or_default())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_related_objects_content_change_starts_a_run_naming_it_as_the_service_account() {
+    // The flow's account may get and list ConfigMaps but not watch them: refused, naming it.
+    let (client, ns) = setup("bind-related", all_verbs()).await;
+    create_flow(&client, &ns, "widgets", related_flow()).await;
+    let status = wait_status(&client, &ns, "widgets", 60, "refused", |s| {
+        s["phase"] == "Failed"
+    })
+    .await;
+    assert_eq!(status["reason"], "BindRefused", "{status:#}");
+    let message = status["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(&format!(
+            "ServiceAccount {ns}/flow may not watch configmaps in namespace {ns}; a bound flow \
+             reads and watches its related objects (bind.related)"
+        )),
+        "{message}"
+    );
+
+    // Granted, the binding is tried again and serves the widget.
+    apply(
+        &client,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "watch-configmaps", "namespace": ns},
+            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["watch"]}]}),
+    )
+    .await;
+    bind_role(&client, &ns, "watch-configmaps").await;
+    let settings = |data: Value, labels: Value| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "settings", "namespace": ns, "labels": labels}, "data": data})
+    };
+    apply(&client, settings(json!({"a": "1"}), json!({}))).await;
+    create_widget(&client, &ns, "w", json!({"config": "settings"})).await;
+    eventually(90, "the widget's first run", || async {
+        config_map_data(&client, &ns, "w-seen").await["event"] == "create"
+    })
+    .await;
+    wait_widget(&client, &ns, "w", "Running").await;
+    let first = child_run(&client, &ns, "w").await;
+    let child = flows(&client, &ns)
+        .get(&child_name("widgets", &ns, "w"))
+        .await
+        .unwrap();
+    let recorded = &child.data["spec"]["bound"]["related"];
+    assert!(recorded["ConfigMap/settings"].is_string(), "{recorded}");
+    assert!(
+        !child.data["spec"].to_string().contains("\"a\":\"1\""),
+        "the child records versions, never content"
+    );
+
+    // A label on the related object is metadata: no run.
+    apply(&client, settings(json!({"a": "1"}), json!({"x": "y"}))).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        child_run(&client, &ns, "w").await,
+        first,
+        "a label starts no run"
+    );
+
+    // A change of its content starts one within seconds (the watch, not the resync), naming it.
+    apply(&client, settings(json!({"a": "2"}), json!({"x": "y"}))).await;
+    let started = std::time::Instant::now();
+    eventually(20, "a run for the related change", || async {
+        let seen = config_map_data(&client, &ns, "w-seen").await;
+        seen["event"] == "update" && seen["changed"] == "ConfigMap/settings"
+    })
+    .await;
+    assert!(started.elapsed() < Duration::from_secs(20));
+    assert_ne!(child_run(&client, &ns, "w").await, first);
+}
+
+/// Binds Role `role` of `ns` to the flows' ServiceAccount `flow`.
+async fn bind_role(client: &Client, ns: &str, role: &str) {
+    apply(
+        client,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": role, "namespace": ns},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": "flow", "namespace": ns}]}),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn related_objects_are_read_by_name_as_the_service_account_never_the_controller() {
+    // The account may list and watch Secrets, but get only `shared`; the controller itself may
+    // get every Secret (the chart's ClusterRole), so a read with its rights would succeed.
+    let (client, ns) = setup("bind-related-get", all_verbs()).await;
+    apply(
+        &client,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "secrets", "namespace": ns},
+            "rules": [
+                {"apiGroups": [""], "resources": ["secrets"], "verbs": ["list", "watch"]},
+                {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"],
+                    "resourceNames": ["shared"]}]}),
+    )
+    .await;
+    bind_role(&client, &ns, "secrets").await;
+    for name in ["shared", "private"] {
+        apply(
+            &client,
+            json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": name, "namespace": ns}, "stringData": {"k": "v"}}),
+        )
+        .await;
+    }
+    create_flow(
+        &client,
+        &ns,
+        "widgets",
+        related_flow_of("Secret", "${object.spec.secret}"),
+    )
+    .await;
+    create_widget(&client, &ns, "allowed", json!({"secret": "shared"})).await;
+    create_widget(&client, &ns, "denied", json!({"secret": "private"})).await;
+    wait_widget(&client, &ns, "allowed", "Running").await;
+    let status = wait_status(&client, &ns, "widgets", 60, "denied refused", |s| {
+        s["bound"]["failures"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|f| f["object"] == format!("{ns}/denied")))
+    })
+    .await;
+    let failure = status["bound"]["failures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["object"] == format!("{ns}/denied"))
+        .unwrap();
+    let message = failure["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(&format!(
+            "spec.bind.related[0] (Secret/private): ServiceAccount {ns}/flow may not get \
+             secrets in namespace {ns}"
+        )),
+        "{message}"
+    );
+    // Refused before anything runs: no flow, no finalizer, no run.
+    let child = flows(&client, &ns)
+        .get_opt(&child_name("widgets", &ns, "denied"))
+        .await
+        .unwrap();
+    assert!(child.is_none(), "no flow for the denied widget");
+    assert!(!config_map_exists(&client, &ns, "denied-seen").await);
+    assert!(config_map_exists(&client, &ns, "allowed-seen").await);
+}

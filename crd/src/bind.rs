@@ -27,6 +27,8 @@ pub const TRIGGER_VAR: &str = "trigger";
 pub const MAX_FAILURES_SHOWN: usize = 5;
 /// Most `watchFields`.
 pub const MAX_WATCH_FIELDS: usize = 32;
+/// Most `related` references.
+pub const MAX_RELATED: usize = 8;
 
 /// Binds the flow to a kind: every matching object gets its own runs, status and `onDelete`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -51,9 +53,44 @@ pub struct Bind {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = MAX_WATCH_FIELDS))]
     pub watch_fields: Vec<String>,
+    /// Other objects each object names (e.g. the Secret a `SecSynch` copies): a change of one's
+    /// content (not of its metadata or status) starts a new run of the object's flow, with
+    /// `${trigger}` naming it. Read and watched as the flow's ServiceAccount.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_RELATED))]
+    pub related: Vec<RelatedRef>,
     /// What is written back into each object's status.
     #[serde(default)]
     pub status: BindStatus,
+}
+
+/// One object an object of the bound kind names, templated from `${object}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RelatedRef {
+    /// API version of its kind, e.g. `v1`.
+    #[schemars(length(min = 1, max = 253))]
+    pub api_version: String,
+    /// Its kind, e.g. `Secret`.
+    #[schemars(length(min = 1, max = 63))]
+    pub kind: String,
+    /// Its name, e.g. `${object.spec.secretName}`.
+    #[schemars(length(min = 1, max = 512))]
+    pub name: String,
+    /// Its namespace, templated; only with `allNamespaces` (default: the object's namespace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 512))]
+    pub namespace: Option<String>,
+}
+
+impl RelatedRef {
+    /// The group (empty for the core group) and version of `apiVersion`.
+    pub fn group_version(&self) -> (&str, &str) {
+        match self.api_version.split_once('/') {
+            Some((g, v)) => (g, v),
+            None => ("", self.api_version.as_str()),
+        }
+    }
 }
 
 /// What the controller writes into a bound object's status (through its status subresource).
@@ -109,6 +146,10 @@ pub struct Bound {
     /// What to write back into the object's status.
     #[serde(default)]
     pub status: BindStatus,
+    /// The related objects' versions the run was started with (`Kind/name` to resourceVersion;
+    /// versions only, never content), so that a change of one changes this spec.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub related: BTreeMap<String, String>,
 }
 
 fn open_schema(_: &mut SchemaGenerator) -> Schema {
@@ -155,7 +196,47 @@ impl Bind {
                 ctx.json_path(&format!("watchFields[{i}]"), path);
             }
         }
+        for (i, r) in self.related.iter().enumerate() {
+            r.validate(&mut ctx.at(&format!("related[{i}]")), self.all_namespaces);
+        }
         self.status.validate(&mut ctx.at("status"));
+    }
+}
+
+impl RelatedRef {
+    /// A valid apiVersion and kind, never PseudoFlows, and a namespace only for a flow that
+    /// serves every namespace: otherwise an object could name something in a namespace the
+    /// binding does not serve.
+    fn validate(&self, ctx: &mut Ctx, all_namespaces: bool) {
+        let (group, version) = self.group_version();
+        if version.is_empty() || self.api_version.matches('/').count() > 1 {
+            let v = &self.api_version;
+            ctx.error(
+                "apiVersion",
+                format!("{v:?} is not GROUP/VERSION or VERSION"),
+            );
+        } else if !group.is_empty() && !crate::text::is_dns_subdomain(group) {
+            ctx.error("apiVersion", format!("{group:?} is not a valid API group"));
+        }
+        let k = &self.kind;
+        let kind_ok = k.chars().next().is_some_and(|c| c.is_ascii_uppercase())
+            && k.chars().all(|c| c.is_ascii_alphanumeric());
+        if !kind_ok {
+            ctx.error("kind", format!("{k:?} is not a kind (e.g. Secret)"));
+        }
+        if group == "ops.example.com" && k == "PseudoFlow" {
+            ctx.error("kind", "a related object cannot be a PseudoFlow");
+        }
+        if self.name.trim().is_empty() {
+            ctx.error("name", "is empty");
+        }
+        if self.namespace.is_some() && !all_namespaces {
+            ctx.error(
+                "namespace",
+                "only a flow with allNamespaces may name another namespace; related objects \
+                 are in the object's namespace",
+            );
+        }
     }
 }
 
@@ -239,6 +320,43 @@ mod tests {
                 "spec.bind.status.fields.message"
             ],
             "{p:#?}"
+        );
+    }
+
+    #[test]
+    fn a_related_object_is_in_the_objects_namespace_unless_the_flow_serves_all() {
+        let secret = json!({"apiVersion": "v1", "kind": "Secret",
+            "name": "${object.spec.secretName}"});
+        let v = json!({"apiVersion": "example.com/v1", "kind": "SecSynch", "related": [secret]});
+        assert!(problems(v).is_empty());
+        let mut elsewhere = secret.clone();
+        elsewhere["namespace"] = json!("${object.spec.from}");
+        let v = json!({"apiVersion": "example.com/v1", "kind": "SecSynch",
+            "related": [elsewhere]});
+        let p = problems(v);
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(
+            p[0].starts_with("spec.bind.related[0].namespace: only a flow with allNamespaces"),
+            "{p:?}"
+        );
+        let v = json!({"apiVersion": "example.com/v1", "kind": "SecSynch",
+            "allNamespaces": true, "related": [elsewhere]});
+        assert!(problems(v).is_empty());
+        let flows = json!({"apiVersion": "ops.example.com/v1alpha1", "kind": "PseudoFlow",
+            "name": "x"});
+        let v = json!({"apiVersion": "example.com/v1", "kind": "SecSynch",
+            "related": [flows, {"apiVersion": "v1", "kind": "secret", "name": " "}]});
+        let paths: Vec<String> = problems(v)
+            .iter()
+            .map(|s| s.split(": ").next().unwrap().to_string())
+            .collect();
+        assert_eq!(
+            paths,
+            [
+                "spec.bind.related[0].kind",
+                "spec.bind.related[1].kind",
+                "spec.bind.related[1].name"
+            ]
         );
     }
 

@@ -41,6 +41,12 @@ pub fn check_expressions(spec: &PseudoFlowSpec, diags: &mut Diagnostics) {
         for (key, text) in &bind.status.fields {
             checker.status_field(text, &format!("spec.bind.status.fields.{key}"));
         }
+        for (i, r) in bind.related.iter().enumerate() {
+            checker.status_field(&r.name, &format!("spec.bind.related[{i}].name"));
+            if let Some(ns) = &r.namespace {
+                checker.status_field(ns, &format!("spec.bind.related[{i}].namespace"));
+            }
+        }
     }
 }
 
@@ -333,6 +339,22 @@ mod tests {
                 "spec.steps[0].cmd: ${object.spec.name} splices the bound object's \"object\""
             ),
             "{w:?}"
+        );
+        // Related references are expressions over the object, checked as the status fields are.
+        let related = |name: &str| {
+            json!({"bind": {"apiVersion": "example.com/v1", "kind": "SecSynch",
+                    "related": [{"apiVersion": "v1", "kind": "Secret", "name": name}]},
+                "steps": [{"type": "log", "message": "${trigger.changed}"}]})
+        };
+        assert!(crate::compile(&id, &related("${object.spec.secretName}")).is_ok());
+        let errors: Vec<String> = crate::compile(&id, &related("${nope.x}"))
+            .unwrap_err()
+            .errors()
+            .map(|d| format!("{}: {}", d.path, d.message))
+            .collect();
+        assert!(
+            errors[0].starts_with("spec.bind.related[0].name: nope.x uses unknown variable"),
+            "{errors:?}"
         );
         // Without bind, `object` is no variable.
         let plain = json!({"steps": [{"type": "log", "message": "${object.spec.version}"}]});

@@ -54,16 +54,28 @@ impl Binder {
         sa: &str,
         bind: &Bind,
     ) -> Result<(ApiResource, bool), String> {
-        let key = format!("{ns}/{sa} {}/{}", bind.api_version, bind.kind);
+        self.kind_of(client, ns, sa, &bind.api_version, &bind.kind)
+            .await
+    }
+
+    /// [`Binder::kind`] for any kind (a bound kind, or a related one).
+    pub async fn kind_of(
+        &self,
+        client: &Client,
+        ns: &str,
+        sa: &str,
+        api_version: &str,
+        kind: &str,
+    ) -> Result<(ApiResource, bool), String> {
+        let key = format!("{ns}/{sa} {api_version}/{kind}");
         if let Some(k) = self.kinds.lock().expect("not poisoned").get(&key) {
             return Ok(k.clone());
         }
-        let (group, version) = bind.group_version();
-        let gvk = GroupVersionKind::gvk(group, version, &bind.kind);
-        let (ar, caps) = pinned_kind(client, &gvk).await.map_err(|e| {
-            let (k, v) = (&bind.kind, &bind.api_version);
-            format!("kind {k} of {v} is not served: {e}")
-        })?;
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        let gvk = GroupVersionKind::gvk(group, version, kind);
+        let (ar, caps) = pinned_kind(client, &gvk)
+            .await
+            .map_err(|e| format!("kind {kind} of {api_version} is not served: {e}"))?;
         let found = (ar, caps.scope == Scope::Namespaced);
         let mut kinds = self.kinds.lock().expect("not poisoned");
         kinds.insert(key, found.clone());
@@ -99,8 +111,37 @@ pub async fn missing_right(
     ns: Option<&str>,
     writes_status: bool,
 ) -> Result<Option<String>, kube::Error> {
+    let needs = needed(writes_status);
+    let missing = first_missing(client, ar, ns, needs).await?;
+    Ok(missing.map(|right| missing_message(who, right, ar, ns, needs)))
+}
+
+/// The rights a bound flow's ServiceAccount needs on each related kind (`bind.related`) to
+/// watch it; `get` is asked per object, by name (it may be granted for some names only).
+pub const RELATED_NEEDED: [(&str, &str); 2] = [("list", ""), ("watch", "")];
+
+/// The first right of [`RELATED_NEEDED`] `client` lacks on the related kind `ar` in `ns` (all
+/// namespaces when `None`), as a sentence naming it.
+pub async fn missing_related_right(
+    client: &Client,
+    who: &str,
+    ar: &ApiResource,
+    ns: Option<&str>,
+) -> Result<Option<String>, kube::Error> {
+    let missing = first_missing(client, ar, ns, &RELATED_NEEDED).await?;
+    Ok(missing.map(|(verb, _)| related_message(who, verb, ar, ns)))
+}
+
+/// The first of `needs` that `client` may not do on `ar` in `ns`, asked with
+/// SelfSubjectAccessReviews.
+async fn first_missing(
+    client: &Client,
+    ar: &ApiResource,
+    ns: Option<&str>,
+    needs: &[(&'static str, &'static str)],
+) -> Result<Option<(&'static str, &'static str)>, kube::Error> {
     let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
-    for &(verb, sub) in needed(writes_status) {
+    for &(verb, sub) in needs {
         let review = SelfSubjectAccessReview {
             spec: SelfSubjectAccessReviewSpec {
                 resource_attributes: Some(ResourceAttributes {
@@ -117,11 +158,35 @@ pub async fn missing_right(
         };
         let answer = api.create(&PostParams::default(), &review).await?;
         if !answer.status.is_some_and(|s| s.allowed) {
-            let needs = needed(writes_status);
-            return Ok(Some(missing_message(who, (verb, sub), ar, ns, needs)));
+            return Ok(Some((verb, sub)));
         }
     }
     Ok(None)
+}
+
+/// "ServiceAccount ops/sync may not watch secrets in namespace ops; ... related objects ...".
+pub fn related_message(who: &str, verb: &str, ar: &ApiResource, ns: Option<&str>) -> String {
+    format!(
+        "ServiceAccount {who} may not {verb} {} {}; a bound flow reads and watches its related \
+         objects (bind.related) with its ServiceAccount's rights: grant list and watch on the kind, get on the objects named",
+        resource_name(ar),
+        place(ns)
+    )
+}
+
+fn resource_name(ar: &ApiResource) -> String {
+    if ar.group.is_empty() {
+        ar.plural.clone()
+    } else {
+        format!("{}.{}", ar.plural, ar.group)
+    }
+}
+
+fn place(ns: Option<&str>) -> String {
+    match ns {
+        Some(ns) => format!("in namespace {ns}"),
+        None => "cluster-wide (allNamespaces)".into(),
+    }
 }
 
 /// "ServiceAccount ops/db may not watch databases.example.com in namespace ops ...".
@@ -132,20 +197,13 @@ pub fn missing_message(
     ns: Option<&str>,
     needed: &[(&str, &str)],
 ) -> String {
-    let resource = if ar.group.is_empty() {
-        ar.plural.clone()
-    } else {
-        format!("{}.{}", ar.plural, ar.group)
-    };
+    let resource = resource_name(ar);
     let resource = if sub.is_empty() {
         resource
     } else {
         format!("{resource}/{sub}")
     };
-    let place = match ns {
-        Some(ns) => format!("in namespace {ns}"),
-        None => "cluster-wide (allNamespaces)".into(),
-    };
+    let place = place(ns);
     format!(
         "ServiceAccount {who} may not {verb} {resource} {place}; a bound flow watches, lists and \
          patches (finalizers, status) its objects with its ServiceAccount's rights: grant {}",
@@ -187,5 +245,19 @@ mod tests {
             "{m}"
         );
         assert_eq!(service_account_user("a", "b"), "system:serviceaccount:a:b");
+        let secrets = ApiResource {
+            group: "".into(),
+            version: "v1".into(),
+            api_version: "v1".into(),
+            kind: "Secret".into(),
+            plural: "secrets".into(),
+        };
+        let m = related_message("ops/sync", "watch", &secrets, Some("ops"));
+        assert!(
+            m.starts_with("ServiceAccount ops/sync may not watch secrets in namespace ops; ")
+                && m.contains("related objects (bind.related)")
+                && m.ends_with("grant list and watch on the kind, get on the objects named"),
+            "{m}"
+        );
     }
 }

@@ -2,7 +2,7 @@
 //! flow's, without `bind`, with the object and what started the run in `bound`), and which
 //! changes of the object start a run. Pure; the parent's reconcile does the writing.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use pseudoflow_compiler::names::{bounded_name, label_value, stable_hash};
 use pseudoflow_crd::bind::{Bind, BOUND_TO_LABEL};
@@ -100,8 +100,16 @@ pub struct Parent<'a> {
 }
 
 /// The whole child flow for the object `view`, started by `trigger`: the parent's spec without
-/// `bind`, plus `bound` (object, trigger, the kind's plural, what to write back).
-pub fn child_flow(p: &Parent, name: &str, plural: &str, view: &Value, trigger: &Value) -> Value {
+/// `bind`, plus `bound` (object, trigger, the kind's plural, what to write back, and the
+/// versions of its related objects).
+pub fn child_flow(
+    p: &Parent,
+    name: &str,
+    plural: &str,
+    view: &Value,
+    trigger: &Value,
+    related: &BTreeMap<String, String>,
+) -> Value {
     let mut spec = p.spec.clone();
     let status = spec["bind"]["status"].take();
     if let Some(s) = spec.as_object_mut() {
@@ -113,6 +121,9 @@ pub fn child_flow(p: &Parent, name: &str, plural: &str, view: &Value, trigger: &
         );
         if status.is_null() {
             s["bound"].as_object_mut().map(|b| b.remove("status"));
+        }
+        if !related.is_empty() {
+            s["bound"]["related"] = json!(related);
         }
     }
     let object = match view["metadata"]["namespace"].as_str() {
@@ -214,8 +225,19 @@ mod tests {
         };
         let view = obj(1, "15", "a");
         let t = json!({"event": "create", "changed": []});
-        let c = child_flow(&p, "database-pg-1", "databases", &view, &t);
+        let c = child_flow(
+            &p,
+            "database-pg-1",
+            "databases",
+            &view,
+            &t,
+            &BTreeMap::new(),
+        );
         assert!(c["spec"].get("bind").is_none());
+        assert!(c["spec"]["bound"].get("related").is_none());
+        let versions: BTreeMap<String, String> = [("Secret/s".into(), "7".into())].into();
+        let c = child_flow(&p, "database-pg-1", "databases", &view, &t, &versions);
+        assert_eq!(c["spec"]["bound"]["related"], json!({"Secret/s": "7"}));
         assert_eq!(c["spec"]["bound"]["object"], view);
         assert_eq!(c["spec"]["bound"]["status"]["phaseField"], "phase");
         assert_eq!(c["spec"]["serviceAccountName"], "db");

@@ -8,6 +8,7 @@
 //!   each object, and a summary in the parent's status.
 //! - [`child`]: what a child is (its name, its spec, and which change of an object starts a run).
 //! - [`object`]: what a child sees of an object, and the finalizer the parent puts on it.
+//! - [`related`]: other objects each object names (`bind.related`), whose changes start runs.
 //! - [`access`]: everything done to objects of the kind is done as the flow's ServiceAccount.
 //! - [`watch`]: one watch per bound flow, waking the parent when an object changes.
 //! - [`write_back`]: the object's status, written by the child's reconcile after each phase change.
@@ -19,6 +20,7 @@ pub mod child;
 pub mod object;
 pub mod pages;
 pub mod parent;
+pub mod related;
 pub mod summary;
 pub mod watch;
 pub mod write_back;
@@ -48,6 +50,9 @@ pub struct Binder {
     /// Per child flow uid: a digest of the object status it last wrote, so an unchanged status is
     /// not written again (lost on restart: then it is written once more, harmlessly).
     written: Mutex<HashMap<String, u64>>,
+    /// Per `<bound flow uid>/<child>/<related key>`: what that related object was when last
+    /// looked at (its content only as a digest, never kept in any object).
+    related: Mutex<HashMap<String, related::Seen>>,
 }
 
 impl Binder {
@@ -57,6 +62,24 @@ impl Binder {
             config: Some(config),
             ..Default::default()
         }
+    }
+}
+
+impl Binder {
+    /// What a related object was when last looked at (see [`related::changed`]).
+    pub fn remembered(&self, key: &str) -> Option<related::Seen> {
+        self.related.lock().expect("not poisoned").get(key).cloned()
+    }
+
+    /// Remembers what a related object is now.
+    pub fn remember(&self, key: String, seen: related::Seen) {
+        self.related.lock().expect("not poisoned").insert(key, seen);
+    }
+
+    /// Forgets every related object remembered under `prefix` (a child, or a bound flow).
+    pub fn forget(&self, prefix: &str) {
+        let mut map = self.related.lock().expect("not poisoned");
+        map.retain(|k, _| !k.starts_with(prefix));
     }
 }
 

@@ -17,6 +17,7 @@ use serde_json::{json, Value};
 use tracing::info;
 
 use super::child::{self, Parent, FLOW_GENERATION_ANNOTATION, OBJECT_ANNOTATION};
+use super::related::{self, Seen};
 use super::summary::{self, Refused};
 use super::{access, object, pages, watch};
 use crate::reconcile::events::EventType;
@@ -96,6 +97,9 @@ struct Binding<'a> {
     selector: Selector,
     finalizer: String,
     raw_spec: Value,
+    /// The related kinds (`bind.related`) by (apiVersion, kind): their resource and whether it
+    /// is namespaced, discovered as the flow's ServiceAccount.
+    related_kinds: BTreeMap<(String, String), (ApiResource, bool)>,
 }
 
 impl<'a> Binding<'a> {
@@ -137,11 +141,13 @@ impl<'a> Binding<'a> {
                 });
             }
         }
+        let related_kinds = open_related(r, &client, bind, &who).await?;
         let selector = match &bind.selector {
             Some(s) => s.parse().map_err(|e| e.to_string())?,
             None => Selector(vec![]),
         };
         Ok(Binding {
+            related_kinds,
             r,
             bind,
             flows,
@@ -192,25 +198,123 @@ impl<'a> Binding<'a> {
             return Ok(None);
         }
         let view = object::view(obj);
+        let seen = match self.related_now(&view).await? {
+            Ok(seen) => seen,
+            Err(why) => return Ok(Some(why)),
+        };
         let previous = child.map(|c| &c.data["spec"]["bound"]["object"]);
         let trigger = child::trigger(previous, &view, self.bind);
+        let trigger = match child {
+            Some(c) => {
+                let recorded: BTreeMap<String, String> =
+                    serde_json::from_value(c.data["spec"]["bound"]["related"].clone())
+                        .unwrap_or_default();
+                let binder = &self.r.ctx.binder;
+                let changed: Vec<String> = seen
+                    .iter()
+                    .filter(|(key, now)| {
+                        let remembered = binder.remembered(&self.memo_key(&name, key));
+                        related::changed(&recorded, key, now, remembered.as_ref())
+                    })
+                    .map(|(key, _)| key.clone())
+                    .collect();
+                with_related_changes(trigger, changed)
+            }
+            None => trigger,
+        };
         let flow_changed = child.is_some_and(|c| {
             let a = c.metadata.annotations.as_ref();
             let g = a.and_then(|a| a.get(FLOW_GENERATION_ANNOTATION));
             g.map(String::as_str) != Some(&self.parent().generation.to_string())
         });
         if trigger.is_none() && !flow_changed {
+            self.remember(&name, &seen);
             return Ok(None);
         }
         let trigger = trigger.unwrap_or_else(|| json!({"event": "update", "changed": []}));
-        let made = child::child_flow(&self.parent(), &name, &self.ar.plural, &view, &trigger);
+        let versions: BTreeMap<String, String> = seen
+            .iter()
+            .map(|(key, s)| (key.clone(), s.version.clone()))
+            .collect();
+        let made = child::child_flow(
+            &self.parent(),
+            &name,
+            &self.ar.plural,
+            &view,
+            &trigger,
+            &versions,
+        );
         if let Some(why) = self.write_child(&name, child, made).await? {
             return Ok(Some(why));
         }
+        self.remember(&name, &seen);
         // Only once its flow exists: an object whose flow was refused keeps no finalizer of ours.
         let objects = self.objects_api(obj);
         finalizer::set_named(&objects, obj, &self.finalizer, true).await?;
         Ok(None)
+    }
+
+    /// What each related object of `view` is now (`bind.related`), read as the flow's
+    /// ServiceAccount; `Err` says why the object cannot be served (a reference that renders to
+    /// no name, a related object the ServiceAccount may not read).
+    async fn related_now(
+        &self,
+        view: &Value,
+    ) -> Result<Result<Vec<(String, Seen)>, String>, Error> {
+        if self.bind.related.is_empty() {
+            return Ok(Ok(vec![]));
+        }
+        let resolved = match related::resolve(&self.r.ctx.engine, &self.bind.related, view) {
+            Ok(r) => r,
+            Err(why) => return Ok(Err(why)),
+        };
+        let client = self.objects.clone().into_client();
+        let mut out = Vec::new();
+        for res in resolved {
+            let rel = &self.bind.related[res.index];
+            let id = (rel.api_version.clone(), rel.kind.clone());
+            let Some((ar, namespaced)) = self.related_kinds.get(&id) else {
+                continue;
+            };
+            let api: Api<DynamicObject> = match (&res.namespace, namespaced) {
+                (Some(ns), true) => Api::namespaced_with(client.clone(), ns, ar),
+                _ => Api::all_with(client.clone(), ar),
+            };
+            let found = match api.get_opt(&res.name).await {
+                Ok(found) => found,
+                Err(kube::Error::Api(e)) if e.code == 403 => {
+                    let ns = res.namespace.as_deref().filter(|_| *namespaced);
+                    let who = self.who();
+                    let m = access::related_message(&who, "get", ar, ns);
+                    let i = res.index;
+                    return Ok(Err(format!("spec.bind.related[{i}] ({}): {m}", res.key)));
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let version = found
+                .as_ref()
+                .and_then(|o| o.metadata.resource_version.clone())
+                .unwrap_or_default();
+            let digest = related::content_digest(found.as_ref());
+            out.push((res.key, Seen { version, digest }));
+        }
+        Ok(Ok(out))
+    }
+
+    fn who(&self) -> String {
+        let raw = &self.raw_spec["serviceAccountName"];
+        format!("{}/{}", self.r.ns(), raw.as_str().unwrap_or("default"))
+    }
+
+    fn memo_key(&self, child: &str, key: &str) -> String {
+        format!("{}/{child}/{key}", self.r.uid)
+    }
+
+    fn remember(&self, child: &str, seen: &[(String, Seen)]) {
+        for (key, s) in seen {
+            let memo = self.memo_key(child, key);
+            self.r.ctx.binder.remember(memo, s.clone());
+        }
     }
 
     fn parent(&self) -> Parent<'_> {
@@ -285,6 +389,10 @@ impl<'a> Binding<'a> {
         obj: &DynamicObject,
         child: Option<&DynamicObject>,
     ) -> Result<(), Error> {
+        let obj_ns = obj.metadata.namespace.as_deref().unwrap_or_default();
+        let obj_name = obj.metadata.name.as_deref().unwrap_or_default();
+        let name = child::child_name(self.r.flow_id.name, obj_ns, obj_name);
+        self.r.ctx.binder.forget(&format!("{}/{name}/", self.r.uid));
         match child {
             Some(c) if c.metadata.deletion_timestamp.is_none() => {
                 let name = c.metadata.name.clone().unwrap_or_default();
@@ -297,6 +405,77 @@ impl<'a> Binding<'a> {
             }
         }
         Ok(())
+    }
+}
+
+/// Opens the watches on the related kinds (`bind.related`, one per kind, as the flow's
+/// ServiceAccount, after checking its rights) and stops those of kinds no longer related;
+/// returns the kinds' resources.
+async fn open_related(
+    r: &Reconciling<'_>,
+    client: &kube::Client,
+    bind: &Bind,
+    who: &str,
+) -> Result<BTreeMap<(String, String), (ApiResource, bool)>, String> {
+    let ns = r.ns();
+    let sa = who.split_once('/').map(|(_, sa)| sa).unwrap_or("default");
+    let watches = &r.ctx.binder.watches;
+    let mut kinds = BTreeMap::new();
+    let mut keys = Vec::new();
+    for rel in &bind.related {
+        let id = (rel.api_version.clone(), rel.kind.clone());
+        if kinds.contains_key(&id) {
+            continue;
+        }
+        let binder = &r.ctx.binder;
+        let (ar, namespaced) = binder
+            .kind_of(client, ns, sa, &rel.api_version, &rel.kind)
+            .await?;
+        let scope = (namespaced && !bind.all_namespaces).then_some(ns);
+        let key = watch::related_key(r.uid, &rel.api_version, &rel.kind);
+        let what = format!("{}/{} {scope:?} as {who}", rel.api_version, rel.kind);
+        match watches.running(&key, &what) {
+            Some(Some(refusal)) => return Err(refusal),
+            Some(None) => {}
+            None => {
+                let missing = access::missing_related_right(client, who, &ar, scope).await;
+                if let Some(m) = missing.map_err(|e| format!("asking what {who} may do: {e}"))? {
+                    return Err(m);
+                }
+                let api = match scope {
+                    Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+                    None => Api::all_with(client.clone(), &ar),
+                };
+                watches.start(watch::Target {
+                    uid: key.clone(),
+                    flow: (ns.to_string(), r.flow_id.name.to_string()),
+                    what,
+                    api,
+                });
+            }
+        }
+        keys.push(key);
+        kinds.insert(id, (ar, namespaced));
+    }
+    watches.keep_related(r.uid, &keys);
+    Ok(kinds)
+}
+
+/// `trigger` with the related objects that `changed` (their keys) added: an update naming them
+/// when nothing else changed, the object's own update naming them too; a create stays a create.
+fn with_related_changes(trigger: Option<Value>, changed: Vec<String>) -> Option<Value> {
+    if changed.is_empty() {
+        return trigger;
+    }
+    match trigger {
+        None => Some(json!({"event": "update", "changed": changed})),
+        Some(mut t) if t["event"] == "update" => {
+            if let Some(list) = t["changed"].as_array_mut() {
+                list.extend(changed.into_iter().map(Value::String));
+            }
+            Some(t)
+        }
+        Some(t) => Some(t),
     }
 }
 
@@ -395,6 +574,7 @@ async fn summarise(
 /// and the objects stay as they are (docs/bound-flows.md). Then the flow's own finalizer goes.
 pub(crate) async fn release(r: &Reconciling<'_>, flows: &Api<DynamicObject>) -> Result<(), Error> {
     r.ctx.binder.watches.stop(r.uid);
+    r.ctx.binder.forget(&format!("{}/", r.uid));
     let label = format!(
         "{BOUND_TO_LABEL}={}",
         pseudoflow_compiler::names::label_value(r.flow_id.name)

@@ -37,9 +37,14 @@ impl Default for Watches {
     }
 }
 
+/// The key of bound flow `uid`'s watch on a related kind (one per kind, not per object).
+pub fn related_key(uid: &str, api_version: &str, kind: &str) -> String {
+    format!("{uid}/related/{api_version}/{kind}")
+}
+
 /// What one watch is of: the objects and the flow it wakes.
 pub struct Target {
-    /// The bound flow's uid.
+    /// The bound flow's uid ([`related_key`] for a related kind's watch).
     pub uid: String,
     /// The bound flow's namespace and name.
     pub flow: (String, String),
@@ -99,11 +104,32 @@ impl Watches {
         );
     }
 
-    /// Stops the watch of the bound flow `uid` (deleted, or no longer bound).
+    /// Stops the watches of the bound flow `uid` (deleted, or no longer bound): its kind's
+    /// and its related kinds' ([`related_key`]).
     pub fn stop(&self, uid: &str) {
-        if let Some(w) = self.by_flow.lock().expect("not poisoned").remove(uid) {
-            w.task.abort();
-        }
+        let prefix = format!("{uid}/");
+        let mut map = self.by_flow.lock().expect("not poisoned");
+        map.retain(|key, w| {
+            let mine = key == uid || key.starts_with(&prefix);
+            if mine {
+                w.task.abort();
+            }
+            !mine
+        });
+    }
+
+    /// Stops the related-kind watches of bound flow `uid` that are not in `keep` (a kind
+    /// dropped from `bind.related`).
+    pub fn keep_related(&self, uid: &str, keep: &[String]) {
+        let prefix = format!("{uid}/");
+        let mut map = self.by_flow.lock().expect("not poisoned");
+        map.retain(|key, w| {
+            let dropped = key.starts_with(&prefix) && !keep.contains(key);
+            if dropped {
+                w.task.abort();
+            }
+            !dropped
+        });
     }
 
     /// The bound flows to reconcile as their objects change, for one controller loop.
