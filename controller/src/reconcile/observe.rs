@@ -292,12 +292,21 @@ async fn large_result(
 }
 
 /// How the (first) container of the Job's pod ended, if it did: of a pod the Job controls.
+/// How the Job's pod ended: of several (a pod whose container never started is replaced, see
+/// `pseudoflow_compiler::lower::START_RETRIES`), one whose process ran, the latest to finish.
 fn terminated_of(pods: Vec<Pod>, job_uid: &str) -> Option<ContainerStateTerminated> {
     pods.into_iter()
-        .find(|p| controlled_by(&p.metadata.owner_references, job_uid))
-        .and_then(|p| p.status)
-        .and_then(|s| s.container_statuses)
-        .and_then(|c| c.into_iter().next())
-        .and_then(|c| c.state)
-        .and_then(|s| s.terminated)
+        .filter(|p| controlled_by(&p.metadata.owner_references, job_uid))
+        .filter_map(|p| {
+            p.status?
+                .container_statuses?
+                .into_iter()
+                .next()?
+                .state?
+                .terminated
+        })
+        .max_by_key(|t| {
+            let ran = t.exit_code != pseudoflow_compiler::lower::START_ERROR_EXIT_CODE;
+            (ran, t.finished_at.clone().map(|f| f.0))
+        })
 }

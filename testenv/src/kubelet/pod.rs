@@ -142,7 +142,9 @@ async fn handle(client: &Client, cfg: &KubeletConfig, node: &str, node_pods: &No
         // Started before the node died: its process is gone, as after a reboot.
         started.lock().unwrap().insert(uid, None);
         let message = "testenv: the node died while this pod ran; its process is gone";
-        if let Err(e) = report_failed(client, &pod, message).await {
+        // Killed with its node (SIGKILL, 128 + 9): it ran, unlike a container that never
+        // started (128, a runtime's StartError).
+        if let Err(e) = report_terminated(client, &pod, 137, message, &now()).await {
             tracing::warn!(pod = %name, "marking Failed: {e}");
         }
         return;
