@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/pseudoflow
 export CARGO_TARGET_DIR ?= $(CACHE_DIR)/target
 
-.PHONY: test lint unit k8s tools images real-node-setup cluster crd docs bench chart-test demo soak
+.PHONY: test lint unit k8s tools images real-node-setup cluster crd docs bench chart-test demo demo-real soak
 
 ## test: everything CI runs — lint, the CRD freshness check, unit, snapshot and e2e tests (the
 ## real-node suite included: it needs the images).
@@ -39,6 +39,13 @@ tools:
 demo: k8s
 	cargo build --locked -q -p pseudoflow-runtime --bin pseudoflow-step
 	cargo run --locked -q -p pseudoflow-demo
+
+## demo-real: the same flows on a cluster whose nodes are all real (cp-0, node-1: kubelet,
+## containerd, runc, CNI, kube-proxy), the controller installed by `helm install` of the chart as a
+## Deployment pod from the local image (leader election on); Ctrl-C stops everything and removes
+## what the nodes made on the machine. REAL=n for more nodes.
+demo-real: k8s images tools
+	cargo run --locked -q -p pseudoflow-demo -- --real $${REAL:-2}
 
 ## k8s: build (or reuse from the cache) etcd and the Kubernetes control plane from upstream Go modules.
 k8s:

@@ -28,6 +28,14 @@ pub const DEADLINE_GRACE_SECONDS: u32 = 30;
 /// How often a segment's pod may be replaced after it died without a result (see [`lower`]).
 pub const SEGMENT_POD_RETRIES: u32 = 3;
 
+/// How often a single step's pod whose container never started may be replaced.
+pub const START_RETRIES: u32 = 2;
+
+/// The exit code a container runtime reports for a container whose process never ran
+/// (`StartError`: containerd could not create or start the task). The executor never exits
+/// with it (0, 1, 2; killed by a signal is 128 + n).
+pub const START_ERROR_EXIT_CODE: i32 = 128;
+
 /// Cluster-wide lowering settings (from the operator's configuration).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LowerOptions {
@@ -253,15 +261,27 @@ fn object_metadata(inst: &NodeInstance, name: &str, labels: &Value, digest: &str
 /// The Job's `backoffLimit` and `podFailurePolicy`. A segment's pod that dies (killed,
 /// evicted, its node lost) is replaced by the Job controller, and the replacement resumes after
 /// the steps its journal records. A step that failed (exit 1) or bad input (exit 2) ends the
-/// Job at once; a single step's Job is never retried.
+/// Job at once. A single step's Job is never retried once its process ran: only a pod whose
+/// container never started (`StartError`, exit 128 — e.g. the node's kubelet restarted while it
+/// created the container, found on testenv's real nodes when a flow restarts kubelets beside
+/// another flow's starting pods) or that failed without its container ending or being disrupted
+/// (the kubelet refused it) is replaced, at most [`START_RETRIES`] times.
 fn pod_failure_handling(inst: &NodeInstance) -> (u32, Value) {
+    let container = own_container_name(inst).unwrap_or("step");
     if inst.segment.is_empty() {
-        return (0, Value::Null);
+        let policy = json!({"rules": [
+            {"action": "Count", "onExitCodes": {
+                "containerName": container, "operator": "In", "values": [START_ERROR_EXIT_CODE]}},
+            {"action": "FailJob", "onExitCodes": {
+                "containerName": container, "operator": "NotIn", "values": [START_ERROR_EXIT_CODE]}},
+            {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+        ]});
+        return (START_RETRIES, policy);
     }
     let policy = json!({"rules": [{
         "action": "FailJob",
         "onExitCodes": {
-            "containerName": own_container_name(inst).unwrap_or("step"),
+            "containerName": container,
             "operator": "In",
             "values": [1, 2],
         },

@@ -2,7 +2,8 @@
 //! an `exec` step that writes /tmp and runs kubectl against the in-cluster API (ServiceAccount
 //! token, `kubernetes.default` through kube-proxy), and node steps (configFile, patchFile,
 //! execNode `systemctl restart kubelet`) whose files land in the node's own root, never the
-//! machine's `/etc`; and the controller image itself as a pod with in-cluster config.
+//! machine's `/etc`; the controller image itself as a pod with in-cluster config, and as the
+//! chart's Deployment; and the seed's four example flows as written.
 //!
 //! The cluster has only real nodes (`cp-0`, tainted control plane, and `node-1`), so no Job can
 //! land on a simulated kubelet that would pretend to run it. Never skipped: a real node that
@@ -426,4 +427,136 @@ async fn the_chart_runs_the_controller_as_a_deployment_that_survives_losing_its_
         )),
         "{text}"
     );
+}
+
+/// The seed's four example flows, as written (`make demo`'s), on real nodes: NodeLocal DNS (its
+/// DaemonSet Available on both nodes through the declared stand-in for its image, then each
+/// kubelet re-pointed and restarted, one node at a time), the API-server VIP (the control
+/// plane's kubeconfigs patched, every kubelet restarted), labels from `exec` (kubectl in the
+/// runtime image, in-cluster) and labels from a JSON map. Every file lands in the nodes' own
+/// roots, never the machine's `/etc`, and every kubelet comes back Ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_seeds_four_flows_succeed_on_real_nodes() {
+    use k8s_openapi::api::apps::v1::DaemonSet;
+    use k8s_openapi::api::core::v1::{Node, Pod};
+    use kube::api::{Api, ListParams};
+    let env = env();
+    let client = env.client().await.unwrap();
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap();
+    pseudoflow_testenv::seed::prepare(env, &client, repo)
+        .await
+        .unwrap();
+    pseudoflow_test_support::apply(
+        &client,
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kube-system",
+            "labels": {"pod-security.kubernetes.io/enforce": "privileged"}}}),
+    )
+    .await;
+    let machine_resolv = std::fs::read("/etc/kubelet-resolv.conf").ok();
+    let pids_before: Vec<String> = env
+        .real_nodes()
+        .iter()
+        .map(|n| n.exec("cat /run/pseudoflow/kubelet.pid").unwrap())
+        .collect();
+    // The seed flows live in kube-system (node steps allowed there) and default.
+    let _system = controller(&client, "kube-system", true);
+    let _default = controller(&client, "default", false);
+    let t0 = Instant::now();
+    let names = pseudoflow_testenv::seed::apply_flows(&client, repo)
+        .await
+        .unwrap();
+    assert_eq!(names.len(), 4);
+    for (ns, name) in &names {
+        let status = wait_done(&client, ns, name, 300).await;
+        assert_eq!(status["phase"], "Succeeded", "{ns}/{name}: {status:#}");
+    }
+    eprintln!(
+        "the seed's four flows Succeeded on real nodes in {:?}",
+        t0.elapsed()
+    );
+
+    // NodeLocal DNS: one stand-in pod per real node, Ready.
+    let ds = Api::<DaemonSet>::namespaced(client.clone(), "kube-system")
+        .get("nodelocaldns")
+        .await
+        .unwrap();
+    let st = ds.status.unwrap();
+    assert_eq!(
+        (st.desired_number_scheduled, st.number_available),
+        (2, Some(2)),
+        "{st:?}"
+    );
+    let pods = Api::<Pod>::namespaced(client.clone(), "kube-system")
+        .list(&ListParams::default().labels("k8s-app=nodelocaldns"))
+        .await
+        .unwrap()
+        .items;
+    let mut on: Vec<String> = pods
+        .iter()
+        .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+        .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+        .collect();
+    on.sort();
+    assert_eq!(on, ["cp-0", WORKER], "{pods:?}");
+
+    for (node, before) in env.real_nodes().iter().zip(&pids_before) {
+        let root = node.root();
+        let resolv = std::fs::read_to_string(root.join("etc/kubelet-resolv.conf")).unwrap();
+        assert!(
+            resolv.contains("nameserver 100.64.0.10"),
+            "{}: {resolv}",
+            node.name
+        );
+        let flags =
+            std::fs::read_to_string(root.join("var/lib/kubelet/kubeadm-flags.env")).unwrap();
+        assert!(
+            flags.contains("--resolv-conf=/etc/kubelet-resolv.conf"),
+            "{}: {flags}",
+            node.name
+        );
+        // NodeLocal DNS and the VIP each restarted this node's kubelet.
+        let calls = node.exec("cat /var/log/systemctl.log").unwrap();
+        assert!(
+            calls.matches("restart kubelet").count() >= 2,
+            "{}: {calls}",
+            node.name
+        );
+        let after = node.exec("cat /run/pseudoflow/kubelet.pid").unwrap();
+        assert_ne!(&after, before, "{}'s kubelet was restarted", node.name);
+    }
+    // The VIP flow re-pointed the control plane's kubeconfigs (kubeadm's files on cp-0).
+    let cp = env.real_node("cp-0").unwrap().root();
+    for f in ["controller-manager.conf", "scheduler.conf"] {
+        let text = std::fs::read_to_string(cp.join("etc/kubernetes").join(f)).unwrap();
+        assert!(
+            text.contains("server: https://100.64.0.2:6443"),
+            "{f}: {text}"
+        );
+    }
+    assert_eq!(
+        std::fs::read("/etc/kubelet-resolv.conf").ok(),
+        machine_resolv,
+        "the machine's /etc was changed"
+    );
+
+    // Labels from exec: every node without a zone got zone=auto. And every kubelet is back.
+    let nodes: Api<Node> = Api::all(client.clone());
+    pseudoflow_test_support::eventually(60, "both real nodes Ready again", || {
+        let nodes = nodes.clone();
+        async move {
+            let l = nodes.list(&ListParams::default()).await.unwrap().items;
+            l.len() == 2 && l.iter().all(pseudoflow_testenv::env::node_ready)
+        }
+    })
+    .await;
+    for n in nodes.list(&ListParams::default()).await.unwrap().items {
+        let labels = n.metadata.labels.unwrap_or_default();
+        assert_eq!(
+            labels.get("zone").map(String::as_str),
+            Some("auto"),
+            "{labels:?}"
+        );
+    }
 }

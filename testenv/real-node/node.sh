@@ -15,6 +15,7 @@
 # makes the supervisor start a new kubelet.
 #
 # Environment: NODE_NAME NODE_DIR NODE_IP NODE_PREFIX GATEWAY K8S_BIN IMAGES_DIR CGROUP_ROOT
+# PAUSE_IMAGE
 set -eu
 R="$NODE_DIR/mnt"
 mkdir -p "$R"
@@ -60,6 +61,14 @@ for img in /images/*.oci.tar; do
   ctr -n k8s.io images import --no-unpack=false "$img" >> /var/log/images.log 2>&1 \
     || { echo "importing $img failed" >&2; tail /var/log/images.log >&2; exit 1; }
 done
+# The declared stand-ins (testenv/src/standins.rs): the pause image under each workload's name.
+if [ -f /etc/pseudoflow/stand-ins ]; then
+  while read -r ref; do
+    [ -n "$ref" ] || continue
+    ctr -n k8s.io images tag --force "$PAUSE_IMAGE" "$ref" >> /var/log/images.log 2>&1 \
+      || { echo "tagging stand-in $ref failed" >&2; tail /var/log/images.log >&2; exit 1; }
+  done < /etc/pseudoflow/stand-ins
+fi
 echo images-imported > /run/pseudoflow/images
 
 # Supervise a service: start it again when it exits (after `systemctl restart`, which kills it).

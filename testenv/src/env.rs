@@ -287,11 +287,26 @@ impl TestEnv {
     /// Gives every node the files a kubeadm node has and the seed flows edit:
     /// `/etc/kubernetes/kubelet.conf` (plus `controller-manager.conf` and `scheduler.conf` on
     /// control-plane nodes) pointing at `api_server`, and `/var/lib/kubelet/kubeadm-flags.env`.
+    /// A real node keeps its own `kubelet.conf` (its kubelet uses it) and gets the others only
+    /// where missing; its kubelet reads neither `kubeadm-flags.env` nor the control-plane files
+    /// (its flags come from `real-node/node.sh`, the control plane runs on the machine).
     pub fn seed_kubeadm_files(&self, api_server: &str) -> Result<()> {
         let conf = format!("apiVersion: v1\nkind: Config\nclusters:\n- cluster:\n    server: {api_server}\n  name: kubernetes\n");
         for node in &self.nodes {
-            if self.real_node(node).is_some() {
-                // A real node has its own kubelet.conf (and kubelet) already.
+            if let Some(real) = self.real_node(node) {
+                let root = real.root();
+                let mut files = vec![("var/lib/kubelet/kubeadm-flags.env", KUBEADM_FLAGS)];
+                if self.control_planes.contains(node) {
+                    files.push(("etc/kubernetes/controller-manager.conf", &conf));
+                    files.push(("etc/kubernetes/scheduler.conf", &conf));
+                }
+                for (f, text) in files {
+                    let p = root.join(f);
+                    if !p.exists() {
+                        std::fs::create_dir_all(p.parent().unwrap())?;
+                        std::fs::write(p, text)?;
+                    }
+                }
                 continue;
             }
             let root = self.node_root(node);

@@ -2,7 +2,8 @@
 //! kube-apiserver, kube-controller-manager and kube-scheduler built from upstream sources
 //! (`testenv/build-k8s.sh`), plus simulated kubelets ("process kubelet") that register Nodes and
 //! run pods bound to them — mapped images as local processes under the pod's ServiceAccount
-//! token, everything else just marked Running and Ready — and, on request, real nodes
+//! token, declared stand-ins ([`standins`]) as sleeping processes, any other image failing to
+//! pull (`ErrImagePull`) — and, on request, real nodes
 //! ([`real_node`]: kubelet, containerd, runc, CNI and kube-proxy in their own namespaces).
 #![warn(missing_docs)]
 
@@ -16,6 +17,7 @@ mod leftovers;
 pub mod procs;
 pub mod real_node;
 pub mod seed;
+pub mod standins;
 
 pub use env::{shared, shared_with, NodeSpec, Options, TestEnv};
 pub use kubelet::ImageMap;

@@ -419,3 +419,125 @@ async fn logs_and_exec_with_stdin_reach_the_pods_process_through_the_api_server(
     .unwrap();
     assert_eq!(lines, ["a", "b", "c"]);
 }
+
+/// The container's `state.waiting.reason`, if it waits.
+fn waiting_reason(pod: Option<&Pod>) -> Option<String> {
+    pod?.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .first()?
+        .state
+        .as_ref()?
+        .waiting
+        .as_ref()?
+        .reason
+        .clone()
+}
+
+fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+#[tokio::test]
+async fn an_image_that_is_neither_mapped_nor_a_stand_in_fails_to_pull_and_is_never_ready() {
+    let env = env();
+    let client = env.client().await.unwrap();
+    let ns = env.namespace("nopull").await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let _: Pod = create(
+        &client,
+        &ns,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "nope"},
+        "spec": {"containers": [{"name": "app", "image": "example.invalid/nope:1"}]}}),
+    )
+    .await;
+    let p = wait(
+        pods.clone(),
+        "nope",
+        |p: Option<&Pod>| waiting_reason(p).as_deref() == Some("ErrImagePull"),
+        30,
+    )
+    .await
+    .unwrap();
+    let message = p
+        .status
+        .as_ref()
+        .unwrap()
+        .container_statuses
+        .as_ref()
+        .unwrap()[0]
+        .state
+        .as_ref()
+        .unwrap()
+        .waiting
+        .as_ref()
+        .unwrap()
+        .message
+        .clone()
+        .unwrap_or_default();
+    assert!(message.contains("example.invalid/nope:1"), "{message}");
+    wait(
+        pods.clone(),
+        "nope",
+        |p: Option<&Pod>| waiting_reason(p).as_deref() == Some("ImagePullBackOff"),
+        30,
+    )
+    .await;
+    // And it stays so: Pending, never Ready, nothing started.
+    for _ in 0..6 {
+        let p = pods.get("nope").await.unwrap();
+        let status = p.status.clone().unwrap();
+        assert_eq!(status.phase.as_deref(), Some("Pending"), "{status:?}");
+        assert!(!is_ready(&p), "{status:?}");
+        assert_eq!(
+            waiting_reason(Some(&p)).as_deref(),
+            Some("ImagePullBackOff"),
+            "{status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_declared_stand_in_runs_as_a_process_until_its_pod_is_deleted() {
+    let env = env();
+    let client = env.client().await.unwrap();
+    let ns = env.namespace("standin").await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    // The seed's NodeLocal DNS image, with its real arguments (the stand-in ignores them).
+    let image = "registry.k8s.io/dns/k8s-dns-node-cache:1.22.28";
+    assert!(pseudoflow_testenv::standins::stand_in(image).is_some());
+    let _: Pod = create(
+        &client,
+        &ns,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "cache"},
+        "spec": {"nodeName": "worker-0", "containers": [{"name": "node-cache", "image": image,
+            "args": ["-localip=100.64.0.10", "-conf=/etc/Corefile"]}]}}),
+    )
+    .await;
+    let p = wait(pods.clone(), "cache", is_running, 30).await.unwrap();
+    assert!(is_ready(&p), "{:?}", p.status);
+    // Its process runs, and stays: still Running a little later.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let p = pods.get("cache").await.unwrap();
+    assert!(is_running(Some(&p)) && is_ready(&p), "{:?}", p.status);
+    let log = env.pod_log("worker-0", &ns, "cache");
+    assert!(
+        log.contains("stand-in for registry.k8s.io/dns/k8s-dns-node-cache"),
+        "{log}"
+    );
+    pods.delete("cache", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait(
+        pods.clone(),
+        "cache",
+        conditions::is_deleted(&p.metadata.uid.clone().unwrap()),
+        30,
+    )
+    .await;
+}

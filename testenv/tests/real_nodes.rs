@@ -3,7 +3,8 @@
 //! /tmp and reaches the API server in-cluster (ServiceAccount token, `kubernetes.default`'s
 //! Service IP through kube-proxy); its logs come through the kubelet (TLS to the node's IP);
 //! the node's files are the node's, never the machine's; `systemctl restart kubelet` restarts
-//! that node's kubelet; and dropping the cluster leaves nothing behind.
+//! that node's kubelet; a declared stand-in runs and an image that is neither imported nor
+//! declared fails to pull; and dropping the cluster leaves nothing behind.
 //!
 //! Never skipped: a real node that cannot start fails the test with the reason (run
 //! `make images` first; `make test` does).
@@ -107,6 +108,54 @@ async fn a_real_node_runs_the_runtime_image_and_leaves_nothing_behind() {
         ip.starts_with("10.") && ip.ends_with(|c: char| c.is_ascii_digit()),
         "pod IP {ip}"
     );
+
+    // A declared stand-in runs (the pause image under the workload's name); an image that is
+    // neither imported nor declared fails to pull, as on an offline cluster.
+    for (name, image) in [
+        ("standin", "nginx:1.27"),
+        ("nope", "example.invalid/nope:1"),
+    ] {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"nodeName": real.name, "automountServiceAccountToken": false,
+                "containers": [{"name": "c", "image": image}]}}))
+        .unwrap();
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let standin = pods
+            .get("standin")
+            .await
+            .unwrap()
+            .status
+            .unwrap_or_default();
+        let nope = pods.get("nope").await.unwrap().status.unwrap_or_default();
+        let reason = nope
+            .container_statuses
+            .as_ref()
+            .and_then(|c| c.first()?.state.as_ref()?.waiting.as_ref()?.reason.clone())
+            .unwrap_or_default();
+        let ready = |s: &k8s_openapi::api::core::v1::PodStatus| {
+            s.conditions
+                .iter()
+                .flatten()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+        };
+        if standin.phase.as_deref() == Some("Running")
+            && ready(&standin)
+            && matches!(reason.as_str(), "ErrImagePull" | "ImagePullBackOff")
+        {
+            assert_eq!(nope.phase.as_deref(), Some("Pending"), "{nope:?}");
+            assert!(!ready(&nope), "{nope:?}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "stand-in: {standin:?}\nunknown image: {nope:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
 
     // `systemctl restart kubelet` inside the node restarts that node's kubelet; it comes back.
     let before = kubelet_pid(real);

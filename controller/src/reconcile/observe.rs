@@ -292,12 +292,55 @@ async fn large_result(
 }
 
 /// How the (first) container of the Job's pod ended, if it did: of a pod the Job controls.
+/// How the Job's pod ended: of several (a pod whose container never started is replaced, see
+/// `pseudoflow_compiler::lower::START_RETRIES`), one whose process ran, the latest to finish.
 fn terminated_of(pods: Vec<Pod>, job_uid: &str) -> Option<ContainerStateTerminated> {
     pods.into_iter()
-        .find(|p| controlled_by(&p.metadata.owner_references, job_uid))
-        .and_then(|p| p.status)
-        .and_then(|s| s.container_statuses)
-        .and_then(|c| c.into_iter().next())
-        .and_then(|c| c.state)
-        .and_then(|s| s.terminated)
+        .filter(|p| controlled_by(&p.metadata.owner_references, job_uid))
+        .filter_map(|p| {
+            p.status?
+                .container_statuses?
+                .into_iter()
+                .next()?
+                .state?
+                .terminated
+        })
+        .max_by_key(|t| {
+            let ran = t.exit_code != pseudoflow_compiler::lower::START_ERROR_EXIT_CODE;
+            (ran, t.finished_at.clone().map(|f| f.0))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(job_uid: &str, exit_code: i32, finished: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job",
+                "name": "j", "uid": job_uid, "controller": true}]},
+            "status": {"containerStatuses": [{"name": "step", "image": "i", "imageID": "",
+                "ready": false, "restartCount": 0,
+                "state": {"terminated": {"exitCode": exit_code, "finishedAt": finished}}}]}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_pod_that_ran_decides_over_one_whose_container_never_started() {
+        let never_started = pod("u", 128, "2026-01-01T00:00:05Z");
+        let ran = pod("u", 0, "2026-01-01T00:00:03Z");
+        let other_job = pod("v", 1, "2026-01-01T00:00:09Z");
+        let t = terminated_of(vec![never_started.clone(), ran, other_job], "u").unwrap();
+        assert_eq!(t.exit_code, 0);
+        // Of pods that ran, the latest to finish; with none, the one that never started.
+        let earlier = pod("u", 1, "2026-01-01T00:00:01Z");
+        let later = pod("u", 1, "2026-01-01T00:00:02Z");
+        let t = terminated_of(vec![later, earlier], "u").unwrap();
+        assert_eq!(t.finished_at.unwrap().0.to_string(), "2026-01-01T00:00:02Z");
+        assert_eq!(
+            terminated_of(vec![never_started], "u").unwrap().exit_code,
+            128
+        );
+    }
 }

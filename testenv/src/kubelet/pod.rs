@@ -1,6 +1,8 @@
 //! Watching the pods bound to one node and driving each through its lifecycle, like a kubelet:
-//! mapped images run as processes (see [`super::runner`]); any other image is reported Running
-//! and Ready at once; a pod being deleted has its process group killed and is then removed.
+//! mapped images run as processes (see [`super::runner`]); a declared stand-in
+//! ([`crate::standins`]) runs as a process that sleeps; any other image fails to pull
+//! (`ErrImagePull`, then `ImagePullBackOff`: Pending, never Ready), as on an offline cluster; a
+//! pod being deleted has its process group killed and is then removed.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -140,7 +142,9 @@ async fn handle(client: &Client, cfg: &KubeletConfig, node: &str, node_pods: &No
         // Started before the node died: its process is gone, as after a reboot.
         started.lock().unwrap().insert(uid, None);
         let message = "testenv: the node died while this pod ran; its process is gone";
-        if let Err(e) = report_failed(client, &pod, message).await {
+        // Killed with its node (SIGKILL, 128 + 9): it ran, unlike a container that never
+        // started (128, a runtime's StartError).
+        if let Err(e) = report_terminated(client, &pod, 137, message, &now()).await {
             tracing::warn!(pod = %name, "marking Failed: {e}");
         }
         return;
@@ -177,11 +181,108 @@ async fn handle(client: &Client, cfg: &KubeletConfig, node: &str, node_pods: &No
             runners.push(task.abort_handle());
         }
         None => {
-            if let Err(e) = report_running(client, &pod, true).await {
-                tracing::warn!(pod = %name, "marking Running: {e}");
-            }
+            let (client, cfg, node, started) = (
+                client.clone(),
+                cfg.clone(),
+                node.to_string(),
+                started.clone(),
+            );
+            let task = tokio::spawn(async move {
+                let result = match crate::standins::stand_in(&image) {
+                    Some(s) => run_stand_in(&client, &cfg, &node, &pod, s, &started).await,
+                    None => fail_pull(&client, &pod, &image).await,
+                };
+                if let Err(e) = result {
+                    tracing::warn!(pod = %name, "testenv kubelet, image {image}: {e:#}");
+                }
+            });
+            let mut runners = node_pods.runners.lock().unwrap();
+            runners.retain(|r| !r.is_finished());
+            runners.push(task.abort_handle());
         }
     }
+}
+
+/// Runs a declared stand-in: a process that sleeps until the pod is deleted (the container's
+/// command is not run: there is no such program here), reported like any container.
+async fn run_stand_in(
+    client: &Client,
+    cfg: &KubeletConfig,
+    node: &str,
+    pod: &Pod,
+    stand_in: &crate::standins::StandIn,
+    started: &Started,
+) -> anyhow::Result<()> {
+    let ns = pod.metadata.namespace.clone().unwrap_or_default();
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let dir = cfg.pod_dir(node, &ns, &name);
+    std::fs::create_dir_all(&dir)?;
+    let log = dir.join("log");
+    std::fs::write(
+        &log,
+        format!(
+            "testenv stand-in for {} ({}): sleeps until the pod is deleted; see testenv/src/standins.rs\n",
+            stand_in.image, stand_in.used_by
+        ),
+    )?;
+    let out = std::fs::OpenOptions::new().append(true).open(&log)?;
+    let mut cmd = tokio::process::Command::new(super::tools::host_binary("sleep")?);
+    cmd.arg("infinity")
+        .env_clear()
+        .stdin(std::process::Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out)
+        .kill_on_drop(true);
+    crate::procs::own_group_and_die_with_parent(&mut cmd);
+    let started_at = now();
+    let mut child = cmd.spawn()?;
+    set_pid(started, &uid, child.id());
+    report_running(client, pod, true).await?;
+    let status = child.wait().await?;
+    if still_wanted(started, &uid) {
+        let code = status.code().unwrap_or(137);
+        report_terminated(client, pod, code, "", &started_at).await?;
+    }
+    Ok(())
+}
+
+/// An image that is neither mapped nor a declared stand-in: no registry is reachable, so the pull
+/// fails as on an offline cluster — `ErrImagePull`, then `ImagePullBackOff` — and the pod stays
+/// Pending, never Ready.
+async fn fail_pull(client: &Client, pod: &Pod, image: &str) -> anyhow::Result<()> {
+    let message = format!(
+        "failed to pull and unpack image \"{image}\": testenv has no registry; the image is neither mapped to a program nor a declared stand-in (testenv/src/standins.rs)"
+    );
+    report_waiting(client, pod, "ErrImagePull", &message).await?;
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let backoff = format!("Back-off pulling image \"{image}\"");
+    report_waiting(client, pod, "ImagePullBackOff", &backoff).await?;
+    Ok(())
+}
+
+/// Status of a pod whose containers wait (an image that cannot be pulled): Pending, not Ready.
+async fn report_waiting(
+    client: &Client,
+    pod: &Pod,
+    reason: &str,
+    message: &str,
+) -> kube::Result<Pod> {
+    let t = now();
+    let spec = pod.spec.clone().unwrap_or_default();
+    let statuses: Vec<_> = spec
+        .containers
+        .iter()
+        .map(|c| json!({"name": c.name, "image": c.image, "imageID": "", "ready": false, "started": false, "restartCount": 0, "state": {"waiting": {"reason": reason, "message": message}}}))
+        .collect();
+    let not_ready = |ty: &str| json!({"type": ty, "status": "False", "lastTransitionTime": t, "reason": "ContainersNotReady", "message": format!("containers with unready status: [{}]", spec.containers.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(" "))});
+    let cond = |ty: &str| json!({"type": ty, "status": "True", "lastTransitionTime": t});
+    let status = json!({"status": {
+        "phase": "Pending", "hostIP": "127.0.0.1", "hostIPs": [{"ip": "127.0.0.1"}], "startTime": t,
+        "conditions": [cond("PodScheduled"), cond("Initialized"), not_ready("ContainersReady"), not_ready("Ready")],
+        "containerStatuses": statuses,
+    }});
+    patch_status(client, pod, status).await
 }
 
 /// Status of a running pod whose containers are all ready.

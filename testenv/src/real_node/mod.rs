@@ -399,6 +399,13 @@ fn node_root(net: &Network, root: &Path, spec: &NodeSpec, i: usize) -> Result<()
     let sbin = root.join(".pseudoflow/sbin/systemctl");
     std::fs::write(&sbin, SYSTEMCTL)?;
     std::fs::set_permissions(&sbin, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+    // The declared stand-ins (crate::standins): node.sh tags the pause image under each name.
+    std::fs::create_dir_all(etc.join("pseudoflow"))?;
+    let stand_ins: String = crate::standins::STAND_INS
+        .iter()
+        .map(|s| format!("{}\n", crate::standins::qualified(s.image)))
+        .collect();
+    std::fs::write(etc.join("pseudoflow/stand-ins"), stand_ins)?;
     std::fs::write(etc.join("hostname"), format!("{}\n", spec.name))?;
     std::fs::write(
         etc.join("hosts"),
@@ -605,6 +612,7 @@ fn spawn(net: &Network, dir: &Path, spec: &NodeSpec, i: usize) -> Result<Proc> {
         ("K8S_BIN", crate::binaries::bin_dir().display().to_string()),
         ("IMAGES_DIR", images_dir().display().to_string()),
         ("CGROUP_ROOT", net.cgroup_root(i)),
+        ("PAUSE_IMAGE", PAUSE_IMAGE.to_string()),
         ("KUBELET_EXTRA_ARGS", "--v=1".into()),
     ]
     .into_iter()
