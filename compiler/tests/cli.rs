@@ -31,11 +31,20 @@ fn valid_flow_prints_the_tree_and_exits_0() {
 
 #[test]
 fn a_scheduled_flow_shows_its_schedule_and_its_copy_step() {
-    let (code, out, err) = run(&["examples/kopf/secret-sync.yaml"]);
+    let flow = std::env::temp_dir().join(format!("scheduled-{}.yaml", std::process::id()));
+    std::fs::write(
+        &flow,
+        "apiVersion: ops.example.com/v1alpha1\nkind: PseudoFlow\nmetadata: {name: nightly-copy}\n\
+         spec:\n  schedule: \"*/5 * * * *\"\n  options: {concurrencyPolicy: Forbid}\n  steps:\n\
+         \x20   - {type: copy, from: {kind: Secret, name: creds}, to: [{namespace: team-a}]}\n",
+    )
+    .unwrap();
+    let (code, out, err) = run(&[flow.to_str().unwrap()]);
+    let _ = std::fs::remove_file(&flow);
     assert_eq!(code, 0, "{err}");
     assert!(
         out.starts_with(
-            "secret-sync (schedule \"*/5 * * * *\" in UTC, concurrencyPolicy Forbid)\n"
+            "nightly-copy (schedule \"*/5 * * * *\" in UTC, concurrencyPolicy Forbid)\n"
         ),
         "{out}"
     );
@@ -43,6 +52,15 @@ fn a_scheduled_flow_shows_its_schedule_and_its_copy_step() {
         out.contains("s0") && out.contains("copy") && out.contains("job"),
         "{out}"
     );
+}
+
+#[test]
+fn a_bound_flow_says_which_kind_it_serves() {
+    let (code, out, err) = run(&["examples/kopf/secret-sync.yaml"]);
+    assert_eq!(code, 0, "{err}");
+    let first = out.lines().next().unwrap_or_default();
+    assert!(first.contains("bound to"), "{out}");
+    assert!(first.contains("SecSynch: one run per object"), "{out}");
 }
 
 #[test]

@@ -201,7 +201,8 @@ fn emit(
     Ok(to_yaml(&lowered))
 }
 
-/// The tree's title: the flow's name, with its schedule and whether it is suspended.
+/// The tree's title: the flow's name, with its schedule, its binding and whether it is
+/// suspended.
 fn title(name: &str, spec: &pseudoflow_crd::PseudoFlowSpec, format: Format) -> String {
     let mut notes = Vec::new();
     if let Some(cron) = &spec.schedule {
@@ -209,6 +210,12 @@ fn title(name: &str, spec: &pseudoflow_crd::PseudoFlowSpec, format: Format) -> S
         let policy = spec.options.concurrency_policy;
         notes.push(format!(
             "schedule {cron:?} in {tz}, concurrencyPolicy {policy:?}"
+        ));
+    }
+    if let Some(bind) = &spec.bind {
+        notes.push(format!(
+            "bound to {} {}: one run per object",
+            bind.api_version, bind.kind
         ));
     }
     if spec.suspend {
