@@ -1,6 +1,6 @@
 //! Flows on real nodes (testenv's kubelet + containerd nodes, `make images`' runtime image):
 //! an `exec` step that writes /tmp and runs kubectl against the in-cluster API (ServiceAccount
-//! token, `kubernetes.default` through kube-proxy), and node steps (configFile, patchFile,
+//! token, `kubernetes.default` through kube-proxy), `exec` into a named pod, and node steps (configFile, patchFile,
 //! execNode `systemctl restart kubelet`) whose files land in the node's own root, never the
 //! machine's `/etc`; the controller image itself as a pod with in-cluster config, and as the
 //! chart's Deployment; and the seed's four example flows as written.
@@ -67,6 +67,64 @@ async fn an_exec_step_writes_tmp_and_runs_kubectl_in_cluster() {
     assert!(
         out.contains("scratch") && out.contains("configmap/kube-root-ca.crt"),
         "{status:#}"
+    );
+}
+
+/// Seed §10: `exec` into a named pod, here a container of the runtime image started by
+/// containerd on the worker; the command runs in that container (its hostname, a file it
+/// writes there), through the real kubelet's exec stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exec_step_runs_in_a_named_pod_on_a_real_node() {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, PostParams};
+    let env = env();
+    let client = env.client().await.unwrap();
+    install_crd(&client).await;
+    let ns = FlowNamespace::new("real-exec-pod")
+        .rules(json!([
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["get", "create"]},
+        ]))
+        .create(env, &client)
+        .await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let target: Pod = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "target"},
+        "spec": {"nodeName": WORKER, "containers": [{"name": "app", "image": RUNTIME_IMAGE,
+            "imagePullPolicy": "Never", "command": ["sleep", "3600"]}]}}))
+    .unwrap();
+    pods.create(&PostParams::default(), &target).await.unwrap();
+    let _c = controller(&client, &ns, false);
+    create_flow(
+        &client,
+        &ns,
+        "exec-pod",
+        json!({"serviceAccountName": "flow", "steps": [
+            {"type": "waitFor", "resource": {"kind": "Pod", "name": "target"}, "condition": "Ready",
+             "timeoutSeconds": 180},
+            {"type": "exec", "pod": "target", "container": "app", "var": "out",
+             "cmd": "echo inside > /tmp/mark && cat /etc/hostname /tmp/mark"},
+            {"type": "log", "message": "${out}"},
+        ]}),
+    )
+    .await;
+    let status = wait_done(&client, &ns, "exec-pod", 240).await;
+    assert_eq!(status["phase"], "Succeeded", "{status:#}");
+    let out = status.to_string();
+    // The pod's own hostname (its name) and the file it wrote in its container.
+    assert!(
+        out.contains("target") && out.contains("inside"),
+        "{status:#}"
+    );
+    let pod = pods.get("target").await.unwrap();
+    assert_eq!(
+        pod.spec.and_then(|s| s.node_name).as_deref(),
+        Some(WORKER),
+        "ran on the real worker"
+    );
+    assert!(
+        !std::path::Path::new("/tmp/mark").exists(),
+        "the command ran on the machine, not in the pod"
     );
 }
 
