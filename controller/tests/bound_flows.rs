@@ -2,7 +2,8 @@
 //! gets its own flow, runs and status; status-only changes start nothing, watched fields do;
 //! deleting an object (also mid-run) runs its `onDelete` before its finalizer goes; deleting the bound flow lets
 //! the objects go; a flow of the child's name made by someone else is never adopted; and a
-//! ServiceAccount that may not watch the kind fails the flow naming that right.
+//! ServiceAccount that may not watch the kind fails the flow naming that right; `allNamespaces`
+//! needs a cluster-wide grant, then serves objects in any namespace.
 //!
 //! The controller runs with the chart's ClusterRole only (a token of a ServiceAccount bound to
 //! it): it holds no rights on the kind, so everything done to the objects is done as the flow's
@@ -815,4 +816,80 @@ async fn related_objects_are_read_by_name_as_the_service_account_never_the_contr
     assert!(child.is_none(), "no flow for the denied widget");
     assert!(!config_map_exists(&client, &ns, "denied-seen").await);
     assert!(config_map_exists(&client, &ns, "allowed-seen").await);
+}
+
+/// `allNamespaces: true` serves objects in every namespace, but only with a cluster-wide grant:
+/// the namespace's own rights are not enough (the flow is refused, naming the cluster-wide
+/// right), and once a ClusterRole is bound to the ServiceAccount an object in another namespace
+/// is served, its child flow kept in the bound flow's namespace and its status written back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn all_namespaces_needs_a_cluster_wide_grant_then_serves_objects_anywhere() {
+    let (client, ns) = setup("bind-allns", all_verbs()).await;
+    let other = format!("{ns}-elsewhere");
+    apply(
+        &client,
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": other}}),
+    )
+    .await;
+    create_widget(&client, &other, "far", json!({"version": "one"})).await;
+    create_flow(
+        &client,
+        &ns,
+        "widgets",
+        widget_flow(json!({"allNamespaces": true})),
+    )
+    .await;
+    let status = wait_status(&client, &ns, "widgets", 60, "refused", |s| {
+        s["phase"] == "Failed"
+    })
+    .await;
+    assert_eq!(status["reason"], "BindRefused", "{status:#}");
+    let message = status["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!("ServiceAccount {ns}/flow may not"))
+            && message.contains("cluster-wide"),
+        "{message}"
+    );
+    assert!(
+        widget_status(&client, &other, "far").await.is_null(),
+        "nothing written to an object the flow may not serve"
+    );
+
+    // The cluster-wide grant: the refused binding is tried again and serves the object.
+    let role = format!("widgets-everywhere-{ns}");
+    apply(
+        &client,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": role}, "rules": [
+                {"apiGroups": [GROUP], "resources": ["widgets"], "verbs": all_verbs()},
+                {"apiGroups": [GROUP], "resources": ["widgets/status"], "verbs": ["patch"]}]}),
+    )
+    .await;
+    apply(
+        &client,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": role},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": "flow", "namespace": ns}]}),
+    )
+    .await;
+    let far = wait_widget(&client, &other, "far", "Running").await;
+    assert_eq!(far["made"], "far-made", "{far:#}");
+    // Its flow lives beside the bound flow, and ran there.
+    let child = child_name("widgets", &other, "far");
+    assert!(flows(&client, &ns).get_opt(&child).await.unwrap().is_some());
+    assert!(config_map_exists(&client, &ns, "far-made-one").await);
+    let finalizers = widgets(&client, &other)
+        .get("far")
+        .await
+        .unwrap()
+        .metadata
+        .finalizers
+        .unwrap_or_default();
+    assert!(
+        finalizers
+            .iter()
+            .any(|f| f.starts_with("ops.example.com/flow-")),
+        "{finalizers:?}"
+    );
 }
