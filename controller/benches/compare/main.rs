@@ -97,7 +97,7 @@ async fn main() {
         common::print_partial(&rows);
     }
     if on("seed") {
-        rows.extend(seed::run(&env, &client, &repo).await);
+        rows.extend(seed::run(&env, &client, &repo, common::IMAGE, "simulated nodes").await);
         common::print_partial(&rows);
     }
     if on("fanout") || on("scale") {
@@ -135,6 +135,9 @@ async fn main() {
         rows.push(latency::run(&real, &client, 5, image, title).await);
         common::print_partial(&rows);
         rows.extend(apply50::run(&real, &client, &dir, runs, image, "6. on 2 real nodes:").await);
+        common::print_partial(&rows);
+        rows.extend(seed::run(&real, &client, &repo, image, "real nodes").await);
+        rows.push(image_sizes());
     }
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
     common::print_table(
@@ -150,4 +153,28 @@ async fn main() {
         ),
         &rows,
     );
+}
+
+/// The OCI archives `make images` built (what a real node imports), as one row.
+fn image_sizes() -> common::Row {
+    let dir = pseudoflow_testenv::real_node::images_dir();
+    let sizes: Vec<String> = ["runtime", "controller", "pause"]
+        .iter()
+        .map(|name| {
+            let size =
+                std::fs::metadata(dir.join(format!("{name}.oci.tar"))).map_or(0, |m| m.len());
+            match size {
+                s if s < 1024 * 1024 => format!("{name} {:.0} KiB", s as f64 / 1024.0),
+                s => format!("{name} {:.1} MiB", s as f64 / (1024.0 * 1024.0)),
+            }
+        })
+        .collect();
+    common::Row {
+        workload: "images of `make images` (OCI archives, compressed layers)".into(),
+        driver: "-".into(),
+        wall: "-".into(),
+        jobs: "-".into(),
+        ratio: "-".into(),
+        notes: sizes.join(", "),
+    }
 }

@@ -1,6 +1,7 @@
 //! Benchmark 2: the seed's NodeLocal DNS flow (examples/nodelocaldns.yaml, as written) on the
-//! cluster's 3 nodes, prepared like `make demo` prepares it (seed CRDs, artifacts, kubeadm-like
-//! node files, kube-system opted in to node steps). One run: the flow changes the nodes.
+//! cluster's nodes, simulated or real, prepared like `make demo` prepares it (seed CRDs,
+//! artifacts, kubeadm-like node files, kube-system opted in to node steps). One run: the flow
+//! changes the nodes.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -12,12 +13,20 @@ use pseudoflow_controller::{run_controller, Context};
 use pseudoflow_testenv::apply::apply_text;
 use pseudoflow_testenv::{seed, TestEnv};
 
-use crate::common::{self, JobCounter, Row, IMAGE};
+use crate::common::{self, JobCounter, Row};
 
 const NS: &str = "kube-system";
 const FLOW: &str = "setup-nodelocaldns";
 
-pub async fn run(env: &TestEnv, client: &Client, repo: &Path) -> Vec<Row> {
+/// The section on `env`'s nodes (its real ones if it has any), executor pods from `image`;
+/// `title` names the row's nodes.
+pub async fn run(
+    env: &TestEnv,
+    client: &Client,
+    repo: &Path,
+    image: &str,
+    title: &str,
+) -> Vec<Row> {
     seed::prepare(env, client, repo).await.unwrap();
     apply_text(
         client,
@@ -26,7 +35,7 @@ pub async fn run(env: &TestEnv, client: &Client, repo: &Path) -> Vec<Row> {
     )
     .await
     .unwrap();
-    let ctx = Context::new(client.clone(), IMAGE.into(), Arc::new(Metrics::default()))
+    let ctx = Context::new(client.clone(), image.into(), Arc::new(Metrics::default()))
         .with_node_step_namespaces([NS].into_iter().collect());
     let ctl = tokio::spawn(run_controller(Arc::new(ctx), Some(NS.into())));
     let counter = JobCounter::start(client, NS).await;
@@ -37,12 +46,20 @@ pub async fn run(env: &TestEnv, client: &Client, repo: &Path) -> Vec<Row> {
     let status = common::wait_succeeded(client, NS, FLOW, 600).await;
     let took = t.elapsed();
     ctl.abort();
-    for node in env.nodes() {
-        let flags = std::fs::read_to_string(
-            env.node_root(node)
-                .join("var/lib/kubelet/kubeadm-flags.env"),
-        )
-        .unwrap();
+    let roots: Vec<(String, std::path::PathBuf)> = if env.real_nodes().is_empty() {
+        env.nodes()
+            .iter()
+            .map(|n| (n.clone(), env.node_root(n)))
+            .collect()
+    } else {
+        env.real_nodes()
+            .iter()
+            .map(|n| (n.name.clone(), n.root()))
+            .collect()
+    };
+    for (node, root) in &roots {
+        let flags =
+            std::fs::read_to_string(root.join("var/lib/kubelet/kubeadm-flags.env")).unwrap();
         assert!(
             flags.contains("--resolv-conf=/etc/kubelet-resolv.conf"),
             "{node}: {flags}"
@@ -50,7 +67,7 @@ pub async fn run(env: &TestEnv, client: &Client, repo: &Path) -> Vec<Row> {
     }
     let steps = status["steps"].as_array().map_or(0, Vec::len);
     vec![Row {
-        workload: format!("2. seed NodeLocal DNS flow on {} nodes", env.nodes().len()),
+        workload: format!("2. seed NodeLocal DNS flow on {} {title}", roots.len()),
         driver: "PseudoFlow (examples/nodelocaldns.yaml as written)".into(),
         wall: common::secs(took),
         jobs: counter.of_flow(FLOW).to_string(),
