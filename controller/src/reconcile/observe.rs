@@ -291,9 +291,9 @@ async fn large_result(
     })
 }
 
-/// How the (first) container of the Job's pod ended, if it did: of a pod the Job controls.
-/// How the Job's pod ended: of several (a pod whose container never started is replaced, see
-/// `pseudoflow_compiler::lower::START_RETRIES`), one whose process ran, the latest to finish.
+/// How the Job's pod ended, if it did (its first container; of pods the Job controls). Of
+/// several (a pod whose container never started is replaced, see
+/// `pseudoflow_compiler::lower::START_RETRIES`): one whose process ran, the latest to finish.
 fn terminated_of(pods: Vec<Pod>, job_uid: &str) -> Option<ContainerStateTerminated> {
     pods.into_iter()
         .filter(|p| controlled_by(&p.metadata.owner_references, job_uid))
