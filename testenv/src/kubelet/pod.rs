@@ -113,19 +113,7 @@ async fn handle(client: &Client, cfg: &KubeletConfig, node: &str, node_pods: &No
     let ns = pod.metadata.namespace.clone().unwrap_or_default();
     let name = pod.metadata.name.clone().unwrap_or_default();
     if pod.metadata.deletion_timestamp.is_some() {
-        if let Some(Some(pid)) = started.lock().unwrap().remove(&uid) {
-            crate::procs::kill_group(pid);
-        }
-        let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
-        let dp = DeleteParams {
-            grace_period_seconds: Some(0),
-            preconditions: Some(Preconditions {
-                uid: Some(uid.clone()),
-                resource_version: None,
-            }),
-            ..Default::default()
-        };
-        let _ = api.delete(&name, &dp).await;
+        remove_deleted(client, started, &ns, &name, &uid).await;
         return;
     }
     let phase = pod
@@ -162,45 +150,50 @@ async fn handle(client: &Client, cfg: &KubeletConfig, node: &str, node_pods: &No
         return;
     };
     let image = container.image.clone().unwrap_or_default();
-    match cfg.images.program(&image).cloned() {
-        Some(program) => {
-            let (client, cfg, node, started) = (
-                client.clone(),
-                cfg.clone(),
-                node.to_string(),
-                started.clone(),
-            );
-            let task = tokio::spawn(async move {
-                if let Err(e) = runner::run(&client, &cfg, &node, &pod, &program, &started).await {
-                    tracing::warn!(pod = %name, "testenv kubelet could not run the pod: {e:#}");
-                    let _ = report_failed(&client, &pod, &format!("testenv kubelet: {e:#}")).await;
-                }
-            });
-            let mut runners = node_pods.runners.lock().unwrap();
-            runners.retain(|r| !r.is_finished());
-            runners.push(task.abort_handle());
-        }
-        None => {
-            let (client, cfg, node, started) = (
-                client.clone(),
-                cfg.clone(),
-                node.to_string(),
-                started.clone(),
-            );
-            let task = tokio::spawn(async move {
-                let result = match crate::standins::stand_in(&image) {
-                    Some(s) => run_stand_in(&client, &cfg, &node, &pod, s, &started).await,
-                    None => fail_pull(&client, &pod, &image).await,
-                };
-                if let Err(e) = result {
-                    tracing::warn!(pod = %name, "testenv kubelet, image {image}: {e:#}");
-                }
-            });
-            let mut runners = node_pods.runners.lock().unwrap();
-            runners.retain(|r| !r.is_finished());
-            runners.push(task.abort_handle());
-        }
+    let (client, cfg, node, started) = (
+        client.clone(),
+        cfg.clone(),
+        node.to_string(),
+        started.clone(),
+    );
+    let task = match cfg.images.program(&image).cloned() {
+        Some(program) => tokio::spawn(async move {
+            if let Err(e) = runner::run(&client, &cfg, &node, &pod, &program, &started).await {
+                tracing::warn!(pod = %name, "testenv kubelet could not run the pod: {e:#}");
+                let _ = report_failed(&client, &pod, &format!("testenv kubelet: {e:#}")).await;
+            }
+        }),
+        None => tokio::spawn(async move {
+            let result = match crate::standins::stand_in(&image) {
+                Some(s) => run_stand_in(&client, &cfg, &node, &pod, s, &started).await,
+                None => fail_pull(&client, &pod, &image).await,
+            };
+            if let Err(e) = result {
+                tracing::warn!(pod = %name, "testenv kubelet, image {image}: {e:#}");
+            }
+        }),
+    };
+    let mut runners = node_pods.runners.lock().unwrap();
+    runners.retain(|r| !r.is_finished());
+    runners.push(task.abort_handle());
+}
+
+/// A pod being deleted: its process is killed and the pod removed at once (grace 0, this
+/// very pod by its uid), as a kubelet does once its containers stopped.
+async fn remove_deleted(client: &Client, started: &Started, ns: &str, name: &str, uid: &str) {
+    if let Some(Some(pid)) = started.lock().unwrap().remove(uid) {
+        crate::procs::kill_group(pid);
     }
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let dp = DeleteParams {
+        grace_period_seconds: Some(0),
+        preconditions: Some(Preconditions {
+            uid: Some(uid.to_string()),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    let _ = api.delete(name, &dp).await;
 }
 
 /// Runs a declared stand-in: a process that sleeps until the pod is deleted (the container's
