@@ -86,10 +86,7 @@ pub struct RelatedRef {
 impl RelatedRef {
     /// The group (empty for the core group) and version of `apiVersion`.
     pub fn group_version(&self) -> (&str, &str) {
-        match self.api_version.split_once('/') {
-            Some((g, v)) => (g, v),
-            None => ("", self.api_version.as_str()),
-        }
+        split_api_version(&self.api_version)
     }
 }
 
@@ -159,30 +156,13 @@ fn open_schema(_: &mut SchemaGenerator) -> Schema {
 impl Bind {
     /// The group (empty for the core group) and version of `apiVersion`.
     pub fn group_version(&self) -> (&str, &str) {
-        match self.api_version.split_once('/') {
-            Some((g, v)) => (g, v),
-            None => ("", self.api_version.as_str()),
-        }
+        split_api_version(&self.api_version)
     }
 
     /// Checks every field, reporting each problem at its path under `spec.bind`.
     pub fn validate(&self, ctx: &mut Ctx) {
-        let (group, version) = self.group_version();
-        if version.is_empty() || self.api_version.matches('/').count() > 1 {
-            let v = &self.api_version;
-            ctx.error(
-                "apiVersion",
-                format!("{v:?} is not GROUP/VERSION or VERSION"),
-            );
-        } else if !group.is_empty() && !crate::text::is_dns_subdomain(group) {
-            ctx.error("apiVersion", format!("{group:?} is not a valid API group"));
-        }
+        check_type(ctx, &self.api_version, &self.kind, "Database");
         let k = &self.kind;
-        let kind_ok = k.chars().next().is_some_and(|c| c.is_ascii_uppercase())
-            && k.chars().all(|c| c.is_ascii_alphanumeric());
-        if !kind_ok {
-            ctx.error("kind", format!("{k:?} is not a kind (e.g. Database)"));
-        }
         if self.group_version() == ("ops.example.com", "v1alpha1") && k == "PseudoFlow" {
             ctx.error("kind", "a flow cannot be bound to PseudoFlows");
         }
@@ -203,27 +183,38 @@ impl Bind {
     }
 }
 
+/// (group, version) of an apiVersion; the core group is "".
+fn split_api_version(api_version: &str) -> (&str, &str) {
+    api_version.split_once('/').unwrap_or(("", api_version))
+}
+
+/// `apiVersion` is GROUP/VERSION or VERSION with a valid group, and `kind` looks like a kind
+/// (`example` shows one): the checks a bound kind and a related kind share.
+fn check_type(ctx: &mut Ctx, api_version: &str, kind: &str, example: &str) {
+    let (group, version) = split_api_version(api_version);
+    if version.is_empty() || api_version.matches('/').count() > 1 {
+        ctx.error(
+            "apiVersion",
+            format!("{api_version:?} is not GROUP/VERSION or VERSION"),
+        );
+    } else if !group.is_empty() && !crate::text::is_dns_subdomain(group) {
+        ctx.error("apiVersion", format!("{group:?} is not a valid API group"));
+    }
+    let kind_ok = kind.chars().next().is_some_and(|c| c.is_ascii_uppercase())
+        && kind.chars().all(|c| c.is_ascii_alphanumeric());
+    if !kind_ok {
+        ctx.error("kind", format!("{kind:?} is not a kind (e.g. {example})"));
+    }
+}
+
 impl RelatedRef {
     /// A valid apiVersion and kind, never PseudoFlows, and a namespace only for a flow that
     /// serves every namespace: otherwise an object could name something in a namespace the
     /// binding does not serve.
     fn validate(&self, ctx: &mut Ctx, all_namespaces: bool) {
-        let (group, version) = self.group_version();
-        if version.is_empty() || self.api_version.matches('/').count() > 1 {
-            let v = &self.api_version;
-            ctx.error(
-                "apiVersion",
-                format!("{v:?} is not GROUP/VERSION or VERSION"),
-            );
-        } else if !group.is_empty() && !crate::text::is_dns_subdomain(group) {
-            ctx.error("apiVersion", format!("{group:?} is not a valid API group"));
-        }
+        let (group, _) = self.group_version();
+        check_type(ctx, &self.api_version, &self.kind, "Secret");
         let k = &self.kind;
-        let kind_ok = k.chars().next().is_some_and(|c| c.is_ascii_uppercase())
-            && k.chars().all(|c| c.is_ascii_alphanumeric());
-        if !kind_ok {
-            ctx.error("kind", format!("{k:?} is not a kind (e.g. Secret)"));
-        }
         if group == "ops.example.com" && k == "PseudoFlow" {
             ctx.error("kind", "a related object cannot be a PseudoFlow");
         }
