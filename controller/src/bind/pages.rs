@@ -4,6 +4,8 @@
 
 use kube::api::{Api, DynamicObject, ListParams};
 
+use super::child::OBJECT_ANNOTATION;
+
 /// Items per LIST request: the most a reconcile holds in full at once.
 pub const PAGE: u32 = 100;
 
@@ -33,19 +35,44 @@ pub async fn list_kept<T>(
 /// (the object as it was last run for) and the status's phase, message and last run time.
 pub fn slim_child(mut child: DynamicObject) -> DynamicObject {
     let bound = child.data["spec"]["bound"].take();
-    let status = child.data.get("status").map(|st| {
-        serde_json::json!({
-            "phase": st["phase"],
-            "message": st["message"],
-            "lastRunTime": st["lastRunTime"],
-        })
-    });
+    let status = run_state(&child);
     child.metadata.managed_fields = None;
     child.data = serde_json::json!({"spec": {"bound": bound}});
     if let Some(st) = status {
         child.data["status"] = st;
     }
     child
+}
+
+/// A child flow cut to what summing up reads: the object it serves (its annotation) and its
+/// run's phase, message and last run time.
+pub fn child_state(child: DynamicObject) -> (String, DynamicObject) {
+    let data = match run_state(&child) {
+        Some(st) => serde_json::json!({ "status": st }),
+        None => serde_json::json!({}),
+    };
+    let annotations = child.metadata.annotations.unwrap_or_default();
+    let object = annotations
+        .get(OBJECT_ANNOTATION)
+        .cloned()
+        .unwrap_or_default();
+    let state = DynamicObject {
+        types: None,
+        metadata: Default::default(),
+        data,
+    };
+    (object, state)
+}
+
+/// A child's status cut to its run's phase, message and last run time.
+fn run_state(child: &DynamicObject) -> Option<serde_json::Value> {
+    child.data.get("status").map(|st| {
+        serde_json::json!({
+            "phase": st["phase"],
+            "message": st["message"],
+            "lastRunTime": st["lastRunTime"],
+        })
+    })
 }
 
 /// An object cut to what the reconcile reads: everything but its status and managed fields
@@ -79,5 +106,26 @@ mod tests {
         assert_eq!(slim.data["status"]["message"], "why");
         assert!(slim.data["status"].get("steps").is_none());
         assert_eq!(slim.metadata.annotations.unwrap()["a"], "b");
+    }
+
+    #[test]
+    fn a_child_state_is_its_object_and_its_runs_phase_only() {
+        let child: DynamicObject = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "c", "annotations": {OBJECT_ANNOTATION: "ops/db1"}},
+            "spec": {"steps": [{"type": "log", "message": "x"}], "bound": {"object": {}}},
+            "status": {"phase": "Failed", "message": "why", "lastRunTime": "t", "steps": []}
+        }))
+        .unwrap();
+        let (object, state) = child_state(child);
+        assert_eq!(object, "ops/db1");
+        assert_eq!(
+            state.data,
+            serde_json::json!({"status": {"phase": "Failed", "message": "why", "lastRunTime": "t"}})
+        );
+        assert_eq!(state.metadata, Default::default());
+        let never_ran: DynamicObject =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "d"}})).unwrap();
+        let (object, state) = child_state(never_ran);
+        assert_eq!((object.as_str(), state.data), ("", serde_json::json!({})));
     }
 }

@@ -80,8 +80,10 @@ pub(crate) async fn reconcile_parent(
         let object = object::key(obj);
         refusals.push(Refused { object, message });
     }
-    let children = binding.children().await?;
-    summarise(r, flows, previous, &bind.kind, &children, &refusals).await?;
+    // The lists are let go before the children are read again, a state each, to sum up.
+    drop((objects, children));
+    let states = binding.child_states().await?;
+    summarise(r, flows, previous, &bind.kind, &states, &refusals).await?;
     Ok(Action::requeue(again))
 }
 
@@ -161,13 +163,8 @@ impl<'a> Binding<'a> {
 
     /// The child flows of this bound flow (labelled, and owned by it), by name.
     async fn children(&self) -> Result<BTreeMap<String, DynamicObject>, Error> {
-        let label = format!(
-            "{BOUND_TO_LABEL}={}",
-            pseudoflow_compiler::names::label_value(self.r.flow_id.name)
-        );
-        let lp = ListParams::default().labels(&label);
         let uid = self.r.uid;
-        let children = pages::list_kept(self.flows, &lp, |c| {
+        let children = pages::list_kept(self.flows, &children_of(self.r.flow_id.name), |c| {
             owned_by(&c, uid).then(|| pages::slim_child(c))
         })
         .await?;
@@ -175,6 +172,16 @@ impl<'a> Binding<'a> {
             .into_iter()
             .map(|c| (c.metadata.name.clone().unwrap_or_default(), c))
             .collect())
+    }
+
+    /// Each child flow's object and its run's state: all that summing up reads.
+    async fn child_states(&self) -> Result<Vec<(String, DynamicObject)>, Error> {
+        let uid = self.r.uid;
+        let states = pages::list_kept(self.flows, &children_of(self.r.flow_id.name), |c| {
+            owned_by(&c, uid).then(|| pages::child_state(c))
+        })
+        .await?;
+        Ok(states)
     }
 
     fn matches(&self, obj: &DynamicObject) -> bool {
@@ -479,6 +486,15 @@ fn with_related_changes(trigger: Option<Value>, changed: Vec<String>) -> Option<
     }
 }
 
+/// Selects the child flows of bound flow `parent` (each still checked for its owner).
+fn children_of(parent: &str) -> ListParams {
+    let label = format!(
+        "{BOUND_TO_LABEL}={}",
+        pseudoflow_compiler::names::label_value(parent)
+    );
+    ListParams::default().labels(&label)
+}
+
 fn owned_by(c: &DynamicObject, uid: &str) -> bool {
     c.metadata
         .owner_references
@@ -510,17 +526,10 @@ async fn summarise(
     flows: &Api<DynamicObject>,
     previous: &Value,
     kind: &str,
-    children: &BTreeMap<String, DynamicObject>,
+    states: &[(String, DynamicObject)],
     refusals: &[Refused],
 ) -> Result<(), Error> {
-    let named: Vec<(String, &DynamicObject)> = children
-        .values()
-        .map(|c| {
-            let a = c.metadata.annotations.as_ref();
-            let object = a.and_then(|a| a.get(OBJECT_ANNOTATION)).cloned();
-            (object.unwrap_or_default(), c)
-        })
-        .collect();
+    let named: Vec<(String, &DynamicObject)> = states.iter().map(|(o, c)| (o.clone(), c)).collect();
     let s = summary::summarise(&named, refusals);
     let message = summary::message(kind, &s);
     let generation = r.flow.metadata.generation.unwrap_or(0);
@@ -575,11 +584,7 @@ async fn summarise(
 pub(crate) async fn release(r: &Reconciling<'_>, flows: &Api<DynamicObject>) -> Result<(), Error> {
     r.ctx.binder.watches.stop(r.uid);
     r.ctx.binder.forget(&format!("{}/", r.uid));
-    let label = format!(
-        "{BOUND_TO_LABEL}={}",
-        pseudoflow_compiler::names::label_value(r.flow_id.name)
-    );
-    let children = flows.list(&ListParams::default().labels(&label)).await?;
+    let children = flows.list(&children_of(r.flow_id.name)).await?;
     let fin = object::finalizer_name(r.ns(), r.flow_id.name);
     for c in children.items.iter().filter(|c| owned_by(c, r.uid)) {
         // The child's account is the bound flow's when it was made: known even if the bound
