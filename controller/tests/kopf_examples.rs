@@ -671,12 +671,28 @@ async fn the_secret_sync_controller_of_seed_002_follows_its_source_and_deletes_i
 
 const BUNDLE_KIND: (&str, &str, &str, &str) = ("operator.werf.dev", "v1", "Bundle", "bundles");
 
-/// A Bundle in the seed's format, naming the bundle ConfigMap by `repo`, values in `env`.
-fn bundle(ns: &str, image: &str) -> Value {
-    json!({"apiVersion": "operator.werf.dev/v1", "kind": "Bundle",
+/// A Bundle in the seed's format, naming the bundle ConfigMap by `repo`, values in `env` and,
+/// when given, the values ConfigMap by `values`.
+fn bundle(ns: &str, image: &str, values: Option<&str>) -> Value {
+    let mut b = json!({"apiVersion": "operator.werf.dev/v1", "kind": "Bundle",
         "metadata": {"name": "myapp", "namespace": ns},
         "spec": {"registry": "registry.example.com", "repo": "myapp-bundle", "version": "1.0.0",
-            "env": {"image": image}}})
+            "env": {"image": image}}});
+    if let Some(values) = values {
+        b["spec"]["values"] = json!(values);
+    }
+    b
+}
+
+/// The values ConfigMap a Bundle names by `spec.values`: each data key is one value.
+fn bundle_values(ns: &str, image: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "myapp-values", "namespace": ns}, "data": {"image": image}})
+}
+
+/// What the flow's last step logs for release `myapp` deployed with `image`, values from `from`.
+fn deployed_with(image: &str, from: &str) -> String {
+    format!("release myapp of registry.example.com/myapp-bundle:1.0.0 deployed with {image} (values: {from})")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -691,7 +707,7 @@ async fn the_werf_bundle_operator_of_seed_003_deploys_each_bundle_and_dismisses_
     apply(&client, documents_in("bundles/myapp.yaml", &ns).remove(0)).await;
     let ctl = start_controller(&client, &ns);
     apply(&client, documents_in("werf-bundle.yaml", &ns).remove(0)).await;
-    apply(&client, bundle(&ns, "nginx:1.27")).await;
+    apply(&client, bundle(&ns, "nginx:1.27", None)).await;
     let child = child_name("werf-bundle", &ns, "myapp");
     let status = common::wait_status(&client, &ns, &child, 120, "a deploy", |s| {
         s["phase"] == "Succeeded" || s["phase"] == "Failed"
@@ -717,12 +733,11 @@ async fn the_werf_bundle_operator_of_seed_003_deploys_each_bundle_and_dismisses_
     let services: Api<Service> = Api::namespaced(client.clone(), &ns);
     services.get("myapp").await.unwrap();
     let events = event_messages(&client, &ns, &child).await;
-    let deployed =
-        "release myapp of registry.example.com/myapp-bundle:1.0.0 deployed with nginx:1.27";
-    assert!(events.iter().any(|m| m == deployed), "{events:#?}");
+    let deployed = deployed_with("nginx:1.27", "spec.env");
+    assert!(events.contains(&deployed), "{events:#?}");
 
     // New values in the Bundle are deployed at once (no schedule to wait for).
-    apply(&client, bundle(&ns, "nginx:1.28")).await;
+    apply(&client, bundle(&ns, "nginx:1.28", None)).await;
     eventually(60, "nginx:1.28 is deployed", || async {
         image(&deployments.get("myapp").await.unwrap()).as_deref() == Some("nginx:1.28")
     })
@@ -745,10 +760,46 @@ async fn the_werf_bundle_operator_of_seed_003_deploys_each_bundle_and_dismisses_
     })
     .await;
     let flow = common::flows(&client, &ns).get(&child).await.unwrap();
+    // Named by both related references of a Bundle without spec.values, it is one change.
     assert_eq!(
         flow.data["spec"]["bound"]["trigger"]["changed"],
         json!(["ConfigMap/myapp-bundle"])
     );
+
+    // A values ConfigMap that does not exist yet: deployed with spec.env alone (the seed's
+    // `with suppress(Exception)`), and the run's log says so.
+    apply(&client, bundle(&ns, "nginx:1.28", Some("myapp-values"))).await;
+    let missing = deployed_with(
+        "nginx:1.28",
+        "spec.env only: ConfigMap myapp-values not found",
+    );
+    eventually(60, "a deploy without the values ConfigMap", || async {
+        let events = event_messages(&client, &ns, &child).await;
+        events.contains(&missing)
+    })
+    .await;
+    let d = deployments.get("myapp").await.unwrap();
+    assert_eq!(image(&d).as_deref(), Some("nginx:1.28"));
+
+    // Its creation, then an edit of its data, each deploy its values within seconds (the seed's
+    // @kopf.on.field('configmap', field='data')); they override spec.env's.
+    for value in ["nginx:1.29", "nginx:1.27"] {
+        apply(&client, bundle_values(&ns, value)).await;
+        let what = format!("{value} from the values ConfigMap is deployed");
+        eventually(30, &what, || async {
+            image(&deployments.get("myapp").await.unwrap()).as_deref() == Some(value)
+        })
+        .await;
+        let flow = common::flows(&client, &ns).get(&child).await.unwrap();
+        let changed = &flow.data["spec"]["bound"]["trigger"]["changed"];
+        assert_eq!(*changed, json!(["ConfigMap/myapp-values"]), "{value}");
+        let logged = deployed_with(value, "spec.env and ConfigMap myapp-values");
+        eventually(60, "the deploy's log", || async {
+            let events = event_messages(&client, &ns, &child).await;
+            events.contains(&logged)
+        })
+        .await;
+    }
 
     // Deleting the Bundle dismisses the release before the Bundle goes.
     bundles

@@ -32,7 +32,10 @@ pub struct Resolved {
     pub name: String,
 }
 
-/// Renders every reference over `view` (the object as `${object}` shows it).
+/// Renders every reference over `view` (the object as `${object}` shows it). Two references
+/// that name the same object give it once: a reference with a fallback (seed 003's values
+/// ConfigMap, `${object.spec.get('values') or object.spec.repo}`) may name what another does,
+/// and one object is one change in `${trigger.changed}`.
 pub fn resolve(
     engine: &Engine,
     refs: &[RelatedRef],
@@ -68,6 +71,9 @@ pub fn resolve(
                 namespace.as_deref().unwrap_or_default()
             )
         };
+        if out.iter().any(|o: &Resolved| o.key == key) {
+            continue;
+        }
         out.push(Resolved {
             index,
             key,
@@ -173,6 +179,19 @@ mod tests {
         let got = resolve(&engine, &r, &view()).unwrap();
         assert_eq!(got[0].key, "Secret/other/x");
         assert_eq!(got[0].namespace.as_deref(), Some("other"));
+    }
+
+    #[test]
+    fn two_references_naming_one_object_give_it_once() {
+        let engine = Engine::default();
+        let r = refs(json!([
+            {"apiVersion": "v1", "kind": "ConfigMap", "name": "${object.spec.secretName}"},
+            {"apiVersion": "v1", "kind": "ConfigMap",
+                "name": "${object.spec.get('values') or object.spec.secretName}"},
+            {"apiVersion": "v1", "kind": "Secret", "name": "${object.spec.secretName}"}]));
+        let got = resolve(&engine, &r, &view()).unwrap();
+        let keys: Vec<(usize, &str)> = got.iter().map(|g| (g.index, g.key.as_str())).collect();
+        assert_eq!(keys, [(0, "ConfigMap/registry"), (2, "Secret/registry")]);
     }
 
     #[test]
