@@ -6,19 +6,17 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, ListParams};
 use kube::Client;
-use pseudoflow_controller::metrics::Metrics;
-use pseudoflow_controller::{run_controller, Context};
 use pseudoflow_test_support::FlowNamespace;
 use pseudoflow_testenv::{apply, TestEnv};
 use serde_json::{json, Value};
 
 use crate::common::{self, JobCounter, Row};
+use crate::process;
 
 const CMS: usize = 50;
 const LABEL: &str = "pfbench";
@@ -128,12 +126,7 @@ pub async fn run(
         .rules(json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "create", "patch", "update"]}]))
         .create(env, client)
         .await;
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        image.into(),
-        Arc::new(Metrics::default()),
-    ));
-    let ctl = tokio::spawn(run_controller(ctx, Some(ns.clone())));
+    let ctl = process::in_process(client, image, &ns, false);
     let counter = JobCounter::start(client, &ns).await;
 
     let kc = env.kubeconfig_path();

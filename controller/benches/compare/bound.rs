@@ -7,7 +7,6 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use futures::{stream, StreamExt};
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::discovery::ApiResource;
 use kube::Client;
@@ -17,7 +16,7 @@ use pseudoflow_testenv::{apply, TestEnv};
 use serde_json::{json, Value};
 
 use crate::common::{self, JobCounter, Row};
-use crate::process::{peak_rss_kib, spawn_controller};
+use crate::process::ControllerProcess;
 
 const GROUP: &str = "bench.example.com";
 
@@ -86,71 +85,37 @@ pub async fn run(
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let mut child = spawn_controller(env, dir, &ns, "bound-controller.log");
-    let pid = child.id().unwrap();
+    let mut controller = ControllerProcess::spawn(env, dir, &ns, "bound-controller.log");
     let counter = JobCounter::start(client, &ns).await;
     apply::apply_value(client, bound_flow(&ns), None)
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let idle_kib = peak_rss_kib(pid).unwrap_or(0);
+    let idle_kib = controller.peak_kib();
 
     let t = Instant::now();
-    let client2 = client.clone();
-    stream::iter(0..objects)
-        .map(|i| {
-            let (client, ns) = (client2.clone(), ns.clone());
-            async move {
-                apply::apply_value(
-                    &client,
-                    json!({"apiVersion": format!("{GROUP}/v1"), "kind": "Gadget",
-                    "metadata": {"name": format!("g{i}"), "namespace": ns}, "spec": {"size": format!("{i}Gi")}}),
-                    None,
-                )
-                .await
-                .unwrap();
-            }
-        })
-        .buffer_unordered(32)
-        .collect::<Vec<()>>()
-        .await;
-    let created = t.elapsed();
+    let created = common::apply_all(client, (0..objects).map(|i| {
+        json!({"apiVersion": format!("{GROUP}/v1"), "kind": "Gadget",
+            "metadata": {"name": format!("g{i}"), "namespace": ns}, "spec": {"size": format!("{i}Gi")}})
+    }))
+    .await;
     println!(
         "bound: {objects} objects created in {:.1} s",
         created.as_secs_f64()
     );
-    let (mut ready_count, mut failed) = (0, 0);
-    let mut last_print = Instant::now();
-    while t.elapsed() < timeout {
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!(
-                "the controller exited ({status}); log: {}",
-                dir.join("bound-controller.log").display()
-            );
-        }
-        let list = api.list(&ListParams::default()).await.unwrap().items;
-        ready_count = list.iter().filter(|o| ready(o)).count();
-        failed = list
-            .iter()
-            .filter(|o| o.data["status"]["phase"] == "Failed")
-            .count();
-        if ready_count + failed == objects {
-            break;
-        }
-        if last_print.elapsed() > Duration::from_secs(30) {
-            println!(
-                "bound: {ready_count}/{objects} Ready after {:.0} s, {} Jobs so far, controller VmHWM {} MiB",
-                t.elapsed().as_secs_f64(),
-                counter.total(),
-                peak_rss_kib(pid).unwrap_or(0) / 1024
-            );
-            last_print = Instant::now();
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+    let (ready_count, failed) = controller
+        .await_all("bound", objects, (t, timeout), &counter, || async {
+            let list = api.list(&ListParams::default()).await.unwrap().items;
+            let failed = |o: &&DynamicObject| o.data["status"]["phase"] == "Failed";
+            (
+                list.iter().filter(|o| ready(o)).count(),
+                list.iter().filter(failed).count(),
+            )
+        })
+        .await;
     let took = t.elapsed();
-    let peak = peak_rss_kib(pid).unwrap_or(0);
-    child.kill().await.ok();
+    let peak = controller.peak_kib();
+    controller.kill().await;
     let flows: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &flow_resource());
     let bound = flows.get("gadget").await.unwrap().data["status"].clone();
     assert_eq!(failed, 0, "{failed} of {objects} objects Failed: {bound:#}");

@@ -17,6 +17,22 @@ use serde_json::Value;
 /// The executor image; testenv runs it as the release `pseudoflow-step` binary.
 pub const IMAGE: &str = "pseudoflow/runtime:bench";
 
+/// Applies `docs` 32 at a time, as a client creating many at once would; returns how long
+/// that took.
+pub async fn apply_all(client: &Client, docs: impl Iterator<Item = Value>) -> Duration {
+    let t = Instant::now();
+    futures::stream::iter(docs)
+        .map(|doc| async move {
+            pseudoflow_testenv::apply::apply_value(client, doc, None)
+                .await
+                .unwrap();
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<()>>()
+        .await;
+    t.elapsed()
+}
+
 /// `name`'s value as a number, or `default` when unset.
 pub fn env_usize(name: &str, default: usize) -> usize {
     match std::env::var(name) {

@@ -18,14 +18,13 @@ use pseudoflow_compiler::emit::{emit_node, to_yaml};
 use pseudoflow_compiler::lower::{task_of, FlowRef, LowerOptions};
 use pseudoflow_compiler::plan::NodeKind;
 use pseudoflow_compiler::{compile, FlowId};
-use pseudoflow_controller::metrics::Metrics;
-use pseudoflow_controller::{run_controller, Context};
 use pseudoflow_test_support::FlowNamespace;
 use pseudoflow_testenv::kubelet::{self, ImageMap, KubeletConfig};
 use pseudoflow_testenv::{apply, NodeSpec, TestEnv};
 use serde_json::{json, Value};
 
 use crate::common::{self, JobCounter, Row, IMAGE};
+use crate::process;
 
 const CONTENT: &str = "nameserver 169.254.20.10\n";
 const FLAGS: &str = "KUBELET_KUBEADM_ARGS=\"--container-runtime-endpoint=unix:///run/containerd/containerd.sock --resolv-conf=/run/systemd/resolve/resolv.conf\"\n";
@@ -175,9 +174,7 @@ async fn run_pseudoflow(
     max_parallel: usize,
 ) -> (Duration, usize) {
     let ns = namespace(env, client, &format!("fanout-pf-{max_parallel}")).await;
-    let ctx = Context::new(client.clone(), IMAGE.into(), Arc::new(Metrics::default()))
-        .with_node_step_namespaces([ns.clone()].into_iter().collect());
-    let ctl = tokio::spawn(run_controller(Arc::new(ctx), Some(ns.clone())));
+    let ctl = process::in_process(client, IMAGE, &ns, true);
     let counter = JobCounter::start(client, &ns).await;
     let tag = format!("pseudoflow-{max_parallel}");
     let before = prepare_nodes(env, nodes, &tag);

@@ -3,17 +3,15 @@
 //! nodes a container of the runtime image started by containerd and runc. What a user waits for
 //! at least whenever a flow needs a Job.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kube::Client;
-use pseudoflow_controller::metrics::Metrics;
-use pseudoflow_controller::{run_controller, Context};
 use pseudoflow_test_support::FlowNamespace;
 use pseudoflow_testenv::{apply, TestEnv};
 use serde_json::json;
 
 use crate::common::{self, JobCounter, Row};
+use crate::process;
 
 /// `runs` one-step flows on `env`, executor pods from `image`; `title` names the row's nodes.
 pub async fn run(env: &TestEnv, client: &Client, runs: usize, image: &str, title: &str) -> Row {
@@ -21,12 +19,7 @@ pub async fn run(env: &TestEnv, client: &Client, runs: usize, image: &str, title
         .rules(json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "patch"]}]))
         .create(env, client)
         .await;
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        image.into(),
-        Arc::new(Metrics::default()),
-    ));
-    let ctl = tokio::spawn(run_controller(ctx, Some(ns.clone())));
+    let ctl = process::in_process(client, image, &ns, false);
     let counter = JobCounter::start(client, &ns).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let mut took = Vec::new();

@@ -6,16 +6,15 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use futures::{stream, StreamExt};
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::Client;
 use pseudoflow_controller::reconcile::flow_resource;
 use pseudoflow_test_support::FlowNamespace;
-use pseudoflow_testenv::{apply, TestEnv};
+use pseudoflow_testenv::TestEnv;
 use serde_json::{json, Value};
 
 use crate::common::{self, JobCounter, Row};
-use crate::process::{peak_rss_kib, spawn_controller};
+use crate::process::ControllerProcess;
 
 const STEPS: usize = 5;
 
@@ -38,69 +37,41 @@ pub async fn run(
         .rules(json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "patch"]}]))
         .create(env, client)
         .await;
-    let mut child = spawn_controller(env, dir, &ns, "scale-controller.log");
-    let pid = child.id().unwrap();
+    let mut controller = ControllerProcess::spawn(env, dir, &ns, "scale-controller.log");
     let counter = JobCounter::start(client, &ns).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let idle_kib = peak_rss_kib(pid).unwrap_or(0);
+    let idle_kib = controller.peak_kib();
 
     let t = Instant::now();
-    let client2 = client.clone();
-    stream::iter(0..flows)
-        .map(|i| {
-            let (client, ns) = (client2.clone(), ns.clone());
-            async move {
-                apply::apply_value(&client, json!({"apiVersion": "ops.example.com/v1alpha1", "kind": "PseudoFlow",
-                    "metadata": {"name": format!("scale-{i}"), "namespace": ns}, "spec": spec(&ns, i)}), None)
-                    .await
-                    .unwrap();
-            }
-        })
-        .buffer_unordered(32)
-        .collect::<Vec<()>>()
-        .await;
-    let created = t.elapsed();
+    let created = common::apply_all(
+        client,
+        (0..flows).map(|i| {
+            json!({"apiVersion": "ops.example.com/v1alpha1", "kind": "PseudoFlow",
+            "metadata": {"name": format!("scale-{i}"), "namespace": ns}, "spec": spec(&ns, i)})
+        }),
+    )
+    .await;
     println!(
         "scale: {flows} flows created in {:.1} s",
         created.as_secs_f64()
     );
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &flow_resource());
-    let (mut succeeded, mut failed) = (0, 0);
-    let mut last_print = Instant::now();
-    while t.elapsed() < timeout {
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!(
-                "the controller exited ({status}); log: {}",
-                dir.join("scale-controller.log").display()
-            );
-        }
-        let list = api.list(&ListParams::default()).await.unwrap().items;
-        succeeded = list
-            .iter()
-            .filter(|f| f.data["status"]["phase"] == "Succeeded")
-            .count();
-        failed = list
-            .iter()
-            .filter(|f| f.data["status"]["phase"] == "Failed")
-            .count();
-        if succeeded + failed == flows {
-            break;
-        }
-        if last_print.elapsed() > Duration::from_secs(30) {
-            println!(
-                "scale: {succeeded}/{flows} Succeeded after {:.0} s, {} Jobs so far, controller VmHWM {} MiB",
-                t.elapsed().as_secs_f64(),
-                counter.total(),
-                peak_rss_kib(pid).unwrap_or(0) / 1024
-            );
-            last_print = Instant::now();
-        }
-        // Listing every flow is not free for the API server: once a second is enough.
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+    let phase_count = |list: &[DynamicObject], phase: &str| {
+        let of = |f: &&DynamicObject| f.data["status"]["phase"] == phase;
+        list.iter().filter(of).count()
+    };
+    let (succeeded, failed) = controller
+        .await_all("scale", flows, (t, timeout), &counter, || async {
+            let list = api.list(&ListParams::default()).await.unwrap().items;
+            (
+                phase_count(&list, "Succeeded"),
+                phase_count(&list, "Failed"),
+            )
+        })
+        .await;
     let took = t.elapsed();
-    let peak = peak_rss_kib(pid).unwrap_or(0);
-    child.kill().await.ok();
+    let peak = controller.peak_kib();
+    controller.kill().await;
     assert_eq!(failed, 0, "{failed} of {flows} flows Failed");
     let done = succeeded == flows;
     let wall = if done {

@@ -4,16 +4,14 @@
 //! changes the nodes.
 
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Instant;
 
 use kube::Client;
-use pseudoflow_controller::metrics::Metrics;
-use pseudoflow_controller::{run_controller, Context};
 use pseudoflow_testenv::apply::apply_text;
 use pseudoflow_testenv::{seed, TestEnv};
 
 use crate::common::{self, JobCounter, Row};
+use crate::process;
 
 const NS: &str = "kube-system";
 const FLOW: &str = "setup-nodelocaldns";
@@ -35,9 +33,7 @@ pub async fn run(
     )
     .await
     .unwrap();
-    let ctx = Context::new(client.clone(), image.into(), Arc::new(Metrics::default()))
-        .with_node_step_namespaces([NS].into_iter().collect());
-    let ctl = tokio::spawn(run_controller(Arc::new(ctx), Some(NS.into())));
+    let ctl = process::in_process(client, image, NS, true);
     let counter = JobCounter::start(client, NS).await;
     let text = std::fs::read_to_string(repo.join("examples/nodelocaldns.yaml")).unwrap();
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
