@@ -12,6 +12,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::admission::{self, editor_and_approver, kubectl_async, webhook_entry};
 use common::*;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
@@ -30,23 +31,6 @@ fn start_controller_with_key(client: &Client, ns: &str, key: &Key) -> tokio::tas
     let ctx = Context::new(client.clone(), IMAGE.into(), Arc::new(Metrics::default()))
         .with_approval_key(key.clone());
     tokio::spawn(run_controller(Arc::new(ctx), Some(ns.to_string())))
-}
-
-fn webhook_entry(port: u16, ns: &str, path: &str) -> Value {
-    json!({
-        "name": "pseudoflows.ops.example.com",
-        "clientConfig": {"url": format!("https://127.0.0.1:{port}/{path}")},
-        "rules": [{
-            "apiGroups": ["ops.example.com"], "apiVersions": ["*"],
-            "operations": ["CREATE", "UPDATE"], "resources": ["pseudoflows"],
-            "scope": "Namespaced",
-        }],
-        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
-        "failurePolicy": "Fail",
-        "sideEffects": "None",
-        "admissionReviewVersions": ["v1"],
-        "timeoutSeconds": 10,
-    })
 }
 
 /// Both webhooks for `ns` (stamping with `key`) on a free loopback port, registered in a
@@ -80,23 +64,9 @@ async fn start_webhooks(client: &Client, ns: &str, key: &Key) -> String {
         .create(&pp, &mwc)
         .await
         .unwrap();
-    let cfg = tls::SelfSigned {
-        namespace: ns.to_string(),
-        secret: "pseudoflow-webhook-tls".into(),
-        webhook_configuration: Some(name.clone()),
-        names: vec!["127.0.0.1".into()],
-        validity: tls::VALIDITY_SECONDS,
-    };
-    let mut state = http::State::new(Arc::new(Metrics::default()));
-    state.webhook = Some(Webhook::with_key(client.clone(), key.clone()));
-    state.readiness.set_standby();
-    let router = http::router(state);
-    tokio::spawn(http::serve_webhook(
-        client.clone(),
-        listener,
-        router,
-        http::WebhookCert::SelfSigned(cfg),
-    ));
+    let cert = http::WebhookCert::SelfSigned(admission::self_signed(ns, &name));
+    let webhook = Webhook::with_key(client.clone(), key.clone());
+    admission::serve(client, listener, webhook, cert);
     name
 }
 
@@ -110,16 +80,6 @@ async fn remove_webhooks(client: &Client, name: &str) {
         .delete(name, &dp)
         .await
         .unwrap();
-}
-
-async fn kubectl_async(args: &[&str]) -> (bool, String) {
-    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    tokio::task::spawn_blocking(move || {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        kubectl(&args)
-    })
-    .await
-    .unwrap()
 }
 
 /// `kubectl annotate pf NAME -n NS --overwrite` as `user` (None: the admin).
@@ -149,46 +109,6 @@ async fn wait_webhooks_active(ns: &str) {
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-}
-
-/// `tenant` may edit flows in `ns`; `boss` may edit and `approve`.
-async fn editor_and_approver(client: &Client, ns: &str) {
-    let rbac = format!(
-        r#"apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {{name: flow-editor, namespace: {ns}}}
-rules:
-  - apiGroups: [ops.example.com]
-    resources: [pseudoflows]
-    verbs: [get, list, watch, create, update, patch, delete]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {{name: flow-approver, namespace: {ns}}}
-rules:
-  - apiGroups: [ops.example.com]
-    resources: [pseudoflows]
-    verbs: [approve]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {{name: editors, namespace: {ns}}}
-roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: flow-editor}}
-subjects:
-  - {{apiGroup: rbac.authorization.k8s.io, kind: User, name: tenant}}
-  - {{apiGroup: rbac.authorization.k8s.io, kind: User, name: boss}}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {{name: approvers, namespace: {ns}}}
-roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: flow-approver}}
-subjects:
-  - {{apiGroup: rbac.authorization.k8s.io, kind: User, name: boss}}
-"#
-    );
-    pseudoflow_testenv::apply::apply_text(client, &rbac, None)
-        .await
-        .unwrap();
 }
 
 fn gated_spec(timeout: Option<u32>) -> Value {

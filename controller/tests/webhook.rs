@@ -10,6 +10,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::admission::{self, editor_and_approver, kubectl_async, webhook_entry};
 use common::*;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Secret;
@@ -27,13 +28,7 @@ async fn start_webhook(client: &Client, ns: &str) -> (String, tls::SelfSigned) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let name = register_webhook(client, ns, port, None).await;
-    let cfg = tls::SelfSigned {
-        namespace: ns.to_string(),
-        secret: "pseudoflow-webhook-tls".into(),
-        webhook_configuration: Some(name.clone()),
-        names: vec!["127.0.0.1".into()],
-        validity: tls::VALIDITY_SECONDS,
-    };
+    let cfg = admission::self_signed(ns, &name);
     serve_webhook(client, listener, http::WebhookCert::SelfSigned(cfg.clone()));
     (name, cfg)
 }
@@ -42,27 +37,11 @@ async fn start_webhook(client: &Client, ns: &str) -> (String, tls::SelfSigned) {
 /// when given (as cert-manager's CA injector would write it); returns the configuration's name.
 async fn register_webhook(client: &Client, ns: &str, port: u16, ca_bundle: Option<&str>) -> String {
     let name = format!("pseudoflow-{ns}");
-    let client_config = json!({"url": format!("https://127.0.0.1:{port}/validate")});
     let mut vwc: ValidatingWebhookConfiguration = serde_json::from_value(json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
         "metadata": {"name": name},
-        "webhooks": [{
-            "name": "pseudoflows.ops.example.com",
-            "clientConfig": client_config,
-            "rules": [{
-                "apiGroups": ["ops.example.com"],
-                "apiVersions": ["*"],
-                "operations": ["CREATE", "UPDATE"],
-                "resources": ["pseudoflows"],
-                "scope": "Namespaced",
-            }],
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
-            "failurePolicy": "Fail",
-            "sideEffects": "None",
-            "admissionReviewVersions": ["v1"],
-            "timeoutSeconds": 10,
-        }],
+        "webhooks": [webhook_entry(port, ns, "validate")],
     }))
     .unwrap();
     if let Some(ca) = ca_bundle {
@@ -76,13 +55,9 @@ async fn register_webhook(client: &Client, ns: &str, port: u16, ca_bundle: Optio
     name
 }
 
-/// Serves the controller's webhook router on `listener` with `cert`, as the controller does.
+/// Serves the controller's validating webhook on `listener` with `cert`.
 fn serve_webhook(client: &Client, listener: tokio::net::TcpListener, cert: http::WebhookCert) {
-    let mut state = http::State::new(Arc::new(Metrics::default()));
-    state.webhook = Some(Webhook::new(client.clone()));
-    state.readiness.set_standby();
-    let router = http::router(state);
-    tokio::spawn(http::serve_webhook(client.clone(), listener, router, cert));
+    admission::serve(client, listener, Webhook::new(client.clone()), cert);
 }
 
 /// `kubectl` with `args`, `yaml` on stdin (off the runtime).
@@ -115,16 +90,6 @@ async fn kubectl_stdin(args: &[&str], yaml: String) -> (bool, String) {
                 String::from_utf8_lossy(&out.stderr)
             ),
         )
-    })
-    .await
-    .unwrap()
-}
-
-async fn kubectl_async(args: &[&str]) -> (bool, String) {
-    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    tokio::task::spawn_blocking(move || {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        kubectl(&args)
     })
     .await
     .unwrap()
@@ -356,46 +321,6 @@ async fn the_certificate_is_stored_reused_and_rotated_with_both_cas_trusted() {
     assert!(!events.contains("PRIVATE KEY"), "{events}");
 
     vwcs.delete(&vwc, &DeleteParams::default()).await.unwrap();
-}
-
-/// `tenant` may edit flows in `ns`; `boss` may edit and `approve`.
-async fn editor_and_approver(client: &Client, ns: &str) {
-    let rbac = format!(
-        r#"apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {{name: flow-editor, namespace: {ns}}}
-rules:
-  - apiGroups: [ops.example.com]
-    resources: [pseudoflows]
-    verbs: [get, list, watch, create, update, patch, delete]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {{name: flow-approver, namespace: {ns}}}
-rules:
-  - apiGroups: [ops.example.com]
-    resources: [pseudoflows]
-    verbs: [approve]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {{name: editors, namespace: {ns}}}
-roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: flow-editor}}
-subjects:
-  - {{apiGroup: rbac.authorization.k8s.io, kind: User, name: tenant}}
-  - {{apiGroup: rbac.authorization.k8s.io, kind: User, name: boss}}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {{name: approvers, namespace: {ns}}}
-roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: flow-approver}}
-subjects:
-  - {{apiGroup: rbac.authorization.k8s.io, kind: User, name: boss}}
-"#
-    );
-    pseudoflow_testenv::apply::apply_text(client, &rbac, None)
-        .await
-        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,6 +1,8 @@
 //! The cluster the controller's e2e tests share: testenv with the runtime image mapped to the
 //! freshly built `pseudoflow-step`; flow helpers in [`flow`].
 
+#[allow(dead_code)]
+pub mod admission;
 pub mod api;
 pub mod flow;
 pub mod seed;
