@@ -79,6 +79,12 @@ fn flow_rules(widget_verbs: Value) -> Value {
 /// A namespace whose ServiceAccount `flow` may do `widget_verbs` on widgets, and a controller
 /// for it running as a ServiceAccount with the chart's ClusterRole and nothing else.
 async fn setup(prefix: &str, widget_verbs: Value) -> (Client, String) {
+    let (client, ns, _) = setup_with_context(prefix, widget_verbs).await;
+    (client, ns)
+}
+
+/// [`setup`], with the controller's context (to see its watches).
+async fn setup_with_context(prefix: &str, widget_verbs: Value) -> (Client, String, Arc<Context>) {
     let client = env().client().await.unwrap();
     install_crd(&client).await;
     apply(&client, widget_crd()).await;
@@ -99,9 +105,10 @@ async fn setup(prefix: &str, widget_verbs: Value) -> (Client, String) {
         .await,
         "the controller must hold no rights on the kind"
     );
-    let ctx = Context::new(ctl, IMAGE.into(), Arc::new(Metrics::default())).with_config(config);
-    tokio::spawn(run_controller(Arc::new(ctx), Some(ns.clone())));
-    (client, ns)
+    let ctx =
+        Arc::new(Context::new(ctl, IMAGE.into(), Arc::new(Metrics::default())).with_config(config));
+    tokio::spawn(run_controller(ctx.clone(), Some(ns.clone())));
+    (client, ns, ctx)
 }
 
 async fn wait_served(client: &Client, ns: &str) {
@@ -892,4 +899,114 @@ async fn all_namespaces_needs_a_cluster_wide_grant_then_serves_objects_anywhere(
             .any(|f| f.starts_with("ops.example.com/flow-")),
         "{finalizers:?}"
     );
+}
+
+/// A flow `name` bound to widgets as ServiceAccount `sa`, writing no status (the flows of the
+/// test below share the objects): it applies ConfigMap `<widget>-<name>` holding the widget's
+/// `spec.version`.
+fn sharing_flow(name: &str, sa: &str) -> Value {
+    json!({
+        "serviceAccountName": sa,
+        "bind": {"apiVersion": format!("{GROUP}/v1"), "kind": "Widget",
+            "status": {"phaseField": "", "conditions": false}},
+        "steps": [{"type": "apply", "manifests": format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ${{object.metadata.name}}-{name}\ndata:\n  version: ${{object.spec.version}}\n")}]
+    })
+}
+
+/// The version ConfigMap `<widget>-<flow>` holds (None: not made yet).
+async fn version_by(client: &Client, ns: &str, widget: &str, flow: &str) -> Option<String> {
+    Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), ns)
+        .get_opt(&format!("{widget}-{flow}"))
+        .await
+        .unwrap()
+        .and_then(|c| c.data?.get("version").cloned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flows_on_one_kind_as_one_service_account_share_one_watch_and_each_is_woken_by_it() {
+    let (client, ns, ctx) = setup_with_context("bind-share", all_verbs()).await;
+    // A second account with the same rights: its flows watch on their own.
+    apply(&client, json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "other", "namespace": ns}})).await;
+    apply(
+        &client,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "other", "namespace": ns},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "flow"},
+        "subjects": [{"kind": "ServiceAccount", "name": "other", "namespace": ns}]}),
+    )
+    .await;
+    let watches = &ctx.binder.watches;
+    create_widget(&client, &ns, "w", json!({"version": "one"})).await;
+    create_flow(&client, &ns, "s1", sharing_flow("s1", "flow")).await;
+    create_flow(&client, &ns, "s2", sharing_flow("s2", "flow")).await;
+    for flow in ["s1", "s2"] {
+        eventually(60, &format!("{flow} serves w"), || async {
+            version_by(&client, &ns, "w", flow).await.as_deref() == Some("one")
+        })
+        .await;
+    }
+    assert_eq!(
+        watches.count(),
+        1,
+        "two flows, one kind, one account: one watch"
+    );
+    create_flow(&client, &ns, "s3", sharing_flow("s3", "other")).await;
+    eventually(60, "s3 serves w", || async {
+        version_by(&client, &ns, "w", "s3").await.as_deref() == Some("one")
+    })
+    .await;
+    assert_eq!(
+        watches.count(),
+        2,
+        "another account watches with its own rights"
+    );
+
+    // One event on the shared watch reaches both flows at once (not the 5-minute resync).
+    apply(
+        &client,
+        json!({"apiVersion": format!("{GROUP}/v1"), "kind": "Widget",
+        "metadata": {"name": "w", "namespace": ns}, "spec": {"version": "two"}}),
+    )
+    .await;
+    for flow in ["s1", "s2", "s3"] {
+        eventually(30, &format!("{flow} serves w's edit"), || async {
+            version_by(&client, &ns, "w", flow).await.as_deref() == Some("two")
+        })
+        .await;
+    }
+
+    // The first subscriber leaving does not stop the watch the second still uses.
+    flows(&client, &ns)
+        .delete("s1", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(60, "s1 gone", || async {
+        flows(&client, &ns).get_opt("s1").await.unwrap().is_none()
+    })
+    .await;
+    assert_eq!(watches.count(), 2, "s2 still watches as flow");
+    apply(
+        &client,
+        json!({"apiVersion": format!("{GROUP}/v1"), "kind": "Widget",
+        "metadata": {"name": "w", "namespace": ns}, "spec": {"version": "three"}}),
+    )
+    .await;
+    eventually(30, "s2 serves w's second edit", || async {
+        version_by(&client, &ns, "w", "s2").await.as_deref() == Some("three")
+    })
+    .await;
+    let by_s1 = version_by(&client, &ns, "w", "s1").await;
+    assert_ne!(
+        by_s1.as_deref(),
+        Some("three"),
+        "s1 is gone and served nothing more"
+    );
+    for flow in ["s2", "s3"] {
+        flows(&client, &ns)
+            .delete(flow, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    eventually(60, "no watch left", || async { watches.count() == 0 }).await;
 }

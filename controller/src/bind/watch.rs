@@ -1,8 +1,11 @@
-//! One watch per bound flow on its kind, as the flow's ServiceAccount: any change of a matching
-//! object wakes the bound flow's reconcile (which decides whether it starts a run), so nothing
-//! polls. A watch the API refuses is recorded, and the flow's status says so.
+//! The watches of bound flows on their kinds (and related kinds), as each flow's ServiceAccount:
+//! any change of a watched object wakes the bound flows that watch it (each decides whether it
+//! starts a run), so nothing polls. One watch per kind, scope and ServiceAccount, whatever the
+//! number of objects or of bound flows sharing it: a second flow on the same kind as the same
+//! account subscribes to the running watch. A watch the API refuses is recorded, and the
+//! status of every flow subscribed to it says so.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
@@ -14,24 +17,35 @@ use tokio::sync::broadcast;
 use crate::backoff::WatchBackoff;
 use crate::raw::RawFlow;
 
-/// A bound flow's watch: what it watches (to replace it when that changes) and its task.
-struct Watch {
-    what: String,
+/// The flows one watch wakes, by subscriber key (a bound flow's uid, or its [`related_key`]).
+type Subscribers = Arc<Mutex<BTreeMap<String, (String, String)>>>;
+
+/// One running watch: its task, the refusal the API last gave it, and whom it wakes.
+struct Shared {
     task: tokio::task::JoinHandle<()>,
     refused: Arc<Mutex<Option<String>>>,
+    subscribers: Subscribers,
 }
 
-/// The watches of all bound flows, by the bound flow's uid, and the channel their events wake
-/// bound flows through (each controller loop subscribes: [`Watches::wakes`]).
+#[derive(Default)]
+struct State {
+    /// What each subscriber key watches (to move it when that changes).
+    subscribed: HashMap<String, String>,
+    /// The running watches, by what they watch.
+    running: HashMap<String, Shared>,
+}
+
+/// The watches of all bound flows, and the channel their events wake bound flows through
+/// (each controller loop subscribes: [`Watches::wakes`]).
 pub struct Watches {
-    by_flow: Mutex<HashMap<String, Watch>>,
+    state: Mutex<State>,
     wake: broadcast::Sender<(String, String)>,
 }
 
 impl Default for Watches {
     fn default() -> Self {
         Watches {
-            by_flow: Mutex::default(),
+            state: Mutex::default(),
             wake: broadcast::channel(1024).0,
         }
     }
@@ -44,11 +58,12 @@ pub fn related_key(uid: &str, api_version: &str, kind: &str) -> String {
 
 /// What one watch is of: the objects and the flow it wakes.
 pub struct Target {
-    /// The bound flow's uid ([`related_key`] for a related kind's watch).
+    /// The subscriber: the bound flow's uid ([`related_key`] for a related kind's watch).
     pub uid: String,
     /// The bound flow's namespace and name.
     pub flow: (String, String),
-    /// A description of what is watched (kind, scope, selector, identity): a change replaces it.
+    /// What is watched (kind, scope, identity): subscribers with the same share one watch; a
+    /// change moves the subscriber to another.
     pub what: String,
     /// The objects, as the flow's ServiceAccount (all of them: the selector is applied by the
     /// bound flow, so an object that stops matching is seen).
@@ -56,80 +71,78 @@ pub struct Target {
 }
 
 impl Watches {
-    /// Whether the watch of bound flow `uid` on `what` runs: `Some(refusal)` if it does (the
+    /// Whether subscriber `uid` has a running watch on `what`: `Some(refusal)` if it does (the
     /// refusal the API last gave it, if any), `None` if it must be started.
     pub fn running(&self, uid: &str, what: &str) -> Option<Option<String>> {
-        let map = self.by_flow.lock().expect("not poisoned");
-        let w = map.get(uid)?;
-        (w.what == what && !w.task.is_finished())
-            .then(|| w.refused.lock().expect("not poisoned").clone())
-    }
-
-    /// Starts the watch for `t`, replacing the bound flow's earlier one.
-    pub fn start(&self, t: Target) {
-        let mut map = self.by_flow.lock().expect("not poisoned");
-        if let Some(w) = map.remove(&t.uid) {
-            w.task.abort();
+        let state = self.state.lock().expect("not poisoned");
+        if state.subscribed.get(uid).map(String::as_str) != Some(what) {
+            return None;
         }
-        let refused = Arc::new(Mutex::new(None));
-        let (wake, flow, seen) = (self.wake.clone(), t.flow.clone(), refused.clone());
-        let task = tokio::spawn(async move {
-            watcher(t.api, watcher::Config::default())
-                .backoff(WatchBackoff::default())
-                .for_each(|ev| {
-                    match ev {
-                        Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
-                        Ok(_) => {
-                            *seen.lock().expect("not poisoned") = None;
-                            let _ = wake.send(flow.clone());
-                        }
-                        Err(e) => {
-                            let said = format!("watching {}: {e}", flow.1);
-                            *seen.lock().expect("not poisoned") = Some(said);
-                            let _ = wake.send(flow.clone());
-                        }
-                    }
-                    futures::future::ready(())
-                })
-                .await
-        });
-        let what = t.what;
-        map.insert(
-            t.uid,
-            Watch {
-                what,
-                task,
-                refused,
-            },
-        );
+        let w = state.running.get(what)?;
+        (!w.task.is_finished()).then(|| w.refused.lock().expect("not poisoned").clone())
     }
 
-    /// Stops the watches of the bound flow `uid` (deleted, or no longer bound): its kind's
-    /// and its related kinds' ([`related_key`]).
+    /// Subscribes `t.uid` to the watch on `t.what`, starting it if none runs, and leaves the
+    /// watch it had before.
+    pub fn start(&self, t: Target) {
+        let mut state = self.state.lock().expect("not poisoned");
+        unsubscribe(&mut state, &t.uid);
+        state.subscribed.insert(t.uid.clone(), t.what.clone());
+        if let Some(w) = state.running.get(&t.what).filter(|w| !w.task.is_finished()) {
+            let mut subscribers = w.subscribers.lock().expect("not poisoned");
+            subscribers.insert(t.uid, t.flow);
+            return;
+        }
+        let subscribers: Subscribers = Arc::new(Mutex::new([(t.uid, t.flow)].into()));
+        let refused = Arc::new(Mutex::new(None));
+        let task = tokio::spawn(run(
+            t.api,
+            t.what.clone(),
+            self.wake.clone(),
+            subscribers.clone(),
+            refused.clone(),
+        ));
+        let shared = Shared {
+            task,
+            refused,
+            subscribers,
+        };
+        if let Some(old) = state.running.insert(t.what, shared) {
+            old.task.abort();
+        }
+    }
+
+    /// Ends the subscriptions of the bound flow `uid` (deleted, or no longer bound): its kind's
+    /// and its related kinds' ([`related_key`]); a watch nobody subscribes to stops.
     pub fn stop(&self, uid: &str) {
         let prefix = format!("{uid}/");
-        let mut map = self.by_flow.lock().expect("not poisoned");
-        map.retain(|key, w| {
-            let mine = key == uid || key.starts_with(&prefix);
-            if mine {
-                w.task.abort();
-            }
-            !mine
-        });
+        self.unsubscribe_where(|key| key == uid || key.starts_with(&prefix));
     }
 
-    /// Stops the related-kind watches of bound flow `uid` that are not in `keep` (a kind
+    /// Ends the related-kind subscriptions of bound flow `uid` that are not in `keep` (a kind
     /// dropped from `bind.related`).
     pub fn keep_related(&self, uid: &str, keep: &[String]) {
         let prefix = format!("{uid}/");
-        let mut map = self.by_flow.lock().expect("not poisoned");
-        map.retain(|key, w| {
-            let dropped = key.starts_with(&prefix) && !keep.contains(key);
-            if dropped {
-                w.task.abort();
-            }
-            !dropped
-        });
+        self.unsubscribe_where(|key| key.starts_with(&prefix) && !keep.iter().any(|k| k == key));
+    }
+
+    fn unsubscribe_where(&self, leaving: impl Fn(&str) -> bool) {
+        let mut state = self.state.lock().expect("not poisoned");
+        let keys: Vec<String> = state
+            .subscribed
+            .keys()
+            .filter(|k| leaving(k))
+            .cloned()
+            .collect();
+        for key in keys {
+            unsubscribe(&mut state, &key);
+        }
+    }
+
+    /// How many watches run: one per kind, scope and ServiceAccount watched.
+    pub fn count(&self) -> usize {
+        let state = self.state.lock().expect("not poisoned");
+        state.running.len()
     }
 
     /// The bound flows to reconcile as their objects change, for one controller loop.
@@ -145,5 +158,117 @@ impl Watches {
                 }
             }
         })
+    }
+}
+
+/// Takes subscriber `key` off its watch; the watch stops when it was the last.
+fn unsubscribe(state: &mut State, key: &str) {
+    let Some(what) = state.subscribed.remove(key) else {
+        return;
+    };
+    let Some(w) = state.running.get(&what) else {
+        return;
+    };
+    let empty = {
+        let mut subscribers = w.subscribers.lock().expect("not poisoned");
+        subscribers.remove(key);
+        subscribers.is_empty()
+    };
+    if empty {
+        w.task.abort();
+        state.running.remove(&what);
+    }
+}
+
+/// One watch: every event wakes each subscribed flow once; an error is recorded (and wakes
+/// them, so their status says so) until the next event.
+async fn run(
+    api: Api<DynamicObject>,
+    what: String,
+    wake: broadcast::Sender<(String, String)>,
+    subscribers: Subscribers,
+    refused: Arc<Mutex<Option<String>>>,
+) {
+    watcher(api, watcher::Config::default())
+        .backoff(WatchBackoff::default())
+        .for_each(|ev| {
+            let flows: BTreeSet<(String, String)> = {
+                let subscribers = subscribers.lock().expect("not poisoned");
+                subscribers.values().cloned().collect()
+            };
+            match ev {
+                Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
+                Ok(_) => {
+                    *refused.lock().expect("not poisoned") = None;
+                    flows.into_iter().for_each(|f| drop(wake.send(f)));
+                }
+                Err(e) => {
+                    *refused.lock().expect("not poisoned") = Some(format!("watching {what}: {e}"));
+                    flows.into_iter().for_each(|f| drop(wake.send(f)));
+                }
+            }
+            futures::future::ready(())
+        })
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An API on a port nothing listens on: the watch's task starts and retries.
+    fn api() -> Api<DynamicObject> {
+        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let ar = kube::discovery::ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
+        Api::namespaced_with(client, "ns", &ar)
+    }
+
+    fn target(uid: &str, flow: &str, what: &str) -> Target {
+        Target {
+            uid: uid.into(),
+            flow: ("ns".into(), flow.into()),
+            what: what.into(),
+            api: api(),
+        }
+    }
+
+    #[tokio::test]
+    async fn flows_on_one_kind_as_one_account_share_one_watch_until_the_last_leaves() {
+        let w = Watches::default();
+        w.start(target("u1", "a", "v1/Widget ns as ns/flow"));
+        w.start(target("u2", "b", "v1/Widget ns as ns/flow"));
+        assert_eq!(w.count(), 1);
+        assert!(w.running("u2", "v1/Widget ns as ns/flow").is_some());
+        // Another account is another watch (its rights are its own).
+        w.start(target("u3", "c", "v1/Widget ns as ns/other"));
+        assert_eq!(w.count(), 2);
+        w.stop("u1");
+        assert_eq!(w.count(), 2, "u2 still subscribes");
+        assert_eq!(w.running("u1", "v1/Widget ns as ns/flow"), None);
+        w.stop("u2");
+        assert_eq!(w.count(), 1);
+        // A subscriber whose `what` changes moves, and the watch it left stops.
+        w.start(target("u3", "c", "v1/Gadget ns as ns/other"));
+        assert_eq!(w.count(), 1);
+        assert_eq!(w.running("u3", "v1/Widget ns as ns/other"), None);
+    }
+
+    #[tokio::test]
+    async fn keep_related_drops_only_the_related_kinds_not_kept() {
+        let w = Watches::default();
+        w.start(target("u1", "a", "v1/Widget"));
+        w.start(target(&related_key("u1", "v1", "Secret"), "a", "v1/Secret"));
+        w.start(target(
+            &related_key("u1", "v1", "ConfigMap"),
+            "a",
+            "v1/ConfigMap",
+        ));
+        w.keep_related("u1", &[related_key("u1", "v1", "Secret")]);
+        assert_eq!(w.count(), 2);
+        assert!(w.running("u1", "v1/Widget").is_some());
+        assert!(w
+            .running(&related_key("u1", "v1", "Secret"), "v1/Secret")
+            .is_some());
     }
 }
