@@ -59,7 +59,7 @@ pub async fn list(k: &Kube, all: bool, output: Option<Output>) -> anyhow::Result
     Ok(())
 }
 
-fn phase(st: &PseudoFlowStatus) -> String {
+pub fn phase(st: &PseudoFlowStatus) -> String {
     st.phase
         .map(|p| format!("{p:?}"))
         .unwrap_or_else(|| "Pending".into())
@@ -173,6 +173,9 @@ type Row = [String; 6];
 pub async fn render(k: &Kube, f: &DynamicObject) -> anyhow::Result<String> {
     let name = f.metadata.name.clone().unwrap_or_default();
     let st = status(f);
+    if st.bound.is_some() {
+        return crate::bound::render(k, f, &st).await;
+    }
     let now = k8s_openapi::jiff::Timestamp::now();
     let jobs = run_jobs(k, &name, &st).await?;
     let covered = fused_members(k, &jobs).await;
@@ -200,7 +203,7 @@ pub async fn render(k: &Kube, f: &DynamicObject) -> anyhow::Result<String> {
 }
 
 /// The lines above the table: the flow and its phase, the current run, the flow's message.
-fn header(
+pub fn header(
     ns: &str,
     name: &str,
     st: &PseudoFlowStatus,

@@ -5,6 +5,7 @@
 //! 1 changes, 2 an error.
 
 mod approve;
+mod bound;
 mod cluster;
 mod complete;
 mod get;

@@ -1135,3 +1135,89 @@ async fn get_and_logs_show_node_instances() {
     }
     ctl.abort();
 }
+
+/// `get` of a flow bound to a kind: its objects, each with the flow serving it and its latest
+/// run (the failed one with why), instead of a step tree it does not have.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_of_a_bound_flow_lists_its_objects_with_their_runs() {
+    const GROUP: &str = "cli.bind.example.com";
+    let (client, ns) = namespace("pf-bound").await;
+    apply(&client, json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("things.{GROUP}")},
+        "spec": {"group": GROUP, "scope": "Namespaced",
+            "names": {"kind": "Thing", "plural": "things", "singular": "thing", "listKind": "ThingList"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}]}})).await;
+    apply(&client, json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "things", "namespace": ns}, "rules": [
+            {"apiGroups": [GROUP], "resources": ["things"], "verbs": ["get", "list", "watch", "patch"]},
+            {"apiGroups": [GROUP], "resources": ["things/status"], "verbs": ["patch"]}]})).await;
+    apply(
+        &client,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "things", "namespace": ns},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "things"},
+        "subjects": [{"kind": "ServiceAccount", "name": "flow", "namespace": ns}]}),
+    )
+    .await;
+    // The controller acts as the flow's ServiceAccount by impersonation: it needs a config.
+    let kubeconfig = kube::config::Kubeconfig::read_from(env().kubeconfig_path()).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    let ctx = Context::new(client.clone(), IMAGE.into(), Arc::new(Metrics::default()))
+        .with_config(config);
+    let ctl = tokio::spawn(run_controller(Arc::new(ctx), Some(ns.clone())));
+    // A version that is no valid name part fails that object's run.
+    create_flow(&client, &ns, "things", json!({"serviceAccountName": "flow",
+        "bind": {"apiVersion": format!("{GROUP}/v1"), "kind": "Thing"},
+        "steps": [{"type": "apply", "name": "made", "manifests": {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "${object.metadata.name}-${object.spec.version}", "namespace": ns}}}]}))
+    .await;
+    for (name, version) in [("good", "one"), ("bad", "NOT_A_NAME")] {
+        apply(
+            &client,
+            json!({"apiVersion": format!("{GROUP}/v1"), "kind": "Thing",
+            "metadata": {"name": name, "namespace": ns}, "spec": {"version": version}}),
+        )
+        .await;
+    }
+    pseudoflow_test_support::wait_status(&client, &ns, "things", 120, "both objects done", |st| {
+        st["bound"]["running"] == 1 && st["bound"]["failed"] == 1
+    })
+    .await;
+
+    let o = pf(&["get", "things", "-n", &ns]).await;
+    println!("{}", o.stdout);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let out = &o.stdout;
+    assert!(
+        out.contains("2 Thing object(s): 1 Running, 0 Creating, 1 Failed"),
+        "{out}"
+    );
+    assert!(!out.contains("no step has run yet"), "{out}");
+    let row = |object: &str| {
+        let key = format!("{ns}/{object} ");
+        out.lines()
+            .find(|l| l.starts_with(&key))
+            .unwrap_or_else(|| panic!("no row for {object}: {out}"))
+            .to_string()
+    };
+    let good = row("good");
+    assert!(good.contains("Succeeded") && good.contains("ago"), "{good}");
+    assert!(good.contains("things-"), "the flow serving it: {good}");
+    let bad = row("bad");
+    assert!(bad.contains("Failed"), "{bad}");
+    assert!(
+        bad.contains("spec.steps[0]") && bad.contains("bad-NOT_A_NAME"),
+        "why it failed: {bad}"
+    );
+    assert!(
+        !good.contains("spec.steps"),
+        "no message for a run that succeeded: {good}"
+    );
+    ctl.abort();
+}

@@ -14,6 +14,9 @@ use crate::selector::LabelSelector;
 
 /// Label on every child flow, naming the bound flow it serves.
 pub const BOUND_TO_LABEL: &str = "ops.example.com/bound-to";
+/// Annotation on a child flow: `namespace/name` of the object it serves (what `kubectl pf get`
+/// of the bound flow shows for it).
+pub const OBJECT_ANNOTATION: &str = "ops.example.com/bound-object";
 /// Finalizer a bound flow holds while it has put finalizers on objects, so deleting it removes them.
 pub const BIND_FINALIZER: &str = "ops.example.com/bind";
 /// Annotation on a child flow the bound flow released (it is being deleted): the child's

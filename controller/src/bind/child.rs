@@ -12,8 +12,7 @@ use serde_json::{json, Value};
 /// Annotation on a child: the parent's generation its spec was made from (a change of the
 /// bound flow re-makes every child, as a spec change re-runs an ordinary flow).
 pub const FLOW_GENERATION_ANNOTATION: &str = "ops.example.com/flow-generation";
-/// Annotation on a child: `namespace/name` of its object.
-pub const OBJECT_ANNOTATION: &str = "ops.example.com/bound-object";
+pub use pseudoflow_crd::bind::OBJECT_ANNOTATION;
 
 /// The child flow's name: `<parent>-<object>` with a hash over both (and the object's
 /// namespace), at most 63 characters. Deterministic, so a restarted controller finds it.

@@ -1,0 +1,85 @@
+//! `get` of a flow bound to a kind (`spec.bind`): it runs no steps itself, so instead of a step
+//! tree it shows its objects, one row each (the object, the flow serving it, its latest run's
+//! phase, when, and why it failed), then the objects it could not serve.
+
+use std::fmt::Write as _;
+
+use kube::api::{DynamicObject, ListParams};
+use pseudoflow_crd::bind::{BOUND_TO_LABEL, OBJECT_ANNOTATION};
+use pseudoflow_crd::protocol::label_value;
+use pseudoflow_crd::PseudoFlowStatus;
+
+use crate::cluster::{flows, status, Kube};
+use crate::get::{header, human, phase, table};
+
+/// The bound flow `f` (its status `st`) and its objects, as `get` prints it.
+pub async fn render(k: &Kube, f: &DynamicObject, st: &PseudoFlowStatus) -> anyhow::Result<String> {
+    let name = f.metadata.name.clone().unwrap_or_default();
+    let uid = f.metadata.uid.clone().unwrap_or_default();
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let mut out = header(&k.namespace, &name, st, now);
+    let lp = ListParams::default().labels(&format!("{BOUND_TO_LABEL}={}", label_value(&name)));
+    let mut children: Vec<DynamicObject> = flows(&k.client, Some(&k.namespace))
+        .list(&lp)
+        .await?
+        .items
+        .into_iter()
+        .filter(|c| owned_by(c, &uid))
+        .collect();
+    children.sort_by_cached_key(object_of);
+    let mut rows = vec![[
+        "OBJECT".to_string(),
+        "FLOW".into(),
+        "PHASE".into(),
+        "LAST RUN".into(),
+        "MESSAGE".into(),
+    ]];
+    for c in &children {
+        let cs = status(c);
+        let failed = matches!(phase(&cs).as_str(), "Failed" | "Aborted");
+        rows.push([
+            object_of(c),
+            c.metadata.name.clone().unwrap_or_default(),
+            phase(&cs),
+            cs.last_run_time
+                .as_ref()
+                .map(|t| format!("{} ago", human(now.as_second() - t.0.as_second())))
+                .unwrap_or_else(|| "-".into()),
+            // A successful run's message says nothing the phase does not.
+            if failed {
+                cs.message.clone().unwrap_or_default()
+            } else {
+                String::new()
+            },
+        ]);
+    }
+    if rows.len() > 1 {
+        out.push_str(&table(&rows));
+    } else {
+        out.push_str("no object of the kind matches yet\n");
+    }
+    let served: Vec<String> = children.iter().map(object_of).collect();
+    let refused = st.bound.iter().flat_map(|b| &b.failures);
+    for r in refused.filter(|r| !served.contains(&r.object)) {
+        let _ = writeln!(out, "not served: {}: {}", r.object, r.message);
+    }
+    Ok(out)
+}
+
+/// `namespace/name` of the object child flow `c` serves.
+fn object_of(c: &DynamicObject) -> String {
+    let a = c.metadata.annotations.as_ref();
+    a.and_then(|a| a.get(OBJECT_ANNOTATION))
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Whether `c` is a child of the bound flow `uid` (a label alone can be written by anyone who
+/// may create flows).
+fn owned_by(c: &DynamicObject, uid: &str) -> bool {
+    c.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.uid == uid && o.controller == Some(true))
+}
