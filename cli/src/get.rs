@@ -51,12 +51,21 @@ pub async fn list(k: &Kube, all: bool, output: Option<Output>) -> anyhow::Result
                 .unwrap_or_else(|| "-".into()),
             run.map(|r| duration(r.started_at.as_ref(), r.finished_at.as_ref(), now))
                 .unwrap_or_else(|| "-".into()),
-            st.progress.clone().unwrap_or_else(|| "-".into()),
+            progress(&st),
             st.message.clone().unwrap_or_default(),
         ]);
     }
     print!("{}", table(&rows));
     Ok(())
+}
+
+/// Steps done of the current run; for a bound flow, its objects whose latest run succeeded.
+fn progress(st: &PseudoFlowStatus) -> String {
+    match (&st.bound, &st.progress) {
+        (Some(b), _) => format!("{}/{} objects", b.running, b.objects),
+        (None, Some(p)) => p.clone(),
+        (None, None) => "-".into(),
+    }
 }
 
 pub fn phase(st: &PseudoFlowStatus) -> String {

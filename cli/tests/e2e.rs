@@ -1190,6 +1190,14 @@ async fn get_of_a_bound_flow_lists_its_objects_with_their_runs() {
     })
     .await;
 
+    let o = pf(&["list", "-n", &ns]).await;
+    let listed = o
+        .stdout
+        .lines()
+        .find(|l| l.contains(" things "))
+        .unwrap_or("");
+    assert!(listed.contains("1/2 objects"), "{}", o.stdout);
+
     let o = pf(&["get", "things", "-n", &ns]).await;
     println!("{}", o.stdout);
     assert_eq!(o.code, 0, "{}", o.stderr);
