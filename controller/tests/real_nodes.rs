@@ -3,7 +3,8 @@
 //! token, `kubernetes.default` through kube-proxy), `exec` into a named pod, and node steps (configFile, patchFile,
 //! execNode `systemctl restart kubelet`) whose files land in the node's own root, never the
 //! machine's `/etc`; the controller image itself as a pod with in-cluster config, and as the
-//! chart's Deployment; and the seed's four example flows as written.
+//! chart's Deployment (also serving a flow bound to a kind, as its ServiceAccount); and the
+//! seed's four example flows as written.
 //!
 //! The cluster has only real nodes (`cp-0`, tainted control plane, and `node-1`), so no Job can
 //! land on a simulated kubelet that would pretend to run it. Never skipped: a real node that
@@ -485,6 +486,96 @@ async fn the_chart_runs_the_controller_as_a_deployment_that_survives_losing_its_
         )),
         "{text}"
     );
+    a_bound_flow_is_served_by_the_charts_controller(&client, &ns).await;
+}
+
+/// A flow bound to a kind, served by the chart's controller pod: it watches, lists and
+/// finalizes the objects and writes their status as the flow's ServiceAccount, impersonated
+/// from the pod's in-cluster identity (the chart's ClusterRole, no rights on the kind); each
+/// object's run is an executor pod on a real node; a deleted object is let go.
+async fn a_bound_flow_is_served_by_the_charts_controller(client: &kube::Client, ns: &str) {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Api, DeleteParams, DynamicObject};
+    use kube::discovery::ApiResource;
+    use pseudoflow_test_support::{apply, eventually};
+    const GROUP: &str = "real.bind.example.com";
+    apply(client, json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("gizmos.{GROUP}")},
+        "spec": {"group": GROUP, "scope": "Namespaced",
+            "names": {"kind": "Gizmo", "plural": "gizmos", "singular": "gizmo", "listKind": "GizmoList"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}]}})).await;
+    let ar = ApiResource {
+        group: GROUP.into(),
+        version: "v1".into(),
+        api_version: format!("{GROUP}/v1"),
+        kind: "Gizmo".into(),
+        plural: "gizmos".into(),
+    };
+    let gizmos: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
+    eventually(30, "gizmos served", || async {
+        gizmos.list(&Default::default()).await.is_ok()
+    })
+    .await;
+    apply(client, json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "gizmos", "namespace": ns}, "rules": [
+            {"apiGroups": [GROUP], "resources": ["gizmos"], "verbs": ["get", "list", "watch", "patch"]},
+            {"apiGroups": [GROUP], "resources": ["gizmos/status"], "verbs": ["patch"]}]})).await;
+    apply(
+        client,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "gizmos", "namespace": ns},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "gizmos"},
+        "subjects": [{"kind": "ServiceAccount", "name": "flow", "namespace": ns}]}),
+    )
+    .await;
+    create_flow(
+        client,
+        ns,
+        "gizmo",
+        json!({"serviceAccountName": "flow",
+        "bind": {"apiVersion": format!("{GROUP}/v1"), "kind": "Gizmo"},
+        "steps": [{"type": "apply", "manifests": {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "${object.metadata.name}-made", "namespace": ns},
+            "data": {"size": "${object.spec.size}"}}}]}),
+    )
+    .await;
+    apply(
+        client,
+        json!({"apiVersion": format!("{GROUP}/v1"), "kind": "Gizmo",
+        "metadata": {"name": "g1", "namespace": ns}, "spec": {"size": "3Gi"}}),
+    )
+    .await;
+    eventually(
+        180,
+        "gizmo g1 Running, written by the controller pod",
+        || async {
+            let g = gizmos.get("g1").await.unwrap();
+            g.data["status"]["phase"] == "Running"
+        },
+    )
+    .await;
+    let made = Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .get("g1-made")
+        .await
+        .unwrap();
+    assert_eq!(made.data.unwrap()["size"], "3Gi");
+    let g1 = gizmos.get("g1").await.unwrap();
+    let finalizers = g1.metadata.finalizers.unwrap_or_default();
+    assert!(
+        finalizers
+            .iter()
+            .any(|f| f.starts_with("ops.example.com/flow-gizmo")),
+        "{finalizers:?}"
+    );
+    gizmos.delete("g1", &DeleteParams::default()).await.unwrap();
+    eventually(120, "gizmo g1 let go", || async {
+        gizmos.get_opt("g1").await.unwrap().is_none()
+    })
+    .await;
 }
 
 /// The seed's four example flows, as written (`make demo`'s), on real nodes: NodeLocal DNS (its
