@@ -13,7 +13,9 @@ use kube::api::{Api, ListParams, PostParams};
 use kube::Client;
 use pseudoflow_controller::metrics::Metrics;
 use pseudoflow_controller::{run_controller, Context};
-use pseudoflow_test_support::{apply, create_flow, flows, install_crd, wait_done, FlowNamespace};
+use pseudoflow_test_support::{
+    apply, create_flow, flows, install_crd, wait_done, FlowNamespace, TestKind,
+};
 use pseudoflow_testenv::{shared_with, Options, TestEnv};
 use serde_json::{json, Value};
 
@@ -1140,21 +1142,15 @@ async fn get_and_logs_show_node_instances() {
 /// run (the failed one with why), instead of a step tree it does not have.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn get_of_a_bound_flow_lists_its_objects_with_their_runs() {
-    const GROUP: &str = "cli.bind.example.com";
     let (client, ns) = namespace("pf-bound").await;
-    apply(&client, json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": format!("things.{GROUP}")},
-        "spec": {"group": GROUP, "scope": "Namespaced",
-            "names": {"kind": "Thing", "plural": "things", "singular": "thing", "listKind": "ThingList"},
-            "versions": [{"name": "v1", "served": true, "storage": true,
-                "subresources": {"status": {}},
-                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
-                    "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
-                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}]}})).await;
-    apply(&client, json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-        "metadata": {"name": "things", "namespace": ns}, "rules": [
-            {"apiGroups": [GROUP], "resources": ["things"], "verbs": ["get", "list", "watch", "patch"]},
-            {"apiGroups": [GROUP], "resources": ["things/status"], "verbs": ["patch"]}]})).await;
+    let things = TestKind::new("cli.bind.example.com", "Thing");
+    things.install(&client, &ns).await;
+    apply(
+        &client,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "things", "namespace": ns}, "rules": things.bound_rules()}),
+    )
+    .await;
     apply(
         &client,
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
@@ -1173,15 +1169,14 @@ async fn get_of_a_bound_flow_lists_its_objects_with_their_runs() {
     let ctl = tokio::spawn(run_controller(Arc::new(ctx), Some(ns.clone())));
     // A version that is no valid name part fails that object's run.
     create_flow(&client, &ns, "things", json!({"serviceAccountName": "flow",
-        "bind": {"apiVersion": format!("{GROUP}/v1"), "kind": "Thing"},
+        "bind": {"apiVersion": "cli.bind.example.com/v1", "kind": "Thing"},
         "steps": [{"type": "apply", "name": "made", "manifests": {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "${object.metadata.name}-${object.spec.version}", "namespace": ns}}}]}))
     .await;
     for (name, version) in [("good", "one"), ("bad", "NOT_A_NAME")] {
         apply(
             &client,
-            json!({"apiVersion": format!("{GROUP}/v1"), "kind": "Thing",
-            "metadata": {"name": name, "namespace": ns}, "spec": {"version": version}}),
+            things.object(&ns, name, json!({"version": version})),
         )
         .await;
     }

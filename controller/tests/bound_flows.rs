@@ -19,7 +19,6 @@ use k8s_openapi::api::authorization::v1::{
 use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::config::{AuthInfo, KubeConfigOptions, Kubeconfig};
-use kube::discovery::ApiResource;
 use kube::Client;
 use pseudoflow_controller::bind::child::child_name;
 use pseudoflow_controller::metrics::Metrics;
@@ -29,42 +28,23 @@ use serde_json::{json, Value};
 mod common;
 
 use common::{
-    apply, create_flow, env, eventually, flows, install_crd, wait_status, FlowNamespace, IMAGE,
+    apply, create_flow, env, eventually, flows, install_crd, wait_status, FlowNamespace, TestKind,
+    IMAGE,
 };
 
 const GROUP: &str = "bind.test.example.com";
 
 /// A kind for these tests whose status keeps any field (the seed's CRD keeps only `phase`).
-fn widget_crd() -> Value {
-    json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": format!("widgets.{GROUP}")},
-        "spec": {"group": GROUP, "scope": "Namespaced",
-            "names": {"kind": "Widget", "plural": "widgets", "singular": "widget", "listKind": "WidgetList"},
-            "versions": [{"name": "v1", "served": true, "storage": true,
-                "subresources": {"status": {}},
-                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
-                    "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
-                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}]}})
+fn widget() -> TestKind {
+    TestKind::new(GROUP, "Widget")
 }
 
 fn widgets(client: &Client, ns: &str) -> Api<DynamicObject> {
-    let ar = ApiResource {
-        group: GROUP.into(),
-        version: "v1".into(),
-        api_version: format!("{GROUP}/v1"),
-        kind: "Widget".into(),
-        plural: "widgets".into(),
-    };
-    Api::namespaced_with(client.clone(), ns, &ar)
+    widget().api(client, ns)
 }
 
 async fn create_widget(client: &Client, ns: &str, name: &str, spec: Value) {
-    apply(
-        client,
-        json!({"apiVersion": format!("{GROUP}/v1"), "kind": "Widget",
-        "metadata": {"name": name, "namespace": ns}, "spec": spec}),
-    )
-    .await;
+    apply(client, widget().object(ns, name, spec)).await;
 }
 
 /// The rights a bound flow's ServiceAccount needs on widgets, plus ConfigMaps for its steps.
@@ -87,7 +67,7 @@ async fn setup(prefix: &str, widget_verbs: Value) -> (Client, String) {
 async fn setup_with_context(prefix: &str, widget_verbs: Value) -> (Client, String, Arc<Context>) {
     let client = env().client().await.unwrap();
     install_crd(&client).await;
-    apply(&client, widget_crd()).await;
+    apply(&client, widget().crd()).await;
     let ns = FlowNamespace::new(prefix)
         .rules(flow_rules(widget_verbs))
         .create(env(), &client)

@@ -495,35 +495,17 @@ async fn the_chart_runs_the_controller_as_a_deployment_that_survives_losing_its_
 /// object's run is an executor pod on a real node; a deleted object is let go.
 async fn a_bound_flow_is_served_by_the_charts_controller(client: &kube::Client, ns: &str) {
     use k8s_openapi::api::core::v1::ConfigMap;
-    use kube::api::{Api, DeleteParams, DynamicObject};
-    use kube::discovery::ApiResource;
+    use kube::api::{Api, DeleteParams};
     use pseudoflow_test_support::{apply, eventually};
     const GROUP: &str = "real.bind.example.com";
-    apply(client, json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": format!("gizmos.{GROUP}")},
-        "spec": {"group": GROUP, "scope": "Namespaced",
-            "names": {"kind": "Gizmo", "plural": "gizmos", "singular": "gizmo", "listKind": "GizmoList"},
-            "versions": [{"name": "v1", "served": true, "storage": true,
-                "subresources": {"status": {}},
-                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
-                    "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
-                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}]}})).await;
-    let ar = ApiResource {
-        group: GROUP.into(),
-        version: "v1".into(),
-        api_version: format!("{GROUP}/v1"),
-        kind: "Gizmo".into(),
-        plural: "gizmos".into(),
-    };
-    let gizmos: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
-    eventually(30, "gizmos served", || async {
-        gizmos.list(&Default::default()).await.is_ok()
-    })
+    let kind = pseudoflow_test_support::TestKind::new(GROUP, "Gizmo");
+    let gizmos = kind.install(client, ns).await;
+    apply(
+        client,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "gizmos", "namespace": ns}, "rules": kind.bound_rules()}),
+    )
     .await;
-    apply(client, json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-        "metadata": {"name": "gizmos", "namespace": ns}, "rules": [
-            {"apiGroups": [GROUP], "resources": ["gizmos"], "verbs": ["get", "list", "watch", "patch"]},
-            {"apiGroups": [GROUP], "resources": ["gizmos/status"], "verbs": ["patch"]}]})).await;
     apply(
         client,
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
@@ -543,12 +525,7 @@ async fn a_bound_flow_is_served_by_the_charts_controller(client: &kube::Client, 
             "data": {"size": "${object.spec.size}"}}}]}),
     )
     .await;
-    apply(
-        client,
-        json!({"apiVersion": format!("{GROUP}/v1"), "kind": "Gizmo",
-        "metadata": {"name": "g1", "namespace": ns}, "spec": {"size": "3Gi"}}),
-    )
-    .await;
+    apply(client, kind.object(ns, "g1", json!({"size": "3Gi"}))).await;
     eventually(
         180,
         "gizmo g1 Running, written by the controller pod",

@@ -9,6 +9,7 @@ pub mod binaries;
 pub mod flows;
 pub mod helm;
 pub mod jobs;
+pub mod kinds;
 mod namespace;
 
 use std::future::Future;
@@ -23,6 +24,7 @@ use serde_json::Value;
 pub use binaries::step_binary;
 pub use flows::*;
 pub use jobs::*;
+pub use kinds::TestKind;
 pub use namespace::FlowNamespace;
 
 /// Server-side applies one object.

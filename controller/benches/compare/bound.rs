@@ -8,10 +8,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use kube::api::{Api, DynamicObject, ListParams};
-use kube::discovery::ApiResource;
 use kube::Client;
 use pseudoflow_controller::reconcile::flow_resource;
-use pseudoflow_test_support::FlowNamespace;
+use pseudoflow_test_support::{FlowNamespace, TestKind};
 use pseudoflow_testenv::{apply, TestEnv};
 use serde_json::{json, Value};
 
@@ -19,28 +18,6 @@ use crate::common::{self, JobCounter, Row};
 use crate::process::ControllerProcess;
 
 const GROUP: &str = "bench.example.com";
-
-fn gadgets() -> ApiResource {
-    ApiResource {
-        group: GROUP.into(),
-        version: "v1".into(),
-        api_version: format!("{GROUP}/v1"),
-        kind: "Gadget".into(),
-        plural: "gadgets".into(),
-    }
-}
-
-fn crd() -> Value {
-    json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": format!("gadgets.{GROUP}")},
-        "spec": {"group": GROUP, "scope": "Namespaced",
-            "names": {"kind": "Gadget", "plural": "gadgets", "singular": "gadget", "listKind": "GadgetList"},
-            "versions": [{"name": "v1", "served": true, "storage": true,
-                "subresources": {"status": {}},
-                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
-                    "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
-                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}]}})
-}
 
 /// The operator: a ConfigMap per Gadget, holding its size; phase and conditions written back.
 fn bound_flow(ns: &str) -> Value {
@@ -67,24 +44,16 @@ pub async fn run(
     objects: usize,
     timeout: Duration,
 ) -> Vec<Row> {
-    apply::apply_value(client, crd(), None).await.unwrap();
+    let gadgets = TestKind::new(GROUP, "Gadget");
+    let mut rules = gadgets.bound_rules();
+    rules.as_array_mut().unwrap().push(
+        json!({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "patch"]}),
+    );
     let ns = FlowNamespace::new("bound")
-        .rules(json!([
-            {"apiGroups": [GROUP], "resources": ["gadgets"], "verbs": ["get", "list", "watch", "patch"]},
-            {"apiGroups": [GROUP], "resources": ["gadgets/status"], "verbs": ["patch"]},
-            {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "patch"]},
-        ]))
+        .rules(rules)
         .create(env, client)
         .await;
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &gadgets());
-    let served = Instant::now();
-    while api.list(&ListParams::default()).await.is_err() {
-        assert!(
-            served.elapsed() < Duration::from_secs(30),
-            "gadgets never served"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let api = gadgets.install(client, &ns).await;
     let mut controller = ControllerProcess::spawn(env, dir, &ns, "bound-controller.log");
     let counter = JobCounter::start(client, &ns).await;
     apply::apply_value(client, bound_flow(&ns), None)
@@ -94,10 +63,11 @@ pub async fn run(
     let idle_kib = controller.peak_kib();
 
     let t = Instant::now();
-    let created = common::apply_all(client, (0..objects).map(|i| {
-        json!({"apiVersion": format!("{GROUP}/v1"), "kind": "Gadget",
-            "metadata": {"name": format!("g{i}"), "namespace": ns}, "spec": {"size": format!("{i}Gi")}})
-    }))
+    let created = common::apply_all(
+        client,
+        (0..objects)
+            .map(|i| gadgets.object(&ns, &format!("g{i}"), json!({"size": format!("{i}Gi")}))),
+    )
     .await;
     println!(
         "bound: {objects} objects created in {:.1} s",
