@@ -29,6 +29,52 @@ pub fn free_port() -> Result<u16> {
         .port())
 }
 
+/// `N` ports nobody listens on right now, all different (held together while they are chosen).
+pub fn free_ports<const N: usize>() -> Result<[u16; N]> {
+    let listeners = (0..N)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    let mut ports = [0; N];
+    for (port, l) in ports.iter_mut().zip(&listeners) {
+        *port = l.local_addr()?.port();
+    }
+    Ok(ports)
+}
+
+/// How often etcd and the API server are started, on new ports each time, when one exits
+/// during startup: a free port is free only until another process, or an outgoing
+/// connection, takes it, and with many test binaries on one machine that happens. A start that
+/// fails for another reason fails the same way each time, and says why.
+const START_ATTEMPTS: usize = 3;
+
+/// Whether a start failed because a process exited during it (a port taken meanwhile, above
+/// all), not because the API server never became ready.
+fn exited_early(e: &anyhow::Error, logs: &Path) -> bool {
+    lost_a_port(logs) || e.to_string().contains("exited during startup")
+}
+
+/// Whether a start failed because a port was taken meanwhile (its log says so).
+fn lost_a_port(logs: &Path) -> bool {
+    ["etcd.log", "kube-apiserver.log"].iter().any(|f| {
+        std::fs::read_to_string(logs.join(f)).is_ok_and(|t| t.contains("address already in use"))
+    })
+}
+
+/// Moves the logs and etcd's data of a failed start aside, so that the next one starts clean.
+fn set_aside(dir: &Path, logs: &Path, attempt: usize) -> Result<()> {
+    for f in ["etcd.log", "kube-apiserver.log"] {
+        let from = logs.join(f);
+        if from.exists() {
+            std::fs::rename(&from, logs.join(format!("{f}.{attempt}")))?;
+        }
+    }
+    let etcd = dir.join("etcd");
+    if etcd.exists() {
+        std::fs::remove_dir_all(etcd)?;
+    }
+    Ok(())
+}
+
 fn s(p: &Path) -> String {
     p.display().to_string()
 }
@@ -67,28 +113,22 @@ pub async fn start_with(
 ) -> Result<ControlPlane> {
     let logs = dir.join("logs");
     std::fs::create_dir_all(&logs)?;
-    let (etcd_port, peer_port, api_port) = (free_port()?, free_port()?, free_port()?);
+    let mut attempt = 1;
+    let (api_port, mut procs) = loop {
+        match start_api(dir, certs, advertise, &logs).await {
+            Ok(started) => break started,
+            Err(e) if attempt < START_ATTEMPTS && exited_early(&e, &logs) => {
+                tracing::warn!("testenv: {e}; starting again on new ports");
+                set_aside(dir, &logs, attempt)?;
+                attempt += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    };
     let kubeconfig = dir.join("admin.kubeconfig");
-    write_kubeconfig(&kubeconfig, api_port, certs)?;
     let kc = s(&kubeconfig);
-    let etcd_url = format!("http://127.0.0.1:{etcd_port}");
-    let mut procs = vec![
-        Proc::spawn(
-            "etcd",
-            &binary("etcd")?,
-            &etcd_args(dir, &etcd_url, peer_port),
-            &logs.join("etcd.log"),
-        )?,
-        Proc::spawn(
-            "kube-apiserver",
-            &binary("kube-apiserver")?,
-            &apiserver_args(dir, certs, &etcd_url, api_port, advertise),
-            &logs.join("kube-apiserver.log"),
-        )?,
-    ];
     let kcm_args = controller_manager_args(dir, certs, &kc)?;
     let sched_args = scheduler_args(dir, &kc)?;
-    wait_ready(&kubeconfig, &mut procs, Duration::from_secs(60)).await?;
     procs.push(Proc::spawn(
         "kube-controller-manager",
         &binary("kube-controller-manager")?,
@@ -106,6 +146,36 @@ pub async fn start_with(
         kubeconfig,
         procs,
     })
+}
+
+/// Starts etcd and the API server on ports chosen now, and waits for `/readyz`; returns the
+/// API server's port and both processes (stopped when dropped, also on an error).
+async fn start_api(
+    dir: &Path,
+    certs: &Certs,
+    advertise: Option<std::net::Ipv4Addr>,
+    logs: &Path,
+) -> Result<(u16, Vec<Proc>)> {
+    let [etcd_port, peer_port, api_port] = free_ports()?;
+    let kubeconfig = dir.join("admin.kubeconfig");
+    write_kubeconfig(&kubeconfig, api_port, certs)?;
+    let etcd_url = format!("http://127.0.0.1:{etcd_port}");
+    let mut procs = vec![
+        Proc::spawn(
+            "etcd",
+            &binary("etcd")?,
+            &etcd_args(dir, &etcd_url, peer_port),
+            &logs.join("etcd.log"),
+        )?,
+        Proc::spawn(
+            "kube-apiserver",
+            &binary("kube-apiserver")?,
+            &apiserver_args(dir, certs, &etcd_url, api_port, advertise),
+            &logs.join("kube-apiserver.log"),
+        )?,
+    ];
+    wait_ready(&kubeconfig, &mut procs, Duration::from_secs(60)).await?;
+    Ok((api_port, procs))
 }
 
 /// etcd on loopback, without fsync (test data only).
@@ -222,7 +292,10 @@ async fn wait_ready(kubeconfig: &Path, procs: &mut [Proc], timeout: Duration) ->
     loop {
         for p in procs.iter_mut() {
             if !p.running() {
-                bail!("{} exited during startup; see its log under logs/", p.name);
+                let log = std::fs::read_to_string(p.log()).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(3).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                bail!("{} exited during startup: {}", p.name, tail.join(" | "));
             }
         }
         let req = http::Request::get("/readyz")
@@ -237,5 +310,39 @@ async fn wait_ready(kubeconfig: &Path, procs: &mut [Proc], timeout: Duration) ->
             bail!("kube-apiserver not ready after {timeout:?}");
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ports_chosen_together_differ() {
+        let ports: [u16; 3] = free_ports().unwrap();
+        assert!(ports[0] != ports[1] && ports[1] != ports[2] && ports[0] != ports[2]);
+    }
+
+    #[test]
+    fn a_start_that_lost_a_port_is_told_from_another_failure_and_set_aside() {
+        let dir = tempfile::tempdir().unwrap();
+        let logs = dir.path().join("logs");
+        std::fs::create_dir_all(&logs).unwrap();
+        std::fs::create_dir_all(dir.path().join("etcd/member")).unwrap();
+        std::fs::write(logs.join("kube-apiserver.log"), "E1125 invalid flag\n").unwrap();
+        assert!(!lost_a_port(&logs), "another failure is not retried");
+        std::fs::write(
+            logs.join("kube-apiserver.log"),
+            "E1125 failed to listen on 127.0.0.1:40001: bind: address already in use\n",
+        )
+        .unwrap();
+        assert!(lost_a_port(&logs));
+        set_aside(dir.path(), &logs, 1).unwrap();
+        assert!(
+            !lost_a_port(&logs),
+            "the next attempt starts with fresh logs"
+        );
+        assert!(logs.join("kube-apiserver.log.1").exists());
+        assert!(!dir.path().join("etcd").exists(), "and fresh etcd data");
     }
 }

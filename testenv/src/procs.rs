@@ -121,6 +121,11 @@ impl Proc {
         self.child.id()
     }
 
+    /// Where its output goes.
+    pub fn log(&self) -> &Path {
+        &self.how.log
+    }
+
     /// True while the process runs.
     pub fn running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
