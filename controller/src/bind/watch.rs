@@ -93,7 +93,13 @@ impl Watches {
             subscribers.insert(t.uid, t.flow);
             return;
         }
-        let subscribers: Subscribers = Arc::new(Mutex::new([(t.uid, t.flow)].into()));
+        // A watch whose task ended is started again for everyone subscribed to it.
+        let mut carried = match state.running.remove(&t.what) {
+            Some(ended) => ended.subscribers.lock().expect("not poisoned").clone(),
+            None => BTreeMap::new(),
+        };
+        carried.insert(t.uid, t.flow);
+        let subscribers: Subscribers = Arc::new(Mutex::new(carried));
         let refused = Arc::new(Mutex::new(None));
         let task = tokio::spawn(run(
             t.api,
@@ -107,9 +113,7 @@ impl Watches {
             refused,
             subscribers,
         };
-        if let Some(old) = state.running.insert(t.what, shared) {
-            old.task.abort();
-        }
+        state.running.insert(t.what, shared);
     }
 
     /// Ends the subscriptions of the bound flow `uid` (deleted, or no longer bound): its kind's
@@ -252,6 +256,31 @@ mod tests {
         w.start(target("u3", "c", "v1/Gadget ns as ns/other"));
         assert_eq!(w.count(), 1);
         assert_eq!(w.running("u3", "v1/Widget ns as ns/other"), None);
+    }
+
+    #[tokio::test]
+    async fn a_watch_started_again_after_its_task_ended_still_wakes_its_earlier_subscribers() {
+        let w = Watches::default();
+        w.start(target("u1", "a", "v1/Widget"));
+        w.start(target("u2", "b", "v1/Widget"));
+        {
+            let state = w.state.lock().unwrap();
+            state.running["v1/Widget"].task.abort();
+        }
+        while w.running("u1", "v1/Widget").is_some() {
+            tokio::task::yield_now().await;
+        }
+        // u2's reconcile finds the watch gone and starts it again.
+        w.start(target("u2", "b", "v1/Widget"));
+        assert_eq!(w.count(), 1);
+        assert!(w.running("u1", "v1/Widget").is_some());
+        let state = w.state.lock().unwrap();
+        let subscribers = state.running["v1/Widget"].subscribers.lock().unwrap();
+        assert_eq!(
+            subscribers.keys().collect::<Vec<_>>(),
+            ["u1", "u2"],
+            "u1 is still woken by the new task"
+        );
     }
 
     #[tokio::test]
