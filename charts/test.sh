@@ -13,6 +13,40 @@ out="$(mktemp -d)"
 "$HELM" template pf "$CHART" --namespace pseudoflow-system > "$out/defaults.yaml"
 "$HELM" template pf "$CHART" --namespace pseudoflow-system --set-json 'nodeSteps.namespaces=[]' > "$out/no-node-steps.yaml"
 "$HELM" template pf "$CHART" --namespace pseudoflow-system --set webhook.certManager.enabled=true > "$out/cert-manager.yaml"
+"$HELM" template pf "$CHART" --namespace pseudoflow-system --set networkPolicy.enabled=false --set webhook.clientAuth.unauthenticatedApprovals=true > "$out/no-policy.yaml"
+printf -- '-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n' > "$out/client-ca.crt"
+"$HELM" template pf "$CHART" --namespace pseudoflow-system --set webhook.certManager.enabled=true --set-file webhook.clientAuth.caBundle="$out/client-ca.crt" --set-json 'networkPolicy.webhookFrom=[{"ipBlock":{"cidr":"10.0.0.0/24"}}]' --set-json 'networkPolicy.metricsFrom=[{"namespaceSelector":{"matchLabels":{"name":"monitoring"}}}]' > "$out/client-auth.yaml"
+python3 - "$out/defaults.yaml" "$out/no-policy.yaml" "$out/client-auth.yaml" <<'PY'
+import sys, yaml
+def load(p): return [d for d in yaml.safe_load_all(open(p)) if d]
+def one(docs, kind): return next(d for d in docs if d["kind"] == kind)
+def container(docs): return one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+defaults, no_policy, client_auth = load(sys.argv[1]), load(sys.argv[2]), load(sys.argv[3])
+# The NetworkPolicy: on by default, ingress to the webhook and metrics ports only.
+policy = one(defaults, "NetworkPolicy")
+assert policy["spec"]["policyTypes"] == ["Ingress"], policy
+assert policy["spec"]["podSelector"]["matchLabels"] == one(defaults, "Deployment")["spec"]["selector"]["matchLabels"], policy
+ports = [[p["port"] for p in rule["ports"]] for rule in policy["spec"]["ingress"]]
+assert ports == [[9443], [8080]], ports
+assert all("from" not in rule for rule in policy["spec"]["ingress"]), "[] = any source"
+assert not any(d["kind"] == "NetworkPolicy" for d in no_policy), "networkPolicy.enabled=false renders none"
+rules = one(client_auth, "NetworkPolicy")["spec"]["ingress"]
+assert rules[0]["from"] == [{"ipBlock": {"cidr": "10.0.0.0/24"}}], rules
+assert rules[1]["from"] == [{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}], rules
+# Client auth: without a CA no approval is stamped (no flag); with one, the CA is mounted and
+# the API server's name required; the insecure switch is a flag of its own.
+args = container(defaults)["args"]
+assert not any(a.startswith("--webhook-client") or a.startswith("--webhook-unauth") for a in args), args
+assert "--webhook-unauthenticated-approvals" in container(no_policy)["args"]
+c = container(client_auth)
+assert "--webhook-client-ca=/client-ca/ca.crt" in c["args"], c["args"]
+assert "--webhook-client-names=kube-apiserver-webhook-client" in c["args"], c["args"]
+assert "--webhook-unauthenticated-approvals" not in c["args"], c["args"]
+assert {"name": "webhook-client-ca", "mountPath": "/client-ca", "readOnly": True} in c["volumeMounts"], c
+assert {"name": "webhook-tls", "mountPath": "/tls", "readOnly": True} in c["volumeMounts"], c
+cm = next(d for d in client_auth if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "pf-pseudoflow-webhook-client-ca")
+assert cm["data"]["ca.crt"].startswith("-----BEGIN CERTIFICATE-----"), cm
+PY
 python3 - "$out/cert-manager.yaml" <<'PY'
 import sys, yaml
 docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
@@ -39,12 +73,17 @@ defaults = load(sys.argv[1])
 assert "--node-step-namespaces=kube-system" in args(defaults), args(defaults)
 assert not any(d["kind"].startswith("ValidatingAdmissionPolicy") for d in defaults), "the admission policy is opt-in"
 assert not any(a.startswith("--node-step-namespaces") for a in args(load(sys.argv[2]))), "[] = no flag, node steps nowhere"
+# Every namespace watched: Secrets and impersonation cluster-wide, and no per-namespace Role.
+role = next(d for d in defaults if d["kind"] == "ClusterRole")
+assert {"resources": ["secrets"], "verbs": ["get", "create", "update"]}.items() <= next(r for r in role["rules"] if r["resources"] == ["secrets"]).items()
+assert any(r["resources"] == ["serviceaccounts"] and r["verbs"] == ["impersonate"] for r in role["rules"]), role
+assert not any(d["kind"] == "Role" and d["metadata"]["name"].endswith(("-flows", "-own-secrets")) for d in defaults)
 PY
 python3 - "$out/all.yaml" tests/rendered-rules.yaml <<'PY'
 import sys, yaml
 docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
 kinds = sorted({d["kind"] for d in docs})
-want = {"ClusterRole", "ClusterRoleBinding", "ConfigMap", "CustomResourceDefinition", "Deployment", "PrometheusRule", "Role", "RoleBinding", "Service", "ServiceAccount", "ServiceMonitor", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ValidatingWebhookConfiguration"}
+want = {"ClusterRole", "ClusterRoleBinding", "ConfigMap", "CustomResourceDefinition", "Deployment", "NetworkPolicy", "PrometheusRule", "Role", "RoleBinding", "Service", "ServiceAccount", "ServiceMonitor", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ValidatingWebhookConfiguration"}
 missing = want - set(kinds)
 assert not missing, f"rendered chart lacks {missing}"
 dep = next(d for d in docs if d["kind"] == "Deployment")
@@ -81,6 +120,15 @@ assert binding["spec"]["matchResources"]["namespaceSelector"] == {"matchLabels":
 allowed = next(v for v in policy["spec"]["variables"] if v["name"] == "allowed")["expression"]
 assert allowed == '["flow","kube-system/node-ops"]', allowed
 assert policy["spec"]["matchConstraints"]["resourceRules"][0]["resources"] == ["pseudoflows"], policy
+# watchNamespaces set: Secrets and impersonation per watched namespace, not cluster-wide.
+assert not any(set(r["resources"]) & {"secrets", "serviceaccounts"} for r in role["rules"]), role["rules"]
+for ns in ["a", "b"]:
+    r = next(d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == "pf-pseudoflow-flows" and d["metadata"]["namespace"] == ns)
+    assert r["rules"] == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create", "update"]}, {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["impersonate"]}], r
+    b = next(d for d in docs if d["kind"] == "RoleBinding" and d["metadata"]["name"] == "pf-pseudoflow-flows" and d["metadata"]["namespace"] == ns)
+    assert b["subjects"] == [{"kind": "ServiceAccount", "name": "pf-pseudoflow", "namespace": "pseudoflow-system"}], b
+own = next(d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == "pf-pseudoflow-own-secrets")
+assert own["metadata"]["namespace"] == "pseudoflow-system" and own["rules"][0]["resources"] == ["secrets"], own
 rule = next(d for d in docs if d["kind"] == "PrometheusRule")
 yaml.safe_dump({"groups": rule["spec"]["groups"]}, open(sys.argv[2], "w"))
 print(f"rendered {len(docs)} objects: {', '.join(kinds)}")

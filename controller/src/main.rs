@@ -19,7 +19,8 @@ const USAGE: &str = "usage: pseudoflow-controller [--image IMAGE] [--namespace N
 [--node-step-namespaces NS[,NS]]... [--metrics-addr ADDR] [--leader-election] \
 [--leader-election-namespace NS] [--webhook-addr ADDR [--webhook-cert-dir DIR | \
 --webhook-cert-names NAME[,NAME]... [--webhook-cert-secret NAME] \
-[--webhook-configuration NAME]]]";
+[--webhook-configuration NAME]] [--webhook-client-ca FILE [--webhook-client-names NAME[,NAME]...]] \
+[--webhook-unauthenticated-approvals]]";
 
 /// A name unique to this process: the pod name (or host name) plus the pid and start time.
 fn identity() -> String {
@@ -46,6 +47,9 @@ struct Args {
     cert_names: Vec<String>,
     cert_secret: String,
     webhook_configuration: Option<String>,
+    client_ca: Option<std::path::PathBuf>,
+    client_names: Vec<String>,
+    unauthenticated_approvals: bool,
 }
 
 impl Args {
@@ -62,6 +66,9 @@ impl Args {
             cert_names: Vec::new(),
             cert_secret: "pseudoflow-webhook-tls".to_string(),
             webhook_configuration: None,
+            client_ca: None,
+            client_names: Vec::new(),
+            unauthenticated_approvals: false,
         };
         let mut args = std::env::args().skip(1);
         while let Some(a) = args.next() {
@@ -92,6 +99,14 @@ impl Args {
                 ),
                 "--webhook-cert-secret" => out.cert_secret = value()?,
                 "--webhook-configuration" => out.webhook_configuration = Some(value()?),
+                "--webhook-client-ca" => out.client_ca = Some(value()?.into()),
+                "--webhook-client-names" => out.client_names.extend(
+                    value()?
+                        .split(',')
+                        .filter(|n| !n.is_empty())
+                        .map(str::to_string),
+                ),
+                "--webhook-unauthenticated-approvals" => out.unauthenticated_approvals = true,
                 other => anyhow::bail!("unknown argument {other}; {USAGE}"),
             }
         }
@@ -121,6 +136,36 @@ impl Args {
             names: self.cert_names.clone(),
             validity: http::tls::VALIDITY_SECONDS,
         }))
+    }
+
+    /// Who may call the webhook: the API server, by its client certificate, when a client CA
+    /// is given.
+    fn client_auth(&self) -> Option<http::ClientAuth> {
+        Some(http::ClientAuth {
+            ca_file: self.client_ca.clone()?,
+            names: self.client_names.clone(),
+        })
+    }
+
+    /// The approval key the webhook may stamp with: only when the API server authenticates
+    /// to it, or when that was waived on purpose (then any pod that reaches the port can get a
+    /// stamp for any user it names; docs/security.md).
+    fn stamping_key(&self, key: Option<approval::Key>) -> Option<approval::Key> {
+        if self.client_ca.is_some() {
+            return key;
+        }
+        if self.unauthenticated_approvals {
+            tracing::warn!(
+                "--webhook-unauthenticated-approvals: the webhook stamps approvals for any caller \
+                 that reaches its port; restrict it with the chart's NetworkPolicy"
+            );
+            return key;
+        }
+        tracing::warn!(
+            "no --webhook-client-ca: the webhook does not stamp approvals (a caller on the pod \
+             network could claim any user); see docs/operations.md"
+        );
+        None
     }
 }
 
@@ -181,7 +226,12 @@ async fn serve_http(
 ) -> anyhow::Result<()> {
     if let Some(addr) = args.webhook_addr {
         let cert = args.webhook_cert()?;
-        state.webhook = Some(match key {
+        let client_auth = args.client_auth();
+        if let Some(auth) = &client_auth {
+            // A CA that cannot be read stops the start, naming the file.
+            auth.verifier()?;
+        }
+        state.webhook = Some(match args.stamping_key(key) {
             Some(k) => webhook::Webhook::with_key(client.clone(), k),
             None => webhook::Webhook::new(client.clone()),
         });
@@ -189,7 +239,7 @@ async fn serve_http(
         let router = http::router(state.clone());
         let client = client.clone();
         tokio::spawn(async move {
-            if let Err(e) = http::serve_webhook(client, listener, router, cert).await {
+            if let Err(e) = http::serve_webhook(client, listener, router, cert, client_auth).await {
                 // Without its webhook the controller would refuse every flow change (failure
                 // policy Fail): exit so that the Deployment restarts it and the probes say so.
                 tracing::error!("webhook server: {e}");

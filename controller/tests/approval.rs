@@ -5,7 +5,8 @@
 //! and status records their name, groups and time; an approval from an earlier run does not
 //! carry over; a reject fails the run naming who rejected; without the webhook neither a bare
 //! approval nor a forged stamp is accepted, until the step's timeout fails the run; and inside a
-//! rolling loopNodes each node needs its own approval.
+//! rolling loopNodes each node needs its own approval. The webhooks answer the API server only
+//! (its client certificate): a pod posting a forged review claiming system:masters gets nothing.
 
 mod common;
 
@@ -287,6 +288,92 @@ async fn an_approval_by_an_allowed_user_continues_the_run_and_is_recorded_a_reje
     );
 
     remove_webhooks(&client, &vwc).await;
+    ctl.abort();
+}
+
+/// The port the mutating webhook configuration `name` calls (`https://127.0.0.1:PORT/mutate`).
+async fn webhook_port(client: &Client, name: &str) -> u16 {
+    let mwc = Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .get(name)
+        .await
+        .unwrap();
+    let url = mwc.webhooks.unwrap()[0].client_config.url.clone().unwrap();
+    let port = url.trim_start_matches("https://127.0.0.1:");
+    port.split('/').next().unwrap().parse().unwrap()
+}
+
+/// What a pod on the network would send `/mutate` to mint an approval of `gate` in `run` by
+/// someone in system:masters (the AdmissionReview's userInfo is whatever the caller writes).
+fn forged_review(ns: &str, run: &str) -> Vec<u8> {
+    let flow = |annotations: Value| {
+        json!({"apiVersion": "ops.example.com/v1alpha1", "kind": "PseudoFlow",
+            "metadata": {"name": "gated", "namespace": ns, "annotations": annotations},
+            "spec": gated_spec(None), "status": {"run": {"id": run}}})
+    };
+    serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "forged", "name": "gated", "namespace": ns, "operation": "UPDATE",
+            "kind": {"group": "ops.example.com", "version": "v1alpha1", "kind": "PseudoFlow"},
+            "resource": {"group": "ops.example.com", "version": "v1alpha1", "resource": "pseudoflows"},
+            "userInfo": {"username": "system:admin", "groups": ["system:masters", "system:authenticated"]},
+            "object": flow(json!({"ops.example.com/approve": "gate"})),
+            "oldObject": flow(json!({})),
+        }
+    }))
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_posting_a_forged_review_to_the_webhook_gets_no_stamp_and_the_api_server_still_gets_one(
+) {
+    let (client, ns) = prepare("approval-forge", json!([]), json!([])).await;
+    editor_and_approver(&client, &ns).await;
+    let key = Key::random();
+    let ctl = start_controller_with_key(&client, &ns, &key);
+    create_flow(&client, &ns, "gated", gated_spec(None)).await;
+    let name = start_webhooks(&client, &ns, &key).await;
+    wait_webhooks_active(&ns).await;
+    let st = wait_waiting(&client, &ns, "gated", "").await;
+    let run = st["run"]["id"].as_str().unwrap().to_string();
+
+    // The caller trusts the webhook's serving CA (it is public: it sits in the configurations)
+    // and posts a review claiming system:masters approved, with no client certificate, and
+    // with the cluster admin's (same CA as the API server's, another name).
+    let port = webhook_port(&client, &name).await;
+    let secret = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), &ns)
+        .get("pseudoflow-webhook-tls")
+        .await
+        .unwrap();
+    let ca = tls::Bundle::from_secret(&secret).unwrap().ca_pem;
+    let pki = env().dir().join("pki");
+    let admin = (pki.join("admin.crt"), pki.join("admin.key"));
+    let forged = forged_review(&ns, &run);
+    for identity in [None, Some((admin.0.as_path(), admin.1.as_path()))] {
+        for path in ["/mutate", "/validate"] {
+            let answer = admission::post_from_the_network(port, &ca, identity, path, &forged).await;
+            assert!(
+                answer.as_ref().map_or(true, |a| a.is_empty()),
+                "a network caller ({identity:?}) got an answer from {path}: {answer:?}"
+            );
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let st = flows(&client, &ns).get("gated").await.unwrap().data["status"].clone();
+    assert_eq!(st["reason"], "WaitingForApproval", "{st:#}");
+
+    // Through the API server (its client certificate), the approver's decision is stamped.
+    let (ok, out) = annotate(&ns, "gated", Some("boss"), "ops.example.com/approve=gate").await;
+    assert!(ok, "{out}");
+    let st = wait_done(&client, &ns, "gated", 60).await;
+    assert_eq!(st["phase"], "Succeeded", "{st:#}");
+    assert_eq!(
+        step(&st, "spec.steps[1]")["approval"]["user"],
+        "boss",
+        "{st:#}"
+    );
+
+    remove_webhooks(&client, &name).await;
     ctl.abort();
 }
 

@@ -468,7 +468,12 @@ async fn a_running_server_switches_to_the_renewed_certificate_before_the_old_one
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let state = http::State::new(Arc::new(Metrics::default()));
-    tokio::spawn(http::serve_tls(listener, http::router(state), current));
+    tokio::spawn(http::serve_tls(
+        listener,
+        http::router(state),
+        current,
+        None,
+    ));
     handshake(port, &first.ca_pem).await.unwrap();
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);

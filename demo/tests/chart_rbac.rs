@@ -9,8 +9,11 @@
 //! observable breaks: the flow does not succeed, no Events are recorded, or no leader holds the
 //! lease, or a flow bound to a kind cannot serve its object, or the webhook stops answering (it
 //! must refuse a flow with a typo nested in a loop's `steps:` and let an admin's approval
-//! annotation through, which takes a SubjectAccessReview, stamped by the mutating webhook). The
-//! apiserver enforces OwnerReferencesPermissionEnforcement, as hardened clusters do.
+//! annotation through, which takes a SubjectAccessReview, stamped by the mutating webhook, which
+//! answers the API server's client certificate only). The apiserver enforces
+//! OwnerReferencesPermissionEnforcement, as hardened clusters do. With `watchNamespaces` set,
+//! the controller's identity can neither read a Secret nor impersonate a ServiceAccount in a
+//! namespace it does not watch, and still serves flows (bound ones too) in the one it watches.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -91,7 +94,14 @@ fn render(release: &str, watch: &[&str], node_steps: &[&str]) -> Vec<Value> {
     ];
     sets.push(format!("watchNamespaces={{{}}}", watch.join(",")));
     sets.push(format!("nodeSteps.namespaces={{{}}}", node_steps.join(",")));
-    let mut args = vec!["--namespace".to_string(), release.to_string()];
+    let ca = env().webhook_client_ca();
+    let mut args = vec![
+        "--namespace".to_string(),
+        release.to_string(),
+        // The webhook answers testenv's API server only (its admission client certificate).
+        "--set-file".into(),
+        format!("webhook.clientAuth.caBundle={}", ca.display()),
+    ];
     for s in sets {
         args.extend(["--set".to_string(), s]);
     }
@@ -453,8 +463,9 @@ async fn chart_rbac_runs_the_seed_flows_and_every_rule_is_needed() {
         );
     }
 
-    // Every rule removed in turn: something the probe checks breaks.
-    let rules = rules(&full);
+    // Every rule removed in turn: something the probe checks breaks. The rules are those of a
+    // trial's release (one watched namespace: its Secrets and ServiceAccounts by a Role there).
+    let rules = rules(&render("pf-cut", &["pf-cut-flows"], &["pf-cut-flows"]));
     assert!(rules.len() >= 8, "rules found: {rules:?}");
     let trials = rules.iter().enumerate().map(|(i, (d, r, what))| {
         let client = client.clone();
@@ -476,4 +487,136 @@ async fn chart_rbac_runs_the_seed_flows_and_every_rule_is_needed() {
         unneeded.is_empty(),
         "these rules can be removed and everything still works, so they are not least privilege: {unneeded:?}"
     );
+}
+
+/// Whether `user` may `verb` `resource` (core group) in `ns`, as the API server's authorizer
+/// answers (asked as the admin).
+async fn may(client: &Client, user: &str, verb: &str, resource: &str, ns: &str) -> bool {
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+    };
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(user.into()),
+            groups: Some(vec![
+                "system:serviceaccounts".into(),
+                "system:authenticated".into(),
+            ]),
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some(verb.into()),
+                resource: Some(resource.into()),
+                namespace: Some(ns.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::<SubjectAccessReview>::all(client.clone())
+        .create(&Default::default(), &review)
+        .await
+        .unwrap()
+        .status
+        .is_some_and(|s| s.allowed)
+}
+
+/// A client configuration authenticated as ServiceAccount `name` of `ns` (a token from the
+/// TokenRequest API).
+async fn config_as(client: &Client, ns: &str, name: &str) -> kube::Config {
+    use k8s_openapi::api::authentication::v1::TokenRequest;
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let req: TokenRequest =
+        serde_json::from_value(serde_json::json!({"spec": {"expirationSeconds": 3600}})).unwrap();
+    let token = Api::<ServiceAccount>::namespaced(client.clone(), ns)
+        .create_token_request(name, &Default::default(), &req)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .token;
+    let kubeconfig = kube::config::Kubeconfig::read_from(env().kubeconfig_path()).unwrap();
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    config.auth_info = kube::config::AuthInfo {
+        token: Some(token.into()),
+        ..Default::default()
+    };
+    config
+}
+
+/// Reads Secret `name` of `ns` with `config`, impersonating `as_user` when given: the HTTP
+/// status of the refusal (None: read) and its message.
+async fn read_secret(
+    config: &kube::Config,
+    as_user: Option<String>,
+    ns: &str,
+    name: &str,
+) -> (Option<u16>, String) {
+    let mut config = config.clone();
+    config.auth_info.impersonate = as_user;
+    let api: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(Client::try_from(config).unwrap(), ns);
+    match api.get(name).await {
+        Ok(_) => (None, String::new()),
+        Err(kube::Error::Api(e)) => (Some(e.code), e.message),
+        Err(e) => (Some(0), e.to_string()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_watch_namespaces_secrets_and_impersonation_reach_the_watched_namespace_only() {
+    let env = env();
+    let client = env.client().await.unwrap();
+    let (release, watched, other) = ("pf-scoped", "pf-scoped-flows", "pf-scoped-other");
+    // An unwatched namespace with a Secret, and a ServiceAccount there that may read it.
+    let setup = format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {other}}}\n---\n\
+         apiVersion: v1\nkind: Secret\nmetadata: {{name: db, namespace: {other}}}\n\
+         stringData: {{password: hunter2}}\n---\n\
+         apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: reader, namespace: {other}}}\n---\n\
+         apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
+         metadata: {{name: reader, namespace: {other}}}\n\
+         roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: admin}}\n\
+         subjects: [{{kind: ServiceAccount, name: reader, namespace: {other}}}]\n"
+    );
+    apply_text(&client, &setup, None).await.unwrap();
+    let docs = render(release, &[watched], &[watched]);
+    // The watched namespace's flows run, a bound one included (impersonation works there).
+    let outcome = trial(&client, release, &docs).await;
+    assert!(
+        outcome.all_good(),
+        "flows in the watched namespace: {outcome:?}"
+    );
+    let account = "pf-scoped-pseudoflow";
+    let me = format!("system:serviceaccount:{release}:{account}");
+    for (verb, resource) in [
+        ("get", "secrets"),
+        ("create", "secrets"),
+        ("update", "secrets"),
+        ("impersonate", "serviceaccounts"),
+    ] {
+        assert!(
+            may(&client, &me, verb, resource, watched).await,
+            "{verb} {resource} in the watched {watched}"
+        );
+        for ns in [other, "default", "kube-system"] {
+            assert!(
+                !may(&client, &me, verb, resource, ns).await,
+                "{verb} {resource} in the unwatched {ns}"
+            );
+        }
+    }
+    // Acting as the controller: the Secret is refused, and so is becoming `reader`, who may
+    // read it; impersonating the watched namespace's account works.
+    let config = config_as(&client, release, account).await;
+    let (code, why) = read_secret(&config, None, other, "db").await;
+    assert_eq!(code, Some(403), "{why}");
+    let reader = Some(format!("system:serviceaccount:{other}:reader"));
+    let (code, why) = read_secret(&config, reader, other, "db").await;
+    assert_eq!(code, Some(403), "{why}");
+    assert!(why.contains("impersonate"), "{why}");
+    let flow_account = Some(format!("system:serviceaccount:{watched}:default"));
+    let (code, why) = read_secret(&config, flow_account, watched, "absent").await;
+    assert_eq!(code, Some(404), "impersonating {watched}'s account: {why}");
 }

@@ -1,12 +1,17 @@
 //! Certificates and keys for a throwaway cluster, made with the `openssl` command: a CA, the
 //! API server's serving cert (SANs for loopback and the in-cluster service name), an admin client
 //! cert in `system:masters`, the simulated kubelets' serving cert and the API server's client cert
-//! for them (so `pods/exec` is authenticated both ways), and the service-account signing key pair.
+//! for them (so `pods/exec` is authenticated both ways), the API server's client cert for
+//! admission webhooks ([`WEBHOOK_CLIENT_CN`]), and the service-account signing key pair.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
+
+/// The Common Name of the client certificate the API server presents to admission webhooks
+/// (signed by the cluster CA), as a webhook that checks its caller expects it.
+pub const WEBHOOK_CLIENT_CN: &str = "kube-apiserver-webhook-client";
 
 /// Paths of everything generated.
 #[derive(Debug, Clone)]
@@ -33,6 +38,10 @@ pub struct Certs {
     pub kubelet_client_crt: PathBuf,
     /// Its key.
     pub kubelet_client_key: PathBuf,
+    /// What the API server presents to admission webhooks ([`WEBHOOK_CLIENT_CN`]).
+    pub webhook_client_crt: PathBuf,
+    /// Its key.
+    pub webhook_client_key: PathBuf,
     /// The ServiceAccount token signing key.
     pub sa_key: PathBuf,
     /// Its public half, which the API server verifies tokens with.
@@ -150,6 +159,11 @@ pub fn generate_with(dir: &Path, api_ips: &[std::net::Ipv4Addr]) -> Result<Certs
             "/O=system:masters/CN=kube-apiserver-kubelet-client",
             "client.ext",
         ),
+        (
+            "webhook-client",
+            &format!("/CN={WEBHOOK_CLIENT_CN}"),
+            "client.ext",
+        ),
     ] {
         let ca = (dir.join("ca.crt"), dir.join("ca.key"));
         signed_by_ca(dir, (&ca.0, &ca.1), name, subj, ext, days)?;
@@ -169,6 +183,8 @@ pub fn generate_with(dir: &Path, api_ips: &[std::net::Ipv4Addr]) -> Result<Certs
         kubelet_key: p("kubelet.key"),
         kubelet_client_crt: p("kubelet-client.crt"),
         kubelet_client_key: p("kubelet-client.key"),
+        webhook_client_crt: p("webhook-client.crt"),
+        webhook_client_key: p("webhook-client.key"),
         sa_key: p("sa.key"),
         sa_pub: p("sa.pub"),
     })

@@ -159,6 +159,7 @@ async fn start_api(
     let [etcd_port, peer_port, api_port] = free_ports()?;
     let kubeconfig = dir.join("admin.kubeconfig");
     write_kubeconfig(&kubeconfig, api_port, certs)?;
+    write_admission_config(dir, certs)?;
     let etcd_url = format!("http://127.0.0.1:{etcd_port}");
     let mut procs = vec![
         Proc::spawn(
@@ -176,6 +177,41 @@ async fn start_api(
     ];
     wait_ready(&kubeconfig, &mut procs, Duration::from_secs(60)).await?;
     Ok((api_port, procs))
+}
+
+/// Where [`write_admission_config`] writes the API server's admission configuration.
+fn admission_config(dir: &Path) -> PathBuf {
+    dir.join("admission-config.yaml")
+}
+
+/// The API server's admission configuration: it presents the client certificate
+/// `certs.webhook_client_crt` to every admission webhook (kubeconfig user `*`), as a cluster
+/// whose webhooks check their caller is configured (Kubernetes' "Authenticate apiservers").
+fn write_admission_config(dir: &Path, certs: &Certs) -> Result<()> {
+    let kubeconfig = dir.join("webhook-client.kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nusers:\n- name: '*'\n  user:\n    client-certificate: {}\n    client-key: {}\n",
+            s(&certs.webhook_client_crt),
+            s(&certs.webhook_client_key)
+        ),
+    )?;
+    let plugin = |name: &str| {
+        format!(
+            "- name: {name}\n  configuration:\n    apiVersion: apiserver.config.k8s.io/v1\n    kind: WebhookAdmissionConfiguration\n    kubeConfigFile: {}\n",
+            s(&kubeconfig)
+        )
+    };
+    std::fs::write(
+        admission_config(dir),
+        format!(
+            "apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n{}{}",
+            plugin("ValidatingAdmissionWebhook"),
+            plugin("MutatingAdmissionWebhook")
+        ),
+    )
+    .context("writing the admission configuration")
 }
 
 /// etcd on loopback, without fsync (test data only).
@@ -223,6 +259,11 @@ fn apiserver_args(
         // As on hardened clusters: setting blockOwnerDeletion needs rights on the owner's
         // finalizers, so RBAC tests catch a controller that lacks them.
         "--enable-admission-plugins=OwnerReferencesPermissionEnforcement".into(),
+        // Admission webhooks are called with a client certificate (see write_admission_config).
+        format!(
+            "--admission-control-config-file={}",
+            s(&admission_config(dir))
+        ),
         "--allow-privileged=true".into(),
         "--profiling=false".into(),
         format!("--cert-dir={}", s(&dir.join("apiserver-certs"))),

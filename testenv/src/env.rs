@@ -279,6 +279,13 @@ impl TestEnv {
         &self.dir
     }
 
+    /// The CA that signs the client certificate the API server presents to admission webhooks
+    /// (Common Name [`crate::certs::WEBHOOK_CLIENT_CN`]): what a webhook checking its caller
+    /// trusts. It is the cluster CA, which signs users' certificates too, so check the name.
+    pub fn webhook_client_ca(&self) -> PathBuf {
+        self.dir.join("pki").join("ca.crt")
+    }
+
     /// Names of the simulated nodes.
     pub fn nodes(&self) -> &[String] {
         &self.nodes

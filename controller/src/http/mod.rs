@@ -4,9 +4,17 @@
 //! validating admission webhook (`/validate`) and the mutating one that stamps approvals
 //! (`/mutate`). The same router is served on a plain listener
 //! (metrics and probes, `--metrics-addr`) and on a TLS listener (`--webhook-addr`), whose
-//! certificate [`tls`] makes, stores, reuses and rotates.
+//! certificate [`tls`] makes, stores, reuses and rotates. What a caller may cost it is bounded
+//! ([`bounds`]), and who may call it is checked when a client CA is configured
+//! ([`client_auth`]).
 
+pub mod bounds;
+pub mod client_auth;
+mod server;
 pub mod tls;
+
+pub use client_auth::ClientAuth;
+pub use server::serve_tls;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -69,6 +77,8 @@ pub struct State {
     pub readiness: Arc<Readiness>,
     /// Authorizes approvals; `None` serves no webhook (404).
     pub webhook: Option<Arc<crate::webhook::Webhook>>,
+    /// The body bytes the admission routes may hold at once (see [`bounds`]).
+    pub budget: bounds::Budget,
 }
 
 impl State {
@@ -78,27 +88,27 @@ impl State {
             metrics,
             readiness: Arc::default(),
             webhook: None,
+            budget: bounds::Budget::default(),
         }
     }
 }
 
-/// The routes: `/metrics`, `/healthz`, `/readyz`, `/validate`, `/mutate`.
+/// The routes: `/metrics`, `/healthz`, `/readyz`, `/validate`, `/mutate`. The admission
+/// routes read their bodies under [`bounds::bounded_body`].
 pub fn router(state: State) -> Router {
+    let admission = Router::new()
+        .route("/validate", post(crate::webhook::handle))
+        .route("/mutate", post(crate::webhook::stamp::handle))
+        .layer(axum::extract::DefaultBodyLimit::max(bounds::MAX_BODY_BYTES))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.budget.clone(),
+            bounds::bounded_body,
+        ));
     Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
-        // An AdmissionReview carries the object twice (old and new), each up to the API
-        // server's 1.5 MiB request limit, and JSON-escaped: more than axum's 2 MiB default.
-        .route(
-            "/validate",
-            post(crate::webhook::handle).layer(axum::extract::DefaultBodyLimit::max(8 << 20)),
-        )
-        .route(
-            "/mutate",
-            post(crate::webhook::stamp::handle)
-                .layer(axum::extract::DefaultBodyLimit::max(8 << 20)),
-        )
+        .merge(admission)
         .with_state(state)
 }
 
@@ -126,40 +136,6 @@ pub async fn serve_plain(addr: SocketAddr, router: Router) -> std::io::Result<()
     axum::serve(listener, router).await
 }
 
-/// Serves `router` over TLS on `listener`, with the certificate `certs` holds at each handshake
-/// (so a rotated one is used from the next connection on).
-pub async fn serve_tls(
-    listener: tokio::net::TcpListener,
-    router: Router,
-    certs: Arc<tls::Current>,
-) -> std::io::Result<()> {
-    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(std::io::Error::other)?
-    .with_no_client_auth()
-    .with_cert_resolver(certs);
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-    loop {
-        let (sock, _) = listener.accept().await?;
-        let acceptor = acceptor.clone();
-        let router = router.clone();
-        tokio::spawn(async move {
-            // A handshake that never finishes must not hold a task forever.
-            let tls =
-                tokio::time::timeout(std::time::Duration::from_secs(10), acceptor.accept(sock))
-                    .await;
-            let Ok(Ok(tls)) = tls else { return };
-            let service = hyper_util::service::TowerToHyperService::new(router);
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
-                .await;
-        });
-    }
-}
-
 /// Where the webhook's serving certificate comes from.
 #[derive(Debug, Clone)]
 pub enum WebhookCert {
@@ -176,13 +152,14 @@ pub enum WebhookCert {
 }
 
 /// Loads (or makes) the webhook's certificate, then serves `router` over TLS on `listener`,
-/// keeping the certificate current. Returns an error only if the first certificate cannot be
-/// had or the listener fails.
+/// keeping the certificate current, to the callers `client_auth` accepts (any, without it).
+/// Returns an error only if the first certificate or the client CA cannot be had.
 pub async fn serve_webhook(
     client: kube::Client,
     listener: tokio::net::TcpListener,
     router: Router,
     cert: WebhookCert,
+    client_auth: Option<ClientAuth>,
 ) -> anyhow::Result<()> {
     let current = match cert {
         WebhookCert::SelfSigned(cfg) => {
@@ -202,7 +179,7 @@ pub async fn serve_webhook(
             current
         }
     };
-    serve_tls(listener, router, current).await?;
+    serve_tls(listener, router, current, client_auth).await?;
     Ok(())
 }
 

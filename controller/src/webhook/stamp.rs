@@ -87,7 +87,10 @@ pub fn stamp_patch(
             )
         }
     };
-    let key = key.ok_or("the webhook has no approval key: cannot record the decision")?;
+    let key = key.ok_or(
+        "the webhook has no approval key: cannot record the decision (it stamps approvals only \
+         when the API server authenticates to it, --webhook-client-ca; docs/operations.md)",
+    )?;
     let user = req
         .user_info
         .username

@@ -41,8 +41,17 @@ pub fn self_signed(ns: &str, name: &str) -> tls::SelfSigned {
     }
 }
 
+/// Who may call a test's webhook: the testenv API server, by the client certificate it presents
+/// to admission webhooks (testenv's admission configuration), as the chart configures it.
+pub fn api_server_only() -> http::ClientAuth {
+    http::ClientAuth {
+        ca_file: super::env().webhook_client_ca(),
+        names: vec![pseudoflow_testenv::certs::WEBHOOK_CLIENT_CN.to_string()],
+    }
+}
+
 /// Serves the controller's router with `webhook` on `listener` with `cert`, as the controller
-/// does (standing by: no leader needed to answer admission calls).
+/// does (standing by: no leader needed to answer admission calls), to the API server only.
 pub fn serve(
     client: &Client,
     listener: tokio::net::TcpListener,
@@ -53,7 +62,67 @@ pub fn serve(
     state.webhook = Some(webhook);
     state.readiness.set_standby();
     let router = http::router(state);
-    tokio::spawn(http::serve_webhook(client.clone(), listener, router, cert));
+    tokio::spawn(http::serve_webhook(
+        client.clone(),
+        listener,
+        router,
+        cert,
+        Some(api_server_only()),
+    ));
+}
+
+/// POSTs `body` to `https://127.0.0.1:port/path` as a pod on the network would (trusting the
+/// webhook's CA `ca_pem`), with the client certificate and key files `identity` when given; the
+/// whole response, or the error that stopped it (a refused handshake, a closed connection).
+pub async fn post_from_the_network(
+    port: u16,
+    ca_pem: &str,
+    identity: Option<(&std::path::Path, &std::path::Path)>,
+    path: &str,
+    body: &[u8],
+) -> std::io::Result<String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots
+            .add(c.map_err(std::io::Error::other)?)
+            .map_err(std::io::Error::other)?;
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(std::io::Error::other)?
+    .with_root_certificates(roots);
+    let config = match identity {
+        Some((cert, key)) => {
+            let certs = CertificateDer::pem_file_iter(cert)
+                .and_then(|i| i.collect::<Result<Vec<_>, _>>())
+                .map_err(std::io::Error::other)?;
+            let key = PrivateKeyDer::from_pem_file(key).map_err(std::io::Error::other)?;
+            builder
+                .with_client_auth_cert(certs, key)
+                .map_err(std::io::Error::other)?
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let sock = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    let name = ServerName::try_from("127.0.0.1").map_err(std::io::Error::other)?;
+    let mut s = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, sock)
+        .await?;
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).await?;
+    s.write_all(body).await?;
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).await?;
+    Ok(String::from_utf8_lossy(&out).into_owned())
 }
 
 /// [`super::kubectl`] off the runtime (the webhook serving the API server's calls runs on it).
