@@ -568,6 +568,8 @@ async fn read_secret(
 async fn with_watch_namespaces_secrets_and_impersonation_reach_the_watched_namespace_only() {
     let env = env();
     let client = env.client().await.unwrap();
+    // The CRDs (the chart is rendered without them).
+    seed::prepare(env, &client, repo()).await.unwrap();
     let (release, watched, other) = ("pf-scoped", "pf-scoped-flows", "pf-scoped-other");
     // An unwatched namespace with a Secret, and a ServiceAccount there that may read it.
     let setup = format!(
