@@ -489,8 +489,8 @@ async fn chart_rbac_runs_the_seed_flows_and_every_rule_is_needed() {
     );
 }
 
-/// Whether `user` may `verb` `resource` (core group) in `ns`, as the API server's authorizer
-/// answers (asked as the admin).
+/// Whether `user` may `verb` `resource` in `ns` (Jobs in `batch`, the rest in the core group),
+/// as the API server's authorizer answers (asked as the admin).
 async fn may(client: &Client, user: &str, verb: &str, resource: &str, ns: &str) -> bool {
     use k8s_openapi::api::authorization::v1::{
         ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
@@ -504,6 +504,7 @@ async fn may(client: &Client, user: &str, verb: &str, resource: &str, ns: &str) 
             ]),
             resource_attributes: Some(ResourceAttributes {
                 verb: Some(verb.into()),
+                group: Some(if resource == "jobs" { "batch" } else { "" }.into()),
                 resource: Some(resource.into()),
                 namespace: Some(ns.into()),
                 ..Default::default()
@@ -597,6 +598,8 @@ async fn with_watch_namespaces_secrets_and_impersonation_reach_the_watched_names
         ("create", "secrets"),
         ("update", "secrets"),
         ("impersonate", "serviceaccounts"),
+        ("create", "jobs"),
+        ("list", "pods"),
     ] {
         assert!(
             may(&client, &me, verb, resource, watched).await,
