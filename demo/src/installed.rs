@@ -112,8 +112,8 @@ fn entry(name: &str, url: String) -> Value {
     })
 }
 
-/// The validating and mutating configurations (server-side applied: a second demo on the same
-/// cluster data would find them).
+/// The validating and mutating configurations, as the chart's, each with one webhook at `url`
+/// (server-side applied, so that registering again replaces them).
 async fn register(client: &kube::Client, url: &str) -> Result<()> {
     let pp = PatchParams::apply("pseudoflow-demo").force();
     let validating = json!({
