@@ -35,9 +35,12 @@ images: k8s real-node-setup
 tools:
 	bash charts/install-tools.sh
 
-## demo: a local cluster, the controller, the seed's example flows running to Succeeded.
+## demo: a local cluster, the controller as installed (webhooks, approval key, impersonation), the
+## seed's example flows running to Succeeded, a flow bound to seed 001's Database kind and an
+## approval waiting; kubectl-pf built beside it for the printed commands.
 demo: k8s
 	cargo build --locked -q -p pseudoflow-runtime --bin pseudoflow-step
+	cargo build --locked -q -p pseudoflow-cli --bin kubectl-pf
 	cargo run --locked -q -p pseudoflow-demo
 
 ## demo-real: the same flows on a cluster whose nodes are all real (cp-0, node-1: kubelet,

@@ -86,8 +86,8 @@ fn every_kopf_example_compiles() {
     }
 }
 
-/// Installs the seed's Database CRD as written (`examples/kopf/database-crd.yaml`) and waits
-/// until its kind is served.
+/// Installs the seed's Database CRD (`examples/kopf/database-crd.yaml`: as written, plus
+/// `status.podName`) and waits until its kind is served.
 async fn install_database_crd(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
     let text = std::fs::read_to_string(example("database-crd.yaml")).unwrap();
     common::seed::apply_text(client, &text).await;
@@ -160,6 +160,16 @@ async fn the_database_operator_of_seed_001_serves_every_database_object() {
             phase_of(&databases, name).await == "Running"
         })
         .await;
+    }
+    // What the kopf handler returned ({'pod-name': ...}) is in status, once Running.
+    for name in ["postgres-test", "mysql-dev"] {
+        let db = databases.get(name).await.unwrap();
+        assert_eq!(
+            db.data["status"]["podName"],
+            format!("{name}-pod"),
+            "{:#}",
+            db.data["status"]
+        );
     }
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let (image, env, pod) = database_pod(&pods, "postgres-test").await;
@@ -378,7 +388,8 @@ async fn the_mysql_operator_of_seed_004_serves_mysql_objects_with_backup_restore
 
     // Created: the flow makes the volumes, claims, server and Service; there is nothing to restore.
     apply(&client, mysql_instance(&ns, "otuspassword")).await;
-    wait_mysql_running(&mysqls, 1).await;
+    let status = wait_mysql_running(&mysqls, 1).await;
+    assert_eq!(status["message"], "No backup to restore", "{status:#}");
     let volumes: Api<PersistentVolume> = Api::all(client.clone());
     for v in ["backup", "data"] {
         let pv = volumes
@@ -446,6 +457,8 @@ async fn the_mysql_operator_of_seed_004_serves_mysql_objects_with_backup_restore
     assert_ne!(Some(&second_uid), first_uid.as_ref());
     let status = wait_mysql_running(&mysqls, 1).await;
     assert_eq!(status["phase"], "Running", "{status:#}");
+    // The seed's "(*) Status subresource": the restore's outcome in status.message.
+    assert_eq!(status["message"], "Restoring DB have succeed", "{status:#}");
     let events = event_messages(&client, &ns, &child).await;
     assert!(
         events
@@ -473,7 +486,11 @@ async fn the_mysql_operator_of_seed_004_serves_mysql_objects_with_backup_restore
     // ...survives a later run: a password change (the seed's @kopf.on.field('password')) runs
     // ALTER USER in the server and restarts it, and restores nothing over the live data.
     apply(&client, mysql_instance(&ns, "n3w-s3cret")).await;
-    wait_mysql_running(&mysqls, 2).await;
+    let status = wait_mysql_running(&mysqls, 2).await;
+    assert_eq!(
+        status["message"], "Restoring DB have succeed",
+        "a run that restores nothing keeps the message: {status:#}"
+    );
     let (ok, out) = mysql_in_pod(&ns, "n3w-s3cret", "select * from test;").await;
     assert!(ok, "kubectl exec with the new password: {out}");
     assert_eq!(
@@ -589,6 +606,11 @@ async fn the_secret_sync_controller_of_seed_002_follows_its_source_and_deletes_i
         ready_of(&synchs, "secretsync-a").await["status"] == "True"
     })
     .await;
+    let copied_to = |name: &'static str| {
+        let synchs = synchs.clone();
+        async move { synchs.get(name).await.unwrap().data["status"]["copiedTo"].clone() }
+    };
+    assert_eq!(copied_to("secretsync-a").await, json!([&a, &b]));
 
     // The seed's part 3.2: an edit of the source reaches every copy within seconds (a watch,
     // no schedule), as a run of the SecSynch's flow naming the Secret.
@@ -606,6 +628,26 @@ async fn the_secret_sync_controller_of_seed_002_follows_its_source_and_deletes_i
     assert_eq!(
         flow.data["spec"]["bound"]["trigger"],
         json!({"event": "update", "changed": ["Secret/registry-credentials"]})
+    );
+
+    // A namespace removed from destinationNamespaces loses its copy (the seed's controller
+    // left it, even once the SecSynch was deleted); the one still listed keeps its copy.
+    apply(&client, secsynch(&ns, "secretsync-a", &[&a])).await;
+    eventually(90, &format!("the copy in {b} is deleted"), || async {
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), &b);
+        let copy = secrets.get_opt("registry-credentials").await.unwrap();
+        copy.is_none()
+    })
+    .await;
+    eventually(
+        60,
+        "status.copiedTo names the one namespace left",
+        || async { copied_to("secretsync-a").await == json!([&a]) },
+    )
+    .await;
+    assert!(
+        copy_holds(a.clone(), "bmV3LWNhbmFyeQ==").await,
+        "the copy in {a} stays"
     );
 
     // A SecSynch naming a namespace the flow's ServiceAccount may not write: its copy runs as

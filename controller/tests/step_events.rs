@@ -1,6 +1,9 @@
-//! An Event for every step, not only for steps that run in a Job (seed §5): sleep,
-//! eval, template to a variable, a structural step's start and end, a branch left out, a failure
-//! before any Job exists, and steps aborted by the flow's timeout.
+//! An Event for every step, not only for steps that run in a Job (seed §5): every one of the
+//! step types, each in a flow that runs it (sleep, eval, template to a variable, a structural
+//! step's start and end, a branch left out, a failure before any Job exists; API steps, node
+//! steps in a `loopNodes`, node maintenance, an approval that times out and the `onError` that
+//! handles it), and steps aborted by the flow's timeout. A unit test checks that the two flows
+//! together use every type the registry knows.
 
 use std::collections::BTreeSet;
 
@@ -8,7 +11,7 @@ use serde_json::json;
 
 mod common;
 
-use common::{create_flow, flow_events, setup, wait_done};
+use common::{apply, create_flow, flow_events, setup, wait_done};
 
 /// Every (reason, the step path leading its message) the flow's Events say, with the messages.
 async fn told(
@@ -32,8 +35,57 @@ fn has(pairs: &BTreeSet<(String, String)>, reason: &str, at: &str) -> bool {
     pairs.contains(&(reason.to_string(), at.to_string()))
 }
 
+/// The step types the first flow uses (`told`): steps the controller runs itself (sleep, eval,
+/// template, log), structural ones (loop, if) and an apply that fails before its Job exists.
+const TOLD_TYPES: [&str; 7] = ["sleep", "eval", "template", "loop", "if", "log", "apply"];
+
+/// The step types the second flow uses (`told-rest`), each with the path of one of its steps
+/// and the reason its Event gives.
+const REST: [(&str, &str, &str); 24] = [
+    ("waitFor", "StepSucceeded", "spec.steps[1]"),
+    ("copy", "StepSucceeded", "spec.steps[2]"),
+    ("setLabel", "StepSucceeded", "spec.steps[3]"),
+    ("removeLabel", "StepSucceeded", "spec.steps[4]"),
+    ("patchLabel", "StepSucceeded", "spec.steps[6]"),
+    ("delete", "StepSucceeded", "spec.steps[7]"),
+    ("applyFile", "StepSucceeded", "spec.steps[8]"),
+    ("deleteFile", "StepSucceeded", "spec.steps[9]"),
+    ("include", "StepSucceeded", "spec.steps[10]"),
+    ("when", "StepSucceeded", "spec.steps[11]"),
+    ("exec", "StepSucceeded", "spec.steps[12]"),
+    ("script", "StepSucceeded", "spec.steps[13]"),
+    ("parallel", "StepSucceeded", "spec.steps[14]"),
+    ("retry", "StepSucceeded", "spec.steps[15]"),
+    ("includeFlow", "StepSucceeded", "spec.steps[16]"),
+    ("loopNodes", "StepSucceeded", "spec.steps[17]"),
+    ("configFile", "StepSucceeded", "spec.steps[17].steps[0]"),
+    ("patchFile", "StepSucceeded", "spec.steps[17].steps[1]"),
+    ("execNode", "StepSucceeded", "spec.steps[17].steps[2]"),
+    ("cordon", "StepSucceeded", "spec.steps[18]"),
+    ("uncordon", "StepSucceeded", "spec.steps[19]"),
+    ("drain", "StepSucceeded", "spec.steps[20]"),
+    // No webhook signs an approval here: it waits until its timeout fails it, and the onError
+    // after it handles that. An onError has no start or end Event of its own (it is not a
+    // step of the DAG but the handler of the step before it): it is told by the Events of the
+    // steps it runs, at their paths under it.
+    ("approval", "StepFailed", "spec.steps[22]"),
+    ("onError", "StepSucceeded", "spec.steps[23].steps[0]"),
+];
+
+#[test]
+fn the_two_flows_use_every_step_type() {
+    let mut used: BTreeSet<&str> = TOLD_TYPES.into_iter().collect();
+    used.extend(REST.iter().map(|(ty, _, _)| *ty));
+    let all: BTreeSet<&str> = pseudoflow_crd::steps::registry::STEP_TYPES
+        .iter()
+        .copied()
+        .collect();
+    assert_eq!(used, all, "types not told: {:?}", all.difference(&used));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_step_type_is_told_by_an_event_naming_its_path() {
+async fn controller_steps_branches_and_a_failure_before_any_job_are_told_by_an_event_naming_their_path(
+) {
     let (client, ns, ctl) = setup(
         "stepevents",
         json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "create", "patch"]}]),
@@ -67,6 +119,7 @@ async fn every_step_type_is_told_by_an_event_naming_its_path() {
     let status = wait_done(&client, &ns, "told", 120).await;
     assert_eq!(status["phase"], "Succeeded", "{status:#}");
     let (pairs, all) = told(&client, &ns, "told").await;
+    // Every type of TOLD_TYPES is among these.
     let expected = [
         // A sleep is a timer of the controller: started in one reconcile, ended in a later one.
         ("StepStarted", "spec.steps[0]"),
@@ -123,6 +176,118 @@ async fn every_step_type_is_told_by_an_event_naming_its_path() {
         .filter(|e| e.starts_with("StepSucceeded: spec.steps[1]:"))
         .count();
     assert_eq!(ends, 1, "{all:#?}");
+    ctl.abort();
+}
+
+/// The objects `told-rest` works on: a manifest and steps in its artifacts ConfigMap, and a
+/// flow for `includeFlow` to include.
+async fn rest_fixtures(client: &kube::Client, ns: &str) {
+    apply(
+        client,
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "artifacts", "namespace": ns},
+            "data": {
+                "cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: from-file}\ndata: {v: '1'}\n",
+                "steps.yaml": "- type: log\n  message: included\n",
+            }}),
+    )
+    .await;
+    create_flow(
+        client,
+        ns,
+        "other",
+        json!({"steps": [{"type": "log", "message": "from the other flow"}]}),
+    )
+    .await;
+}
+
+/// The second flow: one step of every type the first does not use (`REST`, by index).
+fn rest_steps() -> serde_json::Value {
+    let node_file = "/etc/pseudoflow/told";
+    json!([
+        {"type": "apply", "manifests": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: src}\ndata: {k: v}\n"},
+        {"type": "waitFor", "resource": {"kind": "ConfigMap", "name": "src"}, "condition": "Exist", "timeoutSeconds": 30},
+        {"type": "copy", "from": {"kind": "ConfigMap", "name": "src"}, "to": [{"namespace": "${ns}", "name": "dst"}]},
+        {"type": "setLabel", "target": {"kind": "ConfigMap", "name": "dst"}, "labels": {"a": "b"}},
+        {"type": "removeLabel", "target": {"kind": "ConfigMap", "name": "dst"}, "keys": ["a"]},
+        {"type": "eval", "expression": "{'dst': {'c': 'd'}}", "var": "by_name"},
+        {"type": "patchLabel", "target": {"kind": "ConfigMap", "selector": ""}, "fromVar": "by_name"},
+        {"type": "delete", "target": {"kind": "ConfigMap", "name": "dst"}},
+        {"type": "applyFile", "path": "cm.yaml"},
+        {"type": "deleteFile", "path": "cm.yaml"},
+        {"type": "include", "source": {"configMapRef": {"name": "artifacts", "key": "steps.yaml"}}, "as": "steps"},
+        {"type": "when", "condition": {"resource": {"kind": "ConfigMap", "name": "src"},
+            "jsonPath": "{.data.k}", "op": "equals", "value": "v"}},
+        {"type": "exec", "cmd": "echo hi", "var": "hi"},
+        {"type": "script", "code": "echo there", "var": "there"},
+        {"type": "parallel", "steps": [[{"type": "log", "message": "a"}], [{"type": "log", "message": "b"}]]},
+        {"type": "retry", "attempts": 2, "steps": [{"type": "log", "message": "r"}]},
+        {"type": "includeFlow", "name": "other"},
+        {"type": "loopNodes", "selector": "kubernetes.io/hostname=worker-0", "steps": [
+            {"type": "configFile", "path": node_file, "content": "told\n"},
+            {"type": "patchFile", "path": node_file, "pattern": "told", "replace": "told twice"},
+            {"type": "execNode", "cmd": "true"}
+        ]},
+        // The control-plane node: tainted, so no test's pod runs there to be evicted.
+        {"type": "cordon", "node": "cp-0"},
+        {"type": "uncordon", "node": "cp-0"},
+        {"type": "drain", "node": "cp-0", "timeoutSeconds": 60},
+        {"type": "uncordon", "node": "cp-0"},
+        {"type": "approval", "name": "gate", "timeoutSeconds": 1},
+        {"type": "onError", "steps": [{"type": "eval", "expression": "'handled'", "var": "handled"}]},
+        {"type": "log", "message": "done"}
+    ])
+}
+
+/// What `told-rest`'s ServiceAccount needs: ConfigMaps and the included flow here; nodes and
+/// evictions for the node maintenance steps.
+fn rest_rights() -> (serde_json::Value, serde_json::Value) {
+    let here = json!([
+        {"apiGroups": [""], "resources": ["configmaps"],
+         "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"]},
+        {"apiGroups": ["ops.example.com"], "resources": ["pseudoflows"], "verbs": ["get"]},
+    ]);
+    let cluster = json!([
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
+    ]);
+    (here, cluster)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_other_step_type_is_told_by_an_event_naming_its_path() {
+    let (here, cluster) = rest_rights();
+    let (client, ns) = common::prepare("stepevents-rest", here, cluster).await;
+    let ctl = common::start_node_controller(&client, &ns).await;
+    rest_fixtures(&client, &ns).await;
+    let steps = rest_steps().to_string().replace("${ns}", &ns);
+    create_flow(
+        &client,
+        &ns,
+        "told-rest",
+        json!({"serviceAccountName": "flow", "artifacts": [{"configMap": "artifacts"}],
+            "steps": serde_json::from_str::<serde_json::Value>(&steps).unwrap()}),
+    )
+    .await;
+    let status = wait_done(&client, &ns, "told-rest", 240).await;
+    assert_eq!(status["phase"], "Succeeded", "{status:#}");
+    let (pairs, all) = told(&client, &ns, "told-rest").await;
+    // A step told at its path, or (for an instance of a loop) at its path and instance.
+    let told_at = |reason: &str, path: &str| {
+        pairs
+            .iter()
+            .any(|(r, at)| r == reason && (at == path || at.starts_with(&format!("{path} ["))))
+    };
+    let missing: Vec<_> = REST
+        .iter()
+        .filter(|(_, reason, path)| !told_at(reason, path))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "no Event for {missing:?}; Events:\n{}",
+        all.join("\n")
+    );
     ctl.abort();
 }
 

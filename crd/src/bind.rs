@@ -241,7 +241,7 @@ impl BindStatus {
         !self.phase_field.is_empty() || self.conditions || !self.fields.is_empty()
     }
 
-    /// Field names are plain identifiers and do not collide with the phase, `message` or
+    /// Field names are plain identifiers and do not collide with the phase or
     /// `conditions`; their values' expressions are checked with the flow's others.
     fn validate(&self, ctx: &mut Ctx) {
         let ident = |s: &str| {
@@ -257,10 +257,7 @@ impl BindStatus {
             if !ident(key) {
                 ctx.error(&at, format!("{key:?} is not a status field name"));
             } else if key == &self.phase_field
-                || matches!(
-                    key.as_str(),
-                    "message" | "conditions" | "observedGeneration"
-                )
+                || matches!(key.as_str(), "conditions" | "observedGeneration")
             {
                 ctx.error(&at, format!("{key:?} is written by the controller already"));
             }
@@ -299,7 +296,7 @@ mod tests {
         let p = problems(json!({
             "apiVersion": "a/b/c", "kind": "database",
             "selector": "a in (", "watchFields": [".spec.x", "spec[", "${x}"],
-            "status": {"phaseField": "a b", "fields": {"message": "x", "ok": "${y}"}}
+            "status": {"phaseField": "a b", "fields": {"conditions": "x", "ok": "${y}"}}
         }));
         let paths: Vec<&str> = p.iter().map(|s| s.split(": ").next().unwrap()).collect();
         assert_eq!(
@@ -311,7 +308,7 @@ mod tests {
                 "spec.bind.watchFields[1]",
                 "spec.bind.watchFields[2]",
                 "spec.bind.status.phaseField",
-                "spec.bind.status.fields.message"
+                "spec.bind.status.fields.conditions"
             ],
             "{p:#?}"
         );

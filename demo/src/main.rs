@@ -10,6 +10,12 @@
 //! DaemonSet runs the declared stand-in for its image (testenv/src/standins.rs). Ctrl-C stops
 //! the nodes and the control plane and removes what they made on the machine.
 //!
+//! `make demo` runs the controller as the chart installs it (`installed.rs`): its validating and
+//! mutating webhooks registered with the API server, the approval key and impersonation for
+//! bound flows. After the seed flows it applies a flow bound to seed 001's `Database` kind
+//! serving one `Database`, and a flow waiting at an approval step (`tour.rs`), and prints the
+//! commands to look at them.
+//!
 //! Demo-only shortcuts, said out loud: the flows' `default` ServiceAccounts get cluster-admin
 //! (the seed flows name no ServiceAccount), and third-party CRDs are open stand-ins. The node
 //! steps of the seed flows run in kube-system, which the demo opts in as an operator would: the
@@ -19,15 +25,15 @@
 //! the pod network, so it cannot call a webhook Service's pods.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use kube::api::{Api, DynamicObject};
-use pseudoflow_controller::metrics::Metrics;
 use pseudoflow_controller::reconcile::flow_resource;
-use pseudoflow_controller::{run_controller, Context};
 use pseudoflow_testenv::{apply::apply_text, seed, Options, TestEnv};
+
+mod installed;
+mod tour;
 
 const IMAGE: &str = "pseudoflow/runtime:demo";
 
@@ -59,20 +65,32 @@ async fn main() -> Result<()> {
         helm_install(&env, &root).await?;
     }
     seed::prepare(&env, &client, &root).await?;
-    match real {
-        None => start_controller(&client).await?,
+    apply_text(&client, NODE_STEPS_NAMESPACE_LABEL, None).await?;
+    let webhook_url = match real {
+        None => Some(start_controller(&env, &client).await?),
         Some(_) => {
-            apply_text(&client, NODE_STEPS_NAMESPACE_LABEL, None).await?;
             wait_controller_ready(&client).await?;
+            None
         }
-    }
+    };
     let names = seed::apply_flows(&client, &root).await?;
     let all_succeeded = watch_flows(&client, &names).await?;
     match real {
         None => show_worker_0(&env),
         Some(_) => show_real_node(&env, "node-1"),
     }
-    if real.is_some() {
+    if let Some(url) = webhook_url {
+        println!();
+        tour::start(&client, &root).await?;
+        let tools = [
+            pseudoflow_testenv::binaries::bin_dir(),
+            std::env::current_exe()?.parent().unwrap().to_path_buf(),
+        ];
+        println!(
+            "{}",
+            tour::closing_text(env.kubeconfig_path(), &tools, &url)
+        );
+    } else {
         println!(
             "\n{} in {:.1}s from the start (cluster, helm install, flows).",
             if all_succeeded {
@@ -82,8 +100,8 @@ async fn main() -> Result<()> {
             },
             t0.elapsed().as_secs_f64()
         );
+        println!("\nThe cluster keeps running. Try:\n  export KUBECONFIG={}\n  kubectl get pf -A\n  kubectl describe pf -n kube-system setup-nodelocaldns\nCtrl-C stops everything.", env.kubeconfig_path().display());
     }
-    println!("\nThe cluster keeps running. Try:\n  export KUBECONFIG={}\n  kubectl get pf -A\n  kubectl describe pf -n kube-system setup-nodelocaldns\nCtrl-C stops everything.", env.kubeconfig_path().display());
     tokio::signal::ctrl_c().await?;
     println!("stopping");
     // Dropped here, not left to the exit: real nodes are stopped and their bridge removed.
@@ -236,20 +254,17 @@ async fn start_cluster() -> Result<TestEnv> {
     Ok(env)
 }
 
-/// The controller, in this process, with its metrics served; node steps allowed in
-/// kube-system (both halves of the opt-in), where the seed flows run them.
-async fn start_controller(client: &kube::Client) -> Result<()> {
-    let metrics = Arc::new(Metrics::default());
-    tokio::spawn(pseudoflow_controller::metrics::serve(
-        "127.0.0.1:8080".parse()?,
-        metrics.clone(),
-    ));
-    apply_text(client, NODE_STEPS_NAMESPACE_LABEL, None).await?;
-    let ctx = Context::new(client.clone(), IMAGE.into(), metrics)
-        .with_node_step_namespaces(["kube-system"].into_iter().collect());
-    tokio::spawn(run_controller(Arc::new(ctx), None));
-    println!("controller running (metrics on http://127.0.0.1:8080/metrics)\n");
-    Ok(())
+/// The controller, in this process, as installed (`installed.rs`), its metrics served; node
+/// steps allowed in kube-system (both halves of the opt-in), where the seed flows run them.
+/// Returns where its webhooks are served.
+async fn start_controller(env: &TestEnv, client: &kube::Client) -> Result<String> {
+    let started = installed::start(env, client, IMAGE).await?;
+    println!(
+        "controller running: admission webhooks at {} (registered with the API server), approval key in {}, metrics on http://127.0.0.1:8080/metrics\n",
+        started.webhook_url,
+        installed::NAMESPACE
+    );
+    Ok(started.webhook_url)
 }
 
 /// Prints a table of the flows (`names`: namespace, name) whenever it changes, until every

@@ -1,7 +1,9 @@
 //! `make images` (runtime-image/local/build.sh) builds the image runtime-image/Dockerfile
 //! describes: the same package list (runtime-image/tools.txt, read by both with the same
 //! expression), the same user, entrypoint and cmd, kubectl and pseudoflow-step at the same
-//! paths. When the archive is built (`make test` builds it first), its config is checked too.
+//! paths; the built archives' configs (user, entrypoint, cmd) are checked too. The archives must
+//! be built (`make images`; `make test` and CI build them first): a missing one fails the test,
+//! naming it, instead of leaving half the check undone.
 
 use std::path::{Path, PathBuf};
 
@@ -72,15 +74,7 @@ fn the_local_image_build_and_the_dockerfile_agree() {
     assert!(dockerfile.contains("--target x86_64-unknown-linux-musl"));
     assert!(script.contains("--target x86_64-unknown-linux-musl"));
 
-    let archive = pseudoflow_testenv::real_node::images_dir().join("runtime.oci.tar");
-    if !archive.is_file() {
-        eprintln!(
-            "{} not built (make images): only the build script was compared",
-            archive.display()
-        );
-        return;
-    }
-    let config = image_config(&archive);
+    let config = image_config(&built_archive("runtime"));
     assert_eq!(config["config"]["User"], user, "{config:#}");
     assert_eq!(
         config["config"]["Entrypoint"],
@@ -108,6 +102,25 @@ fn the_local_controller_image_and_its_dockerfile_agree() {
         script.contains("etc/ssl/certs/ca-certificates.crt") && script.contains("nonroot:x:65532")
     );
     assert!(script.contains("-p pseudoflow-controller --bin pseudoflow-controller"));
+
+    let config = image_config(&built_archive("controller"));
+    assert_eq!(config["config"]["User"], user, "{config:#}");
+    assert_eq!(
+        config["config"]["Entrypoint"],
+        dockerfile_json(&dockerfile, "ENTRYPOINT")
+    );
+}
+
+/// The archive `make images` builds for `image`; a missing one fails the test, naming it and
+/// how to build it (a skipped half would pass without checking the image anyone runs).
+fn built_archive(image: &str) -> PathBuf {
+    let archive = pseudoflow_testenv::real_node::images_dir().join(format!("{image}.oci.tar"));
+    assert!(
+        archive.is_file(),
+        "{} is missing: the {image} image is not built; run `make images` (CI does before the tests)",
+        archive.display()
+    );
+    archive
 }
 
 /// The image config of an OCI archive (index → manifest → config), read with `tar`.

@@ -24,7 +24,10 @@ pub fn object_phase(phase: Option<FlowPhase>) -> &'static str {
 }
 
 /// The status to merge into the object (without times: see [`with_times`]): the phase, the
-/// message (null unless Failed, so an old one goes), `fields` and the conditions.
+/// message, `fields` and the conditions. The message of a failed run is its failure; otherwise
+/// it is null (so an old failure goes), unless the flow declares a `message` field: then it is
+/// that field once a run succeeded and is left as it was meanwhile (seed 004 says how its
+/// restore went there, and a later run that restores nothing keeps it).
 pub fn object_status(
     bound: &Bound,
     phase: Option<FlowPhase>,
@@ -36,8 +39,12 @@ pub fn object_status(
     if !bound.status.phase_field.is_empty() {
         out.insert(bound.status.phase_field.clone(), json!(p));
     }
-    let failed_message = (p == "Failed").then(|| message.unwrap_or("the flow's run failed"));
-    out.insert("message".into(), json!(failed_message));
+    if p == "Failed" {
+        let failed = message.unwrap_or("the flow's run failed");
+        out.insert("message".into(), json!(failed));
+    } else if !bound.status.fields.contains_key("message") {
+        out.insert("message".into(), Value::Null);
+    }
     if bound.status.conditions {
         let generation = bound.object["metadata"]["generation"].as_i64();
         let said = message.unwrap_or(p);
@@ -67,7 +74,8 @@ pub fn with_times(mut status: Value, now: &str) -> Value {
     status
 }
 
-/// The declared `fields`, rendered over the run's variables once the run succeeded.
+/// The declared `fields`, rendered over the run's variables once the run succeeded; one that
+/// renders to `none` is left out, so its last value stays.
 fn rendered_fields(
     r: &Reconciling<'_>,
     spec: &PseudoFlowSpec,
@@ -90,6 +98,7 @@ fn rendered_fields(
     for (key, expr) in &bound.status.fields {
         let path = format!("spec.bind.status.fields.{key}");
         match r.ctx.engine.substitute_str(expr, &scope, &path) {
+            Ok((Value::Null, _)) => {}
             Ok((v, _)) => {
                 out.insert(key.clone(), v);
             }
@@ -200,5 +209,22 @@ mod tests {
         b.status.conditions = false;
         let s = object_status(&b, Some(FlowPhase::Succeeded), None, Map::new());
         assert_eq!(s, json!({"message": null}));
+    }
+
+    #[test]
+    fn a_declared_message_is_written_on_success_kept_meanwhile_and_replaced_by_a_failure() {
+        let mut b = bound();
+        b.status.conditions = false;
+        b.status.fields.insert("message".into(), "${said}".into());
+        let said = Map::from_iter([("message".to_string(), json!("Restoring DB have succeed"))]);
+        let s = object_status(&b, Some(FlowPhase::Succeeded), None, said);
+        assert_eq!(
+            s,
+            json!({"phase": "Running", "message": "Restoring DB have succeed"})
+        );
+        let s = object_status(&b, Some(FlowPhase::Running), None, Map::new());
+        assert_eq!(s, json!({"phase": "Creating"}), "left as it was");
+        let s = object_status(&b, Some(FlowPhase::Failed), Some("boom"), Map::new());
+        assert_eq!(s, json!({"phase": "Failed", "message": "boom"}));
     }
 }
