@@ -47,7 +47,7 @@ pub async fn start(env: &TestEnv, client: &kube::Client, image: &str) -> Result<
         .await
         .context("the approval key")?;
     let metrics = Arc::new(Metrics::default());
-    let webhook_url = serve_webhooks(client, metrics.clone(), key.clone()).await?;
+    let webhook_url = serve_webhooks(env, client, metrics.clone(), key.clone()).await?;
     tokio::spawn(pseudoflow_controller::metrics::serve(
         "127.0.0.1:8080".parse()?,
         metrics.clone(),
@@ -66,6 +66,7 @@ pub async fn start(env: &TestEnv, client: &kube::Client, image: &str) -> Result<
 /// free loopback port with the certificate the controller makes (its CA written into both),
 /// and waits until the API server calls them. Returns the base URL.
 async fn serve_webhooks(
+    env: &TestEnv,
     client: &kube::Client,
     metrics: Arc<Metrics>,
     key: approval::Key,
@@ -85,8 +86,15 @@ async fn serve_webhooks(
         validity: tls::VALIDITY_SECONDS,
     });
     let (client2, router) = (client.clone(), http::router(state));
+    // Only the API server may call it (its admission client certificate), as the chart's
+    // `webhook.clientAuth` sets it up: a stamp is never minted for a caller on the network.
+    let api_server_only = http::ClientAuth {
+        ca_file: env.webhook_client_ca(),
+        names: vec![pseudoflow_testenv::certs::WEBHOOK_CLIENT_CN.to_string()],
+    };
     tokio::spawn(async move {
-        if let Err(e) = http::serve_webhook(client2, listener, router, cert).await {
+        let served = http::serve_webhook(client2, listener, router, cert, Some(api_server_only));
+        if let Err(e) = served.await {
             // Every flow change would be refused (failure policy Fail): say so and stop.
             eprintln!("the admission webhook stopped: {e}");
             std::process::exit(1);
