@@ -64,7 +64,14 @@ pub fn compile_with(
     }
     let mut budget = Budget::new(limits);
     let api_steps = crate::placement::ApiStepsIn::of(&spec);
-    let plan = build_plan(&spec.steps, "spec.steps", "", expansions, &mut budget, api_steps);
+    let plan = build_plan(
+        &spec.steps,
+        "spec.steps",
+        "",
+        expansions,
+        &mut budget,
+        api_steps,
+    );
     let on_delete = spec
         .on_delete
         .as_deref()

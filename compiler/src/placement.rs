@@ -50,8 +50,7 @@ pub(crate) fn mark_in_controller(g: &mut DiGraph<PlanNode, EdgeKind>, api_steps:
         let n = &mut g[i];
         let eligible = n.kind == NodeKind::Action
             && n.placement == Placement::Api
-            && n
-                .step
+            && n.step
                 .as_ref()
                 .is_some_and(|s| !s.isolate && s.kind.params().runs_in_controller());
         if eligible {
@@ -82,7 +81,10 @@ mod tests {
     fn a_plain_flow_runs_its_api_steps_in_fused_jobs() {
         let nodes = in_controller(json!({"steps": [cm("a"), cm("b")]}));
         assert!(nodes.iter().all(|(_, c, _)| c.is_none()), "{nodes:?}");
-        assert!(nodes.iter().all(|(_, _, s)| s.is_some()), "fused: {nodes:?}");
+        assert!(
+            nodes.iter().all(|(_, _, s)| s.is_some()),
+            "fused: {nodes:?}"
+        );
     }
 
     #[test]
@@ -95,11 +97,17 @@ mod tests {
             cm("b"),
         ]}));
         let by_id = |id: &str| nodes.iter().find(|(i, ..)| i == id).cloned().unwrap();
-        assert_eq!(by_id("s0").1.as_deref(), Some("options.apiSteps: Controller"));
+        assert_eq!(
+            by_id("s0").1.as_deref(),
+            Some("options.apiSteps: Controller")
+        );
         assert!(by_id("s1").1.is_some(), "waitFor: {nodes:?}");
         assert_eq!(by_id("s2").1, None, "exec runs a command: a pod");
         assert_eq!(by_id("s3").1, None, "applyFile reads files: a pod");
-        assert!(nodes.iter().all(|(_, c, s)| !(c.is_some() && s.is_some())), "{nodes:?}");
+        assert!(
+            nodes.iter().all(|(_, c, s)| !(c.is_some() && s.is_some())),
+            "{nodes:?}"
+        );
     }
 
     #[test]
@@ -111,7 +119,9 @@ mod tests {
         ]}));
         assert_eq!(nodes[0].1.as_deref(), Some("bound flow"));
         assert_eq!(nodes[1].1, None, "isolate asks for a pod: {nodes:?}");
-        let nodes = in_controller(json!({"bound": bound, "options": {"apiSteps": "Job"}, "steps": [cm("a")]}));
+        let nodes = in_controller(
+            json!({"bound": bound, "options": {"apiSteps": "Job"}, "steps": [cm("a")]}),
+        );
         assert_eq!(nodes[0].1, None);
     }
 }

@@ -186,8 +186,9 @@ async fn run(client: Client, input: ExecutorInput) -> StepResult {
         ));
     }
     // No node root and no program to enter one: nothing here acts on a node.
-    let ctx = pseudoflow_runtime::ExecCtx::new(input, PathBuf::from("/nonexistent"), "false".into())
-        .with_client(client);
+    let ctx =
+        pseudoflow_runtime::ExecCtx::new(input, PathBuf::from("/nonexistent"), "false".into())
+            .with_client(client);
     let limit = Duration::from_secs(MAX_STEP_IN_CONTROLLER_SECONDS);
     match tokio::time::timeout(limit, pseudoflow_runtime::execute(&ctx, &step)).await {
         Ok(Ok(result)) => result,

@@ -58,14 +58,30 @@ async fn a_bound_flow_serves_an_object_without_a_job_or_a_pod() {
             "steps": [{"type": "apply", "manifests": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ${object.metadata.name}-size\ndata:\n  size: \"${object.spec.size}\"\n"}]}),
     )
     .await;
-    apply(&client, kind.object(&ns, "g1", json!({"size": 3}))).await;
-    common::eventually(60, "gadget g1 Running", || async {
-        let g = gadgets.get("g1").await.unwrap();
-        g.data["status"]["phase"] == "Running"
-    })
-    .await;
-    let made = config_map(&client, &ns, "g1-size").await.expect("its ConfigMap");
-    assert_eq!(made.data.unwrap()["size"], "3");
+    apply(&client, kind.object(&ns, "g1", json!({"size": "3Gi"}))).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while gadgets.get("g1").await.unwrap().data["status"]["phase"] != "Running" {
+        if std::time::Instant::now() > deadline {
+            let flows = common::flows(&client, &ns)
+                .list(&Default::default())
+                .await
+                .unwrap();
+            let states: Vec<_> = flows
+                .items
+                .iter()
+                .map(|f| (f.metadata.name.clone(), f.data["status"].clone()))
+                .collect();
+            panic!(
+                "gadget g1 not Running in 60 s: {:#?}; flows {states:#?}",
+                gadgets.get("g1").await.unwrap().data
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let made = config_map(&client, &ns, "g1-size")
+        .await
+        .expect("its ConfigMap");
+    assert_eq!(made.data.unwrap()["size"], "3Gi");
     assert!(
         jobs(&client, &ns).await.is_empty(),
         "the object's run made no Job"
@@ -150,13 +166,17 @@ async fn steps_keep_their_status_timeouts_and_continue_on_error() {
     for i in [0, 1, 3, 4] {
         let s = step(&st, &format!("spec.steps[{i}]"));
         assert_eq!(s["phase"], "Succeeded", "{st:#}");
-        assert!(s["startedAt"].is_string() && s["finishedAt"].is_string(), "{s:#}");
+        assert!(
+            s["startedAt"].is_string() && s["finishedAt"].is_string(),
+            "{s:#}"
+        );
     }
     assert!(config_map(&client, &ns, "three").await.is_some());
     assert!(jobs(&client, &ns).await.is_empty());
     let said = notes(&client, &ns, "st").await;
     assert!(
-        said.iter().any(|n| n.contains("spec.steps[2]") && n.contains("timed out")),
+        said.iter()
+            .any(|n| n.contains("spec.steps[2]") && n.contains("timed out")),
         "{said:#?}"
     );
 }
@@ -188,7 +208,9 @@ async fn a_step_waiting_when_its_controller_stops_is_run_by_the_next_one() {
         .patch(
             "later",
             &PatchParams::apply("test"),
-            &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "later"}})),
+            &Patch::Apply(
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "later"}}),
+            ),
         )
         .await
         .unwrap();

@@ -83,7 +83,9 @@ fn kopf_binary() -> PathBuf {
 async fn start(env: &TestEnv, client: &Client, dir: &Path, ns: &str, kopf: bool) -> Operator {
     if !kopf {
         let p = ControllerProcess::spawn(env, dir, ns, &format!("{ns}-controller.log"));
-        apply::apply_value(client, bound_flow(ns), None).await.unwrap();
+        apply::apply_value(client, bound_flow(ns), None)
+            .await
+            .unwrap();
         return Operator::Flow(p);
     }
     let operator = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../bench/kopf/operator.py");
@@ -156,9 +158,13 @@ pub async fn run(
         let op = start(env, client, dir, &ns, kopf).await;
         // Warm-up: the operator is up and serving.
         let one = |name: String| HashSet::from([name]);
-        apply::apply_value(client, gadgets.object(&ns, "warm", json!({"size": "1Gi"})), None)
-            .await
-            .unwrap();
+        apply::apply_value(
+            client,
+            gadgets.object(&ns, "warm", json!({"size": "1Gi"})),
+            None,
+        )
+        .await
+        .unwrap();
         assert!(
             all_ready(&api, &one("warm".into()), Duration::from_secs(120)).await,
             "{driver}: warm-up object not Ready in 120 s (logs in {})",
@@ -168,9 +174,13 @@ pub async fn run(
         for i in 0..5 {
             let name = format!("one-{i}");
             let t = Instant::now();
-            apply::apply_value(client, gadgets.object(&ns, &name, json!({"size": "1Gi"})), None)
-                .await
-                .unwrap();
+            apply::apply_value(
+                client,
+                gadgets.object(&ns, &name, json!({"size": "1Gi"})),
+                None,
+            )
+            .await
+            .unwrap();
             assert!(all_ready(&api, &one(name), Duration::from_secs(60)).await);
             latencies.push(t.elapsed());
         }
@@ -179,7 +189,11 @@ pub async fn run(
         rows.push(row(
             format!("{title}: one object create → Ready"),
             driver,
-            format!("{} ({}, 5 runs)", common::secs(median), common::spread(&latencies)),
+            format!(
+                "{} ({}, 5 runs)",
+                common::secs(median),
+                common::spread(&latencies)
+            ),
             &flow_figures,
             0,
             median,
@@ -210,7 +224,10 @@ pub async fn run(
                 &flow_figures,
                 figures.len() - 1,
                 took,
-                format!("peak RSS (VmHWM) so far {:.1} MiB", op.peak_kib() as f64 / 1024.0),
+                format!(
+                    "peak RSS (VmHWM) so far {:.1} MiB",
+                    op.peak_kib() as f64 / 1024.0
+                ),
             ));
         }
         if !kopf {

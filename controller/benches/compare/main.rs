@@ -59,7 +59,11 @@ async fn main() {
     let kopf_counts: Vec<usize> = std::env::var("PSEUDOFLOW_BENCH_KOPF_OBJECTS")
         .unwrap_or_else(|_| "200,1000".into())
         .split(',')
-        .map(|n| n.trim().parse().expect("PSEUDOFLOW_BENCH_KOPF_OBJECTS: numbers"))
+        .map(|n| {
+            n.trim()
+                .parse()
+                .expect("PSEUDOFLOW_BENCH_KOPF_OBJECTS: numbers")
+        })
         .collect();
     let scale_timeout =
         Duration::from_secs(common::env_usize("PSEUDOFLOW_BENCH_SCALE_TIMEOUT", 3600) as u64);

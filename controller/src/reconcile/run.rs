@@ -148,12 +148,13 @@ impl Driving<'_> {
             .collect();
         // Steps the controller runs itself: folded when they ended, started again when this
         // controller does not know them (it restarted); no Job to read.
-        let (mine, running): (Vec<_>, Vec<_>) = running.into_iter().partition(|(n, ..)| {
-            plan.node(n).is_some_and(|n| n.in_controller.is_some())
-        });
+        let (mine, running): (Vec<_>, Vec<_>) = running
+            .into_iter()
+            .partition(|(n, ..)| plan.node(n).is_some_and(|n| n.in_controller.is_some()));
         for (node_id, key, inst) in mine {
             let node = plan.node(&node_id).expect("from the plan");
-            self.run_in_controller(run, node, &key, inst.attempt).await?;
+            self.run_in_controller(run, node, &key, inst.attempt)
+                .await?;
         }
         if running.is_empty() {
             ctx.nodes
@@ -307,7 +308,11 @@ impl Driving<'_> {
         for a in actions {
             if let WalkAction::Abort { node, key } = a {
                 let inst = run.state.get(node, key);
-                if self.plan.node(node).is_some_and(|n| n.in_controller.is_some()) {
+                if self
+                    .plan
+                    .node(node)
+                    .is_some_and(|n| n.in_controller.is_some())
+                {
                     let work = self.in_controller_key(run, node, key, inst.attempt);
                     self.r.ctx.in_controller.abort(&work);
                     continue;
