@@ -80,6 +80,7 @@ chart-test:
 ## (PSEUDOFLOW_BENCH_SCALE_FLOWS), the controller's peak RSS. See controller/benches/compare/.
 bench: k8s images
 	bash bench/setup-ansible.sh
+	bash bench/setup-kopf.sh
 	cargo bench --locked -p pseudoflow-compiler
 	cargo build --release --locked -q -p pseudoflow-runtime --bin pseudoflow-step
 	cargo build --release --locked -q -p pseudoflow-controller --bin pseudoflow-controller

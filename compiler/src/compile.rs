@@ -63,11 +63,19 @@ pub fn compile_with(
         return Err(diags);
     }
     let mut budget = Budget::new(limits);
-    let plan = build_plan(&spec.steps, "spec.steps", "", expansions, &mut budget);
+    let api_steps = crate::placement::ApiStepsIn::of(&spec);
+    let plan = build_plan(
+        &spec.steps,
+        "spec.steps",
+        "",
+        expansions,
+        &mut budget,
+        api_steps,
+    );
     let on_delete = spec
         .on_delete
         .as_deref()
-        .map(|s| build_plan(s, "spec.onDelete", "d", expansions, &mut budget));
+        .map(|s| build_plan(s, "spec.onDelete", "d", expansions, &mut budget, api_steps));
     if budget.diags.has_errors() {
         diags.extend(budget.diags);
         return Err(diags);

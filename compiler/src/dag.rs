@@ -117,6 +117,7 @@ pub fn build_plan(
     id_prefix: &str,
     expansions: &Expansions,
     budget: &mut Budget,
+    api_steps: crate::placement::ApiStepsIn,
 ) -> Plan {
     let mut b = Builder {
         g: DiGraph::new(),
@@ -142,6 +143,7 @@ pub fn build_plan(
     let end = b.structural(&scope, join_id(id_prefix, "end"), "end", NodeKind::End);
     b.g.add_edge(start, body.entry, EdgeKind::Next);
     b.connect(&body.exits, end);
+    crate::placement::mark_in_controller(&mut b.g, api_steps);
     crate::fuse::mark_segments(&mut b.g);
     Plan::new(b.g, start, end)
 }
@@ -187,6 +189,7 @@ impl Builder<'_> {
             step: None,
             depth: scope.depth,
             segment: None,
+            in_controller: None,
         })
     }
 
@@ -280,6 +283,7 @@ impl Builder<'_> {
             step: Some(step.clone()),
             depth: scope.depth,
             segment: None,
+            in_controller: None,
         })
     }
 

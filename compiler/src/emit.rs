@@ -24,6 +24,13 @@ pub fn emit_node(
     let node = plan
         .node(plan.job_node(node))
         .expect("heads are plan nodes");
+    if let Some(why) = &node.in_controller {
+        return Err(EmitError::InController {
+            node: node_id.to_string(),
+            step_type: node.step_type.clone(),
+            why: why.clone(),
+        });
+    }
     if task_of(node).is_none() {
         return Err(EmitError::NoJob {
             node: node_id.to_string(),
@@ -79,6 +86,19 @@ pub enum EmitError {
         node: String,
         /// Its step type.
         step_type: String,
+    },
+    /// The node is an API step the controller runs itself, as the flow's ServiceAccount.
+    #[error(
+        "node {node} ({step_type}) runs in the controller as the flow's ServiceAccount ({why}) \
+         and has no Job; options.apiSteps: Job gives it one"
+    )]
+    InController {
+        /// The node's id.
+        node: String,
+        /// Its step type.
+        step_type: String,
+        /// Why the compiler placed it there.
+        why: String,
     },
     /// Lowering the node failed.
     #[error(transparent)]

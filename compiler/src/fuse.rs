@@ -98,7 +98,12 @@ enum Fusable {
 fn fusable(n: &PlanNode) -> Option<Fusable> {
     let step = n.step.as_ref()?;
     // An `approval` waits in the controller for a person: a Job must not run past it.
-    if n.kind != NodeKind::Action || step.isolate || step.kind.params().awaits_decision() {
+    // Nor does a step the controller runs itself (`crate::placement`): it needs no pod.
+    if n.kind != NodeKind::Action
+        || step.isolate
+        || step.kind.params().awaits_decision()
+        || n.in_controller.is_some()
+    {
         return None;
     }
     match (&step.kind, n.placement) {

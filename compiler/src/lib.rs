@@ -14,6 +14,7 @@ pub mod included;
 pub mod limits;
 pub mod lower;
 pub mod names;
+pub mod placement;
 pub mod plan;
 pub mod render;
 pub mod result;

@@ -203,6 +203,19 @@ pub fn lower(inst: &NodeInstance, opts: &LowerOptions) -> Result<Lowered, LowerE
     })
 }
 
+/// The input of a step the controller runs itself (`PlanNode::in_controller`): what an
+/// executor Job would read for it, so the same executor code does the same work.
+pub fn in_controller_input(inst: &NodeInstance) -> ExecutorInput {
+    let name = job_name(
+        &inst.flow.name,
+        inst.run_id,
+        &inst.node.id,
+        inst.instance,
+        inst.attempt,
+    );
+    executor_input(inst, Task::Run, false, &name)
+}
+
 /// What the executor reads: the substituted step and where it runs; for a segment, every
 /// member and its journal's key. A segment's members keep their own timeouts (the Job's
 /// deadline bounds their sum).

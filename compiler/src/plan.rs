@@ -156,6 +156,10 @@ pub struct PlanNode {
     /// node, whose Job runs every member in order.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub segment: Option<String>,
+    /// For an API step the controller runs itself as the flow's ServiceAccount, instead of an
+    /// executor Job (`crate::placement`): why it does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub in_controller: Option<String>,
 }
 
 impl PlanNode {

@@ -114,6 +114,10 @@ fn detail(n: &PlanNode) -> String {
         } => format!("flow={flow} inheritVars={inherit_vars}"),
         _ => String::new(),
     };
+    if let Some(why) = &n.in_controller {
+        // Run by the controller as the flow's ServiceAccount: no Job, no pod.
+        let _ = write!(d, " inController=({why})");
+    }
     if let Some(head) = &n.segment {
         // Fused: this step runs in the Job its segment's head launches.
         let _ = write!(d, " sharedJob={head}");
@@ -145,6 +149,7 @@ fn compact(v: &Value) -> String {
 fn placement_word(n: &PlanNode) -> &'static str {
     use pseudoflow_crd::steps::Placement::*;
     match (crate::lower::task_of(n), n.placement) {
+        (Some(_), _) if n.in_controller.is_some() => "controller",
         (Some(_), Node) => "job@node",
         (Some(_), _) => "job",
         (None, Controller) => "controller",

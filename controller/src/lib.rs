@@ -11,6 +11,7 @@ pub mod approval;
 pub mod backoff;
 pub mod bind;
 pub mod http;
+pub mod in_controller;
 pub mod labels;
 pub mod leader;
 pub mod limits;

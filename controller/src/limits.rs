@@ -31,6 +31,22 @@ pub const MAX_INSTANCES: usize = 20_000;
 /// many flows are created together (`make bench`, its `scale` section).
 pub const MAX_CONCURRENT_RECONCILES: u16 = 16;
 
+/// API steps the controller runs itself at once, across all flows (the others wait for a
+/// turn): bounds its memory and its load on the API server (docs/decisions.md#api-steps-in-the-controller).
+pub const MAX_STEPS_IN_CONTROLLER: usize = 64;
+
+/// Of those, how many one flow may run at once: a flow with a thousand parallel `waitFor`s
+/// waits for its own turns and cannot take every turn from the other flows.
+pub const MAX_STEPS_IN_CONTROLLER_PER_FLOW: usize = 4;
+
+/// Longest a step run in the controller may take when neither it nor its type sets a timeout.
+pub const MAX_STEP_IN_CONTROLLER_SECONDS: u64 = 3600;
+
+/// How long a reconcile waits for a step it started in the controller before it lets the
+/// step finish on its own (its end then wakes the flow): most API steps end within it, so the
+/// run goes on in the same reconcile.
+pub const STEP_IN_CONTROLLER_WAIT_MS: u64 = 1000;
+
 /// `text` cut to at most `max` characters, ending in an ellipsis when cut.
 pub fn bounded(text: &str, max: usize) -> String {
     match text.char_indices().nth(max.saturating_sub(1)) {

@@ -726,7 +726,12 @@ async fn a_related_objects_content_change_starts_a_run_naming_it_as_the_service_
     })
     .await;
     assert!(started.elapsed() < Duration::from_secs(20));
-    assert_ne!(child_run(&client, &ns, "w").await, first);
+    // The step runs in the controller (a bound flow's API steps do), so its ConfigMap can be
+    // there a moment before the child's status names the new run.
+    eventually(10, "the child's status naming the new run", || async {
+        child_run(&client, &ns, "w").await != first
+    })
+    .await;
 }
 
 /// Binds Role `role` of `ns` to the flows' ServiceAccount `flow`.

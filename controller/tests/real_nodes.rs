@@ -492,7 +492,8 @@ async fn the_chart_runs_the_controller_as_a_deployment_that_survives_losing_its_
 /// A flow bound to a kind, served by the chart's controller pod: it watches, lists and
 /// finalizes the objects and writes their status as the flow's ServiceAccount, impersonated
 /// from the pod's in-cluster identity (the chart's ClusterRole, no rights on the kind); each
-/// object's run is an executor pod on a real node; a deleted object is let go.
+/// object's `apply` runs in that controller pod, as the flow's ServiceAccount, with no Job
+/// (`apiSteps` Auto: docs/decisions.md#api-steps-in-the-controller); a deleted object is let go.
 async fn a_bound_flow_is_served_by_the_charts_controller(client: &kube::Client, ns: &str) {
     use k8s_openapi::api::core::v1::ConfigMap;
     use kube::api::{Api, DeleteParams};
@@ -540,6 +541,13 @@ async fn a_bound_flow_is_served_by_the_charts_controller(client: &kube::Client, 
         .await
         .unwrap();
     assert_eq!(made.data.unwrap()["size"], "3Gi");
+    let jobs = pseudoflow_test_support::jobs(client, ns).await;
+    let of_gizmos: Vec<_> = jobs
+        .iter()
+        .filter_map(|j| j.metadata.name.as_deref())
+        .filter(|n| n.starts_with("gizmo"))
+        .collect();
+    assert!(of_gizmos.is_empty(), "the object's run made Jobs: {of_gizmos:?}");
     let g1 = gizmos.get("g1").await.unwrap();
     let finalizers = g1.metadata.finalizers.unwrap_or_default();
     assert!(

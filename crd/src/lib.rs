@@ -29,7 +29,7 @@ pub mod validate;
 
 pub use diagnostics::{Diagnostic, Diagnostics, Severity};
 pub use resource::PseudoFlow;
-pub use spec::{ArtifactSource, ConcurrencyPolicy, FlowOptions, PseudoFlowSpec};
+pub use spec::{ApiSteps, ArtifactSource, ConcurrencyPolicy, FlowOptions, PseudoFlowSpec};
 pub use status::{FlowPhase, PseudoFlowStatus, StepPhase, StepStatus};
 pub use step::{Step, StepKind};
 

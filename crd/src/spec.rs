@@ -94,6 +94,33 @@ pub struct FlowOptions {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = crate::limits::MAX_DURATION_SECONDS))]
     pub timeout_seconds: Option<u32>,
+    /// Where API steps that are safe to repeat (apply, delete, waitFor, labels, copy) run:
+    /// Auto (default) runs them in the controller as the flow's ServiceAccount for a flow bound
+    /// to a kind, in executor Jobs otherwise; Controller or Job decide for this flow
+    /// (docs/decisions.md#api-steps-in-the-controller).
+    #[serde(default, skip_serializing_if = "ApiSteps::is_auto")]
+    pub api_steps: ApiSteps,
+}
+
+/// Where a flow's repeatable API steps run (see [`FlowOptions::api_steps`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[schemars(transform = crate::enum_schema::plain_enum)]
+pub enum ApiSteps {
+    #[default]
+    /// In the controller for a flow bound to a kind (an object's reconcile answers in
+    /// milliseconds), in executor Jobs for any other flow.
+    Auto,
+    /// In the controller, as the flow's ServiceAccount (impersonated): no pod per step.
+    Controller,
+    /// In executor Jobs, as every other step.
+    Job,
+}
+
+impl ApiSteps {
+    /// Whether this is the default (not written out).
+    pub fn is_auto(&self) -> bool {
+        *self == ApiSteps::Auto
+    }
 }
 
 /// What happens when a new run is due while one is running.

@@ -18,14 +18,19 @@
 //!    time until every object is Ready, the controller's peak RSS.
 //! 6. Section 1 again on a cluster of 2 real nodes (containerd, runc, the runtime image of
 //!    `make images`), started after the simulated one stops (section `real`).
+//! 7. A flow bound to a kind vs the kopf operator it replaces (bench/kopf/operator.py), side by
+//!    side: one object create → Ready (median of 5) and `PSEUDOFLOW_BENCH_KOPF_OBJECTS`
+//!    (200,1000) objects at once, each process's peak RSS; on simulated nodes (section `kopf`)
+//!    and, with `real`, on the real-node cluster.
 //!
 //! Jobs are counted from a watch (every Job the flow owned, even if removed later), never assumed.
-//! `PSEUDOFLOW_BENCH_SECTIONS` (e.g. `apply,seed`) runs a subset (`latency,apply,seed,fanout,scale,bound,real`); the default is all.
+//! `PSEUDOFLOW_BENCH_SECTIONS` (e.g. `apply,seed`) runs a subset (`latency,apply,seed,fanout,scale,bound,kopf,real`); the default is all.
 
 mod apply50;
 mod bound;
 mod common;
 mod fanout;
+mod kopf;
 mod latency;
 mod process;
 mod scale;
@@ -46,11 +51,20 @@ async fn main() {
         return;
     }
     let sections = std::env::var("PSEUDOFLOW_BENCH_SECTIONS")
-        .unwrap_or_else(|_| "latency,apply,seed,fanout,scale,bound,real".into());
+        .unwrap_or_else(|_| "latency,apply,seed,fanout,scale,bound,kopf,real".into());
     let on = |s: &str| sections.split(',').any(|x| x.trim() == s);
     let runs = common::env_usize("PSEUDOFLOW_BENCH_RUNS", 3).max(1);
     let flows = common::env_usize("PSEUDOFLOW_BENCH_SCALE_FLOWS", 1000).max(1);
     let objects = common::env_usize("PSEUDOFLOW_BENCH_BOUND_OBJECTS", 1000).max(1);
+    let kopf_counts: Vec<usize> = std::env::var("PSEUDOFLOW_BENCH_KOPF_OBJECTS")
+        .unwrap_or_else(|_| "200,1000".into())
+        .split(',')
+        .map(|n| {
+            n.trim()
+                .parse()
+                .expect("PSEUDOFLOW_BENCH_KOPF_OBJECTS: numbers")
+        })
+        .collect();
     let scale_timeout =
         Duration::from_secs(common::env_usize("PSEUDOFLOW_BENCH_SCALE_TIMEOUT", 3600) as u64);
     let step = common::sibling_binary(
@@ -108,11 +122,19 @@ async fn main() {
         common::print_partial(&rows);
     }
     if on("scale") {
-        rows.extend(scale::run(&env, &client, &dir, flows, scale_timeout).await);
+        for design in ["Controller", "Job"] {
+            rows.extend(scale::run(&env, &client, &dir, flows, scale_timeout, design).await);
+            common::print_partial(&rows);
+        }
         common::print_partial(&rows);
     }
     if on("bound") {
         rows.extend(bound::run(&env, &client, &dir, objects, scale_timeout).await);
+        common::print_partial(&rows);
+    }
+    if on("kopf") {
+        let title = "7. simulated nodes";
+        rows.extend(kopf::run(&env, &client, &dir, &kopf_counts, scale_timeout, title).await);
         common::print_partial(&rows);
     }
     if on("real") {
@@ -137,6 +159,10 @@ async fn main() {
         rows.extend(apply50::run(&real, &client, &dir, runs, image, "6. on 2 real nodes:").await);
         common::print_partial(&rows);
         rows.extend(seed::run(&real, &client, &repo, image, "real nodes").await);
+        if on("kopf") {
+            let title = "7. on 2 real nodes";
+            rows.extend(kopf::run(&real, &client, &dir, &kopf_counts, scale_timeout, title).await);
+        }
         rows.push(image_sizes());
     }
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());

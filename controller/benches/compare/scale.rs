@@ -1,7 +1,9 @@
 //! Benchmark 4: many flows of 5 `apply` steps created at once, run by the controller as a
 //! separate process (the release `pseudoflow-controller` binary, as deployed) so that its peak
 //! RSS (`VmHWM` in /proc/<pid>/status) is its own. Wall time: from the first create to every flow
-//! Succeeded. `PSEUDOFLOW_BENCH_SCALE_FLOWS` (default 1,000) sets the count.
+//! Succeeded. `PSEUDOFLOW_BENCH_SCALE_FLOWS` (default 1,000) sets the count. Run once per design
+//! of where API steps run (`spec.options.apiSteps`): `Job` (each flow's steps fused into one
+//! executor Job) and `Controller` (the controller runs them as the flow's ServiceAccount).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -18,12 +20,12 @@ use crate::process::ControllerProcess;
 
 const STEPS: usize = 5;
 
-fn spec(ns: &str, flow: usize) -> Value {
+fn spec(ns: &str, flow: usize, api_steps: &str) -> Value {
     let steps: Vec<Value> = (0..STEPS)
         .map(|k| json!({"type": "apply", "manifests": {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": format!("scale-{flow}-{k}"), "namespace": ns}, "data": {"k": k.to_string()}}}))
         .collect();
-    json!({"serviceAccountName": "flow", "steps": steps})
+    json!({"serviceAccountName": "flow", "options": {"apiSteps": api_steps}, "steps": steps})
 }
 
 pub async fn run(
@@ -32,8 +34,9 @@ pub async fn run(
     dir: &Path,
     flows: usize,
     timeout: Duration,
+    api_steps: &str,
 ) -> Vec<Row> {
-    let ns = FlowNamespace::new("scale")
+    let ns = FlowNamespace::new(&format!("scale-{}", api_steps.to_lowercase()))
         .rules(json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "patch"]}]))
         .create(env, client)
         .await;
@@ -47,7 +50,7 @@ pub async fn run(
         client,
         (0..flows).map(|i| {
             json!({"apiVersion": "ops.example.com/v1alpha1", "kind": "PseudoFlow",
-            "metadata": {"name": format!("scale-{i}"), "namespace": ns}, "spec": spec(&ns, i)})
+            "metadata": {"name": format!("scale-{i}"), "namespace": ns}, "spec": spec(&ns, i, api_steps)})
         }),
     )
     .await;
@@ -84,12 +87,13 @@ pub async fn run(
     };
     vec![Row {
         workload: format!("4. {flows} flows of {STEPS} `apply` steps created at once"),
-        driver: "PseudoFlow (release `pseudoflow-controller` process)".into(),
+        driver: format!("PseudoFlow, `apiSteps: {api_steps}` (release `pseudoflow-controller` process)"),
         wall,
         jobs: counter.of_flows(|f| f.starts_with("scale-")).to_string(),
         ratio: "-".into(),
         notes: format!(
-            "controller peak RSS (VmHWM) {:.1} MiB ({:.1} MiB idle); all created in {}; until all Succeeded",
+            "{:.1} flows/s; controller peak RSS (VmHWM) {:.1} MiB ({:.1} MiB idle); all created in {}; until all Succeeded",
+            flows as f64 / took.as_secs_f64(),
             peak as f64 / 1024.0,
             idle_kib as f64 / 1024.0,
             common::secs(created)

@@ -38,6 +38,8 @@ pub struct Context {
     pub approval_key: Option<crate::approval::Key>,
     /// Flows bound to a kind: their watches and ServiceAccount clients (docs/bound-flows.md).
     pub binder: crate::bind::Binder,
+    /// The API steps the controller runs itself and their results not yet folded.
+    pub in_controller: crate::in_controller::InControllerSteps,
 }
 
 impl Context {
@@ -56,6 +58,7 @@ impl Context {
             readiness: Arc::default(),
             approval_key: None,
             binder: Default::default(),
+            in_controller: Default::default(),
         }
     }
 

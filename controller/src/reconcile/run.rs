@@ -27,6 +27,8 @@ use crate::walk::{
     Walker,
 };
 
+mod in_controller;
+
 /// One run being driven: its spec and plan, and where its Jobs go.
 struct Driving<'a> {
     r: &'a Reconciling<'a>,
@@ -144,6 +146,16 @@ impl Driving<'_> {
                     .is_some_and(|n| task_of(n).is_some() || n.segment.is_some())
             })
             .collect();
+        // Steps the controller runs itself: folded when they ended, started again when this
+        // controller does not know them (it restarted); no Job to read.
+        let (mine, running): (Vec<_>, Vec<_>) = running
+            .into_iter()
+            .partition(|(n, ..)| plan.node(n).is_some_and(|n| n.in_controller.is_some()));
+        for (node_id, key, inst) in mine {
+            let node = plan.node(&node_id).expect("from the plan");
+            self.run_in_controller(run, node, &key, inst.attempt)
+                .await?;
+        }
         if running.is_empty() {
             ctx.nodes
                 .track(&flow_ref.namespace, &flow_ref.name, std::iter::empty());
@@ -296,6 +308,15 @@ impl Driving<'_> {
         for a in actions {
             if let WalkAction::Abort { node, key } = a {
                 let inst = run.state.get(node, key);
+                if self
+                    .plan
+                    .node(node)
+                    .is_some_and(|n| n.in_controller.is_some())
+                {
+                    let work = self.in_controller_key(run, node, key, inst.attempt);
+                    self.r.ctx.in_controller.abort(&work);
+                    continue;
+                }
                 let job_node = inst.job_node.as_deref().unwrap_or(node);
                 let name = self.job_of(run, job_node, key, inst.attempt);
                 if let Err(e) = observe::delete_owned_job(
@@ -372,6 +393,9 @@ impl Driving<'_> {
         if task_of(node).is_none() {
             self.run_locally(run, node, key).await;
             return Ok(true);
+        }
+        if node.in_controller.is_some() {
+            return self.run_in_controller(run, node, key, attempt).await;
         }
         // A fused step's onlyIfChanged is decided in its Job, where the changes of the
         // steps before it are known.

@@ -89,6 +89,8 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: Option<String>) {
         )
         // An object of a bound kind changed (docs/bound-flows.md).
         .reconcile_on(ctx.binder.watches.wakes())
+        // A step the controller ran itself ended after its reconcile stopped waiting for it.
+        .reconcile_on(ctx.in_controller.wakes())
         // One backoff for all watches of the controller: see `WatchBackoff`.
         .trigger_backoff(WatchBackoff::default())
         .run(reconcile, error_policy, shared)

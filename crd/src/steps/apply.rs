@@ -29,6 +29,10 @@ impl StepParams for ApplyStep {
         Placement::Api
     }
 
+    fn runs_in_controller(&self) -> bool {
+        true
+    }
+
     fn validate(&self, ctx: &mut Ctx) {
         match manifest_objects(&self.manifests) {
             Err(e) => ctx.error("manifests", e),

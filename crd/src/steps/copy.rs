@@ -111,6 +111,10 @@ impl StepParams for CopyStep {
         Placement::Api
     }
 
+    fn runs_in_controller(&self) -> bool {
+        true
+    }
+
     fn validate(&self, ctx: &mut Ctx) {
         let name_ok = |s: &str| templated(s) || is_dns_subdomain(s);
         let ns_ok = |s: &str| templated(s) || is_dns_label(s);

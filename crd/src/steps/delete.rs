@@ -20,6 +20,10 @@ impl StepParams for DeleteStep {
         Placement::Api
     }
 
+    fn runs_in_controller(&self) -> bool {
+        true
+    }
+
     fn validate(&self, ctx: &mut Ctx) {
         self.target.validate(&mut ctx.at("target"));
     }

@@ -100,6 +100,13 @@ pub trait StepParams {
         None
     }
 
+    /// Whether the controller may run this step itself, as the flow's ServiceAccount, instead
+    /// of an executor Job: only Kubernetes API work that is safe to repeat (a controller killed
+    /// mid-step runs it again), reads no file, runs no command and touches no node.
+    fn runs_in_controller(&self) -> bool {
+        false
+    }
+
     /// Whether the step waits for a person's decision (`approval`): the controller keeps it
     /// running, with `timeoutSeconds` as its deadline, until the decision arrives.
     fn awaits_decision(&self) -> bool {

@@ -23,6 +23,10 @@ impl StepParams for PatchLabelStep {
         Placement::Api
     }
 
+    fn runs_in_controller(&self) -> bool {
+        true
+    }
+
     fn validate(&self, ctx: &mut Ctx) {
         self.target.validate(ctx);
         let name = self.from_var.trim_start_matches("${").trim_end_matches('}');

@@ -23,6 +23,10 @@ impl StepParams for RemoveLabelStep {
         Placement::Api
     }
 
+    fn runs_in_controller(&self) -> bool {
+        true
+    }
+
     fn validate(&self, ctx: &mut Ctx) {
         self.target.validate(ctx);
         if self.keys.is_empty() {

@@ -25,6 +25,10 @@ impl StepParams for SetLabelStep {
         Placement::Api
     }
 
+    fn runs_in_controller(&self) -> bool {
+        true
+    }
+
     fn validate(&self, ctx: &mut Ctx) {
         self.target.validate(ctx);
         if self.labels.is_empty() {

@@ -65,6 +65,10 @@ impl StepParams for WaitForStep {
         Placement::Api
     }
 
+    fn runs_in_controller(&self) -> bool {
+        true
+    }
+
     fn default_timeout_seconds(&self) -> Option<u32> {
         Some(DEFAULT_WAIT_SECONDS)
     }

@@ -1,0 +1,264 @@
+//! Section `kopf`: a flow bound to a kind against the kopf operator it replaces
+//! (bench/kopf/operator.py, kopf 1.45 in its own venv from bench/setup-kopf.sh), side by side on
+//! one cluster, doing the same work per object: a ConfigMap named after it holding `spec.size`,
+//! then a Ready condition. Each driver gets a fresh namespace and runs as its own process (the
+//! release `pseudoflow-controller`; `kopf run` on the host, as the seeds' operators ran), so its
+//! peak RSS is its own. Reported per driver: one object create → Ready (median of 5 after a
+//! warm-up, timed by a watch), then each count of objects created at once → all Ready.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kube::api::{Api, DynamicObject};
+use kube::runtime::watcher::{self, Event};
+use kube::Client;
+use pseudoflow_test_support::{FlowNamespace, TestKind};
+use pseudoflow_testenv::{apply, TestEnv};
+use serde_json::{json, Value};
+use tokio::process::Child;
+
+use crate::common::{self, Row};
+use crate::process::{peak_rss_kib, ControllerProcess};
+
+const GROUP: &str = "bench.example.com";
+
+/// The operator as a flow: what bench/kopf/operator.py does, bound to the same kind.
+fn bound_flow(ns: &str) -> Value {
+    json!({"apiVersion": "ops.example.com/v1alpha1", "kind": "PseudoFlow",
+        "metadata": {"name": "gadget", "namespace": ns},
+        "spec": {"serviceAccountName": "flow",
+            "bind": {"apiVersion": format!("{GROUP}/v1"), "kind": "Gadget"},
+            "steps": [{"type": "apply", "manifests": {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "${object.metadata.name}-config", "namespace": ns},
+                "data": {"size": "${object.spec.size}"}}}]}})
+}
+
+fn ready(o: &DynamicObject) -> bool {
+    o.data["status"]["conditions"].as_array().is_some_and(|c| {
+        c.iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+    })
+}
+
+/// One of the two operators, running.
+enum Operator {
+    Flow(ControllerProcess),
+    Kopf(Child, u32),
+}
+
+impl Operator {
+    fn peak_kib(&self) -> u64 {
+        match self {
+            Operator::Flow(p) => p.peak_kib(),
+            Operator::Kopf(_, pid) => peak_rss_kib(*pid).unwrap_or(0),
+        }
+    }
+
+    async fn stop(self) {
+        match self {
+            Operator::Flow(p) => p.kill().await,
+            Operator::Kopf(mut c, _) => drop(c.kill().await),
+        }
+    }
+}
+
+fn kopf_binary() -> PathBuf {
+    let venv = std::env::var("PSEUDOFLOW_KOPF_VENV").unwrap_or_else(|_| {
+        let cache = std::env::var("XDG_CACHE_HOME")
+            .unwrap_or_else(|_| format!("{}/.cache", std::env::var("HOME").unwrap()));
+        format!("{cache}/pseudoflow/kopf-venv")
+    });
+    let kopf = PathBuf::from(venv).join("bin/kopf");
+    assert!(
+        kopf.is_file(),
+        "{} missing: run bash bench/setup-kopf.sh",
+        kopf.display()
+    );
+    kopf
+}
+
+async fn start(env: &TestEnv, client: &Client, dir: &Path, ns: &str, kopf: bool) -> Operator {
+    if !kopf {
+        let p = ControllerProcess::spawn(env, dir, ns, &format!("{ns}-controller.log"));
+        apply::apply_value(client, bound_flow(ns), None)
+            .await
+            .unwrap();
+        return Operator::Flow(p);
+    }
+    let operator = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../bench/kopf/operator.py");
+    let log = std::fs::File::create(dir.join(format!("{ns}-kopf.log"))).unwrap();
+    let mut cmd = tokio::process::Command::new(kopf_binary());
+    cmd.args(["run", "--standalone", "--namespace", ns])
+        .arg(operator)
+        .env("KUBECONFIG", env.kubeconfig_path())
+        .stdout(Stdio::from(log.try_clone().unwrap()))
+        .stderr(Stdio::from(log))
+        .kill_on_drop(true);
+    pseudoflow_testenv::procs::own_group_and_die_with_parent(&mut cmd);
+    let child = cmd.spawn().unwrap();
+    let pid = child.id().unwrap();
+    Operator::Kopf(child, pid)
+}
+
+/// Waits (by watching) until `want` objects named in `names` are Ready; returns when.
+async fn all_ready(api: &Api<DynamicObject>, names: &HashSet<String>, timeout: Duration) -> bool {
+    let mut seen = HashSet::new();
+    let stream = watcher::watcher(api.clone(), watcher::Config::default());
+    let wait = async {
+        futures::pin_mut!(stream);
+        while let Some(ev) = stream.next().await {
+            let objs = match ev {
+                Ok(Event::Apply(o) | Event::InitApply(o)) => vec![o],
+                _ => continue,
+            };
+            for o in objs.iter().filter(|o| ready(o)) {
+                let name = o.metadata.name.clone().unwrap_or_default();
+                if names.contains(&name) {
+                    seen.insert(name);
+                }
+            }
+            if seen.len() == names.len() {
+                return;
+            }
+        }
+    };
+    tokio::time::timeout(timeout, wait).await.is_ok()
+}
+
+/// The two drivers' rows for one cluster: latency, then each count at once.
+pub async fn run(
+    env: &TestEnv,
+    client: &Client,
+    dir: &Path,
+    counts: &[usize],
+    timeout: Duration,
+    title: &str,
+) -> Vec<Row> {
+    let gadgets = TestKind::new(GROUP, "Gadget");
+    let mut rows = Vec::new();
+    let mut flow_figures = Vec::new();
+    for kopf in [false, true] {
+        let driver = if kopf {
+            "kopf 1.45.2 operator (Python, `kopf run` on the host)"
+        } else {
+            "PseudoFlow bound flow (release `pseudoflow-controller` process)"
+        };
+        let mut rules = gadgets.bound_rules();
+        rules.as_array_mut().unwrap().push(
+            json!({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "patch"]}),
+        );
+        let ns = FlowNamespace::new(if kopf { "kopf" } else { "vskopf" })
+            .rules(rules)
+            .create(env, client)
+            .await;
+        let api = gadgets.install(client, &ns).await;
+        let op = start(env, client, dir, &ns, kopf).await;
+        // Warm-up: the operator is up and serving.
+        let one = |name: String| HashSet::from([name]);
+        apply::apply_value(
+            client,
+            gadgets.object(&ns, "warm", json!({"size": "1Gi"})),
+            None,
+        )
+        .await
+        .unwrap();
+        assert!(
+            all_ready(&api, &one("warm".into()), Duration::from_secs(120)).await,
+            "{driver}: warm-up object not Ready in 120 s (logs in {})",
+            dir.display()
+        );
+        let mut latencies = Vec::new();
+        for i in 0..5 {
+            let name = format!("one-{i}");
+            let t = Instant::now();
+            apply::apply_value(
+                client,
+                gadgets.object(&ns, &name, json!({"size": "1Gi"})),
+                None,
+            )
+            .await
+            .unwrap();
+            assert!(all_ready(&api, &one(name), Duration::from_secs(60)).await);
+            latencies.push(t.elapsed());
+        }
+        let median = common::median(&latencies);
+        let mut figures = vec![median];
+        rows.push(row(
+            format!("{title}: one object create → Ready"),
+            driver,
+            format!(
+                "{} ({}, 5 runs)",
+                common::secs(median),
+                common::spread(&latencies)
+            ),
+            &flow_figures,
+            0,
+            median,
+            String::new(),
+        ));
+        for &n in counts {
+            let names: HashSet<String> = (0..n).map(|i| format!("n{n}-{i}")).collect();
+            let t = Instant::now();
+            common::apply_all(
+                client,
+                names
+                    .iter()
+                    .map(|name| gadgets.object(&ns, name, json!({"size": "1Gi"}))),
+            )
+            .await;
+            let done = all_ready(&api, &names, timeout).await;
+            let took = t.elapsed();
+            figures.push(took);
+            let wall = if done {
+                common::secs(took)
+            } else {
+                format!("not done after {}", common::secs(took))
+            };
+            rows.push(row(
+                format!("{title}: {n} objects created at once → all Ready"),
+                driver,
+                wall,
+                &flow_figures,
+                figures.len() - 1,
+                took,
+                format!(
+                    "peak RSS (VmHWM) so far {:.1} MiB",
+                    op.peak_kib() as f64 / 1024.0
+                ),
+            ));
+        }
+        if !kopf {
+            flow_figures = figures;
+        }
+        op.stop().await;
+        common::print_partial(&rows);
+    }
+    rows
+}
+
+/// A row; for kopf, the ratio of the flow's figure `i` to kopf's (`took`).
+fn row(
+    workload: String,
+    driver: &str,
+    wall: String,
+    flow_figures: &[Duration],
+    i: usize,
+    took: Duration,
+    notes: String,
+) -> Row {
+    let ratio = match flow_figures.get(i) {
+        Some(flow) => common::ratio(*flow, took),
+        None => "1.00×".into(),
+    };
+    Row {
+        workload,
+        driver: driver.into(),
+        wall,
+        jobs: "-".into(),
+        ratio,
+        notes,
+    }
+}

@@ -1,0 +1,202 @@
+//! API steps the controller runs itself, as the flow's ServiceAccount, instead of an executor
+//! Job (the compiler decides which: `compiler/src/placement.rs`; docs/decisions.md#api-steps-in-the-controller).
+//!
+//! The work is the executor's own code (`pseudoflow_runtime::execute`) with a client that
+//! impersonates the flow's ServiceAccount, so a step can do exactly what it could do in its pod.
+//! Each step runs in a task of its own, bounded by a turn of [`MAX_STEPS_IN_CONTROLLER`] (and
+//! [`MAX_STEPS_IN_CONTROLLER_PER_FLOW`] per flow), and its result waits here until the flow's
+//! next reconcile folds it; its end wakes that flow. Nothing here is durable: a controller that
+//! dies mid-step runs the step again after its restart, which is why only steps whose type says
+//! they are safe to repeat are placed here.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use kube::runtime::reflector::ObjectRef;
+use kube::Client;
+use pseudoflow_crd::protocol::{ExecutorInput, StepResult};
+use pseudoflow_crd::Step;
+use tokio::sync::{broadcast, oneshot, Semaphore};
+use tokio::task::AbortHandle;
+
+use crate::limits::{
+    MAX_STEPS_IN_CONTROLLER, MAX_STEPS_IN_CONTROLLER_PER_FLOW, MAX_STEP_IN_CONTROLLER_SECONDS,
+};
+use crate::raw::RawFlow;
+
+/// How long a finished step's result waits for its flow to fold it before it is dropped (the
+/// flow was deleted, or its run replaced).
+const UNCLAIMED_RESULT_TTL: Duration = Duration::from_secs(600);
+
+/// What the controller knows of one step it runs.
+pub enum Seen {
+    /// It ended: its result and when it ran (Unix ms, from and to).
+    Done(StepResult, (i64, i64)),
+    /// It is running.
+    Running,
+    /// Nothing: never started here (or this controller restarted since).
+    Unknown,
+}
+
+enum Entry {
+    Running(AbortHandle),
+    Done {
+        result: StepResult,
+        times: (i64, i64),
+        at: Instant,
+    },
+}
+
+/// One step to run: who asks (for the wake-up), as whom, and what.
+pub struct Request {
+    /// The step's key ([`key`]).
+    pub key: String,
+    /// The flow's namespace and name, woken when the step ends.
+    pub flow: (String, String),
+    /// The flow's uid: its steps share the flow's turns.
+    pub flow_uid: String,
+    /// A client acting as the flow's ServiceAccount.
+    pub client: Client,
+    /// The executor input an executor Job would have read.
+    pub input: ExecutorInput,
+}
+
+/// The steps running in the controller and the results not yet folded, shared by every
+/// reconcile.
+pub struct InControllerSteps {
+    entries: Arc<Mutex<HashMap<String, Entry>>>,
+    turns: Arc<Semaphore>,
+    flow_turns: Mutex<HashMap<String, Arc<Semaphore>>>,
+    wake: broadcast::Sender<(String, String)>,
+}
+
+impl Default for InControllerSteps {
+    fn default() -> Self {
+        InControllerSteps {
+            entries: Arc::default(),
+            turns: Arc::new(Semaphore::new(MAX_STEPS_IN_CONTROLLER)),
+            flow_turns: Mutex::default(),
+            wake: broadcast::channel(16 * 1024).0,
+        }
+    }
+}
+
+/// The key of one step instance of one run of one flow: its would-be Job's name (which names
+/// the run, node, loop instance and attempt) under the flow's uid.
+pub fn key(flow_uid: &str, job_name: &str) -> String {
+    format!("{flow_uid}/{job_name}")
+}
+
+impl InControllerSteps {
+    /// What is known of step `key`; a result is handed out once.
+    pub fn take(&self, key: &str) -> Seen {
+        let mut entries = self.entries.lock().expect("not poisoned");
+        match entries.get(key) {
+            None => Seen::Unknown,
+            Some(Entry::Running(_)) => Seen::Running,
+            Some(Entry::Done { .. }) => match entries.remove(key) {
+                Some(Entry::Done { result, times, .. }) => Seen::Done(result, times),
+                _ => Seen::Unknown,
+            },
+        }
+    }
+
+    /// Starts the step; the receiver fires when it ended (its result is then [`Self::take`]n)
+    /// and the flow is woken.
+    pub fn start(&self, req: Request) -> oneshot::Receiver<()> {
+        let (tx, rx) = oneshot::channel();
+        self.drop_unclaimed();
+        let flow_turns = self.flow_turns(&req.flow_uid);
+        let (turns, wake, entries) = (self.turns.clone(), self.wake.clone(), self.entries.clone());
+        let key = req.key.clone();
+        // Held while spawning, so the task cannot record its end before it is recorded running.
+        let mut held = self.entries.lock().expect("not poisoned");
+        let task = tokio::spawn(async move {
+            let _flow_turn = flow_turns.acquire_owned().await;
+            let _turn = turns.acquire_owned().await;
+            let from = now_ms();
+            let result = run(req.client, req.input).await;
+            let done = Entry::Done {
+                result,
+                times: (from, now_ms()),
+                at: Instant::now(),
+            };
+            let mut entries = entries.lock().expect("not poisoned");
+            // Aborted meanwhile (removed): nobody wants the result.
+            if let Some(e) = entries.get_mut(&req.key) {
+                *e = done;
+                drop(entries);
+                // The reconcile that started it takes the result if it still waits (it lets go
+                // of the receiver before it looks a last time); otherwise the flow is woken.
+                if tx.send(()).is_err() {
+                    let _ = wake.send(req.flow);
+                }
+            }
+        });
+        held.insert(key, Entry::Running(task.abort_handle()));
+        rx
+    }
+
+    /// Stops step `key` if it runs (its run was aborted); its result is never folded.
+    pub fn abort(&self, key: &str) {
+        if let Some(Entry::Running(h)) = self.entries.lock().expect("not poisoned").remove(key) {
+            h.abort();
+        }
+    }
+
+    /// The flows to reconcile as their steps end, for one controller loop.
+    pub fn wakes(&self) -> impl futures::Stream<Item = ObjectRef<RawFlow>> + Send + 'static {
+        crate::bind::watch::wake_stream(self.wake.subscribe())
+    }
+
+    fn flow_turns(&self, flow_uid: &str) -> Arc<Semaphore> {
+        let mut turns = self.flow_turns.lock().expect("not poisoned");
+        // A flow with no step running or waiting holds nothing.
+        turns.retain(|_, s| Arc::strong_count(s) > 1);
+        turns
+            .entry(flow_uid.to_string())
+            .or_insert_with(|| Arc::new(Semaphore::new(MAX_STEPS_IN_CONTROLLER_PER_FLOW)))
+            .clone()
+    }
+
+    fn drop_unclaimed(&self) {
+        let mut entries = self.entries.lock().expect("not poisoned");
+        entries.retain(|_, e| match e {
+            Entry::Running(_) => true,
+            Entry::Done { at, .. } => at.elapsed() < UNCLAIMED_RESULT_TTL,
+        });
+    }
+}
+
+/// Runs one step with the executor's code, as `client`, within its timeout (or
+/// [`MAX_STEP_IN_CONTROLLER_SECONDS`]). Only a type that may run in the controller runs: any
+/// other fails without doing anything (the compiler never places one here).
+async fn run(client: Client, input: ExecutorInput) -> StepResult {
+    let step: Step = match serde_json::from_value(input.step.clone()) {
+        Ok(s) => s,
+        Err(e) => return StepResult::failed(format!("{}: step: {e}", input.path)),
+    };
+    if !step.kind.params().runs_in_controller() {
+        return StepResult::failed(format!(
+            "{}: a {} step does not run in the controller",
+            input.path,
+            step.kind.type_name()
+        ));
+    }
+    // No node root and no program to enter one: nothing here acts on a node.
+    let ctx =
+        pseudoflow_runtime::ExecCtx::new(input, PathBuf::from("/nonexistent"), "false".into())
+            .with_client(client);
+    let limit = Duration::from_secs(MAX_STEP_IN_CONTROLLER_SECONDS);
+    match tokio::time::timeout(limit, pseudoflow_runtime::execute(&ctx, &step)).await {
+        Ok(Ok(result)) => result,
+        Ok(Err(e)) => StepResult::failed(e.to_string()),
+        Err(_) => StepResult::failed(format!("timed out after {}s", limit.as_secs())),
+    }
+}
+
+fn now_ms() -> i64 {
+    k8s_openapi::jiff::Timestamp::now().as_millisecond()
+}

@@ -1,0 +1,116 @@
+//! Driving the API steps the controller runs itself (`crate::in_controller`): started where a
+//! Job would be launched, folded like a Job's result, started again after a restart.
+
+use std::time::Duration;
+
+use pseudoflow_compiler::expr::prepare_payload;
+use pseudoflow_compiler::lower::{in_controller_input, NodeInstance};
+use pseudoflow_compiler::plan::PlanNode;
+
+use super::{failed, Driving};
+use crate::in_controller::{self, Request, Seen};
+use crate::limits::STEP_IN_CONTROLLER_WAIT_MS;
+use crate::reconcile::events::EventType;
+use crate::reconcile::status::step_at;
+use crate::reconcile::Error;
+use crate::walk::StoredRun;
+
+impl Driving<'_> {
+    /// The key the controller knows the instance's work by.
+    pub(super) fn in_controller_key(
+        &self,
+        run: &StoredRun,
+        node: &str,
+        key: &[String],
+        attempt: u32,
+    ) -> String {
+        in_controller::key(&self.flow_ref.uid, &self.job_of(run, node, key, attempt))
+    }
+
+    /// Runs the instance in the controller: folds its result if a reconcile before started it
+    /// and it ended, else starts it (again, after a restart) and waits a moment for it. Returns
+    /// whether it settled the instance.
+    pub(super) async fn run_in_controller(
+        &self,
+        run: &mut StoredRun,
+        node: &PlanNode,
+        key: &[String],
+        attempt: u32,
+    ) -> Result<bool, Error> {
+        let steps = &self.r.ctx.in_controller;
+        let work = self.in_controller_key(run, &node.id, key, attempt);
+        match steps.take(&work) {
+            Seen::Done(result, times) => {
+                self.fold(run, &node.id, key, result, Some(times)).await;
+                return Ok(true);
+            }
+            Seen::Running => return Ok(false),
+            Seen::Unknown => {}
+        }
+        let req = match self.in_controller_request(run, node, key, attempt, work.clone()) {
+            Ok(req) => req,
+            Err(why) => {
+                self.complete(run, &node.id, key, failed(&why)).await;
+                return Ok(true);
+            }
+        };
+        let sa = &self.flow_ref.service_account;
+        let note = format!(
+            "{}: started (in the controller, as ServiceAccount {sa})",
+            step_at(&node.path, key)
+        );
+        self.r
+            .publish(EventType::Normal, "StepStarted", &note)
+            .await;
+        self.narrator.told(&node.id, key);
+        let ended = steps.start(req);
+        let wait = Duration::from_millis(STEP_IN_CONTROLLER_WAIT_MS);
+        // The receiver is let go before the last look: a step ending after it wakes the flow.
+        let _ = tokio::time::timeout(wait, ended).await;
+        match steps.take(&work) {
+            Seen::Done(result, times) => {
+                self.fold(run, &node.id, key, result, Some(times)).await;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// The request for the instance's work, or why it cannot run.
+    fn in_controller_request(
+        &self,
+        run: &StoredRun,
+        node: &PlanNode,
+        key: &[String],
+        attempt: u32,
+        work: String,
+    ) -> Result<Request, String> {
+        let ctx = self.r.ctx;
+        let sc = self.scope(run, node, key);
+        let (step, _) = prepare_payload(&ctx.engine, node, &sc).map_err(|e| e.to_string())?;
+        let inst = NodeInstance {
+            flow: self.flow_ref,
+            run_id: &run.run_id,
+            node,
+            instance: key,
+            attempt,
+            step,
+            target_node: None,
+            artifacts: &[],
+            segment: Vec::new(),
+            changed_before: false,
+            run_secret: None,
+        };
+        let (ns, sa) = (&self.flow_ref.namespace, &self.flow_ref.service_account);
+        let client = ctx.binder.client_as(ns, sa).map_err(|why| {
+            format!("cannot run this step in the controller as ServiceAccount {ns}/{sa}: {why}")
+        })?;
+        Ok(Request {
+            key: work,
+            flow: (ns.clone(), self.flow_ref.name.clone()),
+            flow_uid: self.flow_ref.uid.clone(),
+            client,
+            input: in_controller_input(&inst),
+        })
+    }
+}
