@@ -1,8 +1,10 @@
 //! Flows bound to a kind (`spec.bind`, docs/bound-flows.md), on testenv: each object of the kind
 //! gets its own flow, runs and status; status-only changes start nothing, watched fields do;
 //! deleting an object (also mid-run) runs its `onDelete` before its finalizer goes; deleting the bound flow lets
-//! the objects go; a flow of the child's name made by someone else is never adopted; and a
-//! ServiceAccount that may not watch the kind fails the flow naming that right; `allNamespaces`
+//! the objects go; a flow of the child's name made by someone else is never adopted, even with
+//! a forged owner reference and the object's UID; and a
+//! ServiceAccount that may not watch the kind fails the flow naming that right; an object too
+//! deep to decode is named in the status and the others are served; `allNamespaces`
 //! needs a cluster-wide grant, then serves objects in any namespace.
 //!
 //! The controller runs with the chart's ClusterRole only (a token of a ServiceAccount bound to
@@ -276,6 +278,48 @@ async fn each_object_gets_its_own_run_and_status_and_one_failure_blocks_no_other
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_too_deep_to_decode_fails_alone_and_the_others_are_served_and_deleted() {
+    let (client, ns) = setup("bind-deep", all_verbs()).await;
+    create_flow(&client, &ns, "widgets", widget_flow(json!({}))).await;
+    // 130 levels: past serde_json's recursion limit, so no typed client reads it back; sent
+    // and created as text.
+    let nested = format!("{}1{}", "{\"a\":".repeat(130), "}".repeat(130));
+    let body = format!(
+        r#"{{"apiVersion":"{GROUP}/v1","kind":"Widget","metadata":{{"name":"deep","namespace":"{ns}"}},"spec":{{"version":"one","deep":{nested}}}}}"#
+    );
+    let url = widgets(&client, &ns).resource_url().to_string();
+    let request = kube::core::Request::new(url)
+        .create(&PostParams::default(), body.into_bytes())
+        .unwrap();
+    client.request_text(request).await.unwrap();
+    create_widget(&client, &ns, "ok", json!({"version": "one"})).await;
+    wait_widget(&client, &ns, "ok", "Running").await;
+    let status = wait_status(&client, &ns, "widgets", 60, "the deep one named", |s| {
+        s["bound"]["failures"][0]["object"] == format!("{ns}/deep") && s["bound"]["running"] == 1
+    })
+    .await;
+    assert_eq!(status["reason"], "Bound", "{status:#}");
+    let message = status["bound"]["failures"][0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("spec.deep.a") && message.contains("nested deeper than"),
+        "{message}"
+    );
+    // Deleting the served one completes: its flow goes, then our finalizer.
+    widgets(&client, &ns)
+        .delete("ok", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(60, "the served object gone", || async {
+        widgets(&client, &ns).get_opt("ok").await.unwrap().is_none()
+    })
+    .await;
+    assert!(
+        config_map_exists(&client, &ns, "ok-farewell").await,
+        "its onDelete ran"
+    );
+}
+
 /// The run id of the child flow serving widget `w`.
 async fn child_run(client: &Client, ns: &str, w: &str) -> String {
     let child = child_name("widgets", ns, w);
@@ -455,6 +499,77 @@ async fn a_flow_of_the_childs_name_made_by_someone_else_is_not_adopted() {
         w.metadata.finalizers.unwrap_or_default().is_empty(),
         "no finalizer without a flow"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flow_planted_under_the_childs_name_with_a_forged_owner_is_not_adopted() {
+    let (client, ns) = setup("bind-forged", all_verbs()).await;
+    create_flow(
+        &client,
+        &ns,
+        "widgets",
+        widget_flow(json!({"selector": "tier=served"})),
+    )
+    .await;
+    create_widget(&client, &ns, "w", json!({"version": "one"})).await;
+    let parent = flows(&client, &ns).get("widgets").await.unwrap();
+    let w = widgets(&client, &ns).get("w").await.unwrap();
+    // Everything a planter can read or write: the label, a controller owner reference naming
+    // the bound flow, the object's UID and name recorded as the controller records them.
+    let squat = child_name("widgets", &ns, "w");
+    let planted: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "ops.example.com/v1alpha1", "kind": "PseudoFlow",
+        "metadata": {"name": squat, "namespace": ns,
+            "labels": {"ops.example.com/bound-to": "widgets"},
+            "annotations": {"ops.example.com/bound-object": format!("{ns}/w")},
+            "ownerReferences": [{"apiVersion": "ops.example.com/v1alpha1", "kind": "PseudoFlow",
+                "name": "widgets", "uid": parent.metadata.uid, "controller": true}]},
+        "spec": {"suspend": true, "steps": [{"type": "log", "message": "mine"}],
+            "bound": {"plural": "widgets", "trigger": {"event": "create", "changed": []},
+                "object": {"apiVersion": format!("{GROUP}/v1"), "kind": "Widget",
+                    "metadata": {"name": "w", "namespace": ns, "uid": w.metadata.uid}}}}
+    }))
+    .unwrap();
+    flows(&client, &ns)
+        .create(&PostParams::default(), &planted)
+        .await
+        .unwrap();
+    let label = json!({"metadata": {"labels": {"tier": "served"}}});
+    widgets(&client, &ns)
+        .patch("w", &PatchParams::default(), &Patch::Merge(&label))
+        .await
+        .unwrap();
+    let status = wait_status(
+        &client,
+        &ns,
+        "widgets",
+        60,
+        "the planted flow refused",
+        |s| s["bound"]["failed"] == 1,
+    )
+    .await;
+    let message = status["bound"]["failures"][0]["message"].as_str().unwrap();
+    assert!(message.contains("not adopted"), "{message}");
+    assert!(message.contains(&squat), "{message}");
+    let f = flows(&client, &ns).get(&squat).await.unwrap();
+    assert_eq!(
+        f.data["spec"]["steps"][0]["message"], "mine",
+        "the planted flow's spec is not replaced by the bound flow's"
+    );
+    let w = widgets(&client, &ns).get("w").await.unwrap();
+    assert!(
+        w.metadata.finalizers.unwrap_or_default().is_empty(),
+        "no finalizer for a flow not ours"
+    );
+    // Deleted, the object goes: nothing of ours holds it.
+    widgets(&client, &ns)
+        .delete("w", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(30, "the object gone", || async {
+        widgets(&client, &ns).get_opt("w").await.unwrap().is_none()
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

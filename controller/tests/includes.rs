@@ -1,7 +1,8 @@
 //! `include` and `includeFlow` end to end on testenv: fetched steps run in place (after the
 //! fetch, before the next step) under the flow's ServiceAccount, invalid fetched steps fail the
 //! include with their path and run nothing, an included flow's vars are scoped to its steps, and
-//! a cycle across flows is refused.
+//! a cycle across flows is refused; a pinned include runs what it pins, and fails naming both
+//! digests once its source is edited.
 
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, ListParams};
@@ -10,6 +11,7 @@ use serde_json::json;
 mod common;
 
 use common::harness::{apply, config_map, create_flow, created, setup, step, wait_done};
+use pseudoflow_compiler::runtime::includes::steps_digest;
 
 #[tokio::test]
 async fn included_steps_run_in_place_under_the_flows_identity() {
@@ -183,5 +185,49 @@ async fn a_cycle_across_flows_is_refused_before_it_repeats() {
     assert!(
         status["message"].as_str().unwrap().contains(&want),
         "{status:#}"
+    );
+}
+
+#[tokio::test]
+async fn a_pinned_include_runs_what_it_pins_and_fails_naming_both_digests_once_edited() {
+    let (client, ns) = setup("include-pinned").await;
+    let lib = |message: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "reviewed", "namespace": ns},
+            "data": {"steps.yaml": format!("- type: log\n  message: {message}\n")}})
+    };
+    apply(&client, lib("reviewed")).await;
+    let pin = steps_digest(&json!([{"type": "log", "message": "reviewed"}]));
+    let flow = |run: &str| {
+        json!({"apiVersion": "ops.example.com/v1alpha1", "kind": "PseudoFlow",
+            "metadata": {"name": "pinned", "namespace": ns, "annotations": {"ops.example.com/run": run}},
+            "spec": {"serviceAccountName": "flow", "steps": [
+                {"type": "include", "as": "steps", "digest": pin,
+                 "source": {"configMapRef": {"name": "reviewed", "key": "steps.yaml"}}}]}})
+    };
+    apply(&client, flow("1")).await;
+    let status = wait_done(&client, &ns, "pinned").await;
+    assert_eq!(status["phase"], "Succeeded", "{status:#}");
+    assert_eq!(step(&status, "spec.steps[0]")["digest"], pin, "{status:#}");
+    // Whoever may update the ConfigMap edits it; the next run refuses what it now holds.
+    apply(&client, lib("edited")).await;
+    let first = status["run"]["id"].clone();
+    apply(&client, flow("2")).await;
+    let status = common::wait_status(&client, &ns, "pinned", 90, "the next run failed", |s| {
+        s["run"]["id"] != first && s["phase"] == "Failed"
+    })
+    .await;
+    let edited = steps_digest(&json!([{"type": "log", "message": "edited"}]));
+    let message = status["message"].as_str().unwrap();
+    assert!(
+        message.contains(&pin) && message.contains(&edited),
+        "the failure names both digests: {message}"
+    );
+    assert!(
+        status["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| !s["path"].as_str().unwrap().contains("included")),
+        "no edited step ran: {status:#}"
     );
 }

@@ -224,6 +224,10 @@ pub struct StepStatus {
     /// authenticated them; only for a step with one instance.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval: Option<ApprovalRecord>,
+    /// For `include` and `includeFlow`: `sha256:` of the steps it ran (their JSON with keys
+    /// sorted and no spaces), what a `digest:` pins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
 }
 
 /// Who decided an `approval` step, from the stamp only the admission webhook can write.

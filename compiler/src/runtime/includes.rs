@@ -27,6 +27,20 @@ pub struct Included {
     pub vars: BTreeMap<String, String>,
 }
 
+impl Included {
+    /// `sha256:` of the steps as JSON with keys sorted and no spaces: what a step's `digest:`
+    /// pins, and what the run's status shows for the step.
+    pub fn digest(&self) -> String {
+        steps_digest(&self.steps)
+    }
+}
+
+/// `sha256:` of `steps` as JSON with keys sorted (serde_json's maps are ordered) and no spaces.
+pub fn steps_digest(steps: &Value) -> String {
+    let text = serde_json::to_string(steps).unwrap_or_default();
+    format!("sha256:{}", crate::names::content_digest(text.as_bytes()))
+}
+
 /// Why fetched steps cannot become a step's body.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum IncludeError {
@@ -48,6 +62,14 @@ pub enum IncludeError {
     /// The fetched steps are not valid steps.
     #[error("the included steps are invalid: {0}")]
     Invalid(String),
+    /// The steps fetched are not the ones the step pins.
+    #[error("the included steps' digest is {got}, not the {expected} the step pins (digest:); whoever may change the source changed them since")]
+    Unpinned {
+        /// What the step's `digest:` says.
+        expected: String,
+        /// The digest of what was fetched.
+        got: String,
+    },
     /// A later loop item fetched other steps than an earlier one.
     #[error("fetched different steps than for an earlier loop item; an include inside a loop must bring the same steps for every item")]
     Differs,
@@ -112,6 +134,13 @@ pub fn accept(
             return Err(IncludeError::Cycle(chain.join(" → ")));
         }
     }
+    if let Some(expected) = pinned_digest(node) {
+        let got = fetched.digest();
+        if got != expected {
+            let expected = expected.to_string();
+            return Err(IncludeError::Unpinned { expected, got });
+        }
+    }
     let at = format!("{}.included", node.path);
     // Kept in the run state, which must read back: no deeper than a flow's own spec.
     let text = serde_json::to_string(&fetched.steps).unwrap_or_default();
@@ -138,6 +167,15 @@ pub fn accept(
             includes.insert(node.id.clone(), fetched);
             Ok(steps.len())
         }
+    }
+}
+
+/// The digest an include or includeFlow step pins (`digest:`), if any.
+fn pinned_digest(node: &PlanNode) -> Option<&str> {
+    match node.step.as_ref().map(|s| &s.kind) {
+        Some(StepKind::Include(step)) => step.digest.as_deref(),
+        Some(StepKind::IncludeFlow(step)) => step.digest.as_deref(),
+        _ => None,
     }
 }
 
@@ -492,6 +530,44 @@ mod tests {
             "{msg}"
         );
         assert!(includes.is_empty());
+    }
+
+    #[test]
+    fn a_pinned_include_accepts_its_steps_and_refuses_others_naming_both_digests() {
+        let ran = json!([{"type": "log", "message": "reviewed"}]);
+        let pin = steps_digest(&ran);
+        assert_eq!(
+            pin,
+            format!(
+                "sha256:{}",
+                crate::names::content_digest(br#"[{"message":"reviewed","type":"log"}]"#)
+            ),
+            "keys sorted, no spaces"
+        );
+        let step = json!({"type": "include", "as": "steps", "digest": pin,
+            "source": {"configMapRef": {"name": "lib", "key": "steps"}}});
+        let c = compile(json!({"steps": [step]}), &BTreeMap::new());
+        let node = c.plan.node("s0").unwrap().clone();
+        let mut includes = BTreeMap::new();
+        let edited = json!([{"type": "log", "message": "edited"}]);
+        let err = accept(
+            &c.plan,
+            "ops/a",
+            &node,
+            steps(edited.clone()),
+            &mut includes,
+        );
+        let msg = err.unwrap_err().to_string();
+        assert!(
+            msg.contains(&pin) && msg.contains(&steps_digest(&edited)),
+            "{msg}"
+        );
+        assert!(includes.is_empty(), "nothing stored");
+        assert_eq!(
+            accept(&c.plan, "ops/a", &node, steps(ran), &mut includes),
+            Ok(1)
+        );
+        assert_eq!(includes["s0"].digest(), pin);
     }
 
     #[test]

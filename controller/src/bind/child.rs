@@ -4,9 +4,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use pseudoflow_compiler::names::{bounded_name, label_value, stable_hash};
+use pseudoflow_compiler::names::label_value;
 use pseudoflow_crd::bind::{Bind, BOUND_TO_LABEL};
 use pseudoflow_crd::jsonpath::JsonPath;
+use pseudoflow_crd::protocol::names::resistant_name;
 use serde_json::{json, Value};
 
 /// Annotation on a child: the parent's generation its spec was made from (a change of the
@@ -14,11 +15,16 @@ use serde_json::{json, Value};
 pub const FLOW_GENERATION_ANNOTATION: &str = "ops.example.com/flow-generation";
 pub use pseudoflow_crd::bind::OBJECT_ANNOTATION;
 
-/// The child flow's name: `<parent>-<object>` with a hash over both (and the object's
-/// namespace), at most 63 characters. Deterministic, so a restarted controller finds it.
+/// The child flow's name: `<parent>-<object>` with 128 bits of SHA-256 over both (and the
+/// object's namespace), at most 63 characters. Deterministic, so a restarted controller finds
+/// it; collision-resistant, so no tenant can name an object to share another's child (the
+/// 40 bits of FNV-1a used before were inverted in seconds).
 pub fn child_name(parent: &str, obj_ns: &str, obj_name: &str) -> String {
-    let hash = stable_hash(&[parent, obj_ns, obj_name]);
-    bounded_name(&format!("{parent}-{obj_name}"), hash, 63)
+    resistant_name(
+        &format!("{parent}-{obj_name}"),
+        &[parent, obj_ns, obj_name],
+        63,
+    )
 }
 
 /// What started a run for `now` (the object's view), given the view the child was last made
@@ -208,6 +214,30 @@ mod tests {
         let t = trigger(Some(&a), &b, &bind(&[])).unwrap();
         assert_eq!(t["changed"], json!([".data.k"]));
         assert_eq!(trigger(Some(&a), &a, &bind(&[])), None);
+    }
+
+    /// The name child flows had before: the low 40 bits of FNV-1a.
+    fn old_child_name(parent: &str, obj_ns: &str, obj_name: &str) -> String {
+        let hash = pseudoflow_compiler::names::stable_hash(&[parent, obj_ns, obj_name]);
+        pseudoflow_compiler::names::bounded_name(&format!("{parent}-{obj_name}"), hash, 63)
+    }
+
+    #[test]
+    fn objects_whose_old_child_names_collided_get_different_children() {
+        // Found by a birthday search over namespaces (2^20 FNV-1a hashes, seconds).
+        let (a, b) = ("team-2bd0cb", "team-650a38");
+        assert_eq!(
+            old_child_name("widgets", a, "payments-db"),
+            old_child_name("widgets", b, "payments-db")
+        );
+        let (na, nb) = (
+            child_name("widgets", a, "payments-db"),
+            child_name("widgets", b, "payments-db"),
+        );
+        assert_ne!(na, nb);
+        assert!(na.len() <= 63 && nb.len() <= 63);
+        let suffix = na.rsplit('-').next().unwrap();
+        assert_eq!(suffix.len() * 4, 128, "{na}");
     }
 
     #[test]

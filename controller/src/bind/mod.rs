@@ -7,22 +7,29 @@
 //! - [`parent`]: the parent's reconcile: watch the kind, keep a child per object, a finalizer on
 //!   each object, and a summary in the parent's status.
 //! - [`child`]: what a child is (its name, its spec, and which change of an object starts a run).
+//! - [`claim`]: whether a flow under a child's name is this flow's for the object (the object
+//!   names its child's UID), so a planted flow is never adopted.
 //! - [`object`]: what a child sees of an object, and the finalizer the parent puts on it.
 //! - [`related`]: other objects each object names (`bind.related`), whose changes start runs.
 //! - [`access`]: everything done to objects of the kind is done as the flow's ServiceAccount.
 //! - [`watch`]: one watch per bound flow, waking the parent when an object changes.
+//! - [`watched`]: what a watch decodes of an object (its metadata, without managed fields).
 //! - [`write_back`]: the object's status, written by the child's reconcile after each phase change.
 //! - [`summary`]: the parent's bounded status.
 //! - [`pages`]: the objects and children listed a page at a time, each cut to what is read.
+//! - [`decode`]: each object decoded alone, so one too deep or too large fails alone.
 
 pub mod access;
 pub mod child;
+pub mod claim;
+pub mod decode;
 pub mod object;
 pub mod pages;
 pub mod parent;
 pub mod related;
 pub mod summary;
 pub mod watch;
+pub mod watched;
 pub mod write_back;
 
 use std::collections::HashMap;

@@ -56,8 +56,12 @@ pub fn view(obj: &DynamicObject) -> Value {
     let annotations = m.annotations.clone().unwrap_or_default();
     let annotations: std::collections::BTreeMap<_, _> = annotations
         .into_iter()
-        // kubectl's copy of the whole object would double the child's size.
-        .filter(|(k, _)| k != "kubectl.kubernetes.io/last-applied-configuration")
+        // kubectl's copy of the whole object would double the child's size; the bound flows'
+        // marks naming their child (`claim`) are theirs, not the object's.
+        .filter(|(k, _)| {
+            k != "kubectl.kubernetes.io/last-applied-configuration"
+                && !k.starts_with(super::claim::MARK_PREFIX)
+        })
         .collect();
     meta.insert("annotations".into(), json!(annotations));
     let mut out = Map::new();
@@ -86,7 +90,8 @@ mod tests {
             "metadata": {"name": "pg", "namespace": "ops", "uid": "u1", "generation": 2,
                 "resourceVersion": "77", "finalizers": ["x"], "labels": {"a": "b"},
                 "managedFields": [{"manager": "kubectl"}],
-                "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{...}", "n": "1"}},
+                "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{...}", "n": "1",
+                    "child.ops.example.com/flow-x-1": "c1"}},
             "spec": {"version": "15"},
             "status": {"phase": "Running"}
         }))

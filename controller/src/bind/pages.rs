@@ -1,10 +1,12 @@
 //! Lists of a bound flow's objects and child flows, read a page at a time and each item cut to
 //! what the reconcile reads as it comes: a bound flow serving 1,000 objects would otherwise
-//! hold two full lists (every child flow's status with its steps) at once, at every wake.
+//! hold two full lists (every child flow's status with its steps) at once, at every wake. The
+//! objects are served a page at a time, as each page comes, each decoded alone.
 
 use kube::api::{Api, DynamicObject, ListParams};
 
 use super::child::OBJECT_ANNOTATION;
+use super::decode::RawPage;
 
 /// Items per LIST request: the most a reconcile holds in full at once.
 pub const PAGE: u32 = 100;
@@ -29,6 +31,40 @@ pub async fn list_kept<T>(
             None => return Ok(out),
         }
     }
+}
+
+/// One page of the objects `lp` selects, after the page `token` names (the first: `None`),
+/// each item left as raw text to be decoded alone ([`super::decode`]): one object serde cannot
+/// read does not fail the others.
+pub async fn raw_page(
+    api: &Api<DynamicObject>,
+    lp: &ListParams,
+    token: Option<&str>,
+) -> Result<RawPage, ListError> {
+    let mut page = lp.clone().limit(PAGE);
+    if let Some(t) = token {
+        page = page.continue_token(t);
+    }
+    let request = kube::core::Request::new(api.resource_url())
+        .list(&page)
+        .map_err(|e| ListError::Request(kube::Error::BuildRequest(e)))?;
+    let client = api.clone().into_client();
+    let text = client
+        .request_text(request)
+        .await
+        .map_err(ListError::Request)?;
+    serde_json::from_str(&text).map_err(ListError::Page)
+}
+
+/// Why a page of objects could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum ListError {
+    /// The request failed.
+    #[error(transparent)]
+    Request(#[from] kube::Error),
+    /// The page is not a list (the items themselves are decoded one by one, later).
+    #[error("reading the page: {0}")]
+    Page(serde_json::Error),
 }
 
 /// A child flow cut to what serving its object and summing up read: metadata, `spec.bound`
@@ -73,16 +109,6 @@ fn run_state(child: &DynamicObject) -> Option<serde_json::Value> {
             "lastRunTime": st["lastRunTime"],
         })
     })
-}
-
-/// An object cut to what the reconcile reads: everything but its status and managed fields
-/// (`${object}` never holds the status; see `object::view`).
-pub fn slim_object(mut obj: DynamicObject) -> DynamicObject {
-    obj.metadata.managed_fields = None;
-    if let Some(o) = obj.data.as_object_mut() {
-        o.remove("status");
-    }
-    obj
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::discovery::ApiResource;
 use kube::runtime::controller::Action;
@@ -17,9 +18,11 @@ use serde_json::{json, Value};
 use tracing::info;
 
 use super::child::{self, Parent, FLOW_GENERATION_ANNOTATION, OBJECT_ANNOTATION};
+use super::claim::{self, Standing};
 use super::related::{self, Seen};
 use super::summary::{self, Refused};
-use super::{access, object, pages, watch};
+use super::watched::Watched;
+use super::{access, decode, object, pages, watch};
 use crate::reconcile::events::EventType;
 use crate::reconcile::{finalizer, outcome, status, Error, Reconciling};
 
@@ -51,37 +54,34 @@ pub(crate) async fn reconcile_parent(
             return Ok(Action::requeue(RETRY_REFUSED));
         }
     };
-    let objects = match pages::list_kept(&binding.objects, &ListParams::default(), |o| {
-        Some(pages::slim_object(o))
-    })
-    .await
-    {
-        Ok(objects) => objects,
-        Err(e) => {
-            let message = format!("listing {} objects: {e}", bind.kind);
-            refused(r, flows, previous, &message).await?;
-            return Ok(Action::requeue(RETRY_REFUSED));
-        }
-    };
     let children = binding.children().await?;
     let mut refusals = Vec::new();
     let mut again = RESYNC;
-    for obj in &objects {
-        // One object's trouble (a conflict, an admission webhook refusing its finalizer) is
-        // its own: the others are served, and it is tried again soon.
-        let message = match binding.serve(obj, &children).await {
-            Ok(None) => continue,
-            Ok(Some(why)) => why,
+    let mut token: Option<String> = None;
+    loop {
+        // A page at a time, each object decoded alone: one that cannot be (too deep, too
+        // large) is named and skipped, and the others are served.
+        let lp = ListParams::default();
+        let page = match pages::raw_page(&binding.objects, &lp, token.as_deref()).await {
+            Ok(page) => page,
             Err(e) => {
-                again = RETRY_OBJECT;
-                format!("serving it: {e}")
+                let message = format!("listing {} objects: {e}", bind.kind);
+                refused(r, flows, previous, &message).await?;
+                return Ok(Action::requeue(RETRY_REFUSED));
             }
         };
-        let object = object::key(obj);
-        refusals.push(Refused { object, message });
+        for (i, raw) in page.items.iter().enumerate() {
+            if let Some(refusal) = binding.serve_raw(raw.get(), i, &children, &mut again).await {
+                refusals.push(refusal);
+            }
+        }
+        token = page.metadata.continue_.filter(|t| !t.is_empty());
+        if token.is_none() {
+            break;
+        }
     }
-    // The lists are let go before the children are read again, a state each, to sum up.
-    drop((objects, children));
+    // The children are let go before they are read again, a state each, to sum up.
+    drop(children);
     let states = binding.child_states().await?;
     summarise(r, flows, previous, &bind.kind, &states, &refusals).await?;
     Ok(Action::requeue(again))
@@ -98,6 +98,8 @@ struct Binding<'a> {
     ar: ApiResource,
     selector: Selector,
     finalizer: String,
+    /// The annotation each object names its child's UID by ([`claim`]).
+    mark: String,
     raw_spec: Value,
     /// The related kinds (`bind.related`) by (apiVersion, kind): their resource and whether it
     /// is namespaced, discovered as the flow's ServiceAccount.
@@ -139,7 +141,7 @@ impl<'a> Binding<'a> {
                     uid: r.uid.to_string(),
                     flow: (ns.to_string(), r.flow_id.name.to_string()),
                     what,
-                    api: objects.clone(),
+                    api: watched_api(&client, scope, &ar),
                 });
             }
         }
@@ -157,21 +159,56 @@ impl<'a> Binding<'a> {
             ar,
             selector,
             finalizer: object::finalizer_name(ns, r.flow_id.name),
+            mark: claim::mark_key(ns, r.flow_id.name),
             raw_spec: r.flow.data.get("spec").cloned().unwrap_or(Value::Null),
         })
     }
 
-    /// The child flows of this bound flow (labelled, and owned by it), by name.
-    async fn children(&self) -> Result<BTreeMap<String, DynamicObject>, Error> {
+    /// The child flows of this bound flow (labelled, and claiming to be owned by it), by name,
+    /// and those not under their object's name (made by an older controller) by object UID.
+    async fn children(&self) -> Result<Children, Error> {
         let uid = self.r.uid;
         let children = pages::list_kept(self.flows, &children_of(self.r.flow_id.name), |c| {
             owned_by(&c, uid).then(|| pages::slim_child(c))
         })
         .await?;
-        Ok(children
-            .into_iter()
-            .map(|c| (c.metadata.name.clone().unwrap_or_default(), c))
-            .collect())
+        let mut out = Children::default();
+        for c in children {
+            let name = c.metadata.name.clone().unwrap_or_default();
+            let obj = &c.data["spec"]["bound"]["object"]["metadata"];
+            let ns = obj["namespace"].as_str().unwrap_or_default();
+            let expected = child::child_name(
+                self.r.flow_id.name,
+                ns,
+                obj["name"].as_str().unwrap_or_default(),
+            );
+            if let (false, Some(obj_uid)) = (expected == name, claim::recorded_uid(&c)) {
+                out.old.insert(obj_uid.to_string(), name.clone());
+            }
+            out.by_name.insert(name, c);
+        }
+        Ok(out)
+    }
+
+    /// The child serving `obj` (this flow's, or an older controller's to take over once), or
+    /// why the flow under its name is not adopted.
+    fn pick<'c>(&self, obj: &DynamicObject, children: &'c Children) -> Picked<'c> {
+        let obj_ns = obj.metadata.namespace.as_deref().unwrap_or_default();
+        let obj_name = obj.metadata.name.as_deref().unwrap_or_default();
+        let name = child::child_name(self.r.flow_id.name, obj_ns, obj_name);
+        let (mark, fin) = (&self.mark, &self.finalizer);
+        if let Some(c) = children.by_name.get(&name) {
+            return match claim::standing(c, obj, mark, fin) {
+                Standing::Ours | Standing::Legacy => Picked::Child(c),
+                Standing::Foreign(why) => Picked::Foreign(why),
+            };
+        }
+        let uid = obj.metadata.uid.as_deref().unwrap_or_default();
+        let old = children.old.get(uid).and_then(|n| children.by_name.get(n));
+        match old.filter(|c| claim::standing(c, obj, mark, fin) == Standing::Legacy) {
+            Some(c) => Picked::Old(c),
+            None => Picked::None,
+        }
     }
 
     /// Each child flow's object and its run's state: all that summing up reads.
@@ -184,24 +221,73 @@ impl<'a> Binding<'a> {
         Ok(states)
     }
 
-    fn matches(&self, obj: &DynamicObject) -> bool {
-        self.selector
-            .matches(&obj.metadata.labels.clone().unwrap_or_default())
+    /// Whether the object is being deleted or no longer matches the selector.
+    fn leaving(&self, meta: &ObjectMeta) -> bool {
+        let labels = meta.labels.clone().unwrap_or_default();
+        meta.deletion_timestamp.is_some() || !self.selector.matches(&labels)
+    }
+
+    /// Decodes item `i` of a page and serves it; returns why it cannot be, if so. One object's
+    /// trouble (a conflict, an admission webhook refusing its finalizer) is its own: the others
+    /// are served, and it is tried again soon (`again`).
+    async fn serve_raw(
+        &self,
+        raw: &str,
+        i: usize,
+        children: &Children,
+        again: &mut Duration,
+    ) -> Option<Refused> {
+        let obj = match decode::object(raw, i) {
+            Ok(obj) => obj,
+            // Deleted (or no longer matching), its metadata is all letting it go reads.
+            Err(u) => match u.meta.filter(|m| self.leaving(m)) {
+                Some(metadata) => DynamicObject {
+                    types: None,
+                    metadata: *metadata,
+                    data: json!({}),
+                },
+                None => {
+                    let (object, message) = (u.object, u.message);
+                    return Some(Refused { object, message });
+                }
+            },
+        };
+        let message = match self.serve(&obj, children).await {
+            Ok(None) => return None,
+            Ok(Some(why)) => why,
+            Err(e) => {
+                *again = RETRY_OBJECT;
+                format!("serving it: {e}")
+            }
+        };
+        let object = object::key(&obj);
+        Some(Refused { object, message })
     }
 
     /// Serves one object; returns why it cannot be served, if so.
     async fn serve(
         &self,
         obj: &DynamicObject,
-        children: &BTreeMap<String, DynamicObject>,
+        children: &Children,
     ) -> Result<Option<String>, Error> {
         let obj_ns = obj.metadata.namespace.as_deref().unwrap_or_default();
         let obj_name = obj.metadata.name.as_deref().unwrap_or_default();
         let name = child::child_name(self.r.flow_id.name, obj_ns, obj_name);
-        let child = children.get(&name);
-        let leaving = obj.metadata.deletion_timestamp.is_some() || !self.matches(obj);
+        let leaving = self.leaving(&obj.metadata);
+        let (child, old) = match self.pick(obj, children) {
+            Picked::Child(c) => (Some(c), None),
+            Picked::Old(c) => (None, Some(c)),
+            Picked::None => (None, None),
+            Picked::Foreign(_) if leaving => (None, None),
+            Picked::Foreign(why) => {
+                self.r
+                    .publish(EventType::Warning, "ChildRefused", &why)
+                    .await;
+                return Ok(Some(why));
+            }
+        };
         if leaving {
-            self.let_go(obj, child).await?;
+            self.let_go(obj, child.or(old)).await?;
             return Ok(None);
         }
         let view = object::view(obj);
@@ -209,31 +295,17 @@ impl<'a> Binding<'a> {
             Ok(seen) => seen,
             Err(why) => return Ok(Some(why)),
         };
-        let previous = child.map(|c| &c.data["spec"]["bound"]["object"]);
+        let previous = child.or(old).map(|c| &c.data["spec"]["bound"]["object"]);
         let trigger = child::trigger(previous, &view, self.bind);
         let trigger = match child {
-            Some(c) => {
-                let recorded: BTreeMap<String, String> =
-                    serde_json::from_value(c.data["spec"]["bound"]["related"].clone())
-                        .unwrap_or_default();
-                let binder = &self.r.ctx.binder;
-                let changed: Vec<String> = seen
-                    .iter()
-                    .filter(|(key, now)| {
-                        let remembered = binder.remembered(&self.memo_key(&name, key));
-                        related::changed(&recorded, key, now, remembered.as_ref())
-                    })
-                    .map(|(key, _)| key.clone())
-                    .collect();
-                with_related_changes(trigger, changed)
-            }
+            Some(c) => self.with_related(&name, c, trigger, &seen),
             None => trigger,
         };
         let flow_changed = child.is_some_and(|c| {
             let a = c.metadata.annotations.as_ref();
             let g = a.and_then(|a| a.get(FLOW_GENERATION_ANNOTATION));
             g.map(String::as_str) != Some(&self.parent().generation.to_string())
-        });
+        }) || old.is_some();
         if trigger.is_none() && !flow_changed {
             self.remember(&name, &seen);
             return Ok(None);
@@ -251,14 +323,42 @@ impl<'a> Binding<'a> {
             &trigger,
             &versions,
         );
-        if let Some(why) = self.write_child(&name, child, made).await? {
-            return Ok(Some(why));
-        }
+        let child_uid = match self.write_child(&name, child, made).await? {
+            Ok(uid) => uid,
+            Err(why) => return Ok(Some(why)),
+        };
         self.remember(&name, &seen);
-        // Only once its flow exists: an object whose flow was refused keeps no finalizer of ours.
+        // Only once its flow exists: an object whose flow was refused keeps no finalizer of ours,
+        // and names no child.
         let objects = self.objects_api(obj);
-        finalizer::set_named(&objects, obj, &self.finalizer, true).await?;
+        claim::mark(&objects, obj, &self.finalizer, &self.mark, &child_uid).await?;
+        if let Some(old) = old {
+            retire(self.flows, old.metadata.name.as_deref().unwrap_or_default()).await?;
+        }
         Ok(None)
+    }
+
+    /// `trigger` with the related objects of `child` that changed since it was made.
+    fn with_related(
+        &self,
+        name: &str,
+        child: &DynamicObject,
+        trigger: Option<Value>,
+        seen: &[(String, Seen)],
+    ) -> Option<Value> {
+        let recorded: BTreeMap<String, String> =
+            serde_json::from_value(child.data["spec"]["bound"]["related"].clone())
+                .unwrap_or_default();
+        let binder = &self.r.ctx.binder;
+        let changed: Vec<String> = seen
+            .iter()
+            .filter(|(key, now)| {
+                let remembered = binder.remembered(&self.memo_key(name, key));
+                related::changed(&recorded, key, now, remembered.as_ref())
+            })
+            .map(|(key, _)| key.clone())
+            .collect();
+        with_related_changes(trigger, changed)
     }
 
     /// What each related object of `view` is now (`bind.related`), read as the flow's
@@ -342,20 +442,21 @@ impl<'a> Binding<'a> {
         }
     }
 
-    /// Creates the child, or updates the one it owns; a flow of that name it does not own is
-    /// refused (a tenant may have created it to have it adopted), with an Event.
+    /// Creates the child, or updates the one it owns, and returns its UID; a flow of that name
+    /// it does not own is refused (a tenant may have created it to have it adopted), with an
+    /// Event, and why is returned.
     async fn write_child(
         &self,
         name: &str,
         existing: Option<&DynamicObject>,
         mut made: Value,
-    ) -> Result<Option<String>, Error> {
+    ) -> Result<Result<String, String>, Error> {
         let Some(existing) = existing else {
             let flow: DynamicObject = serde_json::from_value(made).expect("a flow object");
             return match self.flows.create(&PostParams::default(), &flow).await {
-                Ok(_) => {
+                Ok(made) => {
                     info!(flow = %self.r.key(), child = name, "made a flow for an object");
-                    Ok(None)
+                    Ok(Ok(made.metadata.uid.unwrap_or_default()))
                 }
                 Err(kube::Error::Api(e)) if e.code == 409 => {
                     let why = format!(
@@ -365,7 +466,7 @@ impl<'a> Binding<'a> {
                     self.r
                         .publish(EventType::Warning, "ChildRefused", &why)
                         .await;
-                    Ok(Some(why))
+                    Ok(Err(why))
                 }
                 Err(e) => Err(e.into()),
             };
@@ -383,10 +484,11 @@ impl<'a> Binding<'a> {
         for (k, v) in ours.into_iter().flatten() {
             annotations.insert(k, v.as_str().unwrap_or_default().to_string());
         }
-        self.flows
+        let written = self
+            .flows
             .replace(name, &PostParams::default(), &updated)
             .await?;
-        Ok(None)
+        Ok(Ok(written.metadata.uid.unwrap_or_default()))
     }
 
     /// An object being deleted (or no longer matching): delete its flow (whose `onDelete` runs
@@ -449,15 +551,11 @@ async fn open_related(
                 if let Some(m) = missing.map_err(|e| format!("asking what {who} may do: {e}"))? {
                     return Err(m);
                 }
-                let api = match scope {
-                    Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
-                    None => Api::all_with(client.clone(), &ar),
-                };
                 watches.start(watch::Target {
                     uid: key.clone(),
                     flow: (ns.to_string(), r.flow_id.name.to_string()),
                     what,
-                    api,
+                    api: watched_api(client, scope, &ar),
                 });
             }
         }
@@ -466,6 +564,14 @@ async fn open_related(
     }
     watches.keep_related(r.uid, &keys);
     Ok(kinds)
+}
+
+/// The objects of kind `ar` in `scope` (all namespaces: `None`), as a watch decodes them.
+fn watched_api(client: &kube::Client, scope: Option<&str>, ar: &ApiResource) -> Api<Watched> {
+    match scope {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, ar),
+        None => Api::all_with(client.clone(), ar),
+    }
 }
 
 /// `trigger` with the related objects that `changed` (their keys) added: an update naming them
@@ -597,19 +703,45 @@ pub(crate) async fn release(r: &Reconciling<'_>, flows: &Api<DynamicObject>) -> 
             r.publish(EventType::Warning, "ReleaseFailed", &note).await;
             return Err(e);
         }
-        let name = c.metadata.name.clone().unwrap_or_default();
-        let mark = json!({"metadata": {"annotations": {RELEASED_ANNOTATION: "true"}}});
-        flows
-            .patch(&name, &PatchParams::default(), &Patch::Merge(&mark))
-            .await?;
-        match flows.delete(&name, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(e.into()),
-        }
+        retire(flows, c.metadata.name.as_deref().unwrap_or_default()).await?;
     }
     finalizer::set_named(flows, r.flow, BIND_FINALIZER, false).await?;
     Ok(())
+}
+
+/// Deletes child flow `name` marked released: no `onDelete` runs, the object stays as it is.
+async fn retire(flows: &Api<DynamicObject>, name: &str) -> Result<(), Error> {
+    let mark = json!({"metadata": {"annotations": {RELEASED_ANNOTATION: "true"}}});
+    flows
+        .patch(name, &PatchParams::default(), &Patch::Merge(&mark))
+        .await?;
+    match flows.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A bound flow's child flows, as listed at the start of a reconcile.
+#[derive(Default)]
+struct Children {
+    /// By name.
+    by_name: BTreeMap<String, DynamicObject>,
+    /// The names of those not under their object's child name (made before child names were
+    /// collision-resistant), by the UID of the object they record.
+    old: BTreeMap<String, String>,
+}
+
+/// Which child serves an object.
+enum Picked<'c> {
+    /// The flow under its name, this flow's for it.
+    Child(&'c DynamicObject),
+    /// None under its name; one an older controller made for it, to take over once.
+    Old(&'c DynamicObject),
+    /// None.
+    None,
+    /// A flow under its name that is not this flow's for it: why.
+    Foreign(String),
 }
 
 fn object_of(child: &DynamicObject) -> String {

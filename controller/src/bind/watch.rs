@@ -2,18 +2,20 @@
 //! any change of a watched object wakes the bound flows that watch it (each decides whether it
 //! starts a run), so nothing polls. One watch per kind, scope and ServiceAccount, whatever the
 //! number of objects or of bound flows sharing it: a second flow on the same kind as the same
-//! account subscribes to the running watch. A watch the API refuses is recorded, and the
+//! account subscribes to the running watch. Watches decode metadata only, so an object's size
+//! or depth neither costs memory nor stops a watch. A watch the API refuses is recorded, and the
 //! status of every flow subscribed to it says so.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
-use kube::api::{Api, DynamicObject};
+use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{watcher, WatchStreamExt};
 use tokio::sync::broadcast;
 
+use super::watched::Watched;
 use crate::backoff::WatchBackoff;
 use crate::raw::RawFlow;
 
@@ -67,7 +69,7 @@ pub struct Target {
     pub what: String,
     /// The objects, as the flow's ServiceAccount (all of them: the selector is applied by the
     /// bound flow, so an object that stops matching is seen).
-    pub api: Api<DynamicObject>,
+    pub api: Api<Watched>,
 }
 
 impl Watches {
@@ -191,9 +193,10 @@ fn unsubscribe(state: &mut State, key: &str) {
 }
 
 /// One watch: every event wakes each subscribed flow once; an error is recorded (and wakes
-/// them, so their status says so) until the next event.
+/// them, so their status says so) until the next event. It decodes the objects' metadata only
+/// ([`Watched`]): an event only wakes, and an object too deep to decode must not stop the watch.
 async fn run(
-    api: Api<DynamicObject>,
+    api: Api<Watched>,
     what: String,
     wake: broadcast::Sender<(String, String)>,
     subscribers: Subscribers,
@@ -227,7 +230,7 @@ mod tests {
     use super::*;
 
     /// An API on a port nothing listens on: the watch's task starts and retries.
-    fn api() -> Api<DynamicObject> {
+    fn api() -> Api<Watched> {
         let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
         let client = kube::Client::try_from(config).unwrap();
         let ar = kube::discovery::ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());

@@ -377,7 +377,10 @@ fn step_entries(
                 .unwrap_or_default(),
         };
         if !insts.is_empty() {
-            steps.push(step_entry(plan, n, &insts));
+            let mut entry = step_entry(plan, n, &insts);
+            // What an include ran, as its `digest:` would pin it.
+            entry.digest = run.includes.get(&n.id).map(|i| i.digest());
+            steps.push(entry);
         }
     }
     steps
@@ -401,6 +404,7 @@ fn step_entry(plan: &Plan, n: &PlanNode, insts: &[Instance]) -> StepStatus {
         node: None,
         instances: None,
         approval: None,
+        digest: None,
     };
     if let [i] = insts {
         if !i.message.is_empty() {

@@ -100,6 +100,25 @@ pub fn bounded_name(readable: &str, hash: u64, max: usize) -> String {
     }
 }
 
+/// Hex characters of SHA-256 a [`resistant_name`] keeps: 128 bits, so finding two inputs with
+/// the same name takes about 2^64 hashes (FNV-1a's 40 bits took seconds).
+pub const RESISTANT_HASH_HEX: usize = 32;
+
+/// `<readable part>-<128 bits of SHA-256 over parts>`, at most `max` characters: a name that
+/// whoever picks the parts (a tenant naming an object) cannot make equal another's.
+pub fn resistant_name(readable: &str, parts: &[&str], max: usize) -> String {
+    let digest = sha256_hex(parts);
+    let suffix = &digest[..RESISTANT_HASH_HEX];
+    let room = max.saturating_sub(suffix.len() + 1);
+    let base: String = sanitize(readable).chars().take(room).collect();
+    let base = base.trim_end_matches('-');
+    if base.is_empty() {
+        format!("pf-{suffix}")
+    } else {
+        format!("{base}-{suffix}")
+    }
+}
+
 /// A label value (≤ 63, alphanumeric ends) that still reads like the original.
 pub fn label_value(s: &str) -> String {
     let ok = s.len() <= 63
@@ -124,6 +143,20 @@ mod tests {
         let long = "x".repeat(80);
         assert!(label_value(&long).len() <= 63);
         assert_ne!(label_value("a/b"), "a/b");
+    }
+
+    #[test]
+    fn resistant_names_are_bounded_and_keep_128_bits() {
+        let n = resistant_name(&"x".repeat(100), &["a", "b"], 63);
+        assert_eq!(n.len(), 63, "{n}");
+        let suffix = n.rsplit('-').next().unwrap();
+        assert_eq!(suffix.len() * 4, 128);
+        assert_eq!(suffix, &sha256_hex(&["a", "b"])[..32]);
+        assert!(resistant_name("--", &["a"], 63).starts_with("pf-"));
+        assert_ne!(
+            resistant_name("a", &["a", "b"], 63),
+            resistant_name("a", &["ab", ""], 63)
+        );
     }
 
     #[test]

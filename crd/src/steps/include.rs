@@ -66,6 +66,11 @@ pub struct IncludeStep {
     /// `manifests` (objects to apply) or `steps` (run in place); guessed from the content when absent.
     #[serde(default, rename = "as", skip_serializing_if = "Option::is_none")]
     pub as_: Option<IncludeAs>,
+    /// `sha256:<64 hex>` of the steps this include must bring (their JSON with keys sorted and
+    /// no spaces, as `status.steps[].digest` shows it); other steps fail the run naming both
+    /// digests. Needs `as: steps`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
 }
 
 impl StepParams for IncludeStep {
@@ -74,6 +79,12 @@ impl StepParams for IncludeStep {
     }
 
     fn validate(&self, ctx: &mut Ctx) {
+        if let Some(d) = &self.digest {
+            check_digest(ctx, d);
+            if self.as_ != Some(IncludeAs::Steps) {
+                ctx.error("digest", "a digest pins included steps: set as: steps (manifests are applied by the fetching Job as they are)");
+            }
+        }
         match &self.source {
             IncludeSource::Url(url) => {
                 if !(url.contains("${")
@@ -101,6 +112,18 @@ impl StepParams for IncludeStep {
     }
 }
 
+/// Checks a pinned digest's form: `sha256:` and 64 lowercase hex digits.
+pub fn check_digest(ctx: &mut Ctx, digest: &str) {
+    let hex = digest.strip_prefix("sha256:").unwrap_or_default();
+    let ok = hex.len() == 64 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    if !ok {
+        ctx.error(
+            "digest",
+            format!("{digest:?} is not sha256: followed by 64 lowercase hex digits"),
+        );
+    }
+}
+
 fn check_ref(ctx: &mut Ctx, field: &str, r: &KeyRef) {
     if !r.name.contains("${") && !is_dns_subdomain(&r.name) {
         ctx.error(
@@ -110,5 +133,37 @@ fn check_ref(ctx: &mut Ctx, field: &str, r: &KeyRef) {
     }
     if r.key.is_empty() {
         ctx.error(&format!("{field}.key"), "must not be empty");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{json, Value};
+
+    fn check(steps: Value) -> Vec<String> {
+        let (_, diags) = crate::validate::validate_spec(&json!({ "steps": steps }));
+        diags
+            .errors()
+            .map(|d| format!("{}: {}", d.path, d.message))
+            .collect()
+    }
+
+    #[test]
+    fn a_digest_is_sha256_hex_and_pins_steps_only() {
+        let pin = format!("sha256:{}", "a".repeat(64));
+        let source = json!({"configMapRef": {"name": "lib", "key": "steps"}});
+        let ok = check(
+            json!([{"type": "include", "source": source, "as": "steps", "digest": pin},
+            {"type": "includeFlow", "name": "lib", "digest": pin}]),
+        );
+        assert!(ok.is_empty(), "{ok:?}");
+        let errors = check(
+            json!([{"type": "include", "source": source, "digest": "sha256:ABC"},
+            {"type": "includeFlow", "name": "lib", "digest": "md5:x"}]),
+        );
+        assert_eq!(errors.len(), 3, "{errors:?}");
+        assert!(errors[0].starts_with("spec.steps[0].digest: \"sha256:ABC\" is not sha256:"));
+        assert!(errors[1].contains("set as: steps"), "{errors:?}");
+        assert!(errors[2].starts_with("spec.steps[1].digest: \"md5:x\""));
     }
 }

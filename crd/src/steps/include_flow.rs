@@ -23,6 +23,11 @@ pub struct IncludeFlowStep {
     /// it they see only their flow's vars.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub inherit_vars: bool,
+    /// `sha256:<64 hex>` of the steps the included flow must have (their JSON with keys sorted
+    /// and no spaces, as `status.steps[].digest` shows it); other steps fail the run naming
+    /// both digests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
 }
 
 impl StepParams for IncludeFlowStep {
@@ -35,6 +40,9 @@ impl StepParams for IncludeFlowStep {
     }
 
     fn validate(&self, ctx: &mut Ctx) {
+        if let Some(d) = &self.digest {
+            super::include::check_digest(ctx, d);
+        }
         if let Some(ns) = &self.namespace {
             if !ns.contains("${") && !is_dns_label(ns) {
                 ctx.error("namespace", format!("{ns:?} is not a valid namespace"));

@@ -1,0 +1,166 @@
+//! A bound object decoded alone, from the raw text of its LIST page. Decoded as part of a typed
+//! list, one object nested deeper than serde_json's recursion limit (128) failed the whole list,
+//! and with it every other object of the kind: none was served, and their deletions hung on the
+//! finalizer. Here the page's items are kept as raw text (serde_json skips a raw value without
+//! recursing), each is checked for depth ([`crate::depth`], no recursion) and size, then decoded;
+//! one that cannot be is named with why, and the others are served.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ListMeta, ObjectMeta};
+use kube::api::{DynamicObject, TypeMeta};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+use crate::depth;
+use crate::limits::MAX_SPEC_DEPTH;
+
+/// How deep an object's fields may nest: a child flow carries them at
+/// `spec.bound.object.<field>`, three levels below its spec, whose depth the controller bounds.
+pub const MAX_OBJECT_DEPTH: usize = MAX_SPEC_DEPTH - 3;
+
+/// How many bytes an object's fields (all but `metadata` and `status`) may take: its child
+/// flow carries them, and must stay well inside what the API server stores.
+pub const MAX_OBJECT_BYTES: usize = 256 * 1024;
+
+/// One LIST page as it comes: its continue token and its items, undecoded.
+#[derive(Deserialize)]
+pub struct RawPage {
+    /// The continue token.
+    #[serde(default)]
+    pub metadata: ListMeta,
+    /// The items, as raw text.
+    #[serde(default)]
+    pub items: Vec<Box<RawValue>>,
+}
+
+/// An object that cannot be served as it is, named as the bound flow's status names objects.
+#[derive(Debug, PartialEq)]
+pub struct Unreadable {
+    /// `namespace/name` (`item N of a page` when even its metadata cannot be read).
+    pub object: String,
+    /// Why.
+    pub message: String,
+    /// Its metadata, when that could be read (enough to let it go when it is deleted).
+    pub meta: Option<Box<ObjectMeta>>,
+}
+
+/// The object `raw` (item `index` of its page), without its status and managed fields (which
+/// no child reads), or why it cannot be served: too deep, too large, not an object.
+pub fn object(raw: &str, index: usize) -> Result<DynamicObject, Unreadable> {
+    let unreadable = |object: String, message: String| Unreadable {
+        object,
+        message,
+        meta: None,
+    };
+    let fields: BTreeMap<String, Box<RawValue>> = serde_json::from_str(raw).map_err(|e| {
+        unreadable(
+            format!("item {index} of a page"),
+            format!("not an object: {e}"),
+        )
+    })?;
+    let metadata = match fields.get("metadata") {
+        Some(m) => meta(m.get())
+            .map_err(|e| unreadable(format!("item {index} of a page"), format!("metadata: {e}")))?,
+        None => ObjectMeta::default(),
+    };
+    let key = match &metadata.namespace {
+        Some(ns) => format!("{ns}/{}", metadata.name.as_deref().unwrap_or_default()),
+        None => metadata.name.clone().unwrap_or_default(),
+    };
+    let fail = |message: String| Unreadable {
+        object: key.clone(),
+        message,
+        meta: Some(Box::new(metadata.clone())),
+    };
+    let mut data = serde_json::Map::new();
+    let mut bytes = 0;
+    for (k, v) in &fields {
+        if matches!(k.as_str(), "metadata" | "status" | "apiVersion" | "kind") {
+            continue;
+        }
+        bytes += v.get().len();
+        depth::check(v.get(), k, MAX_OBJECT_DEPTH).map_err(|e| fail(e.to_string()))?;
+        let value: Value = serde_json::from_str(v.get()).map_err(|e| fail(format!("{k}: {e}")))?;
+        data.insert(k.clone(), value);
+    }
+    if bytes > MAX_OBJECT_BYTES {
+        return Err(fail(format!(
+            "its fields take {bytes} bytes, more than the {MAX_OBJECT_BYTES} its flow may carry"
+        )));
+    }
+    let text = |k: &str| {
+        fields
+            .get(k)
+            .and_then(|v| serde_json::from_str(v.get()).ok())
+    };
+    let types = match (text("apiVersion"), text("kind")) {
+        (Some(api_version), Some(kind)) => Some(TypeMeta { api_version, kind }),
+        _ => None,
+    };
+    Ok(DynamicObject {
+        types,
+        metadata,
+        data: Value::Object(data),
+    })
+}
+
+/// `metadata` decoded without its `managedFields` (whose `fieldsV1` mirror the object's
+/// nesting), which are skipped unread.
+fn meta(raw: &str) -> serde_json::Result<ObjectMeta> {
+    let mut fields: BTreeMap<String, Box<RawValue>> = serde_json::from_str(raw)?;
+    fields.remove("managedFields");
+    serde_json::from_str(&serde_json::to_string(&fields)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nested(levels: usize) -> String {
+        format!("{}1{}", "{\"a\":".repeat(levels), "}".repeat(levels))
+    }
+
+    fn widget(name: &str, spec: &str) -> String {
+        format!(
+            r#"{{"apiVersion":"x/v1","kind":"Widget","metadata":{{"name":"{name}","namespace":"ops","managedFields":[{{"fieldsV1":{fields}}}]}},"spec":{spec},"status":{status}}}"#,
+            fields = nested(200),
+            status = nested(200)
+        )
+    }
+
+    #[test]
+    fn a_page_with_one_object_too_deep_for_serde_still_reads_the_others() {
+        let page = format!(
+            r#"{{"metadata":{{"continue":"t"}},"items":[{},{}]}}"#,
+            widget("deep", &nested(130)),
+            widget("ok", r#"{"version":"1"}"#)
+        );
+        let page: RawPage = serde_json::from_str(&page).unwrap();
+        assert_eq!(page.metadata.continue_.as_deref(), Some("t"));
+        let deep = object(page.items[0].get(), 0).unwrap_err();
+        assert_eq!(deep.object, "ops/deep");
+        assert_eq!(deep.meta.unwrap().name.as_deref(), Some("deep"));
+        assert!(deep.message.contains("spec.a.a"), "{}", deep.message);
+        assert!(deep.message.contains("nested deeper"), "{}", deep.message);
+        let ok = object(page.items[1].get(), 1).unwrap();
+        assert_eq!(ok.data, serde_json::json!({"spec": {"version": "1"}}));
+        assert_eq!(ok.types.unwrap().kind, "Widget");
+        assert!(ok.metadata.managed_fields.is_none());
+    }
+
+    #[test]
+    fn an_object_too_large_is_named_with_its_size() {
+        let big = format!(r#"{{"blob":"{}"}}"#, "x".repeat(MAX_OBJECT_BYTES));
+        let e = object(&widget("big", &big), 0).unwrap_err();
+        assert_eq!(e.object, "ops/big");
+        assert!(e.message.contains("more than the 262144"), "{}", e.message);
+    }
+
+    #[test]
+    fn an_item_that_is_no_object_is_named_by_its_place() {
+        let e = object("[1]", 3).unwrap_err();
+        assert_eq!(e.object, "item 3 of a page");
+    }
+}
