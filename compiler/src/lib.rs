@@ -15,6 +15,7 @@ pub mod limits;
 pub mod lower;
 pub mod names;
 pub mod plan;
+pub mod pod_settings;
 pub mod render;
 pub mod result;
 pub mod runtime;

@@ -38,6 +38,11 @@ pub struct Context {
     pub approval_key: Option<crate::approval::Key>,
     /// Flows bound to a kind: their watches and ServiceAccount clients (docs/bound-flows.md).
     pub binder: crate::bind::Binder,
+    /// How many finished runs keep their objects when a flow does not say (the chart's).
+    pub history: super::history::HistoryLimits,
+    /// The executor pods' settings for every flow, under each flow's own (the chart's
+    /// `executor` values, `--executor-defaults`).
+    pub executor: pseudoflow_crd::executor::ExecutorOptions,
 }
 
 impl Context {
@@ -56,7 +61,24 @@ impl Context {
             readiness: Arc::default(),
             approval_key: None,
             binder: Default::default(),
+            history: Default::default(),
+            executor: Default::default(),
         }
+    }
+
+    /// The same context giving every flow's executor pods `defaults` under the flow's own.
+    pub fn with_executor_defaults(
+        mut self,
+        defaults: pseudoflow_crd::executor::ExecutorOptions,
+    ) -> Self {
+        self.executor = defaults;
+        self
+    }
+
+    /// The same context keeping `limits` finished runs' objects for flows that set none.
+    pub fn with_history_limits(mut self, limits: super::history::HistoryLimits) -> Self {
+        self.history = limits;
+        self
     }
 
     /// The same context accepting approvals stamped with `key` (the admission webhook's).
