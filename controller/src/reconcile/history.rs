@@ -6,8 +6,8 @@
 //!
 //! Which runs stay is decided from the run state alone (pure, [`runs_to_keep`]): the current
 //! run and the runs beside it always (a retry starts from the current run), then the newest
-//! finished runs of `status.previousRuns` up to each limit. Every other run of the flow is
-//! old, whether the history still names it or not. Nothing is deleted for its labels alone:
+//! finished runs of `status.previousRuns` up to each limit. The other runs the history names
+//! are old; a run it does not name is old once the history has moved past it ([`Pruning`]). Nothing is deleted for its labels alone:
 //! only an object this flow object owns, on the condition that it is still the object listed.
 
 use std::collections::BTreeSet;
@@ -108,24 +108,72 @@ pub fn runs_to_keep(run: &StoredRun, limits: HistoryLimits) -> BTreeSet<String> 
     keep
 }
 
+/// Which runs' objects go, decided once per prune.
+#[derive(Debug)]
+pub struct Pruning {
+    /// Runs whose objects stay ([`runs_to_keep`]).
+    keep: BTreeSet<String>,
+    /// Runs the history names, not kept: they go.
+    named: BTreeSet<String>,
+    /// A run the run state does not name (an Allow run that ended beside the current one and
+    /// was dropped from it, or one older than the history) goes only if the history is full
+    /// and its object was made no later than the oldest run the history names started: a run
+    /// that ended beside the current one is newer, and stays until the history moves past it.
+    cutoff: Option<i64>,
+}
+
+impl Pruning {
+    /// What to prune after `run` ended, with `limits`.
+    pub fn after(run: &StoredRun, limits: HistoryLimits) -> Pruning {
+        let keep = runs_to_keep(run, limits);
+        let named = std::iter::once(run.run_id.as_str())
+            .chain(run.previous.iter().map(|e| e.run_id.as_str()))
+            .filter(|id| !keep.contains(*id))
+            .map(str::to_string)
+            .collect();
+        let full = run.previous.len() >= pseudoflow_crd::status::MAX_PREVIOUS_RUNS;
+        let cutoff = run.previous.last().filter(|_| full).map(|e| e.started_at);
+        Pruning {
+            keep,
+            named,
+            cutoff,
+        }
+    }
+
+    /// Whether an object of run `run_id`, made at `created` (unix seconds), goes.
+    pub fn is_old(&self, run_id: &str, created: Option<i64>) -> bool {
+        if self.keep.contains(run_id) {
+            return false;
+        }
+        self.named.contains(run_id)
+            || self
+                .cutoff
+                .zip(created)
+                .is_some_and(|(cutoff, made)| made <= cutoff)
+    }
+}
+
 /// Deletes the objects of the flow's runs not in [`runs_to_keep`]. Called when a run ends;
 /// a failure is logged, not fatal (the next run's end tries again, and the Jobs'
 /// `ttlSecondsAfterFinished` is the backstop).
 pub(crate) async fn prune(r: &Reconciling<'_>, run: &StoredRun, options: &FlowOptions) {
-    let keep = runs_to_keep(run, r.ctx.history.for_flow(options));
-    if let Err(e) = prune_runs(r, &keep).await {
+    let pruning = Pruning::after(run, r.ctx.history.for_flow(options));
+    if let Err(e) = prune_runs(r, &pruning).await {
         warn!(flow = %r.key(), error = %e, "cannot delete the objects of old runs");
     }
 }
 
-async fn prune_runs(r: &Reconciling<'_>, keep: &BTreeSet<String>) -> kube::Result<()> {
+async fn prune_runs(r: &Reconciling<'_>, pruning: &Pruning) -> kube::Result<()> {
     let (client, ns) = (&r.ctx.client, r.ns());
     let selector = format!("{LABEL_FLOW}={}", label_value(r.flow_id.name));
     let old = |meta: &ObjectMeta| {
         meta.labels
             .as_ref()
             .and_then(|l| l.get(LABEL_RUN))
-            .is_some_and(|run| !keep.contains(run))
+            .is_some_and(|run| {
+                let created = meta.creation_timestamp.as_ref().map(|t| t.0.as_second());
+                pruning.is_old(run, created)
+            })
     };
     // Jobs first (with their pods, propagation Background), then what they read and wrote.
     for job in list::<Job>(r, &selector).await? {
@@ -284,6 +332,28 @@ mod tests {
             failed: 1,
         };
         assert_eq!(ids(runs_to_keep(&current, one)), ["r1", "r2", "r3"]);
+    }
+
+    #[test]
+    fn a_run_the_history_does_not_name_goes_only_once_the_full_history_moved_past_it() {
+        let previous: Vec<EndedRun> = (0..5)
+            .map(|i| EndedRun {
+                started_at: 100 + i,
+                ..ended(&format!("r{i}"), FlowPhase::Succeeded)
+            })
+            .rev()
+            .collect();
+        let current = run("r9", RunPhase::Succeeded, previous.clone());
+        let p = Pruning::after(&current, HistoryLimits::default());
+        // r4, r3 kept with r9; r2..r0 named and beyond the limit.
+        assert!(!p.is_old("r9", Some(1)) && !p.is_old("r4", Some(1)));
+        assert!(p.is_old("r0", Some(999)));
+        // Unnamed: older than the oldest named run (r0 started at 100), or not.
+        assert!(p.is_old("gone", Some(100)));
+        assert!(!p.is_old("ended-beside", Some(101)));
+        // With a history not yet full, every run ever started is named or beside: unnamed stay.
+        let young = run("r9", RunPhase::Succeeded, previous[..2].to_vec());
+        assert!(!Pruning::after(&young, HistoryLimits::default()).is_old("x", Some(0)));
     }
 
     #[test]
