@@ -6,7 +6,7 @@ cd "$(dirname "$0")"
 bash install-tools.sh >/dev/null
 HELM="${XDG_CACHE_HOME:-$HOME/.cache}/pseudoflow/tools/helm"
 CHART=pseudoflow-operator
-ALL=(--set metrics.serviceMonitor.enabled=true --set metrics.prometheusRule.enabled=true --set metrics.dashboard.enabled=true --set executorExample.enabled=true --set-json 'watchNamespaces=["a","b"]' --set-json 'nodeSteps.namespaces=["node-ops","infra"]' --set admissionPolicy.enabled=true --set-json 'admissionPolicy.serviceAccounts=["flow","kube-system/node-ops"]' --set-json 'admissionPolicy.namespaceSelector={"matchLabels":{"tenant":"yes"}}')
+ALL=(--set metrics.serviceMonitor.enabled=true --set metrics.prometheusRule.enabled=true --set metrics.dashboard.enabled=true --set executorExample.enabled=true --set-json 'watchNamespaces=["a","b"]' --set-json 'nodeSteps.namespaces=["node-ops","infra"]' --set admissionPolicy.enabled=true --set-json 'admissionPolicy.serviceAccounts=["flow","kube-system/node-ops"]' --set-json 'admissionPolicy.namespaceSelector={"matchLabels":{"tenant":"yes"}}' --set-json 'executor={"priorityClassName":"ops-high","imagePullSecrets":[{"name":"regcred"}]}' --set history.successfulRuns=5)
 "$HELM" lint "$CHART" "${ALL[@]}"
 out="$(mktemp -d)"
 "$HELM" template pf "$CHART" --namespace pseudoflow-system "${ALL[@]}" > "$out/all.yaml"

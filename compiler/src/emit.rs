@@ -70,7 +70,14 @@ pub fn emit_node(
         changed_before: false,
         run_secret: None,
     };
-    Ok(lower(&inst, opts)?)
+    // The pod as it would run: the cluster's defaults (in `opts`) under the flow's settings.
+    let opts = LowerOptions {
+        executor: opts
+            .executor
+            .for_flow(compiled.spec.options.executor.as_ref()),
+        ..opts.clone()
+    };
+    Ok(lower(&inst, &opts)?)
 }
 
 /// Why a node cannot be shown as a Job.

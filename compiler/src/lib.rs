@@ -16,6 +16,7 @@ pub mod lower;
 pub mod names;
 pub mod placement;
 pub mod plan;
+pub mod pod_settings;
 pub mod render;
 pub mod result;
 pub mod runtime;

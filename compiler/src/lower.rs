@@ -9,6 +9,7 @@
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Secret;
+use pseudoflow_crd::executor::ExecutorOptions;
 use pseudoflow_crd::steps::Placement;
 use serde_json::{json, Value};
 
@@ -37,10 +38,13 @@ pub const START_RETRIES: u32 = 2;
 pub const START_ERROR_EXIT_CODE: i32 = 128;
 
 /// Cluster-wide lowering settings (from the operator's configuration).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LowerOptions {
     /// The runtime image holding `pseudoflow-step`.
     pub image: String,
+    /// The executor pods' settings: the cluster's defaults with the flow's
+    /// `spec.options.executor` over them ([`ExecutorOptions::under`]).
+    pub executor: ExecutorOptions,
 }
 
 impl Default for LowerOptions {
@@ -50,6 +54,7 @@ impl Default for LowerOptions {
                 "ghcr.io/example/pseudoflow-runtime:{}",
                 env!("CARGO_PKG_VERSION")
             ),
+            executor: ExecutorOptions::default(),
         }
     }
 }
@@ -192,7 +197,11 @@ pub fn lower(inst: &NodeInstance, opts: &LowerOptions) -> Result<Lowered, LowerE
             "podFailurePolicy": failure_policy,
             // Widened: validation bounds timeouts, but a plan built without it must not wrap.
             "activeDeadlineSeconds": deadline.map(|t| u64::from(t) + u64::from(DEADLINE_GRACE_SECONDS)),
-            "template": pod_template(inst, &name, &opts.image, on_node, &labels, &digest),
+            "template": crate::pod_settings::apply(
+                pod_template(inst, &name, &opts.image, on_node, &labels, &digest),
+                &opts.executor,
+                on_node,
+            ),
         },
     });
     Ok(Lowered {
@@ -348,7 +357,7 @@ fn pod_template(
             ],
             "securityContext": security,
             "terminationMessagePolicy": "FallbackToLogsOnError",
-            "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "256Mi"}},
+            "resources": crate::pod_settings::default_resources(),
             "volumeMounts": mounts,
         }],
         "volumes": volumes,

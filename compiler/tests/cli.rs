@@ -248,3 +248,33 @@ fn usage_errors_exit_2() {
     assert_eq!(run(&["examples/nodelocaldns.yaml", "--bogus"]).0, 2);
     assert_eq!(run(&["no/such/file.yaml"]).0, 2);
 }
+
+#[test]
+fn emit_shows_the_executor_pod_settings_the_flow_chose() {
+    let flow = std::env::temp_dir().join(format!("executor-{}.yaml", std::process::id()));
+    std::fs::write(
+        &flow,
+        "apiVersion: ops.example.com/v1alpha1\nkind: PseudoFlow\nmetadata: {name: tuned}\n\
+         spec:\n  options:\n    executor:\n      resources: {limits: {memory: 1Gi}}\n\
+         \x20     tolerations: [{key: dedicated, operator: Exists}]\n\
+         \x20     nodeSelector: {pool: ops}\n      priorityClassName: ops-high\n\
+         \x20     imagePullSecrets: [{name: regcred}]\n      labels: {team: db}\n\
+         \x20 steps:\n    - {type: apply, manifests: \"apiVersion: v1\\nkind: ConfigMap\\nmetadata: {name: x}\\n\"}\n",
+    )
+    .unwrap();
+    let (code, out, err) = run(&[flow.to_str().unwrap(), "--emit", "s0"]);
+    std::fs::remove_file(&flow).ok();
+    assert_eq!(code, 0, "{err}");
+    let job: serde_json::Value = serde_yaml::Deserializer::from_str(&out)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .nth(1)
+        .unwrap();
+    let template = &job["spec"]["template"];
+    let pod = &template["spec"];
+    assert_eq!(pod["tolerations"][0]["key"], "dedicated", "{out}");
+    assert_eq!(pod["nodeSelector"]["pool"], "ops");
+    assert_eq!(pod["priorityClassName"], "ops-high");
+    assert_eq!(pod["imagePullSecrets"][0]["name"], "regcred");
+    assert_eq!(pod["containers"][0]["resources"]["limits"]["memory"], "1Gi");
+    assert_eq!(template["metadata"]["labels"]["team"], "db");
+}

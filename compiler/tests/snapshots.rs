@@ -37,6 +37,7 @@ fn every_example_compiles_to_the_reviewed_dag() {
 fn every_example_lowers_to_the_reviewed_jobs() {
     let opts = LowerOptions {
         image: "pseudoflow/runtime:test".into(),
+        ..Default::default()
     };
     for path in examples() {
         let doc = load_one(&path);

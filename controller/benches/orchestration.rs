@@ -190,6 +190,7 @@ async fn main() {
             "none",
             &LowerOptions {
                 image: IMAGE.into(),
+                ..Default::default()
             },
         )
         .unwrap();

@@ -4,19 +4,25 @@
 //! in namespaces listed in `--node-step-namespaces` (repeatable or comma-separated) that are also
 //! labelled `pod-security.kubernetes.io/enforce=privileged`; without the flag, nowhere. With `--leader-election` only the
 //! replica holding the Lease works; losing it exits (the Deployment restarts the pod), and
-//! SIGTERM releases it so a successor takes over at once.
+//! SIGTERM releases it so a successor takes over at once. `--successful-runs-history-limit` and
+//! `--failed-runs-history-limit` (default 3 and 1) say how many finished runs keep their objects
+//! when a flow's `spec.options` does not. `--executor-defaults` (JSON, the chart's `executor`
+//! values) gives every flow's executor pods settings under the flow's `spec.options.executor`.
 
 use std::sync::Arc;
 
 use pseudoflow_controller::leader::{self, LeaseConfig};
 use pseudoflow_controller::metrics::Metrics;
+use pseudoflow_controller::reconcile::history::HistoryLimits;
 use pseudoflow_controller::reconcile::pod_security::NodeStepNamespaces;
 use pseudoflow_controller::{approval, http, webhook};
 use pseudoflow_controller::{run_controllers, Context};
+use pseudoflow_crd::executor::ExecutorOptions;
 use tokio::signal::unix::{signal, SignalKind};
 
 const USAGE: &str = "usage: pseudoflow-controller [--image IMAGE] [--namespace NS]... \
-[--node-step-namespaces NS[,NS]]... [--metrics-addr ADDR] [--leader-election] \
+[--node-step-namespaces NS[,NS]]... [--successful-runs-history-limit N] \
+[--failed-runs-history-limit N] [--executor-defaults JSON] [--metrics-addr ADDR] [--leader-election] \
 [--leader-election-namespace NS] [--webhook-addr ADDR [--webhook-cert-dir DIR | \
 --webhook-cert-names NAME[,NAME]... [--webhook-cert-secret NAME] \
 [--webhook-configuration NAME]] [--webhook-client-ca FILE [--webhook-client-names NAME[,NAME]...]] \
@@ -39,6 +45,8 @@ struct Args {
     image: String,
     namespaces: Vec<String>,
     node_step_namespaces: NodeStepNamespaces,
+    history: HistoryLimits,
+    executor: ExecutorOptions,
     metrics_addr: std::net::SocketAddr,
     leader_election: bool,
     lease_namespace: Option<String>,
@@ -58,6 +66,8 @@ impl Args {
             image: pseudoflow_compiler::lower::LowerOptions::default().image,
             namespaces: Vec::new(),
             node_step_namespaces: NodeStepNamespaces::default(),
+            history: HistoryLimits::default(),
+            executor: ExecutorOptions::default(),
             metrics_addr: "127.0.0.1:8080".parse()?,
             leader_election: false,
             lease_namespace: std::env::var("POD_NAMESPACE").ok(),
@@ -86,6 +96,9 @@ impl Args {
                 "--image" => out.image = value()?,
                 "--namespace" => out.namespaces.push(value()?),
                 "--node-step-namespaces" => out.node_step_namespaces.add_flag_value(&value()?),
+                "--successful-runs-history-limit" => out.history.succeeded = value()?.parse()?,
+                "--failed-runs-history-limit" => out.history.failed = value()?.parse()?,
+                "--executor-defaults" => out.executor = executor_defaults(&value()?)?,
                 "--metrics-addr" => out.metrics_addr = value()?.parse()?,
                 "--leader-election" => out.leader_election = true,
                 "--leader-election-namespace" => out.lease_namespace = Some(value()?),
@@ -169,6 +182,34 @@ impl Args {
     }
 }
 
+/// The cluster's executor pod settings, checked as a flow's are: a typo or a reserved label
+/// stops the controller at start rather than being ignored.
+fn executor_defaults(json: &str) -> anyhow::Result<ExecutorOptions> {
+    let mut diags = pseudoflow_crd::Diagnostics::default();
+    let raw: serde_json::Value = serde_json::from_str(json)
+        .map_err(|e| anyhow::anyhow!("--executor-defaults is not JSON: {e}"))?;
+    // Checked where a flow's are, so unknown fields are refused by the same schema walk.
+    let spec = serde_json::json!({"options": {"executor": raw}});
+    let mut structure = pseudoflow_crd::Diagnostics::default();
+    pseudoflow_crd::schema::check_spec_structure(&spec, "executor", &mut structure);
+    for d in structure.errors() {
+        if let Some(path) = d.path.strip_prefix("executor.options.") {
+            diags.error(path, d.message.clone());
+        }
+    }
+    let defaults: Option<ExecutorOptions> = serde_json::from_value(raw).ok();
+    if let Some(d) = &defaults {
+        d.validate(&mut pseudoflow_crd::check::Ctx::new("executor", &mut diags));
+    }
+    match defaults {
+        Some(d) if !diags.has_errors() => Ok(d),
+        _ => {
+            let errors: Vec<String> = diags.errors().map(ToString::to_string).collect();
+            anyhow::bail!("--executor-defaults: {}", errors.join("; "))
+        }
+    }
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let filter =
@@ -182,6 +223,8 @@ async fn main() -> anyhow::Result<()> {
     tracing::info!("node steps allowed in namespaces {allowed:?} labelled enforce=privileged");
     let mut ctx = Context::new(client.clone(), args.image.clone(), metrics.clone())
         .with_node_step_namespaces(args.node_step_namespaces.clone())
+        .with_history_limits(args.history)
+        .with_executor_defaults(args.executor.clone())
         .with_config(config);
     let key = approval_key(&client).await;
     if let Some(k) = &key {

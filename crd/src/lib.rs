@@ -12,6 +12,7 @@ pub mod depth;
 pub mod diagnostics;
 pub mod docs;
 pub mod enum_schema;
+pub mod executor;
 pub mod jsonpath;
 pub mod limits;
 pub mod protocol;

@@ -100,6 +100,22 @@ pub struct FlowOptions {
     /// (docs/decisions.md#api-steps-in-the-controller).
     #[serde(default, skip_serializing_if = "ApiSteps::is_auto")]
     pub api_steps: ApiSteps,
+    /// How many succeeded runs keep their Jobs, pods, input Secrets and result ConfigMaps
+    /// (the current run's always stay); older ones are deleted. Default: the controller's
+    /// (3 unless the chart says otherwise). At most 5, the runs `status.previousRuns` knows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = crate::status::MAX_PREVIOUS_RUNS))]
+    pub successful_runs_history_limit: Option<u32>,
+    /// How many failed runs keep their objects (as `successfulRunsHistoryLimit`); the run a
+    /// retry would start from (the current one) always stays. Default: the controller's (1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = crate::status::MAX_PREVIOUS_RUNS))]
+    pub failed_runs_history_limit: Option<u32>,
+    /// Settings of the pods that run the flow's steps: resources, tolerations, nodeSelector,
+    /// affinity, priorityClassName, imagePullSecrets, extra labels and annotations (over the
+    /// cluster's defaults from the chart).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub executor: Option<crate::executor::ExecutorOptions>,
 }
 
 /// Where a flow's repeatable API steps run (see [`FlowOptions::api_steps`]).

@@ -59,6 +59,9 @@ pub fn validate_spec(raw: &Value) -> (Option<PseudoFlowSpec>, Diagnostics) {
     for (i, a) in spec.artifacts.iter().enumerate() {
         a.validate(&mut ctx.at(&format!("artifacts[{i}]")));
     }
+    if let Some(executor) = &spec.options.executor {
+        executor.validate(&mut ctx.at("options.executor"));
+    }
     check_schedule(&spec, &mut ctx);
     check_bind(&spec, &mut ctx);
     check_include_only(&spec, &mut ctx);

@@ -108,6 +108,7 @@ async fn run_node(
         &inst,
         &LowerOptions {
             image: IMAGE.into(),
+            ..Default::default()
         },
     )
     .unwrap();

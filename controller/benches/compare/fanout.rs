@@ -249,6 +249,7 @@ async fn run_kubectl(
                 node,
                 &LowerOptions {
                     image: IMAGE.into(),
+                    ..Default::default()
                 },
             )
             .unwrap();

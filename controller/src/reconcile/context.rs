@@ -40,6 +40,11 @@ pub struct Context {
     pub binder: crate::bind::Binder,
     /// The API steps the controller runs itself and their results not yet folded.
     pub in_controller: crate::in_controller::InControllerSteps,
+    /// How many finished runs keep their objects when a flow does not say (the chart's).
+    pub history: super::history::HistoryLimits,
+    /// The executor pods' settings for every flow, under each flow's own (the chart's
+    /// `executor` values, `--executor-defaults`).
+    pub executor: pseudoflow_crd::executor::ExecutorOptions,
 }
 
 impl Context {
@@ -59,7 +64,24 @@ impl Context {
             approval_key: None,
             binder: Default::default(),
             in_controller: Default::default(),
+            history: Default::default(),
+            executor: Default::default(),
         }
+    }
+
+    /// The same context giving every flow's executor pods `defaults` under the flow's own.
+    pub fn with_executor_defaults(
+        mut self,
+        defaults: pseudoflow_crd::executor::ExecutorOptions,
+    ) -> Self {
+        self.executor = defaults;
+        self
+    }
+
+    /// The same context keeping `limits` finished runs' objects for flows that set none.
+    pub fn with_history_limits(mut self, limits: super::history::HistoryLimits) -> Self {
+        self.history = limits;
+        self
     }
 
     /// The same context accepting approvals stamped with `key` (the admission webhook's).

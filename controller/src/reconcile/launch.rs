@@ -50,7 +50,8 @@ pub async fn launch(
         }
         Err(e) => return Err(e.into()),
     }
-    match jobs.create(&PostParams::default(), &lowered.job).await {
+    let job = super::history::with_backstop_ttl(&lowered.job);
+    match jobs.create(&PostParams::default(), &job).await {
         Ok(_) => created = true,
         // The API server found the Job invalid: retrying cannot help, the step fails saying
         // why (rather than the flow waiting, without a status, on a reconcile that keeps failing).

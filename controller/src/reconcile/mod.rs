@@ -8,6 +8,7 @@ mod error;
 pub mod events;
 pub(crate) mod finalizer;
 mod guard;
+pub mod history;
 mod job_reports;
 mod launch;
 mod narrate;
@@ -299,12 +300,17 @@ impl FlowReconcile<'_> {
     }
 
     /// Drives `run` and the runs beside it (Allow), each with its own spec; a run grown too
-    /// large to store ends Failed here. Returns the run's spec compiled and when a timer needs
-    /// the next look.
+    /// large to store ends Failed here; a run that ends here lets older runs' objects go
+    /// (`history.rs`). Returns the run's spec compiled and when a timer needs the next look.
     async fn advance(&self, run: &mut StoredRun) -> Result<(Compiled, Option<i64>), Error> {
         let (r, deleting) = (&self.r, self.deleting);
         let run_spec = run.spec.clone().unwrap_or_else(|| self.raw_spec.clone());
+        let was_running = run.state.phase == RunPhase::Running;
         let (compiled, mut wake) = advance_run(r, &run_spec, run, deleting).await?;
+        if was_running && run.state.phase != RunPhase::Running && !deleting {
+            // The run ended: older runs' objects beyond its history limits go.
+            history::prune(r, run, &compiled.spec.options).await;
+        }
         // Allow: earlier runs still running go on beside this one, each with its own spec.
         let mut beside = std::mem::take(&mut run.beside);
         for other in &mut beside {

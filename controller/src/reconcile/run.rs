@@ -591,6 +591,7 @@ impl Driving<'_> {
         };
         let opts = LowerOptions {
             image: ctx.image.clone(),
+            executor: ctx.executor.for_flow(self.spec.options.executor.as_ref()),
         };
         let lowered = lower(&inst, &opts)?;
         let created = match launch::launch(&ctx.client, &self.flow_ref.uid, &lowered).await? {
