@@ -21,7 +21,9 @@
 //! 7. A flow bound to a kind vs the kopf operator it replaces (bench/kopf/operator.py), side by
 //!    side: one object create → Ready (median of 5) and `PSEUDOFLOW_BENCH_KOPF_OBJECTS`
 //!    (200,1000) objects at once, each process's peak RSS; on simulated nodes (section `kopf`)
-//!    and, with `real`, on the real-node cluster.
+//!    and, with `real`, on the real-node cluster (`real-kopf`: only this on real nodes).
+//!    Section 4 runs once per design of `PSEUDOFLOW_BENCH_SCALE_DESIGNS` (`Controller,Job`:
+//!    where the flows' API steps run, `spec.options.apiSteps`).
 //!
 //! Jobs are counted from a watch (every Job the flow owned, even if removed later), never assumed.
 //! `PSEUDOFLOW_BENCH_SECTIONS` (e.g. `apply,seed`) runs a subset (`latency,apply,seed,fanout,scale,bound,kopf,real`); the default is all.
@@ -122,7 +124,9 @@ async fn main() {
         common::print_partial(&rows);
     }
     if on("scale") {
-        for design in ["Controller", "Job"] {
+        let designs = std::env::var("PSEUDOFLOW_BENCH_SCALE_DESIGNS")
+            .unwrap_or_else(|_| "Controller,Job".into());
+        for design in designs.split(',').map(str::trim) {
             rows.extend(scale::run(&env, &client, &dir, flows, scale_timeout, design).await);
             common::print_partial(&rows);
         }
@@ -137,7 +141,7 @@ async fn main() {
         rows.extend(kopf::run(&env, &client, &dir, &kopf_counts, scale_timeout, title).await);
         common::print_partial(&rows);
     }
-    if on("real") {
+    if on("real") || on("real-kopf") {
         // The same work on a cluster of real nodes (kubelet, containerd, runc, CNI; the images
         // of `make images`), started once the simulated one is gone.
         drop(client);
@@ -154,12 +158,15 @@ async fn main() {
         install_crd(&client).await;
         let image = pseudoflow_testenv::real_node::RUNTIME_IMAGE;
         let title = "real nodes (the runtime image under containerd and runc)";
-        rows.push(latency::run(&real, &client, 5, image, title).await);
-        common::print_partial(&rows);
-        rows.extend(apply50::run(&real, &client, &dir, runs, image, "6. on 2 real nodes:").await);
-        common::print_partial(&rows);
-        rows.extend(seed::run(&real, &client, &repo, image, "real nodes").await);
-        if on("kopf") {
+        if on("real") {
+            rows.push(latency::run(&real, &client, 5, image, title).await);
+            common::print_partial(&rows);
+            let title = "6. on 2 real nodes:";
+            rows.extend(apply50::run(&real, &client, &dir, runs, image, title).await);
+            common::print_partial(&rows);
+            rows.extend(seed::run(&real, &client, &repo, image, "real nodes").await);
+        }
+        if on("kopf") || on("real-kopf") {
             let title = "7. on 2 real nodes";
             rows.extend(kopf::run(&real, &client, &dir, &kopf_counts, scale_timeout, title).await);
         }
