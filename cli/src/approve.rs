@@ -1,9 +1,11 @@
 //! `approve` and `reject`: set `ops.example.com/approve=STEP` (or `ops.example.com/reject=STEP`)
 //! on a flow, as `kubectl annotate` would, with the caller's own rights. The admission webhook
 //! refuses it unless the caller may `approve` pseudoflows there, and records who decided; the
-//! controller reads it (docs/steps.md, `approval`).
+//! controller reads it (docs/steps.md, `approval`). A decision is for the run the step waits in
+//! as read: `--run` names it, and the patch carries the flow's resourceVersion, so it fails
+//! (409) if the flow changed before it landed.
 
-use kube::api::{Patch, PatchParams};
+use kube::api::{DynamicObject, Patch, PatchParams};
 use serde_json::{json, Value};
 
 use crate::cluster::{flow, flows, status, Kube};
@@ -13,16 +15,71 @@ pub const APPROVE: &str = "ops.example.com/approve";
 /// The annotation that rejects the approval step it names.
 pub const REJECT: &str = "ops.example.com/reject";
 
-fn annotate(key: &str, value: Value) -> Patch<Value> {
-    Patch::Merge(json!({"metadata": {"annotations": {key: value}}}))
+/// A merge patch setting (or, with null, removing) annotation `key`, applied only to the flow
+/// as it was at `resource_version` (else the API server answers 409 Conflict).
+fn annotate(key: &str, value: Value, resource_version: &str) -> Patch<Value> {
+    Patch::Merge(json!({"metadata": {
+        "resourceVersion": resource_version,
+        "annotations": {key: value},
+    }}))
 }
 
-/// Approves (or, with `approve` false, rejects) step `step` of flow `name`.
-pub async fn decide(k: &Kube, name: &str, step: &str, approve: bool) -> anyhow::Result<()> {
+/// The run in which step `step` of `flow` waits for a decision now, or why there is none.
+fn waiting_run(flow: &DynamicObject, step: &str) -> anyhow::Result<String> {
+    let st = status(flow);
+    let run = st.run.as_ref().map(|r| r.id.clone()).unwrap_or_default();
+    let waiting = st.steps.iter().any(|s| {
+        s.step_type == "approval"
+            && s.name.as_deref() == Some(step)
+            && s.phase == pseudoflow_crd::StepPhase::Running
+    });
+    if waiting && !run.is_empty() {
+        return Ok(run);
+    }
+    let name = flow.metadata.name.as_deref().unwrap_or_default();
+    match run.as_str() {
+        "" => anyhow::bail!("pseudoflow {name:?} has no run: step {step:?} is not waiting"),
+        run => anyhow::bail!(
+            "step {step:?} is not waiting for approval in run {run} of pseudoflow {name:?}: a \
+             decision counts only for a run in which it waits"
+        ),
+    }
+}
+
+/// Approves (or, with `approve` false, rejects) step `step` of flow `name` in the run it waits
+/// in now, which must be `run` when one is named. The patch applies only to the flow as read,
+/// so a decision never lands on a run or state other than the one shown.
+pub async fn decide(
+    k: &Kube,
+    name: &str,
+    step: &str,
+    approve: bool,
+    run: Option<&str>,
+) -> anyhow::Result<()> {
     let current = flow(k, name).await?;
+    let verb = if approve { "approved" } else { "rejected" };
+    let waiting = waiting_run(&current, step)?;
+    if let Some(want) = run.filter(|r| *r != waiting) {
+        anyhow::bail!(
+            "run {want} is not the run of pseudoflow {name:?} now: step {step:?} waits in run \
+             {waiting}; nothing {verb}"
+        );
+    }
     let key = if approve { APPROVE } else { REJECT };
     let api = flows(&k.client, Some(&k.namespace));
     let pp = PatchParams::default();
+    let changed = |e: kube::Error| match e {
+        kube::Error::Api(ref a) if a.code == 409 => anyhow::anyhow!(
+            "pseudoflow {name:?} changed since it was read (run {waiting}): nothing {verb}; \
+             look again (kubectl pf get {name}) and decide again"
+        ),
+        e => e.into(),
+    };
+    let mut rv = current
+        .metadata
+        .resource_version
+        .clone()
+        .unwrap_or_default();
     let already = current
         .metadata
         .annotations
@@ -32,21 +89,15 @@ pub async fn decide(k: &Kube, name: &str, step: &str, approve: bool) -> anyhow::
     if already {
         // Left from an earlier decision (an earlier run's): an unchanged annotation is no new
         // decision, so it is removed and set again.
-        api.patch(name, &pp, &annotate(key, Value::Null)).await?;
+        let removed = api
+            .patch(name, &pp, &annotate(key, Value::Null, &rv))
+            .await
+            .map_err(changed)?;
+        rv = removed.metadata.resource_version.unwrap_or_default();
     }
-    api.patch(name, &pp, &annotate(key, json!(step))).await?;
-    let verb = if approve { "approved" } else { "rejected" };
-    println!("pseudoflow.ops.example.com/{name} step {step:?} {verb}");
-    let waiting = status(&current).steps.iter().any(|s| {
-        s.step_type == "approval"
-            && s.name.as_deref() == Some(step)
-            && s.phase == pseudoflow_crd::StepPhase::Running
-    });
-    if !waiting {
-        println!(
-            "note: step {step:?} is not waiting for approval now; the decision counts only for \
-             a run in which it waits, from now on"
-        );
-    }
+    api.patch(name, &pp, &annotate(key, json!(step), &rv))
+        .await
+        .map_err(changed)?;
+    println!("pseudoflow.ops.example.com/{name} step {step:?} of run {waiting} {verb}");
     Ok(())
 }
