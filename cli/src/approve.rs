@@ -47,8 +47,9 @@ fn waiting_run(flow: &DynamicObject, step: &str) -> anyhow::Result<String> {
 }
 
 /// Approves (or, with `approve` false, rejects) step `step` of flow `name` in the run it waits
-/// in now, which must be `run` when one is named. The patch applies only to the flow as read,
-/// so a decision never lands on a run or state other than the one shown.
+/// in now, which must be `run` when one is named. Each patch applies only to the flow as read
+/// and checked (its resourceVersion), so a decision never lands on a run other than the one
+/// shown.
 pub async fn decide(
     k: &Kube,
     name: &str,
@@ -66,38 +67,68 @@ pub async fn decide(
         );
     }
     let key = if approve { APPROVE } else { REJECT };
-    let api = flows(&k.client, Some(&k.namespace));
-    let pp = PatchParams::default();
-    let changed = |e: kube::Error| match e {
-        kube::Error::Api(ref a) if a.code == 409 => anyhow::anyhow!(
-            "pseudoflow {name:?} changed since it was read (run {waiting}): nothing {verb}; \
-             look again (kubectl pf get {name}) and decide again"
-        ),
-        e => e.into(),
-    };
-    let mut rv = current
-        .metadata
-        .resource_version
-        .clone()
-        .unwrap_or_default();
     let already = current
         .metadata
         .annotations
         .as_ref()
         .and_then(|a| a.get(key))
         .is_some_and(|v| v == step);
+    let d = Decision {
+        k,
+        name,
+        step,
+        run: &waiting,
+        verb,
+    };
     if already {
         // Left from an earlier decision (an earlier run's): an unchanged annotation is no new
         // decision, so it is removed and set again.
-        let removed = api
-            .patch(name, &pp, &annotate(key, Value::Null, &rv))
-            .await
-            .map_err(changed)?;
-        rv = removed.metadata.resource_version.unwrap_or_default();
+        d.patch(key, Value::Null).await?;
     }
-    api.patch(name, &pp, &annotate(key, json!(step), &rv))
-        .await
-        .map_err(changed)?;
+    d.patch(key, json!(step)).await?;
     println!("pseudoflow.ops.example.com/{name} step {step:?} of run {waiting} {verb}");
     Ok(())
+}
+
+/// A decision on one step, for one run.
+struct Decision<'a> {
+    k: &'a Kube,
+    name: &'a str,
+    step: &'a str,
+    run: &'a str,
+    verb: &'a str,
+}
+
+/// Attempts at a patch when the flow changes in between (the controller writes status).
+const ATTEMPTS: usize = 5;
+
+impl Decision<'_> {
+    /// Sets annotation `key` to `value`: read the flow, check the step still waits in the same
+    /// run, patch with that resourceVersion; a flow changed meanwhile (409) is read and checked
+    /// again. A step no longer waiting in that run fails it.
+    async fn patch(&self, key: &str, value: Value) -> anyhow::Result<()> {
+        let (name, step, run, verb) = (self.name, self.step, self.run, self.verb);
+        let api = flows(&self.k.client, Some(&self.k.namespace));
+        for _ in 0..ATTEMPTS {
+            let current = flow(self.k, name).await?;
+            let now = waiting_run(&current, step)?;
+            if now != run {
+                anyhow::bail!(
+                    "pseudoflow {name:?} changed since it was read: step {step:?} now waits in \
+                     run {now}, not {run}; nothing {verb}; look again and decide again"
+                );
+            }
+            let rv = current.metadata.resource_version.unwrap_or_default();
+            let patch = annotate(key, value.clone(), &rv);
+            match api.patch(name, &PatchParams::default(), &patch).await {
+                Ok(_) => return Ok(()),
+                Err(kube::Error::Api(e)) if e.code == 409 => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        anyhow::bail!(
+            "pseudoflow {name:?} kept changing while step {step:?} was being decided: nothing \
+             {verb}; try again"
+        )
+    }
 }
