@@ -68,9 +68,7 @@ async fn reconcile_flow(
 ) -> Result<Action, Error> {
     let deleting = flow.metadata.deletion_timestamp.is_some();
     let binding = finalizer::has(flow, BIND_FINALIZER);
-    if deleting && !finalizer::present(flow) && !binding {
-        ctx.sequences
-            .forget(flow.metadata.uid.as_deref().unwrap_or_default());
+    if deleting && let_go(ctx, flow, binding) {
         return Ok(Action::await_change());
     }
     let f = FlowReconcile {
@@ -141,6 +139,17 @@ async fn reconcile_flow(
         None if queued.is_some() => Action::requeue(Duration::from_secs(5)),
         wake => requeue_at(wake, f.r.now),
     })
+}
+
+/// Whether a deleted flow has nothing left to run (no finalizer of ours holds it); if so, its
+/// run-state sequence is forgotten.
+fn let_go(ctx: &Context, flow: &DynamicObject, binding: bool) -> bool {
+    let gone = !finalizer::present(flow) && !binding;
+    if gone {
+        ctx.sequences
+            .forget(flow.metadata.uid.as_deref().unwrap_or_default());
+    }
+    gone
 }
 
 /// One reconcile of one flow: who it is, and what it read of the flow object.
