@@ -117,13 +117,17 @@ enum Verb {
         /// The flow's name.
         name: String,
     },
-    /// Approve a waiting `approval` step: sets `ops.example.com/approve=STEP` (needs the
-    /// `approve` verb on pseudoflows; the webhook records who approved).
+    /// Approve a waiting `approval` step in the run it waits in: sets
+    /// `ops.example.com/approve=STEP` on the flow as read (needs the `approve` verb on
+    /// pseudoflows; the webhook records who approved).
     Approve {
         /// The flow's name.
         name: String,
         /// The approval step's name.
         step: String,
+        /// The run the decision is for: refused if the step waits in another.
+        #[arg(long)]
+        run: Option<String>,
     },
     /// Reject a waiting `approval` step (the run fails): sets `ops.example.com/reject=STEP`.
     Reject {
@@ -131,6 +135,9 @@ enum Verb {
         name: String,
         /// The approval step's name.
         step: String,
+        /// The run the decision is for: refused if the step waits in another.
+        #[arg(long)]
+        run: Option<String>,
     },
     /// Print a shell completion script: `source <(kubectl pf completion bash)`.
     Completion {
@@ -215,14 +222,14 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             suspend::set(&k, &name, false).await?;
             Ok(0)
         }
-        Verb::Approve { name, step } => {
+        Verb::Approve { name, step, run } => {
             let k = cluster::connect(g, None).await?;
-            approve::decide(&k, &name, &step, true).await?;
+            approve::decide(&k, &name, &step, true, run.as_deref()).await?;
             Ok(0)
         }
-        Verb::Reject { name, step } => {
+        Verb::Reject { name, step, run } => {
             let k = cluster::connect(g, None).await?;
-            approve::decide(&k, &name, &step, false).await?;
+            approve::decide(&k, &name, &step, false, run.as_deref()).await?;
             Ok(0)
         }
         Verb::Completion { .. } => unreachable!("handled before the runtime starts"),

@@ -50,14 +50,38 @@ impl Key {
         (text.len() >= 32).then_some(Key(text))
     }
 
+    /// The key's text, for HMACs of other kinds than stamps (the run state's seal).
+    pub(crate) fn text(&self) -> &str {
+        &self.0
+    }
+
     /// A fresh random key.
     pub fn random() -> Key {
         Key(crate::secret::random_hex())
     }
 
+    /// A key for another purpose, derived from this one (HMAC of `purpose` under it): the run
+    /// state is sealed with `derive("run-state")`, so a stamp can never pass for a seal.
+    pub fn derive(&self, purpose: &str) -> Key {
+        Key(mac_hex(
+            &self.0,
+            format!("pseudoflow-key\0{purpose}").as_bytes(),
+        ))
+    }
+
     /// The key in Secret `KEY_SECRET` of `namespace`, made and stored first if there is none
     /// (a replica that loses the race to store its own uses the winner's).
     pub async fn load_or_create(client: &kube::Client, namespace: &str) -> anyhow::Result<Key> {
+        Key::load_or_create_in(client, namespace, KEY_SECRET).await
+    }
+
+    /// The key in Secret `name` (field [`KEY_FIELD`]) of `namespace`, made and stored first if
+    /// there is none.
+    pub async fn load_or_create_in(
+        client: &kube::Client,
+        namespace: &str,
+        name: &str,
+    ) -> anyhow::Result<Key> {
         let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
         let read = |s: &Secret| {
             s.data
@@ -66,14 +90,13 @@ impl Key {
                 .and_then(|b| String::from_utf8(b.0.clone()).ok())
                 .and_then(Key::new)
         };
-        if let Some(s) = api.get_opt(KEY_SECRET).await? {
-            return read(&s)
-                .ok_or_else(|| anyhow::anyhow!("Secret {KEY_SECRET} has no {KEY_FIELD}"));
+        if let Some(s) = api.get_opt(name).await? {
+            return read(&s).ok_or_else(|| anyhow::anyhow!("Secret {name} has no {KEY_FIELD}"));
         }
         let key = Key::random();
         let secret = Secret {
             metadata: ObjectMeta {
-                name: Some(KEY_SECRET.into()),
+                name: Some(name.into()),
                 namespace: Some(namespace.into()),
                 ..Default::default()
             },
@@ -85,8 +108,8 @@ impl Key {
         };
         match api.create(&PostParams::default(), &secret).await {
             Ok(_) => Ok(key),
-            Err(kube::Error::Api(e)) if e.code == 409 => read(&api.get(KEY_SECRET).await?)
-                .ok_or_else(|| anyhow::anyhow!("Secret {KEY_SECRET} has no {KEY_FIELD}")),
+            Err(kube::Error::Api(e)) if e.code == 409 => read(&api.get(name).await?)
+                .ok_or_else(|| anyhow::anyhow!("Secret {name} has no {KEY_FIELD}")),
             Err(e) => Err(e.into()),
         }
     }

@@ -515,3 +515,92 @@ async fn inside_a_rolling_loop_nodes_each_node_needs_its_own_approval() {
     remove_webhooks(&client, &vwc).await;
     ctl.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_asks_the_gate_again() {
+    // `flow` may make ConfigMaps, not Secrets: the step after the gate fails.
+    let rules = json!([{"apiGroups": [""], "resources": ["configmaps"],
+        "verbs": ["get", "list", "watch", "create", "patch"]}]);
+    let (client, ns) = prepare("approval-retry", rules, json!([])).await;
+    editor_and_approver(&client, &ns).await;
+    let key = Key::random();
+    let ctl = start_controller_with_key(&client, &ns, &key);
+    let forbidden = json!({"type": "apply", "manifests": {"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "nope", "namespace": ns}}});
+    create_flow(
+        &client,
+        &ns,
+        "gated",
+        json!({"serviceAccountName": "flow", "steps": [
+            {"type": "approval", "name": "gate"},
+            apply_config_map(&ns, "after"),
+            forbidden,
+        ]}),
+    )
+    .await;
+    let vwc = start_webhooks(&client, &ns, &key).await;
+    wait_webhooks_active(&ns).await;
+    let first = wait_waiting(&client, &ns, "gated", "").await;
+    let first_run = first["run"]["id"].as_str().unwrap().to_string();
+    let (ok, out) = annotate(&ns, "gated", Some("boss"), "ops.example.com/approve=gate").await;
+    assert!(ok, "{out}");
+    let st = wait_done(&client, &ns, "gated", 60).await;
+    assert_eq!(st["phase"], "Failed", "{st:#}");
+    assert!(config_map_exists(&client, &ns, "after").await);
+
+    // A retry (by someone who may annotate, not approve): the gate asks again, and nothing
+    // after it runs; the earlier run's approval (still on the flow) does not count.
+    let (ok, out) = annotate(&ns, "gated", Some("tenant"), "ops.example.com/retry=1").await;
+    assert!(ok, "{out}");
+    let st = wait_waiting(&client, &ns, "gated", &first_run).await;
+    assert_eq!(st["run"]["retryOf"], first_run.as_str(), "{st:#}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let st = flows(&client, &ns).get("gated").await.unwrap().data["status"].clone();
+    assert_eq!(st["reason"], "WaitingForApproval", "{st:#}");
+    assert_eq!(step(&st, "spec.steps[0]")["phase"], "Running", "{st:#}");
+    assert!(step(&st, "spec.steps[0]")["approval"].is_null(), "{st:#}");
+    let after = st["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["path"] == "spec.steps[2]");
+    assert!(after.is_none_or(|e| e["phase"] == "Pending"), "{st:#}");
+
+    // A new approval lets it go on (to the same failure).
+    annotate(&ns, "gated", Some("boss"), "ops.example.com/approve-").await;
+    let (ok, out) = annotate(&ns, "gated", Some("boss"), "ops.example.com/approve=gate").await;
+    assert!(ok, "{out}");
+    let st = wait_done(&client, &ns, "gated", 60).await;
+    assert_eq!(st["phase"], "Failed", "{st:#}");
+    assert_eq!(step(&st, "spec.steps[0]")["approval"]["user"], "boss");
+    remove_webhooks(&client, &vwc).await;
+    ctl.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_approvals_of_one_name_are_an_invalid_spec_naming_both_paths() {
+    let (client, ns) = prepare("approval-dup", json!([]), json!([])).await;
+    let ctl = start_controller(&client, &ns);
+    create_flow(
+        &client,
+        &ns,
+        "twice",
+        json!({"serviceAccountName": "flow", "steps": [
+            {"type": "approval", "name": "gate"},
+            {"type": "log", "message": "between"},
+            {"type": "approval", "name": "gate"},
+        ]}),
+    )
+    .await;
+    let st = wait_done(&client, &ns, "twice", 30).await;
+    assert_eq!(st["phase"], "Failed", "{st:#}");
+    assert_eq!(st["reason"], "InvalidSpec", "{st:#}");
+    let msg = st["message"].as_str().unwrap();
+    assert!(
+        msg.contains(
+            "spec.steps[2].name: approval step name \"gate\" is also the name of spec.steps[0]"
+        ),
+        "{msg}"
+    );
+    ctl.abort();
+}

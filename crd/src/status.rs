@@ -104,6 +104,10 @@ pub struct PseudoFlowStatus {
     /// A flow bound to a kind (`spec.bind`): its objects, counted by phase.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bound: Option<BoundSummary>,
+    /// The number of the run state the controller last stored (its sealed Secret): a stored
+    /// state with a lower number is an older one put back, and is refused (`RunStateTampered`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_state_sequence: Option<u64>,
 }
 
 /// What a flow bound to a kind serves: counts, and the latest failures (bounded in size

@@ -37,6 +37,7 @@ pub fn validate_spec(raw: &Value) -> (Option<PseudoFlowSpec>, Diagnostics) {
             check_steps(list, &mut ctx.at(field));
         }
     }
+    crate::steps::approval::check_unique_names(raw, &mut ctx);
     if let Some(sa) = raw.get("serviceAccountName").and_then(Value::as_str) {
         if !is_dns_subdomain(sa) {
             ctx.error(
@@ -224,7 +225,7 @@ pub fn without_nested_steps(raw: &Value) -> Value {
 }
 
 /// Nested raw step lists of a step, with their field paths (`then`, `steps[1]`).
-fn nested_lists<'v>(ty: &str, raw: &'v Value) -> Vec<(String, &'v [Value])> {
+pub(crate) fn nested_lists<'v>(ty: &str, raw: &'v Value) -> Vec<(String, &'v [Value])> {
     let mut out = Vec::new();
     for (field, kind) in nested_fields(ty) {
         let Some(list) = raw.get(&field).and_then(Value::as_array) else {

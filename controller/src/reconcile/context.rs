@@ -36,6 +36,10 @@ pub struct Context {
     pub readiness: Arc<crate::http::Readiness>,
     /// Checks the admission webhook's approval stamps; without it no approval is accepted.
     pub approval_key: Option<crate::approval::Key>,
+    /// Seals the run state (derived from the approval key, else loaded on first use).
+    pub run_state_key: super::seal::RunStateKey,
+    /// The highest run-state sequence number stored or seen, per flow: below it, a replay.
+    pub sequences: super::seal::Sequences,
     /// Flows bound to a kind: their watches and ServiceAccount clients (docs/bound-flows.md).
     pub binder: crate::bind::Binder,
     /// The API steps the controller runs itself and their results not yet folded.
@@ -62,6 +66,8 @@ impl Context {
             nodes: NodeHealth::default(),
             readiness: Arc::default(),
             approval_key: None,
+            run_state_key: Default::default(),
+            sequences: Default::default(),
             binder: Default::default(),
             in_controller: Default::default(),
             history: Default::default(),
@@ -84,8 +90,10 @@ impl Context {
         self
     }
 
-    /// The same context accepting approvals stamped with `key` (the admission webhook's).
+    /// The same context accepting approvals stamped with `key` (the admission webhook's), and
+    /// sealing run state with a key derived from it.
     pub fn with_approval_key(mut self, key: crate::approval::Key) -> Self {
+        self.run_state_key = super::seal::RunStateKey::from_approval(&key);
         self.approval_key = Some(key);
         self
     }

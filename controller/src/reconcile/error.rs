@@ -19,6 +19,9 @@ pub enum Error {
     /// A bound flow cannot act as its ServiceAccount (no client configuration for it).
     #[error("{0}")]
     Bind(String),
+    /// The key run state is sealed with cannot be loaded or made: nothing is stored or driven.
+    #[error("run-state key: {0}")]
+    RunStateKey(String),
 }
 
 impl Error {
@@ -29,6 +32,7 @@ impl Error {
             Error::Expand(_) => "expand",
             Error::Lower(_) => "lower",
             Error::Bind(_) => "bind",
+            Error::RunStateKey(_) => "run_state_key",
         }
     }
 }

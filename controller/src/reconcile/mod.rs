@@ -19,6 +19,7 @@ pub mod pod_security;
 mod retry;
 mod run;
 mod schedule;
+pub mod seal;
 mod serve;
 mod size;
 mod start;
@@ -68,7 +69,7 @@ async fn reconcile_flow(
 ) -> Result<Action, Error> {
     let deleting = flow.metadata.deletion_timestamp.is_some();
     let binding = finalizer::has(flow, BIND_FINALIZER);
-    if deleting && !finalizer::present(flow) && !binding {
+    if deleting && let_go(ctx, flow, binding) {
         return Ok(Action::await_change());
     }
     let f = FlowReconcile {
@@ -141,6 +142,17 @@ async fn reconcile_flow(
     })
 }
 
+/// Whether a deleted flow has nothing left to run (no finalizer of ours holds it); if so, its
+/// run-state sequence is forgotten.
+fn let_go(ctx: &Context, flow: &DynamicObject, binding: bool) -> bool {
+    let gone = !finalizer::present(flow) && !binding;
+    if gone {
+        ctx.sequences
+            .forget(flow.metadata.uid.as_deref().unwrap_or_default());
+    }
+    gone
+}
+
 /// One reconcile of one flow: who it is, and what it read of the flow object.
 struct FlowReconcile<'a> {
     r: Reconciling<'a>,
@@ -198,21 +210,37 @@ impl FlowReconcile<'_> {
     }
 
     /// The stored run (if any is trusted) and the resourceVersion of its Secret; None when the
-    /// reconcile ends here (the run state cannot be read, reported).
+    /// reconcile ends here (the run state cannot be read or was not written by the controller,
+    /// reported).
     async fn load(&self) -> Result<Option<(Option<StoredRun>, Option<String>)>, Error> {
         let r = &self.r;
-        Ok(
-            match store::load(&r.ctx.client, r.ns(), r.flow_id.name, r.uid).await? {
-                store::Loaded::Nothing => Some((None, None)),
-                store::Loaded::Run(run, rv) => Some((Some(*run), rv)),
-                // Nothing in it is trusted: the next save replaces it.
-                store::Loaded::NotOurs(rv) => Some((None, Some(rv))),
-                store::Loaded::Unreadable(_, why) => {
-                    outcome::unreadable_run_state(r, &self.flows, &self.previous, &why).await?;
-                    None
-                }
-            },
-        )
+        let key = r.ctx.run_state_key.get(&r.ctx.client).await?;
+        // What status says was stored last survives a restart; what this process stored or saw
+        // may be newer.
+        let recorded = self.previous["runStateSequence"].as_u64().unwrap_or(0);
+        let floor = r.ctx.sequences.raise(r.uid, recorded);
+        let owner = seal::Owner {
+            namespace: r.ns(),
+            name: r.flow_id.name,
+            uid: r.uid,
+        };
+        Ok(match store::load(&r.ctx.client, key, owner, floor).await? {
+            store::Loaded::Nothing => Some((None, None)),
+            store::Loaded::Run(run, rv, seq) => {
+                r.ctx.sequences.raise(r.uid, seq);
+                Some((Some(*run), rv))
+            }
+            // Nothing in it is trusted: the next save replaces it.
+            store::Loaded::NotOurs(rv) => Some((None, Some(rv))),
+            store::Loaded::Unreadable(_, why) => {
+                outcome::unreadable_run_state(r, &self.flows, &self.previous, &why).await?;
+                None
+            }
+            store::Loaded::Tampered(t) => {
+                outcome::tampered_run_state(r, &self.flows, &self.previous, &t).await?;
+                None
+            }
+        })
     }
 
     /// The run to drive (a new one if the schedule or a spec change wants one), with the runs
@@ -347,6 +375,8 @@ impl FlowReconcile<'_> {
         let queued = queued.map(|id| (id, self.generation));
         let mut status = status::of_run(previous, plan, run, run.generation, queued, self.r.now);
         schedule::stamp(&mut status, sched);
+        let sequence = self.r.ctx.sequences.get(self.r.uid);
+        status.run_state_sequence = (sequence > 0).then_some(sequence);
         if run.state.phase == RunPhase::Running && !self.deleting && run::suspended(&self.r) {
             status::held(&mut status);
         }
@@ -366,12 +396,19 @@ fn plan_of(compiled: &Compiled, deleting: bool) -> &Plan {
     }
 }
 
-/// Saves `run` as the flow's run state, owned by the flow object.
+/// Saves `run` as the flow's run state, owned by the flow object, sealed as the next state
+/// number after every one stored or seen.
 async fn save(
     flow: &DynamicObject,
     ctx: &Context,
     run: &StoredRun,
     rv: Option<&str>,
 ) -> Result<String, Error> {
-    Ok(store::save(&ctx.client, flow, run, rv).await?)
+    let key = ctx.run_state_key.get(&ctx.client).await?;
+    let uid = flow.metadata.uid.as_deref().unwrap_or_default();
+    let seq = ctx.sequences.get(uid) + 1;
+    let saved = store::save(&ctx.client, key, flow, run, rv, seq).await?;
+    // Raised only once stored: a save that failed leaves the floor where the Secret is.
+    ctx.sequences.raise(uid, seq);
+    Ok(saved)
 }

@@ -114,6 +114,34 @@ pub async fn unreadable_run_state(
     Ok(())
 }
 
+/// Fails the flow `RunStateTampered`: its run state is not what the controller stored (changed,
+/// unsealed, or an older state put back), so nothing more of that run is driven. The Warning
+/// Event names who last wrote the Secret, as its managedFields say.
+pub async fn tampered_run_state(
+    r: &Reconciling<'_>,
+    flows: &Api<DynamicObject>,
+    previous: &Value,
+    tampered: &store::Tampered,
+) -> Result<(), Error> {
+    let message = format!(
+        "the stored state of this flow's run (Secret {}) is not what the controller wrote: {}; \
+         last written by {}. Nothing more of this run is driven; delete that Secret to start a \
+         new run",
+        store::name(r.flow_id.name),
+        tampered.why,
+        tampered.writer,
+    );
+    let message = bounded(&message, MAX_STATUS_MESSAGE_CHARS);
+    if previous["reason"] != "RunStateTampered" {
+        r.publish(EventType::Warning, "RunStateTampered", &message)
+            .await;
+        r.ctx.metrics.run_finished(&r.key(), "Failed");
+    }
+    let tampered = status::failed_with("RunStateTampered", &message);
+    patch_status(flows, r.flow_id.name, status::to_patch(&tampered)).await?;
+    Ok(())
+}
+
 /// Fails a flow the reconcile cannot handle, from what is known without its spec: `phase:
 /// Failed` with `reason` and `message` (once per generation: a reconcile that finds it already
 /// said changes nothing, so it triggers no new reconcile), with a Warning Event and a failed

@@ -257,6 +257,8 @@ pub fn of_run(
         next_schedule_time: None,
         previous_runs: previous_runs(run),
         bound: None,
+        // Set by the reconcile: the run state's sequence number it stored (reconcile/seal.rs).
+        run_state_sequence: None,
     }
 }
 

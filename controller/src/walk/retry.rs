@@ -38,7 +38,8 @@ pub struct Request<'a> {
 /// The run that retries `ended` (driven with `plan`, its plan with its includes): the same
 /// spec, generation and trigger, every instance that succeeded or was skipped kept (without the
 /// Job that ran it, so a fused segment's next member launches a Job of its own), the rest left
-/// for the walker to run again. With `from`, that step and every step after it run again.
+/// for the walker to run again. With `from`, that step and every step after it run again. An
+/// `approval` step is never kept: it asks again, and every step after it runs again.
 pub fn retry_run(plan: &Plan, ended: &StoredRun, request: Request) -> Result<StoredRun, Refused> {
     if ended.state.phase == RunPhase::Running {
         return Err(Refused::Running(ended.run_id.clone()));
@@ -54,6 +55,8 @@ pub fn retry_run(plan: &Plan, ended: &StoredRun, request: Request) -> Result<Sto
         }
         None => (retry_groups(plan, ended), failed_path(plan, ended)),
     };
+    // An approval is for one run: every gate asks again, and what it gates waits for it.
+    let again: BTreeSet<String> = again.into_iter().chain(gated(plan)).collect();
     let mut run = StoredRun {
         run_id: request.id.to_string(),
         generation: ended.generation,
@@ -81,6 +84,22 @@ pub fn retry_run(plan: &Plan, ended: &StoredRun, request: Request) -> Result<Sto
         run.state.instances.insert(id.clone(), inst);
     }
     Ok(run)
+}
+
+/// Every `approval` step and every node after one.
+fn gated(plan: &Plan) -> BTreeSet<String> {
+    let mut todo: Vec<String> = plan
+        .nodes()
+        .filter(|n| super::awaits_decision(n))
+        .map(|n| n.id.clone())
+        .collect();
+    let mut gated = BTreeSet::new();
+    while let Some(id) = todo.pop() {
+        if gated.insert(id.clone()) {
+            todo.extend(plan.outgoing(&id).into_iter().map(|(to, _)| to.to_string()));
+        }
+    }
+    gated
 }
 
 /// An instance that ended well is not run again. A failed one is, even when a handler let the

@@ -231,16 +231,17 @@ async fn a_damaged_run_state_fails_the_flow_instead_of_rerunning_it() {
         .unwrap();
     let jobs_before = jobs(&client, &ns).await.len();
     request_run(&client, &ns, "stateful", "poke").await;
+    // A damaged state is one the controller did not write (its seal no longer verifies).
     let status =
-        crate::common::wait_status(&client, &ns, "stateful", 30, "RunStateUnreadable", |s| {
-            s["reason"] == "RunStateUnreadable"
+        crate::common::wait_status(&client, &ns, "stateful", 30, "RunStateTampered", |s| {
+            s["reason"] == "RunStateTampered"
         })
         .await;
     assert_eq!(status["phase"], "Failed", "{status:#}");
     assert!(
         status["message"]
             .as_str()
-            .is_some_and(|m| m.contains("cannot be read")),
+            .is_some_and(|m| m.contains("not what the controller wrote")),
         "{status:#}"
     );
     tokio::time::sleep(Duration::from_secs(3)).await;

@@ -1,5 +1,6 @@
 //! Adversarial e2e tests on testenv: what a flow author, a tenant who can create ConfigMaps (or
-//! pods) in the flow's namespace, or a node user can make the controller or a node do. Each test
+//! pods) in the flow's namespace, a namespace editor, or a node user can make the controller or
+//! a node do. Each test
 //! names the attack it tries and asserts it fails closed. One module per attack surface.
 
 #[path = "../common/mod.rs"]
@@ -10,4 +11,5 @@ mod hijack;
 mod limits;
 mod memory;
 mod node_optin;
+mod run_state;
 mod secrets;

@@ -4,10 +4,14 @@
 //! is recorded in status from a stamp only the admission webhook can write (docs/decisions.md,
 //! "Approvals"). `timeoutSeconds` bounds the wait.
 
+use std::collections::BTreeMap;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use super::{Placement, StepParams};
+use crate::check::Ctx;
 
 /// Waits until a user allowed to `approve` pseudoflows approves or rejects the step.
 ///
@@ -22,7 +26,8 @@ use super::{Placement, StepParams};
 /// waiting when it is made, in the run that waits: a later run, the next item or node of a loop
 /// (inside a rolling `loopNodes` it gates each node) and a retried step each need their own
 /// (`kubectl pf approve` sets the annotation again; by hand, remove it first if it still names
-/// the step).
+/// the step). A retry asks every approval again, and runs again what comes after one. Two
+/// approval steps of one flow cannot share a name.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ApprovalStep {
@@ -42,9 +47,82 @@ impl StepParams for ApprovalStep {
     }
 }
 
+/// Two `approval` steps of one flow (in `steps` or `onDelete`, at any depth) may not share a
+/// name: the approve annotation names one step, and would decide both. The second is an error
+/// naming the first's path.
+pub fn check_unique_names(raw_spec: &Value, ctx: &mut Ctx) {
+    let mut seen: BTreeMap<String, String> = BTreeMap::new();
+    for field in ["steps", "onDelete"] {
+        if let Some(list) = raw_spec.get(field).and_then(Value::as_array) {
+            collect(list, field, &mut seen, ctx);
+        }
+    }
+}
+
+fn collect(list: &[Value], path: &str, seen: &mut BTreeMap<String, String>, ctx: &mut Ctx) {
+    for (i, raw) in list.iter().enumerate() {
+        let here = format!("{path}[{i}]");
+        let ty = raw.get("type").and_then(Value::as_str).unwrap_or_default();
+        let name = raw.get("name").and_then(Value::as_str);
+        if let (true, Some(name)) = (ty == "approval", name) {
+            match seen.get(name) {
+                Some(first) => ctx.error(
+                    &format!("{here}.name"),
+                    format!(
+                        "approval step name {name:?} is also the name of {}.{first}: an \
+                         approval is decided by its name, so each approval step needs its own",
+                        ctx.path()
+                    ),
+                ),
+                None => {
+                    seen.insert(name.to_string(), here.clone());
+                }
+            }
+        }
+        for (field, nested) in crate::validate::nested_lists(ty, raw) {
+            collect(nested, &format!("{here}.{field}"), seen, ctx);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
+
+    #[test]
+    fn two_approvals_of_one_name_are_an_error_naming_both_paths() {
+        let spec = json!({
+            "steps": [
+                {"type": "approval", "name": "gate"},
+                {"type": "approval", "name": "other"},
+                {"type": "loop", "forEach": [1], "steps": [{"type": "approval", "name": "gate"}]},
+            ],
+            "onDelete": [{"type": "approval", "name": "other"}],
+        });
+        let (_, diags) = crate::validate::validate_spec(&spec);
+        let errors: Vec<String> = diags
+            .errors()
+            .map(|d| format!("{}: {}", d.path, d.message))
+            .collect();
+        assert_eq!(
+            errors,
+            [
+                "spec.steps[2].steps[0].name: approval step name \"gate\" is also the name of \
+                 spec.steps[0]: an approval is decided by its name, so each approval step needs \
+                 its own",
+                "spec.onDelete[0].name: approval step name \"other\" is also the name of \
+                 spec.steps[1]: an approval is decided by its name, so each approval step needs \
+                 its own",
+            ],
+            "{errors:?}"
+        );
+        // Another step type may share an approval's name.
+        let ok = json!({"steps": [
+            {"type": "approval", "name": "gate"},
+            {"type": "log", "name": "gate", "message": "m"},
+        ]});
+        assert!(!crate::validate::validate_spec(&ok).1.has_errors());
+    }
 
     #[test]
     fn an_approval_needs_a_name_also_nested() {

@@ -204,3 +204,35 @@ fn a_retry_of_a_node_rollout_reruns_only_the_nodes_that_failed_or_never_ran() {
     finish(&w, &mut run.state, "s0-s0@d", true);
     assert_eq!(run.state.phase, RunPhase::Succeeded);
 }
+
+#[test]
+fn a_retry_asks_every_approval_again_and_runs_what_it_gates_again() {
+    // a, gate, b, c: a and b succeeded, the gate was approved, c failed.
+    let gate = json!({"type": "approval", "name": "gate"});
+    let c = compiled(json!([step("a"), gate, step("b"), step("c")]));
+    let w = Walker::new(&c.plan);
+    let mut old = StoredRun {
+        run_id: "r1".into(),
+        ..Default::default()
+    };
+    assert_eq!(started(&w.advance(&mut old.state, 0)), ["s0"]);
+    finish(&w, &mut old.state, "s0", true);
+    assert_eq!(w.awaiting_decision(&old.state).len(), 1);
+    assert_eq!(finish(&w, &mut old.state, "s1", true), ["s2"]);
+    assert_eq!(finish(&w, &mut old.state, "s2", true), ["s3"]);
+    finish(&w, &mut old.state, "s3", false);
+    assert_eq!(old.state.phase, RunPhase::Failed);
+
+    let mut run = retry_run(&c.plan, &old, request(None)).unwrap();
+    assert_eq!(run.state.instances["s0"].phase, Phase::Succeeded, "a kept");
+    for gated in ["s1", "s2", "s3"] {
+        assert!(!run.state.instances.contains_key(gated), "{gated} kept");
+    }
+    assert!(started(&w.advance(&mut run.state, 100)).is_empty());
+    let waiting: Vec<String> = w
+        .awaiting_decision(&run.state)
+        .into_iter()
+        .map(|(n, _, _)| n.id.clone())
+        .collect();
+    assert_eq!(waiting, ["s1"], "the gate asks again; b waits for it");
+}
