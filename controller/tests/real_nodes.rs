@@ -547,7 +547,10 @@ async fn a_bound_flow_is_served_by_the_charts_controller(client: &kube::Client, 
         .filter_map(|j| j.metadata.name.as_deref())
         .filter(|n| n.starts_with("gizmo"))
         .collect();
-    assert!(of_gizmos.is_empty(), "the object's run made Jobs: {of_gizmos:?}");
+    assert!(
+        of_gizmos.is_empty(),
+        "the object's run made Jobs: {of_gizmos:?}"
+    );
     let g1 = gizmos.get("g1").await.unwrap();
     let finalizers = g1.metadata.finalizers.unwrap_or_default();
     assert!(

@@ -20,7 +20,9 @@ use crate::check::Ctx;
 /// The admission webhook refuses the annotation from a user without the `approve` verb on
 /// pseudoflows and records who decided (user, groups, time) in a signed stamp the controller
 /// checks; status shows it under the step's `approval`. Without the webhook no approval is
-/// accepted (the step's message says why). While it waits, the flow's reason is
+/// accepted (the step's message says why), nor without the API server authenticating to it
+/// (chart `webhook.clientAuth`, [operations](operations.md#the-validating-webhook)): it stamps only
+/// decisions the API server sent. While it waits, the flow's reason is
 /// `WaitingForApproval` and its message `waiting for approval: NAME`; `timeoutSeconds` fails
 /// the step when no decision came in time. A decision counts only for the step instances
 /// waiting when it is made, in the run that waits: a later run, the next item or node of a loop
