@@ -33,7 +33,7 @@ const UNCLAIMED_RESULT_TTL: Duration = Duration::from_secs(600);
 /// What the controller knows of one step it runs.
 pub enum Seen {
     /// It ended: its result and when it ran (Unix ms, from and to).
-    Done(StepResult, (i64, i64)),
+    Done(Box<StepResult>, (i64, i64)),
     /// It is running.
     Running,
     /// Nothing: never started here (or this controller restarted since).
@@ -43,7 +43,7 @@ pub enum Seen {
 enum Entry {
     Running(AbortHandle),
     Done {
-        result: StepResult,
+        result: Box<StepResult>,
         times: (i64, i64),
         at: Instant,
     },
@@ -119,7 +119,7 @@ impl InControllerSteps {
             let from = now_ms();
             let result = run(req.client, req.input).await;
             let done = Entry::Done {
-                result,
+                result: Box::new(result),
                 times: (from, now_ms()),
                 at: Instant::now(),
             };

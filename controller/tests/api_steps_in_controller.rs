@@ -124,7 +124,7 @@ async fn a_step_runs_with_the_service_accounts_rights_never_the_controllers() {
     assert_eq!(denied["phase"], "Failed", "{st:#}");
     let msg = denied["message"].as_str().unwrap();
     assert!(
-        msg.contains("forbidden") && msg.contains(&format!("{ns}")) && msg.contains("flow"),
+        msg.contains("forbidden") && msg.contains(ns.as_str()) && msg.contains("flow"),
         "names the refusal and the identity: {msg}"
     );
     assert!(config_map(&client, &ns, "allowed").await.is_some());

@@ -41,7 +41,7 @@ impl Driving<'_> {
         let work = self.in_controller_key(run, &node.id, key, attempt);
         match steps.take(&work) {
             Seen::Done(result, times) => {
-                self.fold(run, &node.id, key, result, Some(times)).await;
+                self.fold(run, &node.id, key, *result, Some(times)).await;
                 return Ok(true);
             }
             Seen::Running => return Ok(false),
@@ -69,7 +69,7 @@ impl Driving<'_> {
         let _ = tokio::time::timeout(wait, ended).await;
         match steps.take(&work) {
             Seen::Done(result, times) => {
-                self.fold(run, &node.id, key, result, Some(times)).await;
+                self.fold(run, &node.id, key, *result, Some(times)).await;
                 Ok(true)
             }
             _ => Ok(false),
