@@ -189,11 +189,7 @@ pub async fn run(
         rows.push(row(
             format!("{title}: one object create → Ready"),
             driver,
-            format!(
-                "{} ({}, 5 runs)",
-                common::secs(median),
-                common::spread(&latencies)
-            ),
+            millis(&latencies, median),
             &flow_figures,
             0,
             median,
@@ -237,6 +233,18 @@ pub async fn run(
         common::print_partial(&rows);
     }
     rows
+}
+
+/// A latency to the millisecond: the median (min, max) of `all`.
+fn millis(all: &[Duration], median: Duration) -> String {
+    let ms = |d: &Duration| d.as_secs_f64() * 1000.0;
+    let min = all.iter().map(ms).fold(f64::MAX, f64::min);
+    let max = all.iter().map(ms).fold(0.0, f64::max);
+    format!(
+        "{:.0} ms (min {min:.0}, max {max:.0}, {} runs)",
+        ms(&median),
+        all.len()
+    )
 }
 
 /// A row; for kopf, the ratio of the flow's figure `i` to kopf's (`took`).

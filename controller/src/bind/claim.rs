@@ -97,6 +97,30 @@ pub async fn mark(
         .map(|_| ())
 }
 
+/// [`mark`], read again and tried again when another writer changed the object meanwhile (a
+/// 409: several bound flows on one kind mark the same object at once). A child this flow just
+/// made must not go unnamed for a mere conflict: unnamed, it would be refused as foreign.
+pub async fn mark_again_on_conflict(
+    api: &Api<DynamicObject>,
+    obj: &DynamicObject,
+    fin: &str,
+    mark_key: &str,
+    child_uid: &str,
+) -> kube::Result<()> {
+    let name = obj.metadata.name.clone().unwrap_or_default();
+    let mut current = obj.clone();
+    for _ in 0..MARK_TRIES {
+        match mark(api, &current, fin, mark_key, child_uid).await {
+            Err(kube::Error::Api(e)) if e.code == 409 => current = api.get(&name).await?,
+            done => return done,
+        }
+    }
+    mark(api, &current, fin, mark_key, child_uid).await
+}
+
+/// How often [`mark_again_on_conflict`] reads the object again after a conflict.
+const MARK_TRIES: usize = 5;
+
 #[cfg(test)]
 mod tests {
     use super::*;

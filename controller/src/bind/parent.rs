@@ -7,6 +7,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use futures::StreamExt;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::discovery::ApiResource;
@@ -31,6 +33,10 @@ use crate::reconcile::{finalizer, outcome, status, Error, Reconciling};
 const RESYNC: Duration = Duration::from_secs(300);
 /// How soon an object that could not be served is tried again.
 const RETRY_OBJECT: Duration = Duration::from_secs(10);
+/// Objects one bound flow's reconcile serves at once (creating or updating their flows,
+/// finalizers and claims): enough to keep up with a burst of new objects, few enough that one
+/// bound flow does not crowd the API server for the others.
+const OBJECTS_SERVED_AT_ONCE: usize = 8;
 /// How soon a refused binding is tried again.
 const RETRY_REFUSED: Duration = Duration::from_secs(30);
 
@@ -70,10 +76,19 @@ pub(crate) async fn reconcile_parent(
                 return Ok(Action::requeue(RETRY_REFUSED));
             }
         };
+        // Several objects at once (in order): each is a few API calls of its own, and a kind
+        // with hundreds of new objects should not wait for them one after another.
+        let mut serving = Vec::with_capacity(page.items.len());
         for (i, raw) in page.items.iter().enumerate() {
-            if let Some(refusal) = binding.serve_raw(raw.get(), i, &children, &mut again).await {
-                refusals.push(refusal);
-            }
+            serving.push(binding.serve_alone(raw.get(), i, &children));
+        }
+        let served: Vec<(Option<Refused>, Duration)> = futures::stream::iter(serving)
+            .buffered(OBJECTS_SERVED_AT_ONCE)
+            .collect()
+            .await;
+        for (refusal, sooner) in served {
+            refusals.extend(refusal);
+            again = again.min(sooner);
         }
         token = page.metadata.continue_.filter(|t| !t.is_empty());
         if token.is_none() {
@@ -227,6 +242,18 @@ impl<'a> Binding<'a> {
         meta.deletion_timestamp.is_some() || !self.selector.matches(&labels)
     }
 
+    /// [`Binding::serve_raw`], with how soon this object wants the next look.
+    async fn serve_alone(
+        &self,
+        raw: &str,
+        i: usize,
+        children: &Children,
+    ) -> (Option<Refused>, Duration) {
+        let mut again = RESYNC;
+        let refusal = self.serve_raw(raw, i, children, &mut again).await;
+        (refusal, again)
+    }
+
     /// Decodes item `i` of a page and serves it; returns why it cannot be, if so. One object's
     /// trouble (a conflict, an admission webhook refusing its finalizer) is its own: the others
     /// are served, and it is tried again soon (`again`).
@@ -331,7 +358,8 @@ impl<'a> Binding<'a> {
         // Only once its flow exists: an object whose flow was refused keeps no finalizer of ours,
         // and names no child.
         let objects = self.objects_api(obj);
-        claim::mark(&objects, obj, &self.finalizer, &self.mark, &child_uid).await?;
+        claim::mark_again_on_conflict(&objects, obj, &self.finalizer, &self.mark, &child_uid)
+            .await?;
         if let Some(old) = old {
             retire(self.flows, old.metadata.name.as_deref().unwrap_or_default()).await?;
         }
