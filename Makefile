@@ -77,7 +77,8 @@ chart-test:
 ## comparison with the alternatives on one testenv, printed as one markdown table: 50 ConfigMaps by PseudoFlow vs
 ## ansible-playbook (pinned, into its own venv by bench/setup-ansible.sh) vs a kubectl loop; the
 ## seed NodeLocal DNS flow; a 100-node fan-out vs kubectl under xargs -P; 1,000 flows at once
-## (PSEUDOFLOW_BENCH_SCALE_FLOWS), the controller's peak RSS. See controller/benches/compare/.
+## (PSEUDOFLOW_BENCH_SCALE_FLOWS), the controller's peak RSS; a bound flow vs a kopf operator (pinned,
+## into its own venv by bench/setup-kopf.sh). See controller/benches/compare/.
 bench: k8s images
 	bash bench/setup-ansible.sh
 	bash bench/setup-kopf.sh
