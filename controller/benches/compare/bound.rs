@@ -17,10 +17,12 @@ use serde_json::{json, Value};
 use crate::common::{self, JobCounter, Row};
 use crate::process::ControllerProcess;
 
-const GROUP: &str = "bench.example.com";
+/// The kind's group, shared with the kopf section (`kopf.rs`), which serves the same kind.
+pub const GROUP: &str = "bench.example.com";
 
-/// The operator: a ConfigMap per Gadget, holding its size; phase and conditions written back.
-fn bound_flow(ns: &str) -> Value {
+/// The operator: a ConfigMap per Gadget, holding its size; phase and conditions written back
+/// (also the flow the kopf section compares with bench/kopf/operator.py).
+pub fn bound_flow(ns: &str) -> Value {
     json!({"apiVersion": "ops.example.com/v1alpha1", "kind": "PseudoFlow",
         "metadata": {"name": "gadget", "namespace": ns},
         "spec": {"serviceAccountName": "flow",
@@ -30,7 +32,8 @@ fn bound_flow(ns: &str) -> Value {
                 "data": {"size": "${object.spec.size}"}}}]}})
 }
 
-fn ready(o: &DynamicObject) -> bool {
+/// Whether the object's Ready condition is True.
+pub fn ready(o: &DynamicObject) -> bool {
     o.data["status"]["conditions"].as_array().is_some_and(|c| {
         c.iter()
             .any(|c| c["type"] == "Ready" && c["status"] == "True")

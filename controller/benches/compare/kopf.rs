@@ -17,31 +17,13 @@ use kube::runtime::watcher::{self, Event};
 use kube::Client;
 use pseudoflow_test_support::{FlowNamespace, TestKind};
 use pseudoflow_testenv::{apply, TestEnv};
-use serde_json::{json, Value};
+use serde_json::json;
 use tokio::process::Child;
 
 use crate::common::{self, Row};
 use crate::process::{peak_rss_kib, ControllerProcess};
 
-const GROUP: &str = "bench.example.com";
-
-/// The operator as a flow: what bench/kopf/operator.py does, bound to the same kind.
-fn bound_flow(ns: &str) -> Value {
-    json!({"apiVersion": "ops.example.com/v1alpha1", "kind": "PseudoFlow",
-        "metadata": {"name": "gadget", "namespace": ns},
-        "spec": {"serviceAccountName": "flow",
-            "bind": {"apiVersion": format!("{GROUP}/v1"), "kind": "Gadget"},
-            "steps": [{"type": "apply", "manifests": {"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": "${object.metadata.name}-config", "namespace": ns},
-                "data": {"size": "${object.spec.size}"}}}]}})
-}
-
-fn ready(o: &DynamicObject) -> bool {
-    o.data["status"]["conditions"].as_array().is_some_and(|c| {
-        c.iter()
-            .any(|c| c["type"] == "Ready" && c["status"] == "True")
-    })
-}
+use crate::bound::{bound_flow, ready, GROUP};
 
 /// One of the two operators, running.
 enum Operator {
