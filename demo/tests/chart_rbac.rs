@@ -304,6 +304,11 @@ spec:
     - type: execNode
       nodeSelector: node-role.kubernetes.io/control-plane
       cmd: "true"
+    # A result over the termination message's 4 KiB: the executor stores it in a result
+    # ConfigMap, which the controller reads (the chart's `configmaps: get`).
+    - type: exec
+      cmd: "head -c 6000 /dev/zero | tr '\\0' x"
+      var: big
     - type: log
       message: probe done
 "#
