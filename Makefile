@@ -8,7 +8,7 @@ export CARGO_TARGET_DIR ?= $(CACHE_DIR)/target
 ## test: everything CI runs — lint, the CRD freshness check, unit, snapshot and e2e tests (the
 ## real-node suite included: it needs the images).
 test: lint k8s tools images
-	cargo test --workspace --locked
+	cargo test --workspace --locked --no-fail-fast
 	bash charts/test.sh
 
 lint:
