@@ -141,6 +141,14 @@ pub fn task_of(node: &PlanNode) -> Option<Task> {
     }
 }
 
+/// Whether running `plan` may launch an executor Job (a node with a task the controller does
+/// not run itself). A run whose plan launches none needs its secret (the root of its Jobs'
+/// journal keys) stored only with the rest of its state, not in a write of its own before.
+pub fn launches_jobs(plan: &crate::plan::Plan) -> bool {
+    plan.nodes()
+        .any(|n| task_of(n).is_some() && n.in_controller.is_none())
+}
+
 /// The part of a node's step its work needs, before substitution: the step with nested step
 /// lists emptied (a loop's start needs its selector, not its body). The controller substitutes
 /// `${...}` in this and passes the result as [`NodeInstance::step`].

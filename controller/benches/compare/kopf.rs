@@ -20,6 +20,7 @@ use pseudoflow_testenv::{apply, TestEnv};
 use serde_json::json;
 use tokio::process::Child;
 
+use crate::api_load::Requests;
 use crate::common::{self, Row};
 use crate::process::{peak_rss_kib, ControllerProcess};
 
@@ -179,6 +180,7 @@ pub async fn run(
         ));
         for &n in counts {
             let names: HashSet<String> = (0..n).map(|i| format!("n{n}-{i}")).collect();
+            let before = Requests::now(client).await;
             let t = Instant::now();
             common::apply_all(
                 client,
@@ -189,6 +191,8 @@ pub async fn run(
             .await;
             let done = all_ready(&api, &names, timeout).await;
             let took = t.elapsed();
+            let requests = before.until(&Requests::now(client).await);
+            requests.save(&dir.join(format!("{ns}-requests-{n}.txt")), n);
             figures.push(took);
             let wall = if done {
                 common::secs(took)
@@ -203,8 +207,9 @@ pub async fn run(
                 figures.len() - 1,
                 took,
                 format!(
-                    "peak RSS (VmHWM) so far {:.1} MiB",
-                    op.peak_kib() as f64 / 1024.0
+                    "peak RSS (VmHWM) so far {:.1} MiB; {}",
+                    op.peak_kib() as f64 / 1024.0,
+                    requests.per_object(n)
                 ),
             ));
         }

@@ -28,6 +28,7 @@
 //! Jobs are counted from a watch (every Job the flow owned, even if removed later), never assumed.
 //! `PSEUDOFLOW_BENCH_SECTIONS` (e.g. `apply,seed`) runs a subset (`latency,apply,seed,fanout,scale,bound,kopf,real`); the default is all.
 
+mod api_load;
 mod apply50;
 mod bound;
 mod common;

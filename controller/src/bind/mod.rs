@@ -18,6 +18,7 @@
 //! - [`summary`]: the parent's bounded status.
 //! - [`pages`]: the objects and children listed a page at a time, each cut to what is read.
 //! - [`decode`]: each object decoded alone, so one too deep or too large fails alone.
+//! - [`pending`]: which objects changed since the parent last served them (served alone).
 
 pub mod access;
 pub mod child;
@@ -26,6 +27,7 @@ pub mod decode;
 pub mod object;
 pub mod pages;
 pub mod parent;
+pub mod pending;
 pub mod related;
 pub mod summary;
 pub mod watch;

@@ -21,12 +21,15 @@ use tracing::info;
 
 use super::child::{self, Parent, FLOW_GENERATION_ANNOTATION, OBJECT_ANNOTATION};
 use super::claim::{self, Standing};
+use super::pending::Pass;
 use super::related::{self, Seen};
 use super::summary::{self, Refused};
 use super::watched::Watched;
 use super::{access, decode, object, pages, watch};
 use crate::reconcile::events::EventType;
 use crate::reconcile::{finalizer, outcome, status, Error, Reconciling};
+
+mod changed;
 
 /// How often a bound flow looks at all its objects even if no watch event came (a missed event,
 /// rights granted since a refusal).
@@ -60,43 +63,31 @@ pub(crate) async fn reconcile_parent(
             return Ok(Action::requeue(RETRY_REFUSED));
         }
     };
-    let children = binding.children().await?;
-    let mut refusals = Vec::new();
-    let mut again = RESYNC;
-    let mut token: Option<String> = None;
-    loop {
-        // A page at a time, each object decoded alone: one that cannot be (too deep, too
-        // large) is named and skipped, and the others are served.
-        let lp = ListParams::default();
-        let page = match pages::raw_page(&binding.objects, &lp, token.as_deref()).await {
-            Ok(page) => page,
-            Err(e) => {
-                let message = format!("listing {} objects: {e}", bind.kind);
+    let pending = &r.ctx.binder.watches.pending;
+    let generation = r.flow.metadata.generation.unwrap_or(0);
+    let (again, summary_due) = match pending.take(r.uid, generation) {
+        Pass::Full => match binding.serve_all(generation).await? {
+            Ok(again) => (again, Ok(())),
+            Err(message) => {
                 refused(r, flows, previous, &message).await?;
                 return Ok(Action::requeue(RETRY_REFUSED));
             }
-        };
-        // Several objects at once (in order): each is a few API calls of its own, and a kind
-        // with hundreds of new objects should not wait for them one after another.
-        let mut serving = Vec::with_capacity(page.items.len());
-        for (i, raw) in page.items.iter().enumerate() {
-            serving.push(binding.serve_alone(raw.get(), i, &children));
-        }
-        let served: Vec<(Option<Refused>, Duration)> = futures::stream::iter(serving)
-            .buffered(OBJECTS_SERVED_AT_ONCE)
-            .collect()
-            .await;
-        for (refusal, sooner) in served {
-            refusals.extend(refusal);
-            again = again.min(sooner);
-        }
-        token = page.metadata.continue_.filter(|t| !t.is_empty());
-        if token.is_none() {
-            break;
-        }
+        },
+        Pass::Changed(objects) => (
+            binding.serve_changed(objects).await,
+            pending.summary_due(r.uid),
+        ),
+    };
+    if let Err(wait) = summary_due {
+        // Summed up less than a second ago: a later reconcile does it.
+        return Ok(Action::requeue(again.min(wait)));
     }
-    // The children are let go before they are read again, a state each, to sum up.
-    drop(children);
+    let _ = pending.summary_due(r.uid);
+    let refusals: Vec<Refused> = pending
+        .refused(r.uid)
+        .into_iter()
+        .map(|(object, message)| Refused { object, message })
+        .collect();
     let states = binding.child_states().await?;
     summarise(r, flows, previous, &bind.kind, &states, &refusals).await?;
     Ok(Action::requeue(again))
@@ -177,6 +168,49 @@ impl<'a> Binding<'a> {
             mark: claim::mark_key(ns, r.flow_id.name),
             raw_spec: r.flow.data.get("spec").cloned().unwrap_or(Value::Null),
         })
+    }
+
+    /// Serves every object, a page at a time, each decoded alone (one that cannot be, too deep
+    /// or too large, is named and skipped, and the others are served); returns how soon to look
+    /// again, or why the objects cannot be listed.
+    async fn serve_all(&self, generation: i64) -> Result<Result<Duration, String>, Error> {
+        let children = self.children().await?;
+        let legacy = !children.old.is_empty();
+        let mut refusals = BTreeMap::new();
+        let mut again = RESYNC;
+        let mut token: Option<String> = None;
+        loop {
+            let lp = ListParams::default();
+            let page = match pages::raw_page(&self.objects, &lp, token.as_deref()).await {
+                Ok(page) => page,
+                Err(e) => return Ok(Err(format!("listing {} objects: {e}", self.bind.kind))),
+            };
+            // Several objects at once (in order): each is a few API calls of its own, and a
+            // kind with hundreds of new objects should not wait for them one after another.
+            let mut serving = Vec::with_capacity(page.items.len());
+            for (i, raw) in page.items.iter().enumerate() {
+                serving.push(self.serve_alone(raw.get(), i, &children));
+            }
+            let served: Vec<(Option<Refused>, Duration)> = futures::stream::iter(serving)
+                .buffered(OBJECTS_SERVED_AT_ONCE)
+                .collect()
+                .await;
+            for (refusal, sooner) in served {
+                refusals.extend(refusal.map(|r| (r.object, r.message)));
+                again = again.min(sooner);
+            }
+            token = page.metadata.continue_.filter(|t| !t.is_empty());
+            if token.is_none() {
+                break;
+            }
+        }
+        let pending = &self.r.ctx.binder.watches.pending;
+        pending.full_pass_done(self.r.uid, generation, legacy, refusals);
+        if again < RESYNC {
+            // An object to try again soon: which one is in no list kept, so all are.
+            pending.everything(self.r.uid);
+        }
+        Ok(Ok(again))
     }
 
     /// The child flows of this bound flow (labelled, and claiming to be owned by it), by name,
@@ -650,6 +684,7 @@ async fn refused(
         return Ok(());
     }
     r.publish(EventType::Warning, "BindRefused", message).await;
+    r.told().await;
     let next = status::not_run(previous, generation, "BindRefused", message, r.now);
     outcome::patch_status(flows, r.flow_id.name, status::replacing(previous, &next)).await
 }
@@ -663,6 +698,8 @@ async fn summarise(
     states: &[(String, DynamicObject)],
     refusals: &[Refused],
 ) -> Result<(), Error> {
+    // Whoever sees the summary sees the Events (a child refused) that led to it.
+    r.told().await;
     let named: Vec<(String, &DynamicObject)> = states.iter().map(|(o, c)| (o.clone(), c)).collect();
     let s = summary::summarise(&named, refusals);
     let message = summary::message(kind, &s);

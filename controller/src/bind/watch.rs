@@ -15,6 +15,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{watcher, WatchStreamExt};
 use tokio::sync::broadcast;
 
+use super::pending::Pending;
 use super::watched::Watched;
 use crate::backoff::WatchBackoff;
 use crate::raw::RawFlow;
@@ -42,6 +43,8 @@ struct State {
 pub struct Watches {
     state: Mutex<State>,
     wake: broadcast::Sender<(String, String)>,
+    /// Which objects each bound flow has not served since they changed ([`Pending`]).
+    pub pending: Arc<Pending>,
 }
 
 impl Default for Watches {
@@ -49,6 +52,7 @@ impl Default for Watches {
         Watches {
             state: Mutex::default(),
             wake: broadcast::channel(1024).0,
+            pending: Arc::default(),
         }
     }
 }
@@ -106,7 +110,10 @@ impl Watches {
         let task = tokio::spawn(run(
             t.api,
             t.what.clone(),
-            self.wake.clone(),
+            Wake {
+                flows: self.wake.clone(),
+                pending: self.pending.clone(),
+            },
             subscribers.clone(),
             refused.clone(),
         ));
@@ -121,6 +128,7 @@ impl Watches {
     /// Ends the subscriptions of the bound flow `uid` (deleted, or no longer bound): its kind's
     /// and its related kinds' ([`related_key`]); a watch nobody subscribes to stops.
     pub fn stop(&self, uid: &str) {
+        self.pending.forget(uid);
         let prefix = format!("{uid}/");
         self.unsubscribe_where(|key| key == uid || key.starts_with(&prefix));
     }
@@ -192,32 +200,64 @@ fn unsubscribe(state: &mut State, key: &str) {
     }
 }
 
-/// One watch: every event wakes each subscribed flow once; an error is recorded (and wakes
-/// them, so their status says so) until the next event. It decodes the objects' metadata only
-/// ([`Watched`]): an event only wakes, and an object too deep to decode must not stop the watch.
+/// Where a watch tells of a change: the flows to wake, and what changed for each.
+struct Wake {
+    flows: broadcast::Sender<(String, String)>,
+    pending: Arc<Pending>,
+}
+
+impl Wake {
+    /// Records what `ev` changed for each subscriber (`None`: anything may have) and wakes it.
+    fn tell(&self, subscribers: &Subscribers, changed: Option<&Watched>) {
+        let subscribers: Vec<(String, (String, String))> = {
+            let s = subscribers.lock().expect("not poisoned");
+            s.iter().map(|(k, f)| (k.clone(), f.clone())).collect()
+        };
+        let mut flows = BTreeSet::new();
+        for (key, flow) in subscribers {
+            match (changed, key.split_once('/')) {
+                (Some(o), None) => self.pending.changed(
+                    &key,
+                    o.metadata.namespace.as_deref().unwrap_or_default(),
+                    o.metadata.name.as_deref().unwrap_or_default(),
+                ),
+                // A related object: which objects name it is known only by looking at all.
+                (_, Some((uid, _))) => self.pending.everything(uid),
+                (None, None) => self.pending.everything(&key),
+            }
+            flows.insert(flow);
+        }
+        flows.into_iter().for_each(|f| drop(self.flows.send(f)));
+    }
+}
+
+/// One watch: every event wakes each subscribed flow once, saying which object changed; a new
+/// list or an error (recorded until the next event, so their status says so) has them look at
+/// every object. It decodes the objects' metadata only ([`Watched`]): an event only wakes, and
+/// an object too deep to decode must not stop the watch.
 async fn run(
     api: Api<Watched>,
     what: String,
-    wake: broadcast::Sender<(String, String)>,
+    wake: Wake,
     subscribers: Subscribers,
     refused: Arc<Mutex<Option<String>>>,
 ) {
     watcher(api, watcher::Config::default())
         .backoff(WatchBackoff::default())
         .for_each(|ev| {
-            let flows: BTreeSet<(String, String)> = {
-                let subscribers = subscribers.lock().expect("not poisoned");
-                subscribers.values().cloned().collect()
-            };
             match ev {
                 Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
-                Ok(_) => {
+                Ok(watcher::Event::InitDone) => {
                     *refused.lock().expect("not poisoned") = None;
-                    flows.into_iter().for_each(|f| drop(wake.send(f)));
+                    wake.tell(&subscribers, None);
+                }
+                Ok(watcher::Event::Apply(o) | watcher::Event::Delete(o)) => {
+                    *refused.lock().expect("not poisoned") = None;
+                    wake.tell(&subscribers, Some(&o));
                 }
                 Err(e) => {
                     *refused.lock().expect("not poisoned") = Some(format!("watching {what}: {e}"));
-                    flows.into_iter().for_each(|f| drop(wake.send(f)));
+                    wake.tell(&subscribers, None);
                 }
             }
             futures::future::ready(())

@@ -23,8 +23,9 @@ pub struct Context {
     pub image: String,
     /// Prometheus series every reconcile updates.
     pub metrics: Arc<Metrics>,
-    /// Publishes the flow's Events.
-    pub events: EventPublisher,
+    /// Publishes the flow's Events (shared with the tasks that publish them off a reconcile's
+    /// path: see [`Reconciling::publish`]).
+    pub events: Arc<EventPublisher>,
     /// The expression engine for controller-local steps (bounded; see docs/expressions.md).
     pub engine: Engine,
     /// Namespaces whose flows may run node steps (root on nodes), if also labelled
@@ -57,7 +58,11 @@ impl Context {
     pub fn new(client: Client, image: String, metrics: Arc<Metrics>) -> Self {
         let instance = std::env::var("HOSTNAME").ok();
         Context {
-            events: EventPublisher::new(client.clone(), "pseudoflow-controller", instance),
+            events: Arc::new(EventPublisher::new(
+                client.clone(),
+                "pseudoflow-controller",
+                instance,
+            )),
             client,
             image,
             metrics,
@@ -129,6 +134,8 @@ pub(crate) struct Reconciling<'a> {
     pub uid: &'a str,
     /// The time this reconcile decides at (unix seconds).
     pub now: i64,
+    /// Events this reconcile published that may still be on their way ([`Reconciling::told`]).
+    pub publishing: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 impl Reconciling<'_> {
@@ -142,10 +149,23 @@ impl Reconciling<'_> {
         format!("{}/{}", self.ns(), self.flow_id.name)
     }
 
-    /// Publishes an Event about the flow.
+    /// Publishes an Event about the flow without waiting for the API: a step's Events are
+    /// sent while the step runs and its state is saved, not one round trip after another on
+    /// the way to its object's status. [`Reconciling::told`] waits for them.
     pub async fn publish(&self, ty: EventType, reason: &str, note: &str) {
         let about = self.flow.object_ref(&flow_resource());
-        outcome::publish(self.ctx, &about, ty, reason, note).await
+        let sending = outcome::publish_soon(self.ctx, about, ty, reason, note);
+        self.publishing.lock().expect("not poisoned").push(sending);
+    }
+
+    /// Waits until every Event this reconcile published has reached the API (or failed to,
+    /// logged): called before the flow's status is written, so whoever sees a phase also sees
+    /// the Events that led to it.
+    pub async fn told(&self) {
+        let sending = std::mem::take(&mut *self.publishing.lock().expect("not poisoned"));
+        for s in sending {
+            let _ = s.await;
+        }
     }
 
     /// Deletes every Job of an older run (concurrencyPolicy Replace, deletion).

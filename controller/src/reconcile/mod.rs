@@ -38,6 +38,7 @@ use events::EventType;
 use kube::api::{Api, DynamicObject};
 use kube::discovery::ApiResource;
 use kube::runtime::controller::Action;
+use pseudoflow_compiler::lower::launches_jobs;
 use pseudoflow_compiler::plan::Plan;
 use pseudoflow_compiler::{compile, Compiled, FlowId};
 use pseudoflow_crd::bind::BIND_FINALIZER;
@@ -82,6 +83,7 @@ async fn reconcile_flow(
             },
             uid: flow.metadata.uid.as_deref().unwrap_or_default(),
             now: now(),
+            publishing: Default::default(),
         },
         flows: Api::namespaced_with(ctx.client.clone(), ns, &flow_resource()),
         generation: flow.metadata.generation.unwrap_or(0),
@@ -125,13 +127,7 @@ async fn reconcile_flow(
         // A flow made for a bound object writes that object's status (docs/bound-flows.md).
         crate::bind::write_back(&f.r, &compiled.spec, &status, &run.vars).await;
     }
-    let active = run.state.phase == RunPhase::Running || !run.beside.is_empty();
-    ctx.metrics.set_active(&f.r.key(), f.r.uid, active);
-    // Every step type's duration, to the sub-second; and the steps still running. (Runs beside
-    // this one under concurrencyPolicy Allow have specs of their own and are not timed.)
-    let seen = timing::steps_seen(plan, &run);
-    ctx.metrics
-        .observe_steps(&f.r.key(), f.r.uid, crate::metrics::unix_now(), seen);
+    f.measure(plan, &run);
     if deleting && run.state.phase == RunPhase::Succeeded {
         finalizer::remove(&f.flows, flow).await?;
     }
@@ -292,9 +288,14 @@ impl FlowReconcile<'_> {
             ));
         }
         // Every run gets its secret (the root of its journals' signing keys) stored before its
-        // first Job exists, so a restarted controller derives the same keys.
+        // first Job exists, so a restarted controller derives the same keys. A new run that
+        // launches no Job (every step in the controller) stores it with the rest of its state
+        // at the end of this reconcile: one write fewer per run of a bound flow's object.
         let mut rv = rv;
-        if give_secrets(&mut run) {
+        let no_jobs = run.beside.is_empty()
+            && run.spec.as_ref().is_none_or(|s| *s == self.raw_spec)
+            && !launches_jobs(plan_of(compiled, deleting));
+        if give_secrets(&mut run) && !no_jobs {
             rv = Some(save(r.flow, r.ctx, &run, rv.as_deref()).await?);
         }
         Ok(Selected::Drive {
@@ -335,8 +336,11 @@ impl FlowReconcile<'_> {
         let run_spec = run.spec.clone().unwrap_or_else(|| self.raw_spec.clone());
         let was_running = run.state.phase == RunPhase::Running;
         let (compiled, mut wake) = advance_run(r, &run_spec, run, deleting).await?;
-        if was_running && run.state.phase != RunPhase::Running && !deleting {
-            // The run ended: older runs' objects beyond its history limits go.
+        let made_objects = launches_jobs(plan_of(&compiled, deleting));
+        if was_running && run.state.phase != RunPhase::Running && !deleting && made_objects {
+            // The run ended: older runs' objects beyond its history limits go. (A run whose
+            // steps all ran in the controller made no Job, pod or Secret: nothing to prune, and
+            // three lists fewer per run of a bound flow's object.)
             history::prune(r, run, &compiled.spec.options).await;
         }
         // Allow: earlier runs still running go on beside this one, each with its own spec.
@@ -363,6 +367,18 @@ impl FlowReconcile<'_> {
         Ok((compiled, wake))
     }
 
+    /// The run's metrics: whether it is active; every step type's duration, to the
+    /// sub-second; and the steps still running. (Runs beside this one under concurrencyPolicy
+    /// Allow have specs of their own and are not timed.)
+    fn measure(&self, plan: &Plan, run: &StoredRun) {
+        let (ctx, key, uid) = (self.r.ctx, self.r.key(), self.r.uid);
+        let active = run.state.phase == RunPhase::Running || !run.beside.is_empty();
+        ctx.metrics.set_active(&key, uid, active);
+        let seen = timing::steps_seen(plan, run);
+        ctx.metrics
+            .observe_steps(&key, uid, crate::metrics::unix_now(), seen);
+    }
+
     /// Writes the run's status (with the queued run and the schedule), if it changes anything.
     async fn write_status(
         &self,
@@ -371,6 +387,8 @@ impl FlowReconcile<'_> {
         queued: Option<&str>,
         sched: &schedule::Decision,
     ) -> Result<pseudoflow_crd::PseudoFlowStatus, Error> {
+        // Whoever sees the phase sees the Events that led to it.
+        self.r.told().await;
         let previous = &self.previous;
         let queued = queued.map(|id| (id, self.generation));
         let mut status = status::of_run(previous, plan, run, run.generation, queued, self.r.now);

@@ -25,6 +25,8 @@ pub struct NodeHealth {
     store: OnceLock<Store<Node>>,
     /// Why the watch cannot run (it was refused), if it was.
     refused: Mutex<Option<String>>,
+    /// Whether the watch has fared at all yet (listed, or been refused).
+    settled: std::sync::atomic::AtomicBool,
     /// The nodes each flow (`namespace/name`) has a running node Job on.
     running: Mutex<HashMap<(String, String), BTreeSet<String>>>,
 }
@@ -38,6 +40,21 @@ impl NodeHealth {
     /// Records how the Node watch last fared: `Some(why)` when the API refused it.
     pub fn watch_refused(&self, why: Option<String>) {
         *self.refused.lock().expect("not poisoned") = why;
+        self.settled
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Waits, at most `limit`, until the Node watch has listed or been refused: a node step
+    /// the controller starts right after it started is judged on what the watch found, not
+    /// let through because the watch had not answered yet. No wait without a watch.
+    pub async fn settled(&self, limit: std::time::Duration) {
+        let until = tokio::time::Instant::now() + limit;
+        while self.store.get().is_some()
+            && !self.settled.load(std::sync::atomic::Ordering::Acquire)
+            && tokio::time::Instant::now() < until
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
     }
 
     /// Why node steps cannot be watched over (so must not start), if they cannot.

@@ -45,14 +45,7 @@ pub async fn publish(
     reason: &str,
     note: &str,
 ) {
-    let note = bounded(note, MAX_EVENT_NOTE_CHARS);
-    // Events with the same reason and action fold into one series that keeps the first note;
-    // an action per distinct note keeps every message (identical ones still fold into a
-    // counted series).
-    let action = format!(
-        "{reason}-{:016x}",
-        pseudoflow_compiler::names::stable_hash(&[&note])
-    );
+    let (note, action) = note_and_action(reason, note);
     let ev = NewEvent {
         type_: ty,
         reason,
@@ -62,6 +55,41 @@ pub async fn publish(
     if let Err(e) = ctx.events.publish(&ev, about).await {
         warn!("event: {e}");
     }
+}
+
+/// [`publish`], in a task of its own: the caller waits on the handle when it must.
+pub fn publish_soon(
+    ctx: &Context,
+    about: ObjectReference,
+    ty: EventType,
+    reason: &str,
+    note: &str,
+) -> tokio::task::JoinHandle<()> {
+    let (note, action) = note_and_action(reason, note);
+    let (events, reason) = (ctx.events.clone(), reason.to_string());
+    tokio::spawn(async move {
+        let ev = NewEvent {
+            type_: ty,
+            reason: &reason,
+            action: &action,
+            note: &note,
+        };
+        if let Err(e) = events.publish(&ev, &about).await {
+            warn!("event: {e}");
+        }
+    })
+}
+
+/// The Event's note, bounded, and its action. Events with the same reason and action fold into
+/// one series that keeps the first note; an action per distinct note keeps every message
+/// (identical ones still fold into a counted series).
+fn note_and_action(reason: &str, note: &str) -> (String, String) {
+    let note = bounded(note, MAX_EVENT_NOTE_CHARS);
+    let action = format!(
+        "{reason}-{:016x}",
+        pseudoflow_compiler::names::stable_hash(&[&note])
+    );
+    (note, action)
 }
 
 /// Fails the flow `InvalidSpec` listing every error with its path; a flow being deleted with an
@@ -85,6 +113,7 @@ pub async fn invalid_spec(
         r.ctx.metrics.run_finished(&r.key(), "Failed");
     }
     let invalid = status::invalid(previous, generation, &message, r.now);
+    r.told().await;
     patch_status(flows, r.flow_id.name, status::to_patch(&invalid)).await?;
     if deleting {
         finalizer::remove(flows, r.flow).await?;
@@ -110,6 +139,7 @@ pub async fn unreadable_run_state(
             .await;
     }
     let unreadable = status::failed_with("RunStateUnreadable", &message);
+    r.told().await;
     patch_status(flows, r.flow_id.name, status::to_patch(&unreadable)).await?;
     Ok(())
 }
@@ -138,6 +168,7 @@ pub async fn tampered_run_state(
         r.ctx.metrics.run_finished(&r.key(), "Failed");
     }
     let tampered = status::failed_with("RunStateTampered", &message);
+    r.told().await;
     patch_status(flows, r.flow_id.name, status::to_patch(&tampered)).await?;
     Ok(())
 }

@@ -29,6 +29,9 @@ use crate::walk::{
 
 mod in_controller;
 
+/// How long a node step waits, at most, for the controller's Node watch to first answer.
+const NODE_WATCH_SETTLES: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// One run being driven: its spec and plan, and where its Jobs go.
 struct Driving<'a> {
     r: &'a Reconciling<'a>,
@@ -541,6 +544,7 @@ impl Driving<'_> {
         }
         if cache.is_none() {
             let ctx = self.r.ctx;
+            ctx.nodes.settled(NODE_WATCH_SETTLES).await;
             let refused = match ctx.nodes.blind() {
                 Some(why) => Some(why),
                 None => pod_security::check(ctx, &self.flow_ref.namespace)

@@ -85,7 +85,10 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: Option<String>) {
                 pseudoflow_crd::bind::BOUND_TO_LABEL,
                 "bound flows' children",
             ),
-            bound_parent,
+            {
+                let ctx = ctx.clone();
+                move |child: RawFlow| bound_parent(&ctx, child)
+            },
         )
         // An object of a bound kind changed (docs/bound-flows.md).
         .reconcile_on(ctx.binder.watches.wakes())
@@ -129,6 +132,9 @@ fn node_watch(
     .backoff(WatchBackoff::default())
     .modify(super::node_health::keep_readiness)
     .inspect(move |ev| match ev {
+        // Init comes before the list is even asked for: only what the API answered counts
+        // (clearing a refusal at each retry's Init let node steps through between retries).
+        Ok(watcher::Event::Init) => {}
         Ok(_) => health.nodes.watch_refused(None),
         Err(e) => health.nodes.watch_refused(refusal(e)),
     });
@@ -232,13 +238,22 @@ fn journal_owner(cm: ConfigMap) -> Option<ObjectRef<RawFlow>> {
 }
 
 /// The bound flow a child flow serves (its controlling PseudoFlow owner).
-fn bound_parent(child: RawFlow) -> Option<ObjectRef<RawFlow>> {
+fn bound_parent(ctx: &Context, child: RawFlow) -> Option<ObjectRef<RawFlow>> {
     let ns = child.namespace()?;
-    child
+    let owner = child
         .owner_references()
         .iter()
-        .find(|o| o.kind == "PseudoFlow" && o.controller == Some(true))
-        .map(|o| ObjectRef::new(&o.name).within(&ns))
+        .find(|o| o.kind == "PseudoFlow" && o.controller == Some(true))?;
+    // The parent looks at the child's object again (its run ended, its onDelete finished).
+    let object = child
+        .annotations()
+        .get(pseudoflow_crd::bind::OBJECT_ANNOTATION);
+    if let Some(object) = object {
+        let (obj_ns, obj_name) = object.split_once('/').unwrap_or(("", object));
+        let pending = &ctx.binder.watches.pending;
+        pending.changed(&owner.uid, obj_ns, obj_name);
+    }
+    Some(ObjectRef::new(&owner.name).within(&ns))
 }
 
 /// Failed reconciles of one flow are retried ever less often; others keep their pace.

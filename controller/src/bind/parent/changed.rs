@@ -1,0 +1,111 @@
+//! Serving only the objects that changed since the last reconcile ([`super::super::pending`]):
+//! each read alone, with the one child flow under its name, instead of every object and every
+//! child listed at each wake.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{Api, DynamicObject, GetParams};
+
+use super::{owned_by, Binding, Children, OBJECTS_SERVED_AT_ONCE, RESYNC, RETRY_OBJECT};
+use crate::bind::{child, pages, summary::Refused};
+
+impl Binding<'_> {
+    /// Serves `objects` (namespace, name), several at once; returns how soon to look again.
+    /// An object that could not be served for now is kept to be served again then.
+    pub(super) async fn serve_changed(&self, objects: BTreeSet<(String, String)>) -> Duration {
+        let served: Vec<((String, String), Option<Refused>, Duration)> =
+            futures::stream::iter(objects.into_iter().map(|(ns, name)| async move {
+                let (refusal, again) = self.serve_named(&ns, &name).await;
+                ((ns, name), refusal, again)
+            }))
+            .buffer_unordered(OBJECTS_SERVED_AT_ONCE)
+            .collect()
+            .await;
+        let pending = &self.r.ctx.binder.watches.pending;
+        let mut again = RESYNC;
+        for ((ns, name), refusal, sooner) in served {
+            let key = if ns.is_empty() {
+                name.clone()
+            } else {
+                format!("{ns}/{name}")
+            };
+            pending.served(
+                self.r.uid,
+                &key,
+                refusal.as_ref().map(|r| r.message.as_str()),
+            );
+            if sooner < RESYNC {
+                pending.changed(self.r.uid, &ns, &name);
+            }
+            again = again.min(sooner);
+        }
+        again
+    }
+
+    /// Reads object `ns/name` and the child under its name, and serves it; an object gone
+    /// (its finalizer removed, or never ours) needs nothing.
+    async fn serve_named(&self, ns: &str, name: &str) -> (Option<Refused>, Duration) {
+        let object = if ns.is_empty() {
+            name.to_string()
+        } else {
+            format!("{ns}/{name}")
+        };
+        let failed = |message: String| {
+            (
+                Some(Refused {
+                    object: object.clone(),
+                    message,
+                }),
+                RETRY_OBJECT,
+            )
+        };
+        let raw = match self.raw_object(ns, name).await {
+            Ok(Some(raw)) => raw,
+            Ok(None) => return (None, RESYNC),
+            Err(e) => return failed(format!("reading it: {e}")),
+        };
+        let children = match self
+            .child_named(&child::child_name(self.r.flow_id.name, ns, name))
+            .await
+        {
+            Ok(children) => children,
+            Err(e) => return failed(format!("reading its flow: {e}")),
+        };
+        let mut again = RESYNC;
+        let refusal = self.serve_raw(&raw, 0, &children, &mut again).await;
+        (refusal, again)
+    }
+
+    /// The object as raw text (decoded alone by the caller, like a list's items), as the
+    /// flow's ServiceAccount; None when it does not exist.
+    async fn raw_object(&self, ns: &str, name: &str) -> Result<Option<String>, kube::Error> {
+        let client = self.objects.clone().into_client();
+        let api: Api<DynamicObject> = if ns.is_empty() {
+            Api::all_with(client.clone(), &self.ar)
+        } else {
+            Api::namespaced_with(client.clone(), ns, &self.ar)
+        };
+        let request = kube::core::Request::new(api.resource_url())
+            .get(name, &GetParams::default())
+            .map_err(kube::Error::BuildRequest)?;
+        match client.request_text(request).await {
+            Ok(text) => Ok(Some(text)),
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The child flow named `name`, if it claims to be this flow's (as [`Binding::children`]
+    /// would list it).
+    async fn child_named(&self, name: &str) -> Result<Children, kube::Error> {
+        let mut out = Children::default();
+        if let Some(c) = self.flows.get_opt(name).await? {
+            if owned_by(&c, self.r.uid) {
+                out.by_name.insert(name.to_string(), pages::slim_child(c));
+            }
+        }
+        Ok(out)
+    }
+}
