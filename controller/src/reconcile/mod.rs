@@ -70,7 +70,7 @@ async fn reconcile_flow(
 ) -> Result<Action, Error> {
     let deleting = flow.metadata.deletion_timestamp.is_some();
     let binding = finalizer::has(flow, BIND_FINALIZER);
-    if deleting && let_go(ctx, flow, binding) {
+    if deleting && let_go(ctx, flow, binding, ns, name).await? {
         return Ok(Action::await_change());
     }
     let f = FlowReconcile {
@@ -139,14 +139,34 @@ async fn reconcile_flow(
 }
 
 /// Whether a deleted flow has nothing left to run (no finalizer of ours holds it); if so, its
-/// run-state sequence is forgotten.
-fn let_go(ctx: &Context, flow: &DynamicObject, binding: bool) -> bool {
-    let gone = !finalizer::present(flow) && !binding;
-    if gone {
-        ctx.sequences
-            .forget(flow.metadata.uid.as_deref().unwrap_or_default());
+/// run-state sequence is forgotten. The flow as the API has it now decides, not the watch's
+/// copy: right after this controller removed its finalizer, the copy may still show it, and the
+/// garbage collector may already have deleted the run state, so a reconcile of the copy would
+/// start the onDelete run again (the chaos suite saw its Job created twice). One read per
+/// reconcile of a flow being deleted.
+async fn let_go(
+    ctx: &Context,
+    flow: &DynamicObject,
+    binding: bool,
+    ns: &str,
+    name: &str,
+) -> Result<bool, Error> {
+    let uid = flow.metadata.uid.as_deref().unwrap_or_default();
+    let mut gone = !finalizer::present(flow) && !binding;
+    if !gone {
+        let flows: Api<DynamicObject> =
+            Api::namespaced_with(ctx.client.clone(), ns, &flow_resource());
+        gone = match flows.get_opt(name).await? {
+            Some(now) if now.metadata.uid.as_deref() == Some(uid) => {
+                !finalizer::present(&now) && !finalizer::has(&now, BIND_FINALIZER)
+            }
+            _ => true,
+        };
     }
-    gone
+    if gone {
+        ctx.sequences.forget(uid);
+    }
+    Ok(gone)
 }
 
 /// One reconcile of one flow: who it is, and what it read of the flow object.
