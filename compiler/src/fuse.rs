@@ -220,7 +220,7 @@ pub enum Prepared {
     /// The step to run in the Job.
     Step(Value),
     /// Done by the controller already; the Job reports it in its turn.
-    Done(StepResult),
+    Done(Box<StepResult>),
 }
 
 /// The executor's view of `members`, each prepared by `prepare` (the controller's substitution
@@ -235,7 +235,7 @@ pub fn segment_steps(
         .map(|m| {
             let (step, outcome, error) = match prepare(m) {
                 Ok(Prepared::Step(v)) => (v, None, None),
-                Ok(Prepared::Done(r)) => (Value::Null, Some(r), None),
+                Ok(Prepared::Done(r)) => (Value::Null, Some(*r), None),
                 Err(e) => (Value::Null, None, Some(e)),
             };
             SegmentStep {

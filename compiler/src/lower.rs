@@ -82,8 +82,8 @@ pub struct NodeInstance<'a> {
     pub segment: Vec<SegmentStep>,
     /// For a segment: whether an earlier step changed this instance's node (`onlyIfChanged`).
     pub changed_before: bool,
-    /// For a segment: the run's secret, from which its journal's signing key is derived
-    /// (None: no journal, e.g. `--emit`).
+    /// The run's secret, from which a segment's journal key and every Job's result key are
+    /// derived (None: no journal and an unsealed result, e.g. `--emit`).
     pub run_secret: Option<&'a str>,
 }
 
@@ -257,6 +257,9 @@ fn executor_input(inst: &NodeInstance, task: Task, on_node: bool, name: &str) ->
             .run_secret
             .filter(|_| fused)
             .map(|secret| pseudoflow_crd::protocol::journal_key(secret, name)),
+        result_key: inst
+            .run_secret
+            .map(|secret| pseudoflow_crd::protocol::sealed::result_key(secret, name)),
     }
 }
 

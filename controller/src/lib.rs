@@ -18,6 +18,7 @@ pub mod limits;
 pub mod metrics;
 pub mod raw;
 pub mod reconcile;
+pub mod redact;
 pub mod secret;
 pub mod walk;
 pub mod webhook;

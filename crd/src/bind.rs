@@ -169,6 +169,15 @@ impl Bind {
         if self.group_version() == ("ops.example.com", "v1alpha1") && k == "PseudoFlow" {
             ctx.error("kind", "a flow cannot be bound to PseudoFlows");
         }
+        if self.group_version().0.is_empty() && k == "Secret" {
+            // The object view is copied into each child flow's spec, which `view` reads: a
+            // Secret's data would leave the Secret. `copy` moves Secret data without showing it.
+            ctx.error(
+                "kind",
+                "a flow cannot be bound to Secrets: the object's data would be copied into \
+                 each child flow's spec; use a `copy` step to move Secret data",
+            );
+        }
         if let Some(s) = &self.selector {
             ctx.label_selector("selector", s);
         }
@@ -349,6 +358,18 @@ mod tests {
                 "spec.bind.related[1].name"
             ]
         );
+    }
+
+    #[test]
+    fn a_flow_cannot_bind_to_secrets_and_the_error_names_the_path() {
+        let p = problems(json!({"apiVersion": "v1", "kind": "Secret"}));
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(
+            p[0].starts_with("spec.bind.kind: a flow cannot be bound to Secrets"),
+            "{p:?}"
+        );
+        // A kind named Secret in another group is not the core Secret.
+        assert!(problems(json!({"apiVersion": "example.com/v1", "kind": "Secret"})).is_empty());
     }
 
     #[test]

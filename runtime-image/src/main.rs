@@ -109,7 +109,7 @@ async fn main() -> ExitCode {
         let mut journal = Journal::open(&ctx, &output::job_name()).await;
         segment::run(&ctx, &mut journal).await
     };
-    tracing::info!(ok = result.ok, changed = result.changed, summary = %result.message, "finished");
+    tracing::info!(ok = result.ok, changed = result.changed, summary = %output::loggable(&result), "finished");
     if output::deliver(&ctx, &result).await {
         ExitCode::SUCCESS
     } else {

@@ -1,4 +1,6 @@
-//! Reporting a result: small results go to the termination message as JSON; larger ones are
+//! Reporting a result: sealed under the key the input carries (`crd::protocol::sealed`: the
+//! result holds the step's variables, which may come from Secrets, and `view` reads pods and
+//! ConfigMaps), then small results go to the termination message as JSON; larger ones are
 //! stored in a ConfigMap `<job>-result` (key `result.json`) and the termination message only
 //! points at it (with the full result's SHA-256, which the controller checks: the ConfigMap may
 //! be changed by others, the termination message only by this pod), because Kubernetes keeps at
@@ -60,6 +62,17 @@ pub fn plan(result: &StepResult, config_map: &str) -> Delivery {
     }
 }
 
+/// What the pod's log says of `result`: a success's summary; never a failure's message, which
+/// for `exec` and `script` ends with the command's stderr, and may repeat a value read from a
+/// Secret (the controller redacts it before status; a pod's log is read with `pods/log`).
+pub fn loggable(result: &StepResult) -> &str {
+    if result.ok {
+        &result.message
+    } else {
+        "(failed: the reason is in the step's status, not in this log)"
+    }
+}
+
 /// The executor's Job name: `PSEUDOFLOW_JOB_NAME`, else `JOB_NAME`, else the hostname (the pod
 /// name, which is unique too).
 pub fn job_name() -> String {
@@ -79,9 +92,15 @@ pub fn job_name() -> String {
 /// values read from Secrets, and a pod's log is readable by anyone with `pods/log`. Returns
 /// whether the delivered result is ok: false also when a large result could not be stored.
 pub async fn deliver(ctx: &ExecCtx, result: &StepResult) -> bool {
-    let cm_name = format!("{}-result", job_name());
+    let job = job_name();
+    let cm_name = format!("{job}-result");
     let mut ok = result.ok;
-    let message = match plan(result, &cm_name) {
+    // Sealed, so neither the termination message nor a spilled ConfigMap shows more than `ok`.
+    let reported = match &ctx.input.result_key {
+        Some(key) => result.sealed_for(key, &job),
+        None => result.clone(),
+    };
+    let message = match plan(&reported, &cm_name) {
         Delivery::Inline(text) => text,
         Delivery::Spill {
             config_map,
@@ -159,6 +178,14 @@ async fn store(ctx: &ExecCtx, name: &str, full: String) -> Result<(), StepError>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failures_message_is_never_logged() {
+        let failed = StepResult::failed("command failed: password hunter2");
+        assert!(!loggable(&failed).contains("hunter2"));
+        let ok = StepResult::succeeded(true, "applied 1 object");
+        assert_eq!(loggable(&ok), "applied 1 object");
+    }
 
     #[test]
     fn small_results_go_inline() {

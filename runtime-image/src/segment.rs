@@ -106,7 +106,7 @@ pub async fn run(ctx: &ExecCtx, journal: &mut Journal) -> StepResult {
         };
         tracing::info!(
             node = %m.node_id, ok = member.result.ok, changed = member.result.changed,
-            summary = %member.result.message, "segment step finished"
+            summary = %crate::output::loggable(&member.result), "segment step finished"
         );
         changed_on_node |= member.result.changed;
         let failed = !member.result.ok;

@@ -36,6 +36,7 @@ fn input(task: Task, step: Value, target: Option<&str>, timeout: Option<u32>) ->
         segment: vec![],
         changed_before: false,
         journal_key: None,
+        result_key: None,
     }
 }
 

@@ -236,6 +236,7 @@ async fn run_task(store: &Shared, task: Task, step: Value, timeout: Option<u32>)
         segment: vec![],
         changed_before: false,
         journal_key: None,
+        result_key: None,
     };
     let (input, step) = parse_input(&serde_json::to_string(&input).unwrap()).unwrap();
     let ctx = ExecCtx::new(input, PathBuf::from("/nonexistent"), String::new())

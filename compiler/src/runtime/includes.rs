@@ -25,6 +25,10 @@ pub struct Included {
     /// For `includeFlow`: the included flow's `spec.vars`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub vars: BTreeMap<String, String>,
+    /// Whether the steps came from a Secret: their strings are then redacted from failure
+    /// messages (`controller::redact`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub from_secret: bool,
 }
 
 impl Included {
@@ -349,6 +353,7 @@ mod tests {
         Included {
             steps: v,
             vars: BTreeMap::new(),
+            from_secret: false,
         }
     }
 
@@ -591,6 +596,7 @@ mod tests {
                 Included {
                     steps: json!([{"type": "log", "message": "${what}"}]),
                     vars: [("what".to_string(), "b's".to_string())].into(),
+                    from_secret: false,
                 },
             );
             let c = compile(spec, &includes);

@@ -12,6 +12,7 @@ use kube::api::Api;
 use pseudoflow_compiler::plan::{Plan, PlanNode};
 use pseudoflow_compiler::result::StepResult;
 use pseudoflow_crd::protocol::journal::{journal_name, verified, JOURNAL_KEY};
+use pseudoflow_crd::protocol::sealed::result_key;
 use pseudoflow_crd::protocol::{journal_key, MemberResult};
 
 use super::node_health::{self, NodeHealth};
@@ -24,7 +25,7 @@ pub enum Report {
     /// Still running; for a segment, the steps its journal records as ended.
     Running(Vec<MemberResult>),
     /// Ended with this result (for a segment, `segment` lists its steps' results).
-    Ended(StepResult),
+    Ended(Box<StepResult>),
     /// The Job is gone for good (deleted by hand, by a TTL): it can never report.
     Gone,
 }
@@ -41,7 +42,8 @@ pub struct Reports {
 
 impl Reports {
     /// The report of Job `name` (looked up once per reconcile). `jobs` is the run's Jobs as
-    /// listed; `segment` says whether the Job runs a fused segment.
+    /// listed; `secrets` are the run's secret when the Job keeps a journal (a fused segment)
+    /// and when it seals its result (every Job of a run that has a secret).
     /// `jobs` holds only Jobs this flow owns ([`observe::run_jobs`]). A running Job pinned to a node that can no longer report (`nodes`) has ended, failed:
     /// see [`NodeHealth`].
     pub async fn of(
@@ -51,7 +53,7 @@ impl Reports {
         ns: &str,
         jobs: &HashMap<String, Job>,
         name: &str,
-        journal_secret: Option<&str>,
+        (journal_secret, run_secret): (Option<&str>, Option<&str>),
     ) -> kube::Result<Report> {
         if let Some(r) = self.cached(name) {
             return Ok(r);
@@ -62,14 +64,15 @@ impl Reports {
                 None => Ok(Vec::new()),
             }
         };
+        let result_key = run_secret.map(|secret| result_key(secret, name));
         let report = match jobs.get(name) {
-            Some(job) => match observe::job_result(client, ns, job).await? {
+            Some(job) => match observe::job_result(client, ns, job, result_key.as_deref()).await? {
                 Some(mut ended) => {
                     // A pod that died without a result: what its journal recorded still counts.
                     if ended.segment.is_empty() {
                         ended.segment = journal(client.clone()).await?;
                     }
-                    Report::Ended(ended)
+                    Report::Ended(Box::new(ended))
                 }
                 None => {
                     let recorded = journal(client.clone()).await?;
@@ -82,7 +85,7 @@ impl Reports {
                                  the step failed and its Job {name} was deleted"
                             ));
                             ended.segment = recorded;
-                            Report::Ended(ended)
+                            Report::Ended(Box::new(ended))
                         }
                         None => Report::Running(recorded),
                     }
@@ -117,7 +120,7 @@ pub fn outcome_of(report: &Report, node: &PlanNode, job: &str) -> Option<Outcome
     };
     match report {
         Report::Running(members) => member(members),
-        Report::Ended(result) if !fused => Some((result.clone(), None)),
+        Report::Ended(result) if !fused => Some((*result.clone(), None)),
         Report::Ended(result) => member(&result.segment).or_else(|| {
             Some((
                 StepResult::failed(format!(
@@ -215,12 +218,12 @@ mod tests {
     #[test]
     fn a_step_its_ended_segment_never_reached_fails_naming_the_job() {
         let p = plan();
-        let ended = Report::Ended(StepResult {
+        let ended = Report::Ended(Box::new(StepResult {
             ok: false,
             message: "the step's Job ended without a result (BackoffLimitExceeded)".into(),
             segment: vec![member("s0", true)],
             ..Default::default()
-        });
+        }));
         assert!(outcome_of(&ended, p.node("s0").unwrap(), "j").unwrap().0.ok);
         let (s2, _) = outcome_of(&ended, p.node("s2").unwrap(), "j").unwrap();
         assert!(!s2.ok);

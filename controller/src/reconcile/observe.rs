@@ -1,5 +1,6 @@
 //! Reading what a finished Job reported: the executor's [`StepResult`] from its pod's termination
-//! message, or from the result ConfigMap the message names when the result was too large.
+//! message, or from the result ConfigMap the message names when the result was too large; sealed
+//! under the run's key (`crd::protocol::sealed`), so neither place shows its variables.
 //!
 //! Names and labels are predictable, so nothing is trusted for its name alone: a Job counts only
 //! if this flow object owns it, a pod only if that Job controls it, a result ConfigMap only if
@@ -187,11 +188,13 @@ pub enum SecretStepsError {
     Unreadable(pseudoflow_crd::protocol::ClassifyError),
 }
 
-/// The outcome of `job`, or None while it runs.
+/// The outcome of `job`, or None while it runs. With `result_key` (the run seals results,
+/// `crd::protocol::sealed`) only a result sealed under it for this Job counts as reported.
 pub async fn job_result(
     client: &kube::Client,
     ns: &str,
     job: &Job,
+    result_key: Option<&str>,
 ) -> kube::Result<Option<StepResult>> {
     let conditions = job
         .status
@@ -236,10 +239,15 @@ pub async fn job_result(
         ))));
     };
     let result = result_of(&t);
-    match result.result_config_map.clone() {
-        Some(cm_name) => large_result(client, ns, &cm_name, &result).await.map(Some),
-        None => Ok(Some(result)),
-    }
+    let result = match result.result_config_map.clone() {
+        Some(cm_name) => large_result(client, ns, &cm_name, &result).await?,
+        None => result,
+    };
+    let name = job.metadata.name.as_deref().unwrap_or_default();
+    Ok(Some(match result_key {
+        Some(key) => result.opened(key, name),
+        None => result,
+    }))
 }
 
 /// The result the executor wrote to its termination message, or why there is none (with the

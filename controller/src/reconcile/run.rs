@@ -179,7 +179,8 @@ impl Driving<'_> {
             let node = plan.node(&node_id).expect("from the plan");
             let job_node = inst.job_node.as_deref().unwrap_or(&node_id);
             let job_name = self.job_of(run, job_node, &key, inst.attempt);
-            let secret = self.journal_secret(run).filter(|_| node.segment.is_some());
+            let secret = self.journal_secret(run);
+            let journal = secret.filter(|_| node.segment.is_some());
             let report = self
                 .reports
                 .of(
@@ -188,7 +189,7 @@ impl Driving<'_> {
                     &flow_ref.namespace,
                     &jobs,
                     &job_name,
-                    secret,
+                    (journal, secret),
                 )
                 .await?;
             if let Some((result, times)) = reports::outcome_of(&report, node, &job_name) {
@@ -208,13 +209,14 @@ impl Driving<'_> {
         result: StepResult,
         times: Option<(i64, i64)>,
     ) {
+        let from_secret = matches!(result.include, Some(IncludedDocument::SecretSteps { .. }));
         let result = self.with_secret_steps(result).await;
         let node = self.plan.node(node_id).expect("from the plan");
-        let result = bounded_in_depth(result);
+        let result = crate::redact::failure(run, bounded_in_depth(result));
         for (k, v) in &result.vars {
             merge_var(&mut run.vars, k, v.clone());
         }
-        let c = self.completion_of(run, node, &result);
+        let c = self.completion_of(run, node, &result, from_secret);
         if c.ok && matches!(node.step_kind(), Some(StepKind::Log(_))) {
             // A `log` fused into a segment: its Event, as the controller publishes it for
             // an unfused one.
@@ -262,12 +264,13 @@ impl Driving<'_> {
     }
 
     /// What the walker is told of `result`; steps an include fetched are accepted into the
-    /// run (or fail the step, with why).
+    /// run (or fail the step, with why), marked when they came `from_secret`.
     fn completion_of(
         &self,
         run: &mut StoredRun,
         node: &PlanNode,
         result: &StepResult,
+        from_secret: bool,
     ) -> Completion {
         let items = result.nodes.clone().map(|names| {
             names
@@ -286,6 +289,7 @@ impl Driving<'_> {
             let fetched = includes::Included {
                 steps: steps.clone(),
                 vars: vars.clone(),
+                from_secret,
             };
             let flow_ref = self.flow_ref;
             let root = format!("{}/{}", flow_ref.namespace, flow_ref.name);
@@ -650,7 +654,7 @@ impl Driving<'_> {
                 // Controller-local work between Job steps: done now (it reads nothing
                 // the segment sets), reported by the Job in its turn.
                 Some(k) if task_of(m).is_none() && k.params().waits_seconds().is_none() => Ok(
-                    fuse::Prepared::Done(local_result(local::run(engine, m, &sc))),
+                    fuse::Prepared::Done(Box::new(local_result(local::run(engine, m, &sc)))),
                 ),
                 _ => prepare_payload(engine, m, &sc)
                     .map(|(p, _)| fuse::Prepared::Step(p))

@@ -12,4 +12,5 @@ mod limits;
 mod memory;
 mod node_optin;
 mod run_state;
+mod secret_values;
 mod secrets;

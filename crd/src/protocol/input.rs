@@ -77,6 +77,11 @@ pub struct ExecutorInput {
     /// ([`super::journal`]; this document is a Secret, the journal a ConfigMap).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub journal_key: Option<String>,
+    /// The key the executor seals its result with ([`super::sealed`]): the result carries
+    /// variables, which may hold values read from Secrets, and goes where `view` reaches (the
+    /// termination message). None (a run started by an older controller): sent unsealed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result_key: Option<String>,
 }
 
 /// One step of a fused segment, prepared by the controller exactly as it would prepare the

@@ -2,14 +2,15 @@
 //! executor as soon as the step ends, in a ConfigMap `<job>-journal` (key [`JOURNAL_KEY`]).
 //! The controller reads it to show progress while the Job runs; a replacement pod of the same
 //! Job reads it to resume after the last recorded step, so a step that ended is never run
-//! again. ConfigMaps can be written by anyone who may write ConfigMaps in the namespace, so
-//! every entry carries an HMAC under a key only the Job's input Secret holds
-//! ([`super::names::journal_key`]); an entry without a valid one counts as never written.
+//! again. ConfigMaps can be written by anyone who may write ConfigMaps in the namespace and read
+//! by anyone with `view`, so every entry is sealed ([`super::sealed`]) under a key only the
+//! Job's input Secret holds ([`super::names::journal_key`]): its variables cannot be read
+//! there, and an entry that does not open counts as never written.
 
 use serde::{Deserialize, Serialize};
 
-use super::names::{mac_hex, mac_ok};
 use super::result::MemberResult;
+use super::sealed::{open, seal};
 
 /// Key of the journal document in its ConfigMap.
 pub const JOURNAL_KEY: &str = "journal.json";
@@ -27,34 +28,32 @@ pub fn journal_name(job: &str) -> String {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Entry {
-    /// The step's result.
+    /// The step's result, in memory only (stored sealed).
+    #[serde(skip)]
     pub member: MemberResult,
-    /// HMAC-SHA256 (hex) of the Job's name and the member's JSON.
-    pub mac: String,
+    /// The member's JSON sealed for the Job under its journal key (base64).
+    pub sealed: String,
 }
 
-fn signed_bytes(job: &str, member: &MemberResult) -> Vec<u8> {
-    let mut bytes = job.as_bytes().to_vec();
-    bytes.push(0xff);
-    bytes.extend(serde_json::to_vec(member).expect("results serialise"));
-    bytes
-}
-
-/// Signs `member` for Job `job` under `key`.
+/// Seals `member` for Job `job` under `key`.
 pub fn sign(key: &str, job: &str, member: MemberResult) -> Entry {
-    let mac = mac_hex(key, &signed_bytes(job, &member));
-    Entry { member, mac }
+    let json = serde_json::to_vec(&member).expect("results serialise");
+    let sealed = seal(key, job, &json);
+    Entry { member, sealed }
 }
 
-/// The entries of a journal document that are validly signed for Job `job`, in order, up to
-/// the first one that is not (what follows a forged or damaged entry is not trusted either).
+/// The entries of a journal document that open for Job `job` under `key`, in order, up to the
+/// first one that does not (what follows a forged or damaged entry is not trusted either).
 pub fn verified(key: &str, job: &str, document: &str) -> Vec<MemberResult> {
     let Ok(entries) = serde_json::from_str::<Vec<Entry>>(document) else {
         return Vec::new();
     };
     entries
         .into_iter()
-        .map_while(|e| mac_ok(key, &signed_bytes(job, &e.member), &e.mac).then_some(e.member))
+        .map_while(|e| {
+            let bytes = open(key, job, &e.sealed).ok()?;
+            serde_json::from_slice(&bytes).ok()
+        })
         .collect()
 }
 
@@ -81,6 +80,8 @@ mod tests {
         assert!(verified(&key, "job-b", &doc).is_empty());
         // Nor with another key (a ConfigMap writer cannot know the key).
         assert!(verified("guess", "job-a", &doc).is_empty());
+        // What `view` reads in the ConfigMap is not the result.
+        assert!(!doc.contains("applied"), "{doc}");
     }
 
     #[test]
@@ -91,7 +92,7 @@ mod tests {
             sign(key, "j", member("s1")),
             sign(key, "j", member("s2")),
         ];
-        entries[1].member.result.ok = false;
+        entries[1].sealed = sign("other", "j", member("s1")).sealed;
         let doc = serde_json::to_string(&entries).unwrap();
         assert_eq!(verified(key, "j", &doc), vec![member("s0")]);
         assert!(verified(key, "j", "not json").is_empty());

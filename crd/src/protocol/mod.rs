@@ -9,6 +9,7 @@ pub mod input;
 pub mod journal;
 pub mod names;
 pub mod result;
+pub mod sealed;
 
 pub use included::{classify, Classified, ClassifyError};
 pub use input::{ExecutorInput, FlowRef, SegmentStep, Task, BODY_VARS};

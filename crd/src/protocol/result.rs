@@ -44,6 +44,10 @@ pub struct StepResult {
     /// ConfigMaps in the namespace, so the controller accepts its content only with this digest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result_sha256: Option<String>,
+    /// The whole result, sealed ([`super::sealed`], base64): what the executor reports when
+    /// its input gave it a result key. Beside it only `ok` is in the clear.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sealed: Option<String>,
     /// For a fused segment: each step that ran (or was recorded as run), in order; the
     /// fields above then summarise the segment.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -114,6 +118,40 @@ impl StepResult {
             ..Default::default()
         }
     }
+
+    /// This result as the executor reports it under `key` for Job `job`: sealed whole, with
+    /// only `ok` in the clear.
+    pub fn sealed_for(&self, key: &str, job: &str) -> Self {
+        let json = serde_json::to_vec(self).expect("results serialise");
+        StepResult {
+            ok: self.ok,
+            sealed: Some(super::sealed::seal(key, job, &json)),
+            ..Default::default()
+        }
+    }
+
+    /// The result a report of Job `job` stands for when its run seals results under `key`: the
+    /// sealed one, opened. One that does not open fails the step; an unsealed one (an executor
+    /// that failed before it could read its input) can only fail it, and carries nothing but
+    /// its message.
+    pub fn opened(self, key: &str, job: &str) -> Self {
+        let Some(sealed) = &self.sealed else {
+            return match self.ok {
+                true => StepResult::failed(
+                    "the step's pod reported an unsealed success, which its executor never does: refused",
+                ),
+                false => StepResult::failed(self.message),
+            };
+        };
+        let opened = super::sealed::open(key, job, sealed)
+            .map_err(|e| e.to_string())
+            .and_then(|b| serde_json::from_slice::<StepResult>(&b).map_err(|e| e.to_string()));
+        match opened {
+            Ok(r) if r.sealed.is_none() => r,
+            Ok(_) => StepResult::failed("the step's sealed result is sealed twice"),
+            Err(e) => StepResult::failed(format!("the step's result was refused: {e}")),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -132,5 +170,22 @@ mod tests {
         let text = serde_json::to_string(&r).unwrap();
         assert_eq!(serde_json::from_str::<StepResult>(&text).unwrap(), r);
         assert!(text.contains("\"as\":\"steps\""), "{text}");
+    }
+
+    #[test]
+    fn a_sealed_result_opens_for_its_job_only_and_unsealed_ones_only_fail() {
+        let mut r = StepResult::succeeded(true, "ran");
+        r.vars
+            .insert("token".into(), Value::String("canary-1".into()));
+        let sealed = r.sealed_for("k", "job-a");
+        let text = serde_json::to_string(&sealed).unwrap();
+        assert!(!text.contains("canary") && !text.contains("ran"), "{text}");
+        assert_eq!(sealed.clone().opened("k", "job-a"), r);
+        let other = sealed.opened("k", "job-b");
+        assert!(!other.ok && other.message.contains("refused"), "{other:?}");
+        let forged = StepResult::succeeded(true, "x").opened("k", "job-a");
+        assert!(!forged.ok && forged.vars.is_empty(), "{forged:?}");
+        let early = StepResult::failed("input unreadable").opened("k", "job-a");
+        assert_eq!(early, StepResult::failed("input unreadable"));
     }
 }

@@ -1,0 +1,241 @@
+//! Issue #31, item 4: a value a run reads from a Secret stays in Secrets. A user with `view` in
+//! the flow's namespace (pods and their status, logs, ConfigMaps, Events, flows, the bound
+//! kind's objects) must not find it: not in the step pods' termination messages (where results
+//! and their variables used to travel), not in a spilled result ConfigMap, and not in the stderr
+//! tail a failed command leaves in status, Events and a bound object's status. And a flow cannot
+//! bind to Secrets, whose data the object view would copy into each child flow's spec.
+
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod};
+use kube::api::{Api, ListParams, LogParams, PostParams};
+use kube::Client;
+use serde_json::{json, Value};
+
+use crate::common::harness::{apply, create_flow, setup_with, wait_done};
+use crate::common::{eventually, flows, TestKind};
+
+const CANARY: &str = "pw-5c1e7a90b3d4";
+/// The canary as a Secret's `data` holds it.
+const CANARY_BASE64: &str = "cHctNWMxZTdhOTBiM2Q0";
+
+fn holds_canary(text: &str) -> bool {
+    text.contains(CANARY) || text.contains(CANARY_BASE64)
+}
+
+/// Rights of the flow's ServiceAccount: read the Secret, write its ConfigMaps (a large result
+/// spills into one).
+fn rules() -> Value {
+    json!([
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "create", "patch"]},
+    ])
+}
+
+async fn plant_secret(client: &Client, ns: &str) {
+    apply(
+        client,
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db", "namespace": ns},
+               "stringData": {"pw": CANARY}}),
+    )
+    .await;
+}
+
+/// The command that prints the Secret's value (kubectl in the step pod, as the flow).
+const READ: &str = "kubectl get secret db -o jsonpath='{.data.pw}' | base64 -d";
+
+/// `exec` reading the Secret's value into variable `var`.
+fn read_secret(var: &str) -> Value {
+    json!({"type": "exec", "var": var, "cmd": READ})
+}
+
+/// Everywhere `view` reaches in `ns` that holds the canary: pods (spec and status), pod logs,
+/// ConfigMaps, Events, flows (spec and status) and `extra` (named objects).
+async fn leaks(client: &Client, ns: &str, extra: &[(&str, Value)]) -> Vec<String> {
+    let mut found = Vec::new();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    for pod in pods.list(&ListParams::default()).await.unwrap().items {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        if holds_canary(&serde_json::to_string(&pod).unwrap()) {
+            found.push(format!("pod {name} (spec or status)"));
+        }
+        let log = pods
+            .logs(&name, &LogParams::default())
+            .await
+            .unwrap_or_default();
+        if holds_canary(&log) {
+            found.push(format!("log of pod {name}"));
+        }
+    }
+    let cms = Api::<ConfigMap>::namespaced(client.clone(), ns);
+    for cm in cms.list(&ListParams::default()).await.unwrap().items {
+        if holds_canary(&serde_json::to_string(&cm).unwrap()) {
+            found.push(format!(
+                "ConfigMap {}",
+                cm.metadata.name.unwrap_or_default()
+            ));
+        }
+    }
+    let events = Api::<Event>::namespaced(client.clone(), ns);
+    for ev in events.list(&ListParams::default()).await.unwrap().items {
+        if holds_canary(&serde_json::to_string(&ev).unwrap()) {
+            found.push(format!("Event {}", ev.reason.unwrap_or_default()));
+        }
+    }
+    for flow in flows(client, ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+    {
+        if holds_canary(&serde_json::to_string(&flow.data).unwrap()) {
+            found.push(format!("flow {}", flow.metadata.name.unwrap_or_default()));
+        }
+    }
+    for (what, v) in extra {
+        if holds_canary(&v.to_string()) {
+            found.push(what.to_string());
+        }
+    }
+    found
+}
+
+/// A variable read from a Secret by `exec` reaches the next step intact, and is in no pod's
+/// termination message, no spilled result ConfigMap, no log, Event or status. Before the fix
+/// every step's variables were in its pod's termination message (`kubectl get pod -o yaml`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_variable_read_from_a_secret_is_in_no_pod_status_config_map_event_or_flow_status() {
+    let (client, ns) = setup_with("secret-var", rules()).await;
+    plant_secret(&client, &ns).await;
+    let big = "printf '%s' \"$(kubectl get secret db -o jsonpath='{.data.pw}' | base64 -d)\"; head -c 6000 /dev/zero | tr '\\0' x";
+    create_flow(
+        &client,
+        &ns,
+        "reads-secret",
+        json!({
+            "serviceAccountName": "flow",
+            "steps": [
+                read_secret("pw"),
+                // Past the termination message's 3.8 KB: the result spills into a ConfigMap.
+                {"type": "exec", "var": "big", "cmd": big},
+                // The variable reaches the next step intact (compared with the Secret again).
+                {"type": "exec", "cmd": format!("test \"${{pw}}\" = \"$({READ})\"")},
+            ],
+        }),
+    )
+    .await;
+    // One step alone: its small result goes to the termination message.
+    let one = json!({"serviceAccountName": "flow", "steps": [read_secret("pw")]});
+    create_flow(&client, &ns, "reads-once", one).await;
+    let status = wait_done(&client, &ns, "reads-secret").await;
+    assert_eq!(status["phase"], "Succeeded", "{status:#}");
+    let status = wait_done(&client, &ns, "reads-once").await;
+    assert_eq!(status["phase"], "Succeeded", "{status:#}");
+    let pods = Api::<Pod>::namespaced(client.clone(), &ns);
+    // The steps may run fused in one Job (docs/decisions.md#step-fusion): its journal too.
+    assert!(!pods
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .is_empty());
+    let found = leaks(&client, &ns, &[]).await;
+    assert!(
+        found.is_empty(),
+        "the Secret's value leaked into: {found:?}"
+    );
+}
+
+/// A failing command whose stderr repeats the value: status, the step's entry, Events and the
+/// bound object's status (write-back) show the failure with the value redacted. Before the fix
+/// the last 1,000 characters of stderr went there as they were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_repeating_a_secret_value_is_redacted_in_status_events_and_the_bound_object() {
+    let kind = TestKind::new("secrets.adversarial.example.com", "Login");
+    let mut rules = rules();
+    rules.as_array_mut().unwrap().extend([
+        json!({"apiGroups": ["secrets.adversarial.example.com"], "resources": ["logins"], "verbs": ["get", "list", "watch", "patch"]}),
+        json!({"apiGroups": ["secrets.adversarial.example.com"], "resources": ["logins/status"], "verbs": ["patch"]}),
+    ]);
+    let (client, ns) = setup_with("secret-stderr", rules).await;
+    let logins = kind.install(&client, &ns).await;
+    plant_secret(&client, &ns).await;
+    let fail = "echo \"login refused for password ${pw}\" >&2; exit 3";
+    create_flow(
+        &client,
+        &ns,
+        "logins",
+        json!({
+            "serviceAccountName": "flow",
+            "bind": {"apiVersion": "secrets.adversarial.example.com/v1", "kind": "Login"},
+            "steps": [read_secret("pw"), {"type": "exec", "cmd": fail}],
+        }),
+    )
+    .await;
+    apply(&client, kind.object(&ns, "one", json!({}))).await;
+    let status = || async { logins.get("one").await.unwrap().data["status"].clone() };
+    eventually(90, "the Login failed", || async {
+        status().await["phase"] == "Failed"
+    })
+    .await;
+    let object = status().await;
+    let message = object["message"].as_str().unwrap_or_default().to_string();
+    assert!(
+        message.contains("login refused for password [redacted]"),
+        "the failure is still explained: {object:#}"
+    );
+    let found = leaks(&client, &ns, &[("the Login's status", object)]).await;
+    assert!(
+        found.is_empty(),
+        "the Secret's value leaked into: {found:?}"
+    );
+}
+
+/// `spec.bind` on `v1/Secret` is refused naming the path: the object view (data included) would
+/// be copied into every child flow's spec, which `view` reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binding_to_secrets_is_an_invalid_spec_naming_the_path_and_no_child_is_made() {
+    // The ServiceAccount may watch Secrets: only the refusal keeps the data out of children.
+    let (client, ns) = setup_with(
+        "secret-bind",
+        json!([
+            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch", "patch"]},
+            {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "create", "patch"]},
+        ]),
+    )
+    .await;
+    plant_secret(&client, &ns).await;
+    let flow = json!({"apiVersion": "ops.example.com/v1alpha1", "kind": "PseudoFlow",
+        "metadata": {"name": "secrets"}, "spec": {"serviceAccountName": "flow",
+        "bind": {"apiVersion": "v1", "kind": "Secret", "status": {"phaseField": "", "conditions": false}},
+        "steps": [{"type": "log", "message": "${object.data}"}]}});
+    flows(&client, &ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(flow).unwrap(),
+        )
+        .await
+        .unwrap();
+    let api = flows(&client, &ns);
+    let settled = || async {
+        let all = api.list(&ListParams::default()).await.unwrap().items;
+        let refused = all
+            .iter()
+            .any(|f| f.data["status"]["reason"] == "InvalidSpec");
+        refused || all.len() > 1
+    };
+    eventually(60, "the flow refused or a child made", settled).await;
+    let found = leaks(&client, &ns, &[]).await;
+    assert!(
+        found.is_empty(),
+        "the Secret's value leaked into: {found:?}"
+    );
+    let status = api.get("secrets").await.unwrap().data["status"].clone();
+    assert_eq!(status["reason"], "InvalidSpec", "{status:#}");
+    assert!(
+        status
+            .to_string()
+            .contains("spec.bind.kind: a flow cannot be bound to Secrets"),
+        "{status:#}"
+    );
+    let all = api.list(&ListParams::default()).await.unwrap();
+    assert_eq!(all.items.len(), 1, "no child flow was made");
+}
