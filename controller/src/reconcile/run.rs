@@ -564,7 +564,7 @@ impl Driving<'_> {
     ) -> Result<bool, Error> {
         let (ctx, node_id) = (self.r.ctx, node.id.as_str());
         let sc = self.scope(run, node, key);
-        let payload = match prepare_payload(&ctx.engine, node, &sc) {
+        let payload = match prepare_payload(&ctx.engine, node, &sc, self.spec.quoting()) {
             Ok((p, _)) => p,
             Err(e) => {
                 self.complete(run, node_id, key, failed(&e.to_string()))
@@ -648,7 +648,7 @@ impl Driving<'_> {
                 Some(k) if task_of(m).is_none() && k.params().waits_seconds().is_none() => Ok(
                     fuse::Prepared::Done(local_result(local::run(engine, m, &sc))),
                 ),
-                _ => prepare_payload(engine, m, &sc)
+                _ => prepare_payload(engine, m, &sc, self.spec.quoting())
                     .map(|(p, _)| fuse::Prepared::Step(p))
                     .map_err(|e| e.to_string()),
             }
