@@ -42,9 +42,24 @@ impl ShellQuoting {
     }
 }
 
+/// Gives a flow document read without an API server (a file) the `spec.shellQuoting` the API
+/// server would store for its `apiVersion`, when it sets none.
+pub fn default_by_version(object: &mut serde_json::Value) {
+    let version = object["apiVersion"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    if let Some(spec) = object.get_mut("spec").and_then(|s| s.as_object_mut()) {
+        spec.entry("shellQuoting")
+            .or_insert_with(|| ShellQuoting::default_for(&version).as_str().into());
+    }
+}
+
 /// A pod setting that is refused when an expression in it reads a bound object's data, unless
 /// the flow names it in `spec.allowObjectData`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "camelCase")]
 pub enum ObjectDataField {
     /// A step's `image`: the tenant would pick the code that runs.
@@ -76,11 +91,10 @@ impl ObjectDataField {
         }
     }
 
-    /// The guarded setting a step's field path (`spec.steps[0].nodeSelector.matchLabels.x`)
-    /// is in: the step's own field, not one inside its manifests.
-    pub fn of_path(path: &str) -> Option<ObjectDataField> {
-        let tail = path.rsplit(']').next().unwrap_or(path);
-        let first = tail.trim_start_matches('.').split('.').next()?;
+    /// The guarded setting a field is in, given its path relative to its step (`.image`,
+    /// `.nodeSelector.matchLabels.x`): the step's own field, not one inside its manifests.
+    pub fn of_field(relative: &str) -> Option<ObjectDataField> {
+        let first = relative.trim_start_matches('.').split(['.', '[']).next()?;
         Self::ALL.into_iter().find(|f| f.field() == first)
     }
 }
@@ -102,18 +116,28 @@ mod tests {
     }
 
     #[test]
+    fn a_file_gets_its_versions_default_unless_it_says() {
+        let mut beta = serde_json::json!({"apiVersion": "ops.example.com/v1beta1", "spec": {}});
+        default_by_version(&mut beta);
+        assert_eq!(beta["spec"]["shellQuoting"], "quoted");
+        let mut said = serde_json::json!({"apiVersion": "ops.example.com/v1beta1",
+            "spec": {"shellQuoting": "raw"}});
+        default_by_version(&mut said);
+        assert_eq!(said["spec"]["shellQuoting"], "raw");
+    }
+
+    #[test]
     fn a_path_names_its_guarded_setting() {
         use ObjectDataField::*;
-        assert_eq!(ObjectDataField::of_path("spec.steps[0].image"), Some(Image));
+        assert_eq!(ObjectDataField::of_field(".image"), Some(Image));
         assert_eq!(
-            ObjectDataField::of_path("spec.steps[1].steps[0].nodeSelector.matchLabels.a"),
+            ObjectDataField::of_field(".nodeSelector.matchLabels.a"),
             Some(NodeSelector)
         );
-        assert_eq!(ObjectDataField::of_path("spec.steps[0].nodeSelector"), Some(NodeSelector));
-        assert_eq!(ObjectDataField::of_path("spec.steps[0].namespace"), Some(Namespace));
-        assert_eq!(ObjectDataField::of_path("spec.steps[0].cmd"), None);
+        assert_eq!(ObjectDataField::of_field(".namespace"), Some(Namespace));
+        assert_eq!(ObjectDataField::of_field(".cmd"), None);
         assert_eq!(
-            ObjectDataField::of_path("spec.steps[0].manifests.metadata.namespace"),
+            ObjectDataField::of_field(".manifests.spec.containers[0].image"),
             None
         );
     }

@@ -416,7 +416,10 @@ pub fn crd_yaml() -> String {
 /// (docs/decisions.md#quoted-by-default).
 fn with_versions(mut crd: Value) -> Value {
     use crate::quoting::{ShellQuoting, QUOTED_VERSION, RAW_VERSION};
-    let Some(versions) = crd.pointer_mut("/spec/versions").and_then(Value::as_array_mut) else {
+    let Some(versions) = crd
+        .pointer_mut("/spec/versions")
+        .and_then(Value::as_array_mut)
+    else {
         return crd;
     };
     let Some(mut beta) = versions.first().cloned() else {

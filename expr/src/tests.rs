@@ -273,5 +273,8 @@ fn a_quoting_command_inserts_each_value_as_one_shell_word_unless_raw() {
     let (v, _) = e.substitute_shell("${u}", &sc, "p").unwrap();
     assert_eq!(v, json!("'x; id -u'"));
     // Outside commands, `raw` is the value unchanged.
-    assert_eq!(e.substitute_str("${u | raw}", &sc, "p").unwrap().0, json!("x; id -u"));
+    assert_eq!(
+        e.substitute_str("${u | raw}", &sc, "p").unwrap().0,
+        json!("x; id -u")
+    );
 }

@@ -146,7 +146,8 @@ mod tests {
             ("n".to_string(), json!(3)),
         ]
         .into();
-        let (payload, _) = prepare_payload(&Engine::new(), node, &scope, ShellQuoting::Raw).unwrap();
+        let (payload, _) =
+            prepare_payload(&Engine::new(), node, &scope, ShellQuoting::Raw).unwrap();
         let objects = manifest_objects(&payload["manifests"]).unwrap();
         assert_eq!(objects.len(), 1, "{objects:?}");
         assert_eq!(objects[0]["data"]["k"], json!(injected));
@@ -197,24 +198,26 @@ mod tests {
     #[test]
     fn a_quoting_flow_quotes_its_shell_fields_and_nothing_else() {
         let c = flow(json!([
-            {"type": "exec", "cmd": "echo hi ${u}", "namespace": "${ns}"},
-            {"type": "script", "code": "echo ${u | raw}"},
+            {"type": "exec", "cmd": "echo hi ${name}", "namespace": "${name}"},
+            {"type": "script", "code": "echo ${name | raw}"},
         ]));
-        let scope: Scope = [
-            ("u".to_string(), json!("x; id -u")),
-            ("ns".to_string(), json!("team-a")),
-        ]
-        .into();
+        let scope: Scope = [("name".to_string(), json!("x; id -u"))].into();
         let run = |path: &str, q| {
             let node = c.plan.nodes().find(|n| n.path == path).unwrap();
             prepare_payload(&Engine::new(), node, &scope, q).unwrap().0
         };
         let exec = run("spec.steps[0]", ShellQuoting::Quoted);
         assert_eq!(exec["cmd"], json!("echo hi 'x; id -u'"));
-        assert_eq!(exec["namespace"], json!("team-a"), "not a shell field");
-        assert_eq!(run("spec.steps[1]", ShellQuoting::Quoted)["code"], json!("echo x; id -u"));
+        assert_eq!(exec["namespace"], json!("x; id -u"), "not a shell field");
+        assert_eq!(
+            run("spec.steps[1]", ShellQuoting::Quoted)["code"],
+            json!("echo x; id -u")
+        );
         // A flow written for v1alpha1 splices as it always did.
-        assert_eq!(run("spec.steps[0]", ShellQuoting::Raw)["cmd"], json!("echo hi x; id -u"));
+        assert_eq!(
+            run("spec.steps[0]", ShellQuoting::Raw)["cmd"],
+            json!("echo hi x; id -u")
+        );
     }
 
     #[test]

@@ -26,6 +26,7 @@ mod start;
 pub(crate) mod status;
 pub mod store;
 mod timing;
+mod warnings;
 
 pub use context::Context;
 pub(crate) use context::Reconciling;
@@ -93,6 +94,7 @@ async fn reconcile_flow(
     let Some(compiled) = f.compile().await? else {
         return Ok(Action::await_change());
     };
+    warnings::publish(&f.r, &f.flows, &compiled, &f.previous).await?;
     if compiled.spec.bind.is_some() || binding {
         // A flow bound to a kind runs nothing itself: it keeps a flow per object.
         return crate::bind::reconcile_parent(&f.r, &f.flows, &compiled.spec, &f.previous).await;
