@@ -94,7 +94,6 @@ async fn reconcile_flow(
     let Some(compiled) = f.compile().await? else {
         return Ok(Action::await_change());
     };
-    warnings::publish(&f.r, &f.flows, &compiled, &f.previous).await?;
     if compiled.spec.bind.is_some() || binding {
         // A flow bound to a kind runs nothing itself: it keeps a flow per object.
         return crate::bind::reconcile_parent(&f.r, &f.flows, &compiled.spec, &f.previous).await;
@@ -208,6 +207,7 @@ impl FlowReconcile<'_> {
             finalizer::remove(&self.flows, flow).await?;
             return Ok(None);
         }
+        warnings::publish(r, &self.flows, &compiled, &self.previous).await?;
         Ok(Some(compiled))
     }
 

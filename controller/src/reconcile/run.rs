@@ -289,6 +289,10 @@ impl Driving<'_> {
             if let Err(e) = includes::accept(self.plan, &root, node, fetched, &mut run.includes) {
                 c.ok = false;
                 c.message = e.to_string();
+            } else if let Err(e) = includes::check_tenant_data(self.spec, &run.includes) {
+                run.includes.remove(&node.id);
+                c.ok = false;
+                c.message = format!("the included steps take tenant data where it is refused: {e}");
             }
         }
         c
