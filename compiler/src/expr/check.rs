@@ -1,5 +1,7 @@
 //! Compile-time checks of every `${...}` in a whole flow: syntax, and names that no variable,
-//! step output or loop provides — so a typo fails the flow before anything runs.
+//! step output or loop provides — so a typo fails the flow before anything runs; and where
+//! tenant data ([`super::taint`]) goes: opted out of quoting in a command (a warning) or into a
+//! step's image, namespace or node selector (an error unless `spec.allowObjectData` allows it).
 
 use std::collections::BTreeSet;
 
@@ -18,7 +20,7 @@ pub fn check_expressions(spec: &PseudoFlowSpec, diags: &mut Diagnostics) {
 }
 
 /// [`check_expressions`] for a flow with the steps its includes fetched (`expansions`, by the
-/// including step's `<path>.included`): the included steps are traced for tenant data with
+/// including node's id): the included steps are traced for tenant data with
 /// the flow, and their commands and pod settings checked as the flow's own are.
 pub fn check_with_includes(
     spec: &PseudoFlowSpec,
