@@ -57,7 +57,7 @@ pub fn compile_with(
     let Some(spec) = spec else {
         return Err(diags);
     };
-    crate::expr::check_expressions(&spec, &mut diags);
+    crate::expr::check_with_includes(&spec, expansions, &mut diags);
     check_self_include(flow, &spec.steps, "spec.steps", &mut diags);
     if diags.has_errors() {
         return Err(diags);

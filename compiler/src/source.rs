@@ -78,7 +78,7 @@ pub fn load(text: &str) -> Result<Vec<FlowDocument>, SourceError> {
     }
     let line_maps = line_maps(text)?;
     let mut out = Vec::new();
-    for (i, (object, lines)) in docs
+    for (i, (mut object, lines)) in docs
         .into_iter()
         .zip(
             line_maps
@@ -104,6 +104,8 @@ pub fn load(text: &str) -> Result<Vec<FlowDocument>, SourceError> {
             .pointer("/metadata/namespace")
             .and_then(Value::as_str)
             .map(str::to_string);
+        // What the API server would store: the apiVersion's default of spec.shellQuoting.
+        pseudoflow_crd::quoting::default_by_version(&mut object);
         out.push(FlowDocument {
             name,
             namespace,

@@ -1110,3 +1110,112 @@ async fn flows_on_one_kind_as_one_service_account_share_one_watch_and_each_is_wo
     }
     eventually(60, "no watch left", || async { watches.count() == 0 }).await;
 }
+
+/// A `v1beta1` bound flow that echoes each of an object's users: `cmd: "echo hi ${item}"`.
+/// Its last step opts out of quoting (`| raw`) for an object field, which must be told.
+fn quoting_flow(ns: &str) -> Value {
+    json!({"apiVersion": "ops.example.com/v1beta1", "kind": "PseudoFlow",
+    "metadata": {"name": "greeter", "namespace": ns},
+    "spec": {
+        "serviceAccountName": "flow",
+        "bind": {"apiVersion": format!("{GROUP}/v1"), "kind": "Widget"},
+        "steps": [
+            {"type": "loop", "forEach": "${object.spec.users}", "steps": [
+                {"type": "exec", "cmd": "echo hi ${item}", "var": "said"},
+                {"type": "apply", "manifests": {"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "${object.metadata.name}-said-${index}"},
+                    "data": {"said": "${said}"}}}
+            ]},
+            {"type": "exec", "cmd": "echo ${object.spec.flag | raw}"}
+        ]}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_users_shell_syntax_is_echoed_as_data_and_an_opt_out_is_told_in_status_and_an_event() {
+    let (client, ns) = setup("bind-quote", all_verbs()).await;
+    apply(&client, quoting_flow(&ns)).await;
+    // Stored with the v1beta1 default, so read as v1alpha1 it still quotes.
+    let stored = flows(&client, &ns).get("greeter").await.unwrap();
+    assert_eq!(
+        stored.data["spec"]["shellQuoting"], "quoted",
+        "{:#}",
+        stored.data
+    );
+    create_widget(
+        &client,
+        &ns,
+        "w",
+        json!({"version": "one", "users": ["x; id -u"], "flag": "-n"}),
+    )
+    .await;
+    let cm = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), &ns);
+    eventually(120, "the user's greeting written", || async {
+        cm.get_opt("w-said-0").await.unwrap().is_some()
+    })
+    .await;
+    let said = cm.get("w-said-0").await.unwrap().data.unwrap()["said"].clone();
+    assert_eq!(
+        said, "hi x; id -u",
+        "echo got one literal word; id did not run"
+    );
+    let status = wait_status(&client, &ns, "greeter", 60, "the opt-out told", |s| {
+        s["warnings"].as_array().is_some_and(|w| !w.is_empty())
+    })
+    .await;
+    let warning = status["warnings"][0].as_str().unwrap();
+    assert!(
+        warning.starts_with("spec.steps[1].cmd: ${object.spec.flag | raw} opts out of quoting"),
+        "{warning}"
+    );
+    let events = common::flow_events(&client, &ns, "greeter").await;
+    assert!(
+        events
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("CompileWarnings")
+                && e.message
+                    .as_deref()
+                    .unwrap_or_default()
+                    .contains("opts out of quoting")),
+        "{events:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_v1alpha1_flow_keeps_splicing_as_written() {
+    let (client, ns) = setup("bind-raw", all_verbs()).await;
+    let mut flow = quoting_flow(&ns);
+    flow["apiVersion"] = json!("ops.example.com/v1alpha1");
+    flow["spec"]["steps"][0]["steps"][0]["cmd"] = json!("echo hi ${item}");
+    apply(&client, flow).await;
+    let stored = flows(&client, &ns).get("greeter").await.unwrap();
+    assert_eq!(
+        stored.data["spec"]["shellQuoting"], "raw",
+        "{:#}",
+        stored.data
+    );
+    create_widget(
+        &client,
+        &ns,
+        "w",
+        json!({"version": "one", "users": ["x; echo injected"], "flag": "-n"}),
+    )
+    .await;
+    let cm = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), &ns);
+    eventually(120, "the greeting written", || async {
+        cm.get_opt("w-said-0").await.unwrap().is_some()
+    })
+    .await;
+    let said = cm.get("w-said-0").await.unwrap().data.unwrap()["said"].clone();
+    assert_eq!(said, "hi x\ninjected", "v1alpha1 splices as it always did");
+    let status = wait_status(&client, &ns, "greeter", 60, "the unquoted item told", |s| {
+        s["warnings"].as_array().is_some_and(|w| !w.is_empty())
+    })
+    .await;
+    assert!(
+        status["warnings"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("spec.steps[0].steps[0].cmd: ${item} splices \"item\", tenant data"),
+        "{status:#}"
+    );
+}

@@ -75,7 +75,8 @@ fn every_kopf_example_compiles() {
         "secret-sync.yaml",
         "werf-bundle.yaml",
     ] {
-        let flow = &documents_in(file, "default")[0];
+        let flow = &mut documents_in(file, "default")[0];
+        pseudoflow_crd::quoting::default_by_version(flow);
         let id = FlowId {
             name: flow["metadata"]["name"].as_str().unwrap(),
             namespace: Some("default"),

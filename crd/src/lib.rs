@@ -16,6 +16,7 @@ pub mod executor;
 pub mod jsonpath;
 pub mod limits;
 pub mod protocol;
+pub mod quoting;
 pub mod resource;
 pub mod schedule;
 pub mod schema;

@@ -81,6 +81,15 @@ pub struct PseudoFlowSpec {
     /// object and what started the run, as the variables `object` and `trigger`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bound: Option<crate::bind::Bound>,
+    /// How `${...}` enters shell commands: `quoted` (one shell word; `${x | raw}` opts out) or
+    /// `raw` (as written). Default: `raw` in `v1alpha1`, `quoted` in `v1beta1`; the API server
+    /// stores it, so a flow keeps what it was written for (docs/decisions.md#quoted-by-default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shell_quoting: Option<crate::quoting::ShellQuoting>,
+    /// Pod settings (`image`, `namespace`, `nodeSelector`, `serviceAccountName`) that may be
+    /// taken from a bound object's data; any other is refused when an expression reads it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_object_data: Vec<crate::quoting::ObjectDataField>,
 }
 
 /// Run-wide options.
@@ -168,6 +177,12 @@ impl PseudoFlowSpec {
             cron,
             self.time_zone.as_deref(),
         ))
+    }
+
+    /// How this flow inserts `${...}` into commands (`raw` when the field is absent: only a
+    /// `v1alpha1` flow read without the API server's defaulting lacks it).
+    pub fn quoting(&self) -> crate::quoting::ShellQuoting {
+        self.shell_quoting.unwrap_or_default()
     }
 
     /// The variables the controller provides beside `vars`: `object` and `trigger` in a flow

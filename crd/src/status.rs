@@ -108,7 +108,15 @@ pub struct PseudoFlowStatus {
     /// state with a lower number is an older one put back, and is refused (`RunStateTampered`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_state_sequence: Option<u64>,
+    /// What compiling the flow warned about (e.g. `| raw` on tenant data), at most
+    /// [`MAX_WARNINGS_SHOWN`], each `path: message`: shown where GitOps tools and
+    /// `kubectl describe` look, not only at admission.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
+
+/// Most compile warnings `status.warnings` lists.
+pub const MAX_WARNINGS_SHOWN: usize = 10;
 
 /// What a flow bound to a kind serves: counts, and the latest failures (bounded in size
 /// whatever the number of objects).

@@ -1,5 +1,6 @@
 //! The generated CRD on a real API server (testenv): it is accepted as a structural schema with
-//! its CEL rules, `kubectl get pf` columns exist, valid example flows are admitted, and a step
+//! its CEL rules, `kubectl get pf` columns exist, valid example flows are admitted (each in its
+//! own version; a v1beta1 flow is stored with `shellQuoting: quoted`), and a step
 //! missing a required field is rejected at apply time with the rule's message.
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -52,6 +53,18 @@ async fn the_crd_is_served_and_its_rules_reject_bad_steps_at_apply_time() {
     install_crd(&client).await;
     let ns = env.namespace("crd").await.unwrap();
     let api = flows(&client, &ns);
+    let beta_api: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk(
+                pseudoflow_crd::GROUP,
+                pseudoflow_crd::quoting::QUOTED_VERSION,
+                "PseudoFlow",
+            ),
+            "pseudoflows",
+        ),
+    );
 
     // Every example flow is admitted as written.
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -70,9 +83,23 @@ async fn the_crd_is_served_and_its_rules_reject_bad_steps_at_apply_time() {
             let mut obj: DynamicObject =
                 serde_yaml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
             obj.metadata.namespace = None;
+            // Each in the version it is written in (the kopf examples are v1beta1).
+            let version = obj.types.as_ref().map(|t| t.api_version.clone());
+            let beta = Some(format!(
+                "{}/{}",
+                pseudoflow_crd::GROUP,
+                pseudoflow_crd::quoting::QUOTED_VERSION
+            ));
+            let api = if version == beta { &beta_api } else { &api };
             api.create(&PostParams::default(), &obj)
                 .await
                 .unwrap_or_else(|e| panic!("{} rejected: {e}", path.display()));
+            if version == beta {
+                // Stored with v1beta1's default, so it quotes whichever version reads it.
+                let name = obj.metadata.name.clone().unwrap_or_default();
+                let stored = flows(&client, &ns).get(&name).await.unwrap();
+                assert_eq!(stored.data["spec"]["shellQuoting"], "quoted", "{name}");
+            }
             admitted += 1;
         }
     }

@@ -14,6 +14,7 @@ use crate::budget::{Evaluation, MAX_WORK_BYTES};
 use crate::depth::{check_depth, MAX_DEPTH};
 use crate::guard;
 use crate::scan::{scan, Segment};
+use crate::shell::{is_quoted, is_raw};
 
 /// Most instructions one expression may execute.
 pub const FUEL: u64 = 100_000;
@@ -86,6 +87,7 @@ fn configure(env: &mut Environment<'_>) {
     env.add_filter("split", split_filter);
     env.add_function("json", json_fn);
     env.add_filter("shq", crate::shell::shq);
+    env.add_filter("raw", crate::shell::raw);
     env.remove_global("debug");
     crate::guard::install(env);
 }
@@ -191,6 +193,29 @@ impl Engine {
         scope: &Scope,
         path: &str,
     ) -> Result<(Value, Vec<Warning>), SubstError> {
+        self.substitute_text(s, scope, path, false)
+    }
+
+    /// Substitutes a shell command (`exec.cmd`, `script.code`) in a flow that quotes by
+    /// default: each `${...}` becomes one single-quoted shell word, unless its outermost filter
+    /// is `raw` (the author's opt-out) or `shq` (already quoted). A `${NAME}` that is no
+    /// variable stays as written, for the shell. Always a string.
+    pub fn substitute_shell(
+        &self,
+        s: &str,
+        scope: &Scope,
+        path: &str,
+    ) -> Result<(Value, Vec<Warning>), SubstError> {
+        self.substitute_text(s, scope, path, true)
+    }
+
+    fn substitute_text(
+        &self,
+        s: &str,
+        scope: &Scope,
+        path: &str,
+        quote: bool,
+    ) -> Result<(Value, Vec<Warning>), SubstError> {
         let segs = scan(s).map_err(|e| SubstError {
             path: path.into(),
             expr: s.into(),
@@ -216,7 +241,7 @@ impl Engine {
                     reason,
                 })
         };
-        if let [Segment::Expr(expr)] = segs.as_slice() {
+        if let (false, [Segment::Expr(expr)]) = (quote, segs.as_slice()) {
             let v = eval(expr)?.unwrap_or_else(|| Value::String(format!("${{{expr}}}")));
             return Ok((v, warnings));
         }
@@ -225,8 +250,10 @@ impl Engine {
             match seg {
                 Segment::Literal(text) => out.push_str(text),
                 Segment::Expr(expr) => match eval(expr)? {
-                    Some(Value::String(v)) => out.push_str(&v),
-                    Some(other) => out.push_str(&other.to_string()),
+                    Some(v) if quote && !is_quoted(expr) && !is_raw(expr) => {
+                        out.push_str(&crate::shell::quote(&as_text(v)))
+                    }
+                    Some(v) => out.push_str(&as_text(v)),
                     None => {
                         out.push_str("${");
                         out.push_str(expr);
@@ -417,6 +444,14 @@ impl Engine {
             plain: is_identifier(trimmed),
             names,
         })
+    }
+}
+
+/// A value as it is rendered into text: a string as it is, anything else as JSON.
+fn as_text(v: Value) -> String {
+    match v {
+        Value::String(s) => s,
+        other => other.to_string(),
     }
 }
 

@@ -69,6 +69,7 @@ const FILTERS: &[&str] = &[
     "tojson",
     "urlencode",
     "shq",
+    "raw",
 ];
 
 /// Methods of strings, maps and lists (minijinja's own and the Python-like ones), guarded.

@@ -17,7 +17,7 @@ pub use engine::{
     Engine, ExprRef, Scope, SubstError, Warning, FUEL, MAX_EXPRESSION_BYTES, MAX_RESULT_BYTES,
 };
 pub use scan::{has_expressions, scan, ScanError, Segment};
-pub use shell::{is_quoted, quote as shell_quote};
+pub use shell::{is_quoted, is_raw, quote as shell_quote};
 
 #[cfg(test)]
 mod tests;

@@ -29,11 +29,30 @@ pub fn quote(s: &str) -> String {
     out
 }
 
+/// `raw`: the value unchanged. In a flow that quotes commands by default it says "insert this as
+/// shell syntax", the author's explicit opt-out (a warning when the value is tenant data).
+pub fn raw(value: Value) -> Value {
+    value
+}
+
 /// True when the expression's outermost operation is the `shq` filter (`x | shq`,
 /// `(a ~ b) | shq`), i.e. its whole result is quoted.
 pub fn is_quoted(expr: &str) -> bool {
+    outermost_filter(expr).as_deref() == Some("shq")
+}
+
+/// True when the expression's outermost operation is the `raw` filter: the author asks for the
+/// value as shell syntax.
+pub fn is_raw(expr: &str) -> bool {
+    outermost_filter(expr).as_deref() == Some("raw")
+}
+
+fn outermost_filter(expr: &str) -> Option<String> {
     use minijinja::machinery::{ast::Expr, parse_expr};
-    matches!(parse_expr(expr.trim()), Ok(Expr::Filter(f)) if f.name == "shq")
+    match parse_expr(expr.trim()) {
+        Ok(Expr::Filter(f)) => Some(f.name.to_string()),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -64,5 +83,8 @@ mod tests {
         assert!(!is_quoted("out"));
         assert!(!is_quoted("(out | shq) ~ ' ' ~ out"));
         assert!(!is_quoted("out | upper"));
+        assert!(is_raw("out | raw"));
+        assert!(!is_raw("(out | raw) ~ x"));
+        assert!(!is_raw("out"));
     }
 }

@@ -249,3 +249,32 @@ fn values_nested_deeper_than_the_bound_are_refused_naming_the_field() {
     assert!(e.substitute_str("${json(deep)}", &sc, "p").is_err());
     assert!(e.eval_expression("json(${ok})", &sc, "p").is_ok());
 }
+
+#[test]
+fn a_quoting_command_inserts_each_value_as_one_shell_word_unless_raw() {
+    let e = Engine::new();
+    let sc = scope(&[
+        ("u", json!("x; id -u")),
+        ("n", json!(3)),
+        ("flags", json!("-a -b")),
+    ]);
+    let (v, _) = e
+        .substitute_shell(
+            "echo hi ${u} ${n} ${ u | shq } ls ${flags | raw} $HOME ${HOME}",
+            &sc,
+            "spec.steps[0].cmd",
+        )
+        .unwrap();
+    assert_eq!(
+        v,
+        json!("echo hi 'x; id -u' '3' 'x; id -u' ls -a -b $HOME ${HOME}")
+    );
+    // A whole-field expression is a string too, and quoted.
+    let (v, _) = e.substitute_shell("${u}", &sc, "p").unwrap();
+    assert_eq!(v, json!("'x; id -u'"));
+    // Outside commands, `raw` is the value unchanged.
+    assert_eq!(
+        e.substitute_str("${u | raw}", &sc, "p").unwrap().0,
+        json!("x; id -u")
+    );
+}

@@ -78,7 +78,7 @@ async fn run_node(
     .unwrap_or_else(|d| panic!("{d}"));
     let node = compiled.plan.node(node_id).unwrap();
     let scope: Scope = Scope::new();
-    let (step, _) = prepare_payload(&Engine::new(), node, &scope).unwrap();
+    let (step, _) = prepare_payload(&Engine::new(), node, &scope, compiled.spec.quoting()).unwrap();
     let flow = FlowRef {
         name: "e2e".into(),
         namespace: ns.into(),

@@ -1,18 +1,35 @@
 //! Compile-time checks of every `${...}` in a whole flow: syntax, and names that no variable,
-//! step output or loop provides — so a typo fails the flow before anything runs.
+//! step output or loop provides — so a typo fails the flow before anything runs; and where
+//! tenant data ([`super::taint`]) goes: opted out of quoting in a command (a warning) or into a
+//! step's image, namespace or node selector (an error unless `spec.allowObjectData` allows it).
 
 use std::collections::BTreeSet;
 
+use pseudoflow_crd::quoting::{ObjectDataField, ShellQuoting};
 use pseudoflow_crd::text::join;
 use pseudoflow_crd::validate::without_nested_steps;
 use pseudoflow_crd::{Diagnostics, PseudoFlowSpec, Step, StepKind};
 use serde_json::Value;
 
 use super::{Engine, ExprRef};
+use crate::Expansions;
 
 /// Checks the syntax of every expression and the names they use, adding errors and warnings.
 pub fn check_expressions(spec: &PseudoFlowSpec, diags: &mut Diagnostics) {
+    check_with_includes(spec, &Expansions::new(), diags);
+}
+
+/// [`check_expressions`] for a flow with the steps its includes fetched (`expansions`, by the
+/// including node's id): the included steps are traced for tenant data with
+/// the flow, and their commands and pod settings checked as the flow's own are.
+pub fn check_with_includes(
+    spec: &PseudoFlowSpec,
+    expansions: &Expansions,
+    diags: &mut Diagnostics,
+) {
     let engine = Engine::new();
+    let included: Vec<&[Step]> = expansions.values().map(Vec::as_slice).collect();
+    let tainted = super::taint::tainted(spec, &included);
     let mut known: BTreeSet<String> = spec.vars.keys().cloned().collect();
     known.extend(spec.bound_vars().iter().map(|v| v.to_string()));
     collect_outputs(&spec.steps, &mut known);
@@ -31,12 +48,24 @@ pub fn check_expressions(spec: &PseudoFlowSpec, diags: &mut Diagnostics) {
         known: &known,
         outputs: &outputs,
         bound: spec.bound_vars(),
+        tainted: &tainted,
+        item_tainted: false,
+        included: false,
+        quoting: spec.quoting(),
+        allowed: &spec.allow_object_data,
+        step_path: String::new(),
         diags,
     };
     checker.steps(&spec.steps, "spec.steps", &[]);
     if let Some(d) = &spec.on_delete {
         checker.steps(d, "spec.onDelete", &[]);
     }
+    // Included steps were checked alone when fetched; here only for tenant data, with the flow.
+    checker.included = true;
+    for (at, steps) in expansions {
+        checker.steps(steps, at, &[]);
+    }
+    checker.included = false;
     if let Some(bind) = &spec.bind {
         for (key, text) in &bind.status.fields {
             checker.status_field(text, &format!("spec.bind.status.fields.{key}"));
@@ -67,6 +96,18 @@ struct Checker<'a> {
     outputs: &'a BTreeSet<String>,
     /// A bound flow's own variables (`object`, `trigger`): data its author does not write.
     bound: &'static [&'static str],
+    /// Variables that can carry tenant data ([`super::taint`]).
+    tainted: &'a BTreeSet<String>,
+    /// Whether `item` of the innermost loop around the step being checked is tenant data.
+    item_tainted: bool,
+    /// Checking steps an include fetched: only for tenant data (the rest was checked alone).
+    included: bool,
+    /// How the flow inserts `${...}` into commands.
+    quoting: ShellQuoting,
+    /// Pod settings the flow lets object data set (`spec.allowObjectData`).
+    allowed: &'a [ObjectDataField],
+    /// The path of the step whose fields are being checked.
+    step_path: String,
     diags: &'a mut Diagnostics,
 }
 
@@ -75,43 +116,62 @@ impl Checker<'_> {
         for (i, step) in steps.iter().enumerate() {
             let here = format!("{path}[{i}]");
             let raw = without_nested_steps(&serde_json::to_value(step).expect("steps serialise"));
-            match &step.kind {
-                StepKind::Template(p) => {
-                    let field = join(&here, "template");
-                    match self.engine.check_template(&p.template, &field) {
-                        Err(e) => self.diags.error(field, e.reason),
-                        Ok(names) => self.unknown(&field, &names, false, loop_vars, "{{ }}"),
-                    }
-                }
-                StepKind::Eval(p) => {
-                    let field = join(&here, "expression");
-                    match self.engine.check_eval(&p.expression, &field) {
-                        Err(e) => self.diags.error(field, e.reason),
-                        Ok(r) => self.unknown(&field, &r.names, false, loop_vars, &r.expr),
-                    }
-                }
-                StepKind::PatchLabel(p) if !self.known.contains(&p.from_var) => {
-                    self.diags.error(
-                        join(&here, "fromVar"),
-                        format!("no step sets variable {:?}", p.from_var),
-                    );
-                }
-                _ => {}
+            if !self.included {
+                self.step_fields(step, &here, loop_vars);
             }
+            self.step_path.clone_from(&here);
             self.strings(&raw, &here, loop_vars, &step.kind);
-            let node_scope = matches!(step.kind, StepKind::LoopNodes(_))
-                || step.kind.params().node_targeting().is_some();
-            let item_scope = matches!(step.kind, StepKind::Loop(_));
-            for (field, children) in step.kind.params().children() {
-                let mut vars = loop_vars.to_vec();
-                if item_scope {
-                    vars.extend(["item", "index"]);
-                }
-                if node_scope {
-                    vars.push("node");
-                }
-                self.steps(children, &join(&here, &field), &vars);
+            let outer = self.item_tainted;
+            if let StepKind::Loop(_) = step.kind {
+                self.item_tainted =
+                    super::taint::reads_tainted(self.engine, step, outer, self.tainted);
             }
+            self.children(step, &here, loop_vars);
+            self.item_tainted = outer;
+        }
+    }
+
+    /// The step's nested step lists, with the loop and node variables they see.
+    fn children(&mut self, step: &Step, here: &str, loop_vars: &[&str]) {
+        let node_scope = matches!(step.kind, StepKind::LoopNodes(_))
+            || step.kind.params().node_targeting().is_some();
+        let item_scope = matches!(step.kind, StepKind::Loop(_));
+        for (field, children) in step.kind.params().children() {
+            let mut vars = loop_vars.to_vec();
+            if item_scope {
+                vars.extend(["item", "index"]);
+            }
+            if node_scope {
+                vars.push("node");
+            }
+            self.steps(children, &join(here, &field), &vars);
+        }
+    }
+
+    /// A template's, an eval's and a patchLabel's own fields.
+    fn step_fields(&mut self, step: &Step, here: &str, loop_vars: &[&str]) {
+        match &step.kind {
+            StepKind::Template(p) => {
+                let field = join(here, "template");
+                match self.engine.check_template(&p.template, &field) {
+                    Err(e) => self.diags.error(field, e.reason),
+                    Ok(names) => self.unknown(&field, &names, false, loop_vars, "{{ }}"),
+                }
+            }
+            StepKind::Eval(p) => {
+                let field = join(here, "expression");
+                match self.engine.check_eval(&p.expression, &field) {
+                    Err(e) => self.diags.error(field, e.reason),
+                    Ok(r) => self.unknown(&field, &r.names, false, loop_vars, &r.expr),
+                }
+            }
+            StepKind::PatchLabel(p) if !self.known.contains(&p.from_var) => {
+                self.diags.error(
+                    join(here, "fromVar"),
+                    format!("no step sets variable {:?}", p.from_var),
+                );
+            }
+            _ => {}
         }
     }
 
@@ -137,16 +197,14 @@ impl Checker<'_> {
                         continue;
                     };
                     match self.engine.check(&format!("${{{text}}}"), path) {
-                        Err(e) => self.diags.error(
+                        Err(e) if !self.included => self.diags.error(
                             path,
                             format!("invalid expression ${{{text}}}: {}", e.reason),
                         ),
+                        Err(_) => {}
                         Ok(refs) => {
-                            for ExprRef { expr, plain, names } in refs {
-                                if has_field(kind.params().shell_fields(), path) {
-                                    self.unquoted_output(path, &expr, &names);
-                                }
-                                self.unknown(path, &names, plain, &vars, &expr);
+                            for r in refs {
+                                self.expression(path, r, &vars, kind);
                             }
                         }
                     }
@@ -166,6 +224,84 @@ impl Checker<'_> {
             }
             _ => {}
         }
+    }
+
+    /// One expression in a step's field: in a command, how it is quoted; in a pod setting,
+    /// whether tenant data may set it; everywhere, that its names exist.
+    fn expression(&mut self, path: &str, r: ExprRef, vars: &[&str], kind: &StepKind) {
+        let ExprRef { expr, plain, names } = r;
+        if has_field(kind.params().shell_fields(), path) {
+            match self.quoting {
+                ShellQuoting::Raw => self.unquoted_output(path, &expr, &names),
+                ShellQuoting::Quoted => self.raw_opt_out(path, &expr, &names),
+            }
+        }
+        let relative = path.strip_prefix(self.step_path.as_str()).unwrap_or(path);
+        if let Some(field) = ObjectDataField::of_field(relative) {
+            self.object_data_setting(path, field, &expr, &names);
+        }
+        if !self.included {
+            self.unknown(path, &names, plain, vars, &expr);
+        }
+    }
+
+    /// The tenant data `names` read, if any: a tainted variable, or a loop item over one.
+    fn tenant_data<'n>(&self, names: &'n [String]) -> Option<&'n String> {
+        names.iter().find(|n| {
+            self.tainted.contains(*n)
+                || (self.item_tainted && super::taint::ITEM_VARS.contains(&n.as_str()))
+        })
+    }
+
+    /// Warns when a quoting flow's command opts out (`| raw`) for tenant data: the author
+    /// asked for the shell to parse what a tenant wrote.
+    fn raw_opt_out(&mut self, path: &str, expr: &str, names: &[String]) {
+        if !super::is_raw(expr) {
+            return;
+        }
+        let Some(name) = self.tenant_data(names) else {
+            return;
+        };
+        self.diags.warning(
+            path,
+            format!(
+                "${{{}}} opts out of quoting for {name:?}, tenant data (from the bound \
+                 object, written by whoever may edit objects of the kind): the shell parses \
+                 what they write; drop `| raw` to pass it as one word",
+                expr.trim()
+            ),
+        );
+    }
+
+    /// Refuses a pod setting taken from tenant data unless `spec.allowObjectData` names it.
+    /// The object's own name and namespace are the API server's, not free text.
+    fn object_data_setting(
+        &mut self,
+        path: &str,
+        field: ObjectDataField,
+        expr: &str,
+        names: &[String],
+    ) {
+        let own = matches!(
+            expr.trim(),
+            "object.metadata.namespace" | "object.metadata.name"
+        );
+        if own || self.allowed.contains(&field) {
+            return;
+        }
+        let Some(name) = self.tenant_data(names) else {
+            return;
+        };
+        let f = field.field();
+        self.diags.error(
+            path,
+            format!(
+                "${{{}}} sets {f} from {name:?}, tenant data (from the bound object, written \
+                 by whoever may edit objects of the kind); write a fixed {f}, or allow it with \
+                 spec.allowObjectData: [{f}]",
+                expr.trim()
+            ),
+        );
     }
 
     /// Checks one of a bound flow's status fields (rendered over the run's variables).
@@ -198,11 +334,14 @@ impl Checker<'_> {
         if super::is_quoted(expr) {
             return;
         }
-        let Some(out) = names.iter().find(|n| self.outputs.contains(*n)) else {
+        let found = names.iter().find(|n| self.outputs.contains(*n));
+        let Some(out) = found.or_else(|| self.tenant_data(names)) else {
             return;
         };
         let what = if self.bound.contains(&out.as_str()) {
             format!("the bound object's {out:?} (written by whoever may edit objects of the kind)")
+        } else if self.tainted.contains(out) || !self.outputs.contains(out) {
+            format!("{out:?}, tenant data (it reads the bound object)")
         } else {
             format!("step output {out:?}")
         };
@@ -359,5 +498,146 @@ mod tests {
         // Without bind, `object` is no variable.
         let plain = json!({"steps": [{"type": "log", "message": "${object.spec.version}"}]});
         assert!(crate::compile(&id, &plain).is_err());
+    }
+
+    fn bound(quoting: &str, steps: serde_json::Value) -> Result<Compiled, Vec<String>> {
+        let id = crate::FlowId {
+            name: "db",
+            namespace: Some("ops"),
+        };
+        let spec = json!({"bind": {"apiVersion": "example.com/v1", "kind": "Database"},
+            "shellQuoting": quoting, "steps": steps});
+        crate::compile(&id, &spec).map_err(|d| {
+            d.errors()
+                .map(|e| format!("{}: {}", e.path, e.message))
+                .collect()
+        })
+    }
+
+    #[test]
+    fn a_loop_item_over_object_data_is_tenant_data_in_commands() {
+        let steps = json!([
+            {"type": "loop", "forEach": "${object.spec.users}", "steps": [
+                {"type": "exec", "cmd": "echo hi ${item}"},
+                {"type": "exec", "cmd": "echo hi ${item | raw}"}]},
+            {"type": "loop", "forEach": "${['a']}", "steps": [
+                {"type": "exec", "cmd": "echo hi ${item | raw}"}]},
+        ]);
+        // Written for v1alpha1 (raw): the unquoted item is warned about, as object data is.
+        let w = warnings(&bound("raw", steps.clone()).unwrap());
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(
+            w[0].starts_with("spec.steps[0].steps[0].cmd: ${item} splices \"item\", tenant data"),
+            "{w:?}"
+        );
+        // Quoted: only the explicit opt-out on tenant data warns; a loop over the author's
+        // own list does not.
+        let w = warnings(&bound("quoted", steps).unwrap());
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].starts_with("spec.steps[0].steps[1].cmd: ${item | raw} opts out of quoting for \"item\", tenant data"),
+            "{w:?}"
+        );
+    }
+
+    #[test]
+    fn an_output_of_a_step_that_read_object_data_is_tenant_data() {
+        let w = warnings(
+            &bound(
+                "quoted",
+                json!([
+                    {"type": "template", "output": "cmdline", "template": "createdb {{ object.spec.name }}"},
+                    {"type": "exec", "cmd": "${cmdline | raw}"},
+                    {"type": "exec", "cmd": "hostname", "var": "h"},
+                    {"type": "exec", "cmd": "${h | raw}"},
+                ]),
+            )
+            .unwrap(),
+        );
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].starts_with("spec.steps[1].cmd: ${cmdline | raw} opts out"),
+            "{w:?}"
+        );
+    }
+
+    #[test]
+    fn pod_settings_from_object_data_are_refused_unless_allowed_by_name() {
+        let steps = json!([
+            {"type": "exec", "cmd": "true", "image": "${object.spec.toolImage}"},
+            {"type": "exec", "cmd": "true", "namespace": "${object.spec.ns}"},
+            {"type": "exec", "cmd": "true", "namespace": "${object.metadata.namespace}"},
+            {"type": "execNode", "cmd": "true", "nodeSelector": "kubernetes.io/hostname=${object.spec.node}"},
+        ]);
+        let errors = bound("quoted", steps.clone()).unwrap_err();
+        assert_eq!(errors.len(), 3, "{errors:?}");
+        assert!(
+            errors[0].starts_with(
+                "spec.steps[0].image: ${object.spec.toolImage} sets image from \"object\""
+            ),
+            "{errors:?}"
+        );
+        assert!(
+            errors[1].starts_with("spec.steps[1].namespace: "),
+            "{errors:?}"
+        );
+        assert!(
+            errors[2].starts_with("spec.steps[3].nodeSelector: "),
+            "{errors:?}"
+        );
+        assert!(
+            errors[0].contains("spec.allowObjectData: [image]"),
+            "{errors:?}"
+        );
+        let id = crate::FlowId {
+            name: "db",
+            namespace: Some("ops"),
+        };
+        let allowed = json!({"bind": {"apiVersion": "example.com/v1", "kind": "Database"},
+            "allowObjectData": ["image", "namespace", "nodeSelector"], "steps": steps});
+        assert!(crate::compile(&id, &allowed).is_ok());
+    }
+
+    #[test]
+    fn included_steps_are_traced_with_the_flow() {
+        let id = crate::FlowId {
+            name: "db",
+            namespace: Some("ops"),
+        };
+        let spec = json!({"bind": {"apiVersion": "example.com/v1", "kind": "Database"},
+            "steps": [
+                {"type": "template", "output": "img", "template": "{{ object.spec.img }}"},
+                {"type": "include", "source": {"configMapRef": {"name": "c", "key": "k"}}}]});
+        let c = crate::compile(&id, &spec).unwrap();
+        let node = c.plan.nodes().find(|n| n.step_type == "include").unwrap();
+        // Included steps may name the flow's variables only plainly (`${img}`).
+        let steps = crate::validate_included(
+            &json!([{"type": "exec", "cmd": "echo ${img}"},
+                    {"type": "exec", "cmd": "true", "image": "${img}"}]),
+            &node.id,
+        )
+        .unwrap();
+        let expansions: crate::Expansions = [(node.id.clone(), steps)].into();
+        let found: Vec<String> = crate::compile_expanded(&id, &spec, &expansions)
+            .unwrap_err()
+            .0
+            .iter()
+            .map(|d| format!("{:?} {}: {}", d.severity, d.path, d.message))
+            .collect();
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(
+            found[0].starts_with(&format!(
+                "Warning {}[0].cmd: ${{img}} splices \"img\", tenant data",
+                node.id
+            )),
+            "{found:?}"
+        );
+        assert!(
+            found[1].starts_with(&format!(
+                "Error {}[1].image: ${{img}} sets image from \"img\"",
+                node.id
+            )),
+            "{found:?}"
+        );
     }
 }

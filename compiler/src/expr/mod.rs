@@ -4,8 +4,9 @@
 
 mod check;
 mod payload;
+mod taint;
 
-pub use check::check_expressions;
+pub use check::{check_expressions, check_with_includes};
 pub use payload::{prepare_payload, substitute_flow_vars};
 pub use pseudoflow_expr::*;
 

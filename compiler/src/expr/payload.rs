@@ -3,6 +3,7 @@
 //! the controller lowers into the step's input.
 
 use pseudoflow_crd::protocol::{Task, BODY_VARS};
+use pseudoflow_crd::quoting::ShellQuoting;
 use pseudoflow_crd::steps::apply::manifest_objects;
 use pseudoflow_crd::steps::Placement;
 use pseudoflow_crd::text::join;
@@ -13,14 +14,20 @@ use super::{Engine, Scope, SubstError, Warning};
 use crate::lower::task_of;
 use crate::plan::PlanNode;
 
-/// The node's payload as it will run, given the scope: `${...}` substituted, a `template`
-/// rendered, `patchLabel`'s variable attached as `fromVarValue`.
+/// The node's payload as it will run, given the scope: `${...}` substituted (in shell fields
+/// quoted when the flow's `quoting` says so), a `template` rendered, `patchLabel`'s variable
+/// attached as `fromVarValue`.
 pub fn prepare_payload(
     engine: &Engine,
     node: &PlanNode,
     scope: &Scope,
+    quoting: ShellQuoting,
 ) -> Result<(Value, Vec<Warning>), SubstError> {
     let mut payload = crate::lower::payload(node);
+    let shell = match quoting {
+        ShellQuoting::Quoted => take_shell_fields(node, &mut payload),
+        ShellQuoting::Raw => Vec::new(),
+    };
     let template = match &node.step.as_ref().map(|s| &s.kind) {
         Some(StepKind::Template(t)) => {
             Some(engine.render_template(&t.template, scope, &join(&node.path, "template"))?)
@@ -33,8 +40,13 @@ pub fn prepare_payload(
             parse_manifests(obj, &node.path)?;
         }
     }
-    let (mut value, warnings) = engine.substitute(&payload, scope, &node.path)?;
+    let (mut value, mut warnings) = engine.substitute(&payload, scope, &node.path)?;
     if let Some(obj) = value.as_object_mut() {
+        for (field, text) in shell {
+            let (v, w) = engine.substitute_shell(&text, scope, &join(&node.path, field))?;
+            warnings.extend(w);
+            obj.insert(field.to_string(), v);
+        }
         if let Some(t) = template {
             obj.insert("template".into(), Value::String(t));
         }
@@ -52,6 +64,21 @@ pub fn prepare_payload(
         }
     }
     Ok((value, warnings))
+}
+
+/// The node's shell fields (`cmd`, `code`), taken out of the payload to be substituted with
+/// quoting.
+fn take_shell_fields(node: &PlanNode, payload: &mut Value) -> Vec<(&'static str, String)> {
+    let (Some(kind), Some(obj)) = (node.step_kind(), payload.as_object_mut()) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for field in kind.params().shell_fields() {
+        if let Some(Value::String(text)) = obj.remove(*field) {
+            out.push((*field, text));
+        }
+    }
+    out
 }
 
 /// Whether the executor will read a YAML body for this node (see
@@ -93,7 +120,7 @@ pub fn substitute_flow_vars(node: &PlanNode, spec: &PseudoFlowSpec) -> Value {
         .map(|(k, v)| (k.clone(), Value::String(v.clone())))
         .collect();
     let engine = Engine::new();
-    match prepare_payload(&engine, node, &scope) {
+    match prepare_payload(&engine, node, &scope, spec.quoting()) {
         Ok((v, _)) => v,
         Err(_) => crate::lower::payload(node),
     }
@@ -119,7 +146,8 @@ mod tests {
             ("n".to_string(), json!(3)),
         ]
         .into();
-        let (payload, _) = prepare_payload(&Engine::new(), node, &scope).unwrap();
+        let (payload, _) =
+            prepare_payload(&Engine::new(), node, &scope, ShellQuoting::Raw).unwrap();
         let objects = manifest_objects(&payload["manifests"]).unwrap();
         assert_eq!(objects.len(), 1, "{objects:?}");
         assert_eq!(objects[0]["data"]["k"], json!(injected));
@@ -145,7 +173,7 @@ mod tests {
             .nodes()
             .filter(|n| n.step.is_some() && n.path.matches('[').count() == 1)
             .map(|n| {
-                let (p, _) = prepare_payload(&Engine::new(), n, &scope).unwrap();
+                let (p, _) = prepare_payload(&Engine::new(), n, &scope, ShellQuoting::Raw).unwrap();
                 (n.path.clone(), p.get(BODY_VARS) == Some(&json!({"v": "1"})))
             })
             .collect();
@@ -164,6 +192,31 @@ mod tests {
         assert!(
             !sent.contains(&("spec.steps[3]".to_string(), true)),
             "{sent:?}"
+        );
+    }
+
+    #[test]
+    fn a_quoting_flow_quotes_its_shell_fields_and_nothing_else() {
+        let c = flow(json!([
+            {"type": "exec", "cmd": "echo hi ${name}", "namespace": "${name}"},
+            {"type": "script", "code": "echo ${name | raw}"},
+        ]));
+        let scope: Scope = [("name".to_string(), json!("x; id -u"))].into();
+        let run = |path: &str, q| {
+            let node = c.plan.nodes().find(|n| n.path == path).unwrap();
+            prepare_payload(&Engine::new(), node, &scope, q).unwrap().0
+        };
+        let exec = run("spec.steps[0]", ShellQuoting::Quoted);
+        assert_eq!(exec["cmd"], json!("echo hi 'x; id -u'"));
+        assert_eq!(exec["namespace"], json!("x; id -u"), "not a shell field");
+        assert_eq!(
+            run("spec.steps[1]", ShellQuoting::Quoted)["code"],
+            json!("echo x; id -u")
+        );
+        // A flow written for v1alpha1 splices as it always did.
+        assert_eq!(
+            run("spec.steps[0]", ShellQuoting::Raw)["cmd"],
+            json!("echo hi x; id -u")
         );
     }
 

@@ -99,6 +99,32 @@ pub fn expand(
     Ok(compile_expanded(flow, raw_spec, &expansions)?)
 }
 
+/// Checks the stored includes for tenant data with the flow (`spec`), as the flow's own steps
+/// were at admission: a pod setting taken from it is refused, naming the included step's path.
+/// Done when an include is accepted, so the including step fails instead of the run being
+/// unable to expand.
+pub fn check_tenant_data(
+    spec: &pseudoflow_crd::PseudoFlowSpec,
+    includes: &BTreeMap<String, Included>,
+) -> Result<(), String> {
+    let mut expansions = Expansions::new();
+    for (id, inc) in includes {
+        let steps = validate_included(&inc.steps, id).map_err(|d| d.to_string())?;
+        expansions.insert(id.clone(), steps);
+    }
+    let mut diags = pseudoflow_crd::Diagnostics::default();
+    crate::expr::check_with_includes(spec, &expansions, &mut diags);
+    let errors: Vec<String> = diags
+        .errors()
+        .map(|e| format!("{}: {}", e.path, e.message))
+        .collect();
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors.join("; "))
+    }
+}
+
 /// Checks what `node` (an include or includeFlow start) fetched before it is stored under its id.
 pub fn accept(
     plan: &Plan,
@@ -340,6 +366,28 @@ pub fn base_vars(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn an_included_step_taking_an_image_from_tenant_data_is_refused_when_accepted() {
+        let spec: pseudoflow_crd::PseudoFlowSpec = serde_json::from_value(json!({
+            "bind": {"apiVersion": "example.com/v1", "kind": "Db"},
+            "steps": [
+                {"type": "template", "output": "img", "template": "{{ object.spec.img }}"},
+                {"type": "include", "source": {"configMapRef": {"name": "c", "key": "k"}}}]}))
+        .unwrap();
+        let inc = |image: &str| Included {
+            steps: json!([{"type": "exec", "cmd": "true", "image": image}]),
+            vars: BTreeMap::new(),
+        };
+        let fixed: BTreeMap<String, Included> = [("s1".to_string(), inc("busybox"))].into();
+        assert!(check_tenant_data(&spec, &fixed).is_ok());
+        let tainted: BTreeMap<String, Included> = [("s1".to_string(), inc("${img}"))].into();
+        let e = check_tenant_data(&spec, &tainted).unwrap_err();
+        assert!(
+            e.starts_with("s1[0].image: ${img} sets image from \"img\""),
+            "{e}"
+        );
+    }
 
     fn compile(spec: Value, includes: &BTreeMap<String, Included>) -> Compiled {
         let id = FlowId {

@@ -26,6 +26,7 @@ mod start;
 pub(crate) mod status;
 pub mod store;
 mod timing;
+mod warnings;
 
 pub use context::Context;
 pub(crate) use context::Reconciling;
@@ -222,6 +223,7 @@ impl FlowReconcile<'_> {
             finalizer::remove(&self.flows, flow).await?;
             return Ok(None);
         }
+        warnings::publish(r, &self.flows, &compiled, &self.previous).await?;
         Ok(Some(compiled))
     }
 

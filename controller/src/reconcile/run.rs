@@ -296,6 +296,10 @@ impl Driving<'_> {
             if let Err(e) = includes::accept(self.plan, &root, node, fetched, &mut run.includes) {
                 c.ok = false;
                 c.message = e.to_string();
+            } else if let Err(e) = includes::check_tenant_data(self.spec, &run.includes) {
+                run.includes.remove(&node.id);
+                c.ok = false;
+                c.message = format!("the included steps take tenant data where it is refused: {e}");
             }
         }
         c
@@ -572,7 +576,7 @@ impl Driving<'_> {
     ) -> Result<bool, Error> {
         let (ctx, node_id) = (self.r.ctx, node.id.as_str());
         let sc = self.scope(run, node, key);
-        let payload = match prepare_payload(&ctx.engine, node, &sc) {
+        let payload = match prepare_payload(&ctx.engine, node, &sc, self.spec.quoting()) {
             Ok((p, _)) => p,
             Err(e) => {
                 self.complete(run, node_id, key, failed(&e.to_string()))
@@ -656,7 +660,7 @@ impl Driving<'_> {
                 Some(k) if task_of(m).is_none() && k.params().waits_seconds().is_none() => Ok(
                     fuse::Prepared::Done(Box::new(local_result(local::run(engine, m, &sc)))),
                 ),
-                _ => prepare_payload(engine, m, &sc)
+                _ => prepare_payload(engine, m, &sc, self.spec.quoting())
                     .map(|(p, _)| fuse::Prepared::Step(p))
                     .map_err(|e| e.to_string()),
             }

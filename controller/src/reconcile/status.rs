@@ -167,7 +167,8 @@ fn null_missing(previous: &Value, patch: &mut Value) {
     let (Some(previous), Some(patch)) = (previous.as_object(), patch.as_object_mut()) else {
         return;
     };
-    for key in previous.keys() {
+    // `warnings` is the compile's, written by super::warnings, not by the run's status.
+    for key in previous.keys().filter(|k| *k != "warnings") {
         patch.entry(key.clone()).or_insert(Value::Null);
     }
 }
@@ -259,6 +260,7 @@ pub fn of_run(
         bound: None,
         // Set by the reconcile: the run state's sequence number it stored (reconcile/seal.rs).
         run_state_sequence: None,
+        warnings: Vec::new(),
     }
 }
 

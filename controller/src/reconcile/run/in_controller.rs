@@ -87,7 +87,8 @@ impl Driving<'_> {
     ) -> Result<Request, String> {
         let ctx = self.r.ctx;
         let sc = self.scope(run, node, key);
-        let (step, _) = prepare_payload(&ctx.engine, node, &sc).map_err(|e| e.to_string())?;
+        let (step, _) = prepare_payload(&ctx.engine, node, &sc, self.spec.quoting())
+            .map_err(|e| e.to_string())?;
         let inst = NodeInstance {
             flow: self.flow_ref,
             run_id: &run.run_id,
