@@ -86,7 +86,7 @@ pub async fn decide(
         d.patch(key, Value::Null).await?;
     }
     d.patch(key, json!(step)).await?;
-    println!("pseudoflow.ops.example.com/{name} step {step:?} of run {waiting} {verb}");
+    outln!("pseudoflow.ops.example.com/{name} step {step:?} of run {waiting} {verb}");
     Ok(())
 }
 

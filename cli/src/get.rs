@@ -55,7 +55,7 @@ pub async fn list(k: &Kube, all: bool, output: Option<Output>) -> anyhow::Result
             st.message.clone().unwrap_or_default(),
         ]);
     }
-    print!("{}", table(&rows));
+    out!("{}", table(&rows));
     Ok(())
 }
 
@@ -399,7 +399,7 @@ pub async fn get(k: &Kube, name: &str, watch: bool, output: Option<Output>) -> a
         return print_objects(&serde_json::to_value(&f)?, o);
     }
     if !watch {
-        print!("{}", render(k, &f).await?);
+        out!("{}", render(k, &f).await?);
         return Ok(());
     }
     // Redraw on every change of the flow or of one of its Jobs.
@@ -421,10 +421,8 @@ pub async fn get(k: &Kube, name: &str, watch: bool, output: Option<Output>) -> a
         let f = flow(k, name).await?;
         let text = render(k, &f).await?;
         if text != last {
-            // Clear the screen and draw again, as `watch` does.
-            print!("\x1b[H\x1b[2J{text}");
-            use std::io::Write;
-            std::io::stdout().flush()?;
+            // Clear the screen and draw again, as `watch` does (`out!` flushes).
+            out!("\x1b[H\x1b[2J{text}");
             last = text;
         }
         if events.next().await.is_none() {

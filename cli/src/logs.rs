@@ -2,6 +2,8 @@
 //! prefixed with its step and node instance. A fused segment's pod runs several steps; the
 //! executor marks each member's start with a `segment step starting` log record naming the
 //! member's node id (runtime-image/src/segment.rs), which is how its lines are split per step.
+//! A step the controller ran itself has no pod: it is named with why, not left out silently
+//! (`placement.rs`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -108,6 +110,7 @@ pub async fn logs(k: &Kube, name: &str, step: Option<&str>, follow: bool) -> any
         };
         let jobs = ordered_jobs(k, name, &st, &order).await?;
         let all_done = print_jobs(k, &pods_api, &jobs, &mut printed, &round).await?;
+        print_in_controller(name, &f.data, &st, &round, &mut printed);
         if !follow || (run_over && all_done) {
             return Ok(());
         }
@@ -233,6 +236,40 @@ async fn print_jobs(
     Ok(all_done)
 }
 
+/// Says once, for each ended step that ran inside the controller, that it has no pod and so no
+/// log (rather than printing nothing, as for a lost pod). Without STEP only API steps are told
+/// (a `log` or `sleep` step never had a pod to look for); with STEP, any.
+fn print_in_controller(
+    name: &str,
+    flow: &Value,
+    st: &PseudoFlowStatus,
+    round: &Round,
+    printed: &mut BTreeMap<String, usize>,
+) {
+    use pseudoflow_crd::StepPhase;
+    for s in &st.steps {
+        let ended = matches!(s.phase, StepPhase::Succeeded | StepPhase::Failed);
+        if !ended || round.wanted.as_ref().is_some_and(|w| *w != s.id) {
+            continue;
+        }
+        let Some(placed) = crate::placement::ran_in_controller(flow, s) else {
+            continue;
+        };
+        let told = printed
+            .entry(format!("in-controller/{}", s.id))
+            .or_insert(0);
+        if *told > 0 || (round.wanted.is_none() && !placed.api) {
+            continue;
+        }
+        *told = 1;
+        let label = round.labels.get(&s.id).cloned().unwrap_or(s.id.clone());
+        outln!(
+            "[{label}] ran inside the controller ({}): no pod, so no log; its outcome: `kubectl pf get {name}` and the flow's Events",
+            placed.why
+        );
+    }
+}
+
 /// Prints a pod's lines from `seen` on, each prefixed with its step (and node instance);
 /// returns how many of its lines are printed (or skipped) for good.
 fn print_lines(pod: &PodLines, instance: &str, seen: usize, round: &Round) -> usize {
@@ -251,9 +288,9 @@ fn print_lines(pod: &PodLines, instance: &str, seen: usize, round: &Round) -> us
             .cloned()
             .unwrap_or_else(|| node.clone());
         if instance.is_empty() {
-            println!("[{label}] {line}");
+            outln!("[{label}] {line}");
         } else {
-            println!("[{label} {instance}] {line}");
+            outln!("[{label} {instance}] {line}");
         }
     }
     pod.lines.len()

@@ -4,12 +4,16 @@
 //! Exit codes follow kubectl: 0 success, 1 an error. `plan` follows `flux diff`: 0 no change,
 //! 1 changes, 2 an error.
 
+#[macro_use]
+mod out;
+
 mod approve;
 mod bound;
 mod cluster;
 mod complete;
 mod get;
 mod logs;
+mod placement;
 mod plan;
 mod retry;
 mod suspend;
@@ -155,7 +159,7 @@ fn main() -> ExitCode {
             .build()
             .expect("tokio runtime");
         for line in rt.block_on(complete::complete(&args[2..])) {
-            println!("{line}");
+            outln!("{line}");
         }
         return ExitCode::SUCCESS;
     }
@@ -239,8 +243,8 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
 /// Prints `v` as YAML or JSON.
 pub fn print_objects(v: &serde_json::Value, output: Output) -> anyhow::Result<()> {
     match output {
-        Output::Json => println!("{}", serde_json::to_string_pretty(v)?),
-        Output::Yaml => print!("{}", serde_yaml::to_string(v)?),
+        Output::Json => outln!("{}", serde_json::to_string_pretty(v)?),
+        Output::Yaml => out!("{}", serde_yaml::to_string(v)?),
     }
     Ok(())
 }

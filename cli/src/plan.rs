@@ -80,7 +80,7 @@ pub async fn plan(
     let mut code = 0;
     for (i, flow) in flows.iter().enumerate() {
         if i > 0 {
-            println!();
+            outln!();
         }
         match plan_one(g, &me, flow).await {
             Ok(c) => code = code.max(c),
@@ -108,7 +108,7 @@ async fn plan_one(g: &Global, me: &cluster::Kube, flow: &Value) -> anyhow::Resul
     check_impersonation(&me.client, &namespace, &sa).await?;
     let user = format!("system:serviceaccount:{namespace}:{sa}");
     let sa_kube = cluster::connect(g, Some(user.clone())).await?;
-    println!("plan for pseudoflow {namespace}/{flow_name} as {user} (server-side dry-run)");
+    outln!("plan for pseudoflow {namespace}/{flow_name} as {user} (server-side dry-run)");
     let vars = spec["vars"]
         .as_object()
         .map(|m| {
@@ -133,9 +133,11 @@ async fn plan_one(g: &Global, me: &cluster::Kube, flow: &Value) -> anyhow::Resul
     let steps = spec["steps"].as_array().cloned().unwrap_or_default();
     p.steps(&steps, "spec.steps", None, None).await;
     let r = &p.report;
-    println!(
+    outln!(
         "\n{} change(s), {} undetermined step(s), {} error(s)",
-        r.changes, r.undetermined, r.errors
+        r.changes,
+        r.undetermined,
+        r.errors
     );
     Ok(if r.errors > 0 {
         2
@@ -358,12 +360,12 @@ fn yaml(v: &Value) -> String {
 impl Planner {
     fn undetermined(&mut self, path: &str, ty: &str, why: &str) {
         self.report.undetermined += 1;
-        println!("\n{path} ({ty}): undetermined — {why}");
+        outln!("\n{path} ({ty}): undetermined — {why}");
     }
 
     fn error(&mut self, path: &str, ty: &str, what: &str, e: impl std::fmt::Display) {
         self.report.errors += 1;
-        println!("\n{path} ({ty}) {what}: error — {e}");
+        outln!("\n{path} ({ty}) {what}: error — {e}");
     }
 
     async fn resolve(
@@ -424,14 +426,14 @@ impl Planner {
             _ if before == after => "unchanged",
             _ => "changed",
         };
-        println!("\n{path} ({ty}) {what}: {verdict}");
+        outln!("\n{path} ({ty}) {what}: {verdict}");
         if verdict == "unchanged" {
             return;
         }
         self.report.changes += 1;
         let (a, b) = (yaml(&before), yaml(&after));
         let diff = TextDiff::from_lines(&a, &b);
-        print!(
+        out!(
             "{}",
             diff.unified_diff()
                 .context_radius(3)
@@ -505,7 +507,7 @@ impl Planner {
             Err(e) => return self.error(path, ty, &what, format!("reading it: {e}")),
         };
         let Some(live) = live else {
-            println!("\n{path} ({ty}) {what}: absent, nothing to delete");
+            outln!("\n{path} ({ty}) {what}: absent, nothing to delete");
             return;
         };
         let dp = DeleteParams {
@@ -696,12 +698,12 @@ impl Planner {
             (None, None) => Vec::new(),
         };
         let what = step["path"].as_str().unwrap_or("");
-        println!("\n{path} ({ty}) {what}: a node step, not previewed; runs on:");
+        outln!("\n{path} ({ty}) {what}: a node step, not previewed; runs on:");
         for n in &targets {
-            println!("  node {n}");
+            outln!("  node {n}");
         }
         if targets.is_empty() {
-            println!("  (the node its loop or selector picks at run time)");
+            outln!("  (the node its loop or selector picks at run time)");
         }
         true
     }

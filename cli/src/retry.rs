@@ -49,7 +49,7 @@ pub async fn retry(k: &Kube, name: &str, from: Option<&str>) -> anyhow::Result<(
             .filter(|r| r.retry_of.as_deref() == Some(run.as_str()))
         {
             let at = new.retried_from.unwrap_or_default();
-            println!(
+            outln!(
                 "pseudoflow.ops.example.com/{name}: run {} retries run {run} from {at}",
                 new.id
             );
@@ -60,7 +60,7 @@ pub async fn retry(k: &Kube, name: &str, from: Option<&str>) -> anyhow::Result<(
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    println!("pseudoflow.ops.example.com/{name}: retry of run {run} requested; the controller has not answered within {}s", ANSWER_WITHIN.as_secs());
+    outln!("pseudoflow.ops.example.com/{name}: retry of run {run} requested; the controller has not answered within {}s", ANSWER_WITHIN.as_secs());
     Ok(())
 }
 

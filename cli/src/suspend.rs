@@ -18,10 +18,10 @@ pub async fn set(k: &Kube, name: &str, suspend: bool) -> anyhow::Result<()> {
         )
         .await?;
     let verb = if suspend { "suspended" } else { "resumed" };
-    println!("pseudoflow.ops.example.com/{name} {verb}");
+    outln!("pseudoflow.ops.example.com/{name} {verb}");
     let running = status(&patched).phase == Some(pseudoflow_crd::FlowPhase::Running);
     if suspend && running {
-        println!("note: the run in progress holds: its running steps finish, no new step starts until resume");
+        outln!("note: the run in progress holds: its running steps finish, no new step starts until resume");
     }
     Ok(())
 }

@@ -1294,3 +1294,68 @@ async fn get_of_a_bound_flow_lists_its_objects_with_their_runs() {
     );
     ctl.abort();
 }
+
+/// `kubectl pf logs NAME | head`: the reader closes the pipe before the plugin writes; that is
+/// a normal end (exit 0), never a panic (`println!` panicked: "failed printing to stdout").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_into_a_closed_pipe_end_quietly_with_success() {
+    let (client, ns) = namespace("pf-pipe").await;
+    let ctl = start_controller(&client, &ns);
+    run_fused_flow(&client, &ns, "piped").await;
+    let status = tokio::task::spawn_blocking(move || {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_kubectl-pf"))
+            .arg("--kubeconfig")
+            .arg(env().kubeconfig_path())
+            .args(["logs", "piped", "-n", &ns])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Closed before the plugin has read the flow, so its first line meets no reader.
+        drop(child.stdout.take());
+        let o = child.wait_with_output().unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).to_string(),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(status, (Some(0), String::new()), "exit code and stderr");
+    ctl.abort();
+}
+
+/// A step the controller ran itself (`options.apiSteps: Controller`) has no pod: `logs` says
+/// so, for every step and for that step alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_of_a_step_run_inside_the_controller_say_it_has_no_pod() {
+    let (client, ns) = namespace("pf-inctl").await;
+    // The controller acts as the flow's ServiceAccount from the admin's client configuration.
+    let kubeconfig = kube::config::Kubeconfig::read_from(env().kubeconfig_path()).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    let ctx = Context::new(client.clone(), IMAGE.into(), Arc::new(Metrics::default()))
+        .with_config(config);
+    let ctl = tokio::spawn(run_controller(Arc::new(ctx), Some(ns.clone())));
+    create_flow(&client, &ns, "quick", json!({
+        "serviceAccountName": "flow", "options": {"apiSteps": "Controller"},
+        "steps": [{"name": "made", "type": "apply", "manifests": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "quick", "namespace": ns}}}]
+    }))
+    .await;
+    let st = wait_done(&client, &ns, "quick", 120).await;
+    assert_eq!(st["phase"], "Succeeded", "{st:#}");
+    assert!(job_names(&client, &ns).await.is_empty(), "no Job for it");
+    for args in [vec!["logs", "quick"], vec!["logs", "quick", "made"]] {
+        let mut args = args.clone();
+        args.extend(["-n", &ns]);
+        let o = pf(&args).await;
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        assert_eq!(
+            o.stdout.trim(),
+            "[made] ran inside the controller (options.apiSteps: Controller): no pod, so no log; its outcome: `kubectl pf get quick` and the flow's Events",
+            "{args:?}"
+        );
+    }
+    ctl.abort();
+}

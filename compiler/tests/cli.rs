@@ -278,3 +278,28 @@ fn emit_shows_the_executor_pod_settings_the_flow_chose() {
     assert_eq!(pod["containers"][0]["resources"]["limits"]["memory"], "1Gi");
     assert_eq!(template["metadata"]["labels"]["team"], "db");
 }
+
+/// The README's "See what it compiles to" block is the command's output, as printed: every
+/// `$ cargo run ... pseudoflow-compile -- FILE` block of README.md gives exactly what follows it.
+#[test]
+fn the_readmes_compile_example_is_the_commands_output() {
+    let readme = std::fs::read_to_string(common::repo().join("README.md")).unwrap();
+    let prompt = "$ cargo run -q -p pseudoflow-compiler --bin pseudoflow-compile -- ";
+    let mut checked = 0;
+    for block in readme.split("```console\n").skip(1) {
+        let block = block.split("```").next().unwrap();
+        let Some(rest) = block.strip_prefix(prompt) else {
+            continue;
+        };
+        let (args, expected) = rest.split_once('\n').unwrap();
+        let args: Vec<&str> = args.split_whitespace().collect();
+        let (code, out, err) = run(&args);
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(
+            out, expected,
+            "README.md's output of pseudoflow-compile {args:?}"
+        );
+        checked += 1;
+    }
+    assert!(checked >= 1, "no pseudoflow-compile example in README.md");
+}

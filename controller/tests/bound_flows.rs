@@ -1218,4 +1218,62 @@ async fn a_v1alpha1_flow_keeps_splicing_as_written() {
             .starts_with("spec.steps[0].steps[0].cmd: ${item} splices \"item\", tenant data"),
         "{status:#}"
     );
+/// The run ids of the Jobs flow `flow` left in `ns`.
+async fn job_runs(client: &Client, ns: &str, flow: &str) -> std::collections::BTreeSet<String> {
+    let lp = kube::api::ListParams::default().labels(&format!("ops.example.com/flow={flow}"));
+    Api::<k8s_openapi::api::batch::v1::Job>::namespaced(client.clone(), ns)
+        .list(&lp)
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter_map(|j| {
+            j.metadata
+                .labels
+                .as_ref()?
+                .get("ops.example.com/run")
+                .cloned()
+        })
+        .collect()
+}
+
+/// Bounded history (issue #34) holds for a bound flow's children: each child is a flow with
+/// the bound flow's `options`, so an object re-run three times keeps only the Jobs of as many
+/// runs as `successfulRunsHistoryLimit` says (here 1; API steps in Jobs so that runs leave
+/// objects at all).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_objects_child_keeps_only_the_runs_its_history_limit_allows() {
+    let (client, ns) = setup("bind-history", all_verbs()).await;
+    let mut flow = widget_flow(json!({}));
+    flow["options"] = json!({"apiSteps": "Job", "successfulRunsHistoryLimit": 1});
+    create_flow(&client, &ns, "widgets", flow).await;
+    create_widget(&client, &ns, "w", json!({"version": "one"})).await;
+    let child = child_name("widgets", &ns, "w");
+    let mut runs = Vec::new();
+    let mut uids = std::collections::BTreeSet::new();
+    for version in ["one", "two", "three", "four"] {
+        if version != "one" {
+            let spec = json!({"spec": {"version": version}});
+            widgets(&client, &ns)
+                .patch("w", &PatchParams::default(), &Patch::Merge(&spec))
+                .await
+                .unwrap();
+        }
+        let done = wait_status(&client, &ns, &child, 90, "the object's run", |s| {
+            s["phase"] == "Succeeded"
+                && !runs.contains(&s["run"]["id"].as_str().unwrap_or_default().to_string())
+        })
+        .await;
+        runs.push(done["run"]["id"].as_str().unwrap().to_string());
+        let uid = flows(&client, &ns).get(&child).await.unwrap().metadata.uid;
+        uids.insert(uid.unwrap());
+    }
+    // One child object throughout: its old runs' Jobs are not gone with a replaced child.
+    assert_eq!(uids.len(), 1, "the child was re-made: {uids:?}");
+    let last: std::collections::BTreeSet<String> = [runs[3].clone()].into();
+    eventually(60, "only the newest run's Jobs left", || async {
+        job_runs(&client, &ns, &child).await == last
+    })
+    .await;
+    assert!(config_map_exists(&client, &ns, "w-made-four").await);
 }

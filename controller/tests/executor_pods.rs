@@ -165,3 +165,89 @@ async fn settings_a_flow_must_not_choose_are_refused_naming_their_path() {
         "{status:#}"
     );
 }
+
+/// The cluster's defaults (chart value `executor`, passed as `--executor-defaults`) go under a
+/// flow's own settings: the chart renders them into the controller's arguments, and a flow's
+/// pod has both — lists joined (the cluster's first), map keys merged, the flow's scalar winning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_charts_executor_defaults_go_under_the_flows_own_settings() {
+    let values = json!({"labels": {"tier": "cluster", "team": "ops"},
+        "imagePullSecrets": [{"name": "cluster-cred"}],
+        "priorityClassName": "cluster-default",
+        "resources": {"requests": {"cpu": "50m"}}});
+    let docs = pseudoflow_test_support::helm::template(
+        "exec-defaults",
+        &[
+            "--set-json".into(),
+            format!("executor={values}"),
+            "--set".into(),
+            "history.successfulRuns=5".into(),
+        ],
+    );
+    let args: Vec<String> = docs
+        .iter()
+        .filter(|d| d["kind"] == "Deployment")
+        .flat_map(|d| {
+            d["spec"]["template"]["spec"]["containers"][0]["args"]
+                .as_array()
+                .cloned()
+        })
+        .flatten()
+        .filter_map(|a| a.as_str().map(str::to_string))
+        .collect();
+    assert!(
+        args.contains(&"--successful-runs-history-limit=5".to_string()),
+        "{args:?}"
+    );
+    let json = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--executor-defaults="))
+        .unwrap_or_else(|| panic!("no --executor-defaults in {args:?}"));
+    let defaults: pseudoflow_crd::executor::ExecutorOptions = serde_json::from_str(json).unwrap();
+
+    let (client, ns) = common::flow::prepare(
+        "executor-defaults",
+        json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "patch"]}]),
+        json!([]),
+    )
+    .await;
+    let ctx = pseudoflow_controller::Context::new(
+        client.clone(),
+        common::IMAGE.into(),
+        std::sync::Arc::new(pseudoflow_controller::metrics::Metrics::default()),
+    )
+    .with_executor_defaults(defaults);
+    tokio::spawn(pseudoflow_controller::run_controller(
+        std::sync::Arc::new(ctx),
+        Some(ns.clone()),
+    ));
+    let class = format!("pf-{ns}");
+    apply(
+        &client,
+        json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+        "metadata": {"name": class}, "value": 100}),
+    )
+    .await;
+    let own = json!({"labels": {"team": "db"}, "imagePullSecrets": [{"name": "regcred"}],
+        "priorityClassName": class});
+    create_flow(&client, &ns, "merged", flow(&ns, "merged", own)).await;
+    let done = wait_done(&client, &ns, "merged").await;
+    assert_eq!(done["phase"], "Succeeded", "{done:#}");
+    let pods = pods_of(&client, &ns, "merged").await;
+    assert_eq!(pods.len(), 1);
+    let pod = serde_json::to_value(&pods[0]).unwrap();
+    assert_eq!(
+        pod["spec"]["imagePullSecrets"],
+        json!([{"name": "cluster-cred"}, {"name": "regcred"}])
+    );
+    assert_eq!(pod["spec"]["priorityClassName"], json!(class));
+    assert_eq!(
+        pod["spec"]["containers"][0]["resources"]["requests"]["cpu"],
+        "50m"
+    );
+    let labels = &pod["metadata"]["labels"];
+    assert_eq!(
+        (&labels["tier"], &labels["team"]),
+        (&json!("cluster"), &json!("db"))
+    );
+}

@@ -240,3 +240,58 @@ async fn a_failed_run_keeps_its_objects_for_its_retry_even_with_no_failed_runs_k
     )
     .await;
 }
+
+/// The run ids of the flow's segment journal ConfigMaps (one per fused Job).
+async fn journal_runs(client: &Client, ns: &str, flow: &str) -> BTreeSet<String> {
+    let selector = format!("ops.example.com/flow={flow},ops.example.com/role=segment-journal");
+    Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter_map(|c| {
+            c.metadata
+                .labels
+                .as_ref()?
+                .get("ops.example.com/run")
+                .cloned()
+        })
+        .collect()
+}
+
+/// The ConfigMaps a run's executor writes (here the journal of a fused Job of two steps) go
+/// with the run's Jobs: a flow keeping 2 succeeded runs, run 5 times, keeps the journals of
+/// its newest 2 runs only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runs_configmaps_go_with_its_jobs_beyond_the_limit() {
+    let (client, ns) = setup("history-cm").await;
+    let cm = |name: &str| json!({"type": "apply", "manifests": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": ns}}});
+    create_flow(
+        &client,
+        &ns,
+        "fused",
+        json!({"serviceAccountName": "flow", "options": {"successfulRunsHistoryLimit": 2},
+            "steps": [cm("one"), cm("two")]}),
+    )
+    .await;
+    let first = wait_done(&client, &ns, "fused").await;
+    assert_eq!(first["phase"], "Succeeded", "{first:#}");
+    let mut runs = vec![first["run"]["id"].as_str().unwrap().to_string()];
+    assert_eq!(
+        journal_runs(&client, &ns, "fused").await,
+        [runs[0].clone()].into(),
+        "a fused Job of two steps writes a journal"
+    );
+    for i in 2..=5 {
+        request_run(&client, &ns, "fused", &i.to_string()).await;
+        let st = run_ended(&client, &ns, "fused", &i.to_string()).await;
+        assert_eq!(st["phase"], "Succeeded", "{st:#}");
+        runs.push(st["run"]["id"].as_str().unwrap().to_string());
+    }
+    let newest: BTreeSet<String> = runs[3..].iter().cloned().collect();
+    eventually(30, "the journals of the newest 2 runs only", || async {
+        journal_runs(&client, &ns, "fused").await == newest
+    })
+    .await;
+}

@@ -697,3 +697,110 @@ async fn the_seeds_four_flows_succeed_on_real_nodes() {
         );
     }
 }
+
+/// `spec.options.executor` on real kubelets (issue #34): the control-plane node `cp-0` carries
+/// its `NoSchedule` taint (the cluster's own, not added here: the other tests of this binary
+/// share the nodes while they run). A step selecting `cp-0` without a toleration is never
+/// scheduled; with it, it runs there, and its pod carries the flow's private-registry pull
+/// Secret, started by the real kubelet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_lands_on_the_tainted_node_only_with_the_toleration_and_carries_the_pull_secret() {
+    use k8s_openapi::api::core::v1::{Node, Pod};
+    use kube::api::{Api, ListParams};
+    let env = env();
+    let client = env.client().await.unwrap();
+    install_crd(&client).await;
+    let ns = FlowNamespace::new("real-executor")
+        .create(env, &client)
+        .await;
+    let cp = Api::<Node>::all(client.clone()).get("cp-0").await.unwrap();
+    let taints = cp.spec.and_then(|s| s.taints).unwrap_or_default();
+    assert!(
+        taints.iter().any(|t| t.effect == "NoSchedule"),
+        "cp-0 is tainted NoSchedule: {taints:?}"
+    );
+    let tolerations: Vec<_> = taints
+        .iter()
+        .map(|t| json!({"key": t.key, "operator": "Exists", "effect": t.effect}))
+        .collect();
+    // A private registry's credentials, as `kubectl create secret docker-registry` makes them.
+    let auth =
+        r#"{"auths":{"registry.example.com":{"username":"u","password":"p","auth":"dTpw"}}}"#;
+    pseudoflow_test_support::apply(
+        &client,
+        json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/dockerconfigjson",
+            "metadata": {"name": "regcred", "namespace": ns},
+            "stringData": {".dockerconfigjson": auth}}),
+    )
+    .await;
+    let _c = controller(&client, &ns, false);
+    let flow = |executor: serde_json::Value| {
+        json!({"serviceAccountName": "flow", "options": {"executor": executor}, "steps": [
+            {"type": "exec", "var": "out", "cmd": "echo landed"},
+            {"type": "log", "message": "${out}"},
+        ]})
+    };
+    let on_cp = json!({"kubernetes.io/hostname": "cp-0"});
+    create_flow(
+        &client,
+        &ns,
+        "without",
+        flow(json!({"nodeSelector": on_cp})),
+    )
+    .await;
+    create_flow(
+        &client,
+        &ns,
+        "with",
+        flow(json!({"nodeSelector": on_cp, "tolerations": tolerations,
+            "imagePullSecrets": [{"name": "regcred"}]})),
+    )
+    .await;
+    let status = wait_done(&client, &ns, "with", 240).await;
+    assert_eq!(status["phase"], "Succeeded", "{status:#}");
+    assert!(status.to_string().contains("landed"), "{status:#}");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let of = |flow: &str| ListParams::default().labels(&format!("ops.example.com/flow={flow}"));
+    let with = pods.list(&of("with")).await.unwrap().items;
+    assert!(!with.is_empty(), "the step's pod");
+    for p in &with {
+        let spec = p.spec.as_ref().unwrap();
+        assert_eq!(
+            spec.node_name.as_deref(),
+            Some("cp-0"),
+            "on the tainted node"
+        );
+        let pulls: Vec<_> = spec
+            .image_pull_secrets
+            .iter()
+            .flatten()
+            .map(|s| s.name.as_str())
+            .collect();
+        assert_eq!(pulls, ["regcred"], "the pull secret is on the pod");
+        let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+        assert_eq!(phase, Some("Succeeded"), "started by cp-0's kubelet");
+    }
+    // Without the toleration: still unscheduled after the other one ran.
+    let without = pods.list(&of("without")).await.unwrap().items;
+    assert_eq!(without.len(), 1, "{without:#?}");
+    let pod = &without[0];
+    assert_eq!(pod.spec.as_ref().unwrap().node_name, None, "not scheduled");
+    let scheduled = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled"))
+        .map(|c| (c.status.clone(), c.reason.clone().unwrap_or_default()));
+    assert_eq!(
+        scheduled,
+        Some(("False".to_string(), "Unschedulable".to_string())),
+        "the taint keeps it off cp-0"
+    );
+    let flows: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &pseudoflow_controller::reconcile::flow_resource(),
+    );
+    let still = flows.get("without").await.unwrap().data["status"]["phase"].clone();
+    assert_eq!(still, "Running", "the untolerated step waits");
+}

@@ -585,3 +585,62 @@ async fn with_cert_manager_the_mounted_certificate_is_served_and_its_renewal_pic
     vwcs.delete(&vwc, &DeleteParams::default()).await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue #34: executor pod settings a flow author must not choose never reach a pod. What is
+/// not offered (`hostNetwork`, a privileged `securityContext`) is refused by kubectl's strict
+/// field validation against the CRD schema, naming the field, and dropped by the API server
+/// when validation is off (so never stored); a key the controller selects by is refused by the
+/// webhook, naming its path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn executor_settings_a_flow_author_must_not_choose_are_refused_or_never_stored() {
+    let (client, ns) = prepare("webhook-executor", json!([]), json!([])).await;
+    let (vwc, _) = start_webhook(&client, &ns).await;
+    wait_webhook_active(&ns).await;
+    let spec = |executor: Value| {
+        json!({"serviceAccountName": "flow", "options": {"executor": executor},
+            "steps": [{"type": "log", "message": "hi"}]})
+    };
+    let host = spec(json!({"hostNetwork": true, "securityContext": {"privileged": true}}));
+    let (ok, out) = kubectl_stdin(
+        &["apply", "--dry-run=server", "-f", "-"],
+        flow_yaml(&ns, "host", host.clone()),
+    )
+    .await;
+    assert!(!ok, "accepted: {out}");
+    for field in [
+        "spec.options.executor.hostNetwork",
+        "spec.options.executor.securityContext",
+    ] {
+        assert!(out.contains(field), "no {field} in:\n{out}");
+    }
+    // Without validation the API server prunes what the schema does not have.
+    let (ok, out) = kubectl_stdin(
+        &["apply", "--validate=false", "-f", "-"],
+        flow_yaml(&ns, "host", host),
+    )
+    .await;
+    assert!(ok, "{out}");
+    let stored = flows(&client, &ns).get("host").await.unwrap().data["spec"]["options"].clone();
+    assert!(
+        stored["executor"].get("hostNetwork").is_none()
+            && stored["executor"].get("securityContext").is_none(),
+        "stored: {stored:#}"
+    );
+    let owned = spec(json!({"labels": {"app.kubernetes.io/managed-by": "me"}}));
+    for args in [
+        &["apply", "--dry-run=server", "-f", "-"][..],
+        &["apply", "--validate=false", "-f", "-"][..],
+    ] {
+        let (ok, out) = kubectl_stdin(args, flow_yaml(&ns, "owned", owned.clone())).await;
+        assert!(!ok, "kubectl {args:?} accepted: {out}");
+        assert!(
+            out.contains("denied the request")
+                && out.contains("spec.options.executor.labels.app.kubernetes.io/managed-by: "),
+            "kubectl {args:?}:\n{out}"
+        );
+    }
+    Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .delete(&vwc, &DeleteParams::default())
+        .await
+        .unwrap();
+}

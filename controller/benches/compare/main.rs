@@ -15,7 +15,9 @@
 //!    separate process: its peak RSS and the time until all Succeeded (gives up after
 //!    `PSEUDOFLOW_BENCH_SCALE_TIMEOUT` seconds, 3600, and says how far it got).
 //! 5. `PSEUDOFLOW_BENCH_BOUND_OBJECTS` (1,000) objects of one kind served by one bound flow:
-//!    time until every object is Ready, the controller's peak RSS.
+//!    time until every object is Ready, the controller's peak RSS; then (5b) each object re-run
+//!    `PSEUDOFLOW_BENCH_BOUND_RERUNS` (3) times and the Jobs, pods, Secrets, ConfigMaps and child
+//!    flows left in the namespace counted (bounded history).
 //! 6. Section 1 again on a cluster of 2 real nodes (containerd, runc, the runtime image of
 //!    `make images`), started after the simulated one stops (section `real`).
 //! 7. A flow bound to a kind vs the kopf operator it replaces (bench/kopf/operator.py), side by
@@ -36,6 +38,7 @@ mod fanout;
 mod kopf;
 mod latency;
 mod process;
+mod rerun;
 mod scale;
 mod seed;
 
