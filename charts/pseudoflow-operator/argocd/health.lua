@@ -3,9 +3,9 @@
 -- invalid spec); Progressing while a run is pending or running or the controller has not yet
 -- observed the newest generation, or while a re-run asked for with the ops.example.com/run
 -- annotation (which does not bump metadata.generation) has not yet run: its value must be the
--- current run's status.run.trigger. Scheduled flows (their runs' triggers are schedule slots),
--- library flows (includeOnly: they never run) and retries (trigger "retry ...", status.run.retryOf
--- set) are not compared; a suspended flow's re-run waits for resume and says so.
+-- current run's status.run.trigger (a retry keeps the trigger of the run it retries). Scheduled
+-- flows (their runs' triggers are schedule slots) and library flows (includeOnly: they never
+-- run) are not compared; a suspended flow's re-run waits for resume and says so.
 local hs = {}
 if obj.status == nil or obj.status.phase == nil then
   hs.status = "Progressing"
@@ -22,7 +22,7 @@ end
 local spec = obj.spec or {}
 local asked = obj.metadata and obj.metadata.annotations and obj.metadata.annotations["ops.example.com/run"]
 local run = obj.status.run
-if asked ~= nil and run ~= nil and run.retryOf == nil and run.trigger ~= asked
+if asked ~= nil and run ~= nil and run.trigger ~= asked
     and (spec.schedule == nil or spec.schedule == "") and not spec.includeOnly then
   hs.status = "Progressing"
   if spec.suspend then
