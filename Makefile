@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/pseudoflow
 export CARGO_TARGET_DIR ?= $(CACHE_DIR)/target
 
-.PHONY: test lint unit k8s tools images real-node-setup cluster crd docs bench chart-test demo demo-real soak
+.PHONY: test lint unit k8s argocd tools images real-node-setup cluster crd docs bench chart-test demo demo-real soak
 
 ## test: everything CI runs — lint, the CRD freshness check, unit, snapshot and e2e tests (the
 ## real-node suite included: it needs the images).
@@ -53,6 +53,11 @@ demo-real: k8s images tools
 ## k8s: build (or reuse from the cache) etcd and the Kubernetes control plane from upstream Go modules.
 k8s:
 	bash testenv/build-k8s.sh
+
+## argocd: build (or reuse from the cache) Argo CD v3.6.1 from its Go module, and redis-server
+## from Debian if missing (testenv/build-argocd.sh; first time ~15+ min on 2 cores).
+argocd:
+	bash testenv/build-argocd.sh
 
 ## cluster: a local control plane with simulated nodes, for a person; Ctrl-C stops it.
 ## ARGS='--real 2' adds real nodes (make images first), ARGS='--nodes 0 --real 2' only real ones.

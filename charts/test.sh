@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Chart checks: helm lint, template rendering (defaults, and all options on), promtool on the
-# rendered alerts, the Argo CD health check in Lua. Installs its tools first (charts/install-tools.sh).
+# rendered alerts, the Argo CD health check and resource actions in Lua (and their argocd-cm snippet in
+# docs/gitops.md). Installs its tools first (charts/install-tools.sh).
 set -euo pipefail
 cd "$(dirname "$0")"
 bash install-tools.sh >/dev/null
@@ -137,4 +138,17 @@ PY
 promtool check rules tests/rendered-rules.yaml
 promtool test rules tests/alerts_test.yaml
 lua5.4 tests/health_test.lua "$CHART/argocd/health.lua"
+lua5.4 tests/actions_test.lua "$CHART/argocd/actions"
+# docs/gitops.md shows the argocd-cm snippet as argocd-cm.py makes it from these scripts.
+python3 - <<'PY'
+import importlib.util, yaml
+spec = importlib.util.spec_from_file_location("argocd_cm", "argocd-cm.py")
+m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
+text = m.snippet()
+data = yaml.safe_load(text)["data"]
+actions = yaml.safe_load(data["resource.customizations.actions.ops.example.com_PseudoFlow"])
+assert [d["name"] for d in actions["definitions"]] == m.ACTIONS, actions["definitions"]
+assert all(d["action.lua"].strip() for d in actions["definitions"]) and actions["discovery.lua"].strip()
+assert text in open("../docs/gitops.md").read(), "docs/gitops.md's argocd-cm snippet is not what charts/argocd-cm.py prints: paste its output there"
+PY
 rm -f tests/rendered-rules.yaml

@@ -1,11 +1,13 @@
 -- Runs argocd/health.lua against statuses the controller writes; exits non-zero on a mismatch.
 local script = assert(io.open(arg[1] or "pseudoflow-operator/argocd/health.lua")):read("a")
 local failures = 0
+local total = 0
 local function check(name, o, want_status, want_message)
   local env = setmetatable({obj = o}, {__index = _G})
   local hs = assert(load(script, "health.lua", "t", env))()
   local ok = hs.status == want_status and (want_message == nil or string.find(hs.message, want_message, 1, true))
   print((ok and "ok   " or "FAIL ") .. name .. ": " .. hs.status .. " (" .. hs.message .. ")")
+  total = total + 1
   if not ok then failures = failures + 1 end
 end
 check("no status yet", {metadata = {generation = 1}}, "Progressing", "Waiting")
@@ -16,5 +18,23 @@ check("invalid spec", {metadata = {generation = 1}, status = {observedGeneration
 check("timed out", {metadata = {generation = 1}, status = {observedGeneration = 1, phase = "Failed", reason = "Timeout"}}, "Degraded", "Timeout")
 check("aborted by Replace", {metadata = {generation = 4}, status = {observedGeneration = 4, phase = "Aborted"}}, "Degraded", "Aborted")
 check("pending (queued by Forbid)", {metadata = {generation = 1}, status = {observedGeneration = 1, phase = "Pending"}}, "Progressing", nil)
-print((failures == 0) and "8 passed, 0 failed" or ((8 - failures) .. " passed, " .. failures .. " failed"))
+-- A re-run asked for in git (ops.example.com/run) does not bump the generation: Progressing until
+-- the controller's current run carries that trigger, then as its phase says.
+local function rerun(asked, run, phase, spec)
+  return {metadata = {generation = 2, annotations = {["ops.example.com/run"] = asked}}, spec = spec or {},
+          status = {observedGeneration = 2, phase = phase, run = run}}
+end
+check("re-run asked, old run succeeded", rerun("2", {id = "a", generation = 2, trigger = "1"}, "Succeeded"), "Progressing", "re-run 2")
+check("re-run asked, first annotation on a run without trigger", rerun("1", {id = "a", generation = 2}, "Succeeded"), "Progressing", "re-run 1")
+check("re-run asked, old run failed", rerun("2", {id = "a", generation = 2, trigger = "1"}, "Failed"), "Progressing", "re-run 2")
+check("re-run running", rerun("2", {id = "b", generation = 2, trigger = "2"}, "Running"), "Progressing", nil)
+check("re-run succeeded", rerun("2", {id = "b", generation = 2, trigger = "2"}, "Succeeded"), "Healthy", nil)
+check("re-run failed", rerun("2", {id = "b", generation = 2, trigger = "2"}, "Failed"), "Degraded", nil)
+check("re-run on a suspended flow", rerun("2", {id = "a", generation = 2, trigger = "1"}, "Succeeded", {suspend = true}), "Progressing", "suspended")
+check("scheduled flow: trigger is the slot", rerun("2", {id = "a", generation = 2, trigger = "schedule 2026-01-01T00:00:00Z"}, "Succeeded", {schedule = "0 * * * *"}), "Healthy", nil)
+check("library flow never runs", rerun("2", {id = "a", generation = 2, trigger = "1"}, "Succeeded", {includeOnly = true}), "Healthy", nil)
+check("retry of the re-run succeeded (a retry keeps the trigger)", rerun("2", {id = "c", generation = 2, trigger = "2", retryOf = "b"}, "Succeeded"), "Healthy", nil)
+check("re-run asked after a retry", rerun("3", {id = "c", generation = 2, trigger = "2", retryOf = "b"}, "Succeeded"), "Progressing", "re-run 3")
+check("annotation but invalid spec (no run)", {metadata = {generation = 1, annotations = {["ops.example.com/run"] = "2"}}, status = {observedGeneration = 1, phase = "Failed", reason = "InvalidSpec", message = "spec.steps[0]: bad"}}, "Degraded", "InvalidSpec")
+print((failures == 0) and (total .. " passed, 0 failed") or ((total - failures) .. " passed, " .. failures .. " failed"))
 os.exit(failures == 0 and 0 or 1)

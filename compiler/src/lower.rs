@@ -264,7 +264,10 @@ fn executor_input(inst: &NodeInstance, task: Task, on_node: bool, name: &str) ->
 }
 
 /// The metadata the input Secret and the Job share: the name, the labels, the input's digest
-/// and where in the flow the step is, owned by the flow (so deleting it collects them).
+/// and where in the flow the step is, owned by the flow (so deleting it collects them). The
+/// onDelete run's (id `d...`) do not block the owner's deletion: under a foreground deletion
+/// (Argo CD's prune) the garbage collector deletes the owner's blocking dependents while it
+/// waits, which would kill the onDelete steps the flow's finalizer is waiting for.
 fn object_metadata(inst: &NodeInstance, name: &str, labels: &Value, digest: &str) -> Value {
     let node = inst.node;
     let annotations = json!({
@@ -280,7 +283,7 @@ fn object_metadata(inst: &NodeInstance, name: &str, labels: &Value, digest: &str
         "name": inst.flow.name,
         "uid": inst.flow.uid,
         "controller": true,
-        "blockOwnerDeletion": true,
+        "blockOwnerDeletion": !inst.run_id.starts_with('d'),
     }]);
     json!({
         "name": name,
@@ -441,5 +444,54 @@ fn strip_nulls(v: Value) -> Value {
         ),
         Value::Array(a) => Value::Array(a.into_iter().map(strip_nulls).collect()),
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{compile, FlowId};
+
+    /// The Job and input Secret of a main run block their flow's deletion; an onDelete run's
+    /// (id `d...`) do not, so a foreground deletion's garbage collector leaves them running.
+    #[test]
+    fn only_on_delete_runs_objects_do_not_block_the_flows_deletion() {
+        let id = FlowId {
+            name: "f",
+            namespace: Some("default"),
+        };
+        let spec = json!({"steps": [{"type": "exec", "cmd": "true"}]});
+        let compiled = compile(&id, &spec).unwrap();
+        let node = &compiled.plan.graph[compiled.plan.index("s0").unwrap()];
+        let flow = FlowRef {
+            name: "f".into(),
+            namespace: "default".into(),
+            uid: "u".into(),
+            service_account: "default".into(),
+        };
+        let blocks = |run_id: &str| {
+            let inst = NodeInstance {
+                flow: &flow,
+                run_id,
+                node,
+                instance: &[],
+                attempt: 1,
+                step: serde_json::to_value(node.step.as_ref().unwrap()).unwrap(),
+                target_node: None,
+                artifacts: &[],
+                segment: vec![],
+                changed_before: false,
+                run_secret: None,
+            };
+            let lowered = lower(&inst, &LowerOptions::default()).unwrap();
+            let of = |refs: Option<
+                Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>,
+            >| { refs.unwrap()[0].block_owner_deletion.unwrap() };
+            let job = of(lowered.job.metadata.owner_references);
+            assert_eq!(job, of(lowered.input.metadata.owner_references));
+            job
+        };
+        assert!(blocks("r0123"), "a main run's Job blocks");
+        assert!(!blocks("dr0123"), "an onDelete run's Job does not");
     }
 }

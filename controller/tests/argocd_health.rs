@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use kube::api::{Api, DynamicObject};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::wait::await_condition;
 use kube::Client;
 use pseudoflow_controller::reconcile::flow_resource;
@@ -172,4 +172,69 @@ async fn argocd_health_matches_what_the_controller_reports() {
     let mut stale = object(&client, &ns, "ok").await;
     stale["metadata"]["generation"] = json!(stale["metadata"]["generation"].as_i64().unwrap() + 1);
     assert_eq!(health(&stale).0, "Progressing");
+
+    // A re-run asked for in git (ops.example.com/run) keeps the generation: Progressing from
+    // the moment Argo CD applied it (before the controller saw it) until that run is done.
+    let mut asked = object(&client, &ns, "ok").await;
+    asked["metadata"]["annotations"] = json!({"ops.example.com/run": "again"});
+    let (status, message) = health(&asked);
+    assert_eq!(status, "Progressing", "{message}");
+    assert!(message.contains("again"), "{message}");
+    let patch = json!({"metadata": {"annotations": {"ops.example.com/run": "again"}}});
+    flows
+        .patch("ok", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let rerun_done = |o: Option<&DynamicObject>| {
+        o.is_some_and(|f| {
+            f.data["status"]["run"]["trigger"] == "again"
+                && f.data["status"]["phase"] == "Succeeded"
+        })
+    };
+    tokio::time::timeout(
+        Duration::from_secs(90),
+        await_condition(flows.clone(), "ok", rerun_done),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(health(&object(&client, &ns, "ok").await).0, "Healthy");
+
+    // A retry keeps the trigger of the run it retries: the failed re-run, retried, is still
+    // the run the annotation asked for (Degraded again, not Progressing).
+    let patch = json!({"metadata": {"annotations": {"ops.example.com/run": "again"}}});
+    flows
+        .patch("denied", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let failed = |retry: bool| {
+        move |o: Option<&DynamicObject>| {
+            o.is_some_and(|f| {
+                let run = &f.data["status"]["run"];
+                run["trigger"] == "again"
+                    && run["retryOf"].is_string() == retry
+                    && f.data["status"]["phase"] == "Failed"
+            })
+        }
+    };
+    tokio::time::timeout(
+        Duration::from_secs(90),
+        await_condition(flows.clone(), "denied", failed(false)),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let patch = json!({"metadata": {"annotations": {"ops.example.com/retry": "1"}}});
+    flows
+        .patch("denied", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(90),
+        await_condition(flows.clone(), "denied", failed(true)),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(health(&object(&client, &ns, "denied").await).0, "Degraded");
 }

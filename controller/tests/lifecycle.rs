@@ -255,3 +255,76 @@ async fn a_flow_created_again_under_the_same_name_runs_anew() {
         "two Jobs of its own beside the two left over"
     );
 }
+
+/// Argo CD v3 prunes with foreground propagation: the garbage collector deletes the flow's
+/// dependents (its run-state Secret, its Jobs) first, while the `on-delete` finalizer still holds
+/// the flow. Its onDelete steps must still run with their run state: an exec output carried from
+/// one onDelete step to the next, no step failing on a vanished Job, the flow then released. The
+/// first step outlasts the garbage collector's discovery resync (30 s), so it does act meanwhile.
+#[tokio::test]
+async fn foreground_deletion_still_runs_on_delete_with_its_run_state() {
+    let (client, ns) = setup("on-delete-fg").await;
+    let stamp_cm = format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: backup-taken, namespace: {ns}}}\ndata: {{at: \"${{stamp}}\"}}\n");
+    create_flow(
+        &client,
+        &ns,
+        "db",
+        json!({"serviceAccountName": "flow", "steps": [make_cm(&ns, "created")], "onDelete": [
+            {"type": "exec", "cmd": "sleep 35; date +%s%N", "var": "stamp"},
+            {"type": "apply", "manifests": stamp_cm}
+        ]}),
+    )
+    .await;
+    let status = wait_done(&client, &ns, "db").await;
+    assert_eq!(status["phase"], "Succeeded", "{status:#}");
+    let flows: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &flow_resource());
+    // Every status the flow shows until it is gone: the last is the onDelete run's.
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let watcher = {
+        let (flows, seen) = (flows.clone(), seen.clone());
+        tokio::spawn(async move {
+            use futures::StreamExt;
+            let stream = kube::runtime::watcher(
+                flows,
+                kube::runtime::watcher::Config::default().fields("metadata.name=db"),
+            );
+            let mut stream = std::pin::pin!(kube::runtime::WatchStreamExt::applied_objects(stream));
+            while let Some(Ok(f)) = stream.next().await {
+                seen.lock().unwrap().push(f.data["status"].clone());
+            }
+        })
+    };
+    delete_flow(&client, &ns, "db", &DeleteParams::foreground(), 150).await;
+    watcher.abort();
+    let cm = config_map(&client, &ns, "backup-taken").await;
+    let at = cm.and_then(|c| c.data).and_then(|d| d.get("at").cloned());
+    assert!(
+        at.as_deref()
+            .is_some_and(|a| a.len() > 10 && a.chars().all(|c| c.is_ascii_digit())),
+        "the second onDelete step got the first one's output: {at:?}"
+    );
+    let last = seen.lock().unwrap().last().cloned().unwrap_or_default();
+    assert!(
+        last["run"]["id"]
+            .as_str()
+            .is_some_and(|id| id.starts_with('d'))
+            && last["phase"] == "Succeeded",
+        "the onDelete run succeeded: {last:#}"
+    );
+    let events = Api::<Event>::namespaced(client.clone(), &ns)
+        .list(
+            &ListParams::default()
+                .fields("involvedObject.kind=PseudoFlow,involvedObject.name=db,type=Warning"),
+        )
+        .await
+        .unwrap();
+    let warnings: Vec<_> = events
+        .items
+        .iter()
+        .filter_map(|e| e.message.clone())
+        .collect();
+    assert!(
+        warnings.is_empty(),
+        "no step failed or state was refused: {warnings:?}"
+    );
+}

@@ -1,7 +1,11 @@
 -- Argo CD health check for ops.example.com/PseudoFlow (resource.customizations.health.ops.example.com_PseudoFlow).
 -- Healthy only when the latest spec ran to Succeeded; Degraded on Failed/Aborted (including an
 -- invalid spec); Progressing while a run is pending or running or the controller has not yet
--- observed the newest generation.
+-- observed the newest generation, or while a re-run asked for with the ops.example.com/run
+-- annotation (which does not bump metadata.generation) has not yet run: its value must be the
+-- current run's status.run.trigger (a retry keeps the trigger of the run it retries). Scheduled
+-- flows (their runs' triggers are schedule slots) and library flows (includeOnly: they never
+-- run) are not compared; a suspended flow's re-run waits for resume and says so.
 local hs = {}
 if obj.status == nil or obj.status.phase == nil then
   hs.status = "Progressing"
@@ -13,6 +17,19 @@ local observed = obj.status.observedGeneration
 if generation ~= nil and (observed == nil or observed < generation) then
   hs.status = "Progressing"
   hs.message = "Waiting for the controller to run generation " .. tostring(generation)
+  return hs
+end
+local spec = obj.spec or {}
+local asked = obj.metadata and obj.metadata.annotations and obj.metadata.annotations["ops.example.com/run"]
+local run = obj.status.run
+if asked ~= nil and run ~= nil and run.trigger ~= asked
+    and (spec.schedule == nil or spec.schedule == "") and not spec.includeOnly then
+  hs.status = "Progressing"
+  if spec.suspend then
+    hs.message = "Re-run " .. asked .. " waits: the flow is suspended"
+  else
+    hs.message = "Waiting for the controller to start the re-run " .. asked
+  end
   return hs
 end
 local phase = obj.status.phase

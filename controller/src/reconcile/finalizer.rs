@@ -56,8 +56,34 @@ pub async fn set_named(
         .map(|_| ())
 }
 
-/// Removes [`ON_DELETE`] (the onDelete steps succeeded, or there are none to run).
+/// The garbage collector's finalizer while it deletes an object's dependents (foreground
+/// propagation).
+pub const FOREGROUND: &str = "foregroundDeletion";
+
+/// Whether a foreground deletion of the flow is still deleting its dependents: new Jobs owned
+/// by it now would be deleted with them.
+pub fn foreground_pending(flow: &DynamicObject) -> bool {
+    flow.metadata.deletion_timestamp.is_some() && has(flow, FOREGROUND)
+}
+
+/// Whether the flow's run state must outlive a foreground deletion of the flow: it carries
+/// [`ON_DELETE`], or (not yet deleted) its spec has onDelete steps the next reconcile will hold
+/// it for. Read raw, before the finalizer is written back into this snapshot.
+pub fn holds_state(flow: &DynamicObject) -> bool {
+    let steps = flow.data["spec"]["onDelete"]
+        .as_array()
+        .is_some_and(|s| !s.is_empty());
+    let bound = !flow.data["spec"]["bind"].is_null() || crate::bind::released(flow);
+    present(flow) || (flow.metadata.deletion_timestamp.is_none() && steps && !bound)
+}
+
+/// Removes [`ON_DELETE`] (the onDelete steps succeeded, or there are none to run), after
+/// releasing the run-state Secret it kept ([`super::store::release`]).
 pub async fn remove(api: &Api<DynamicObject>, flow: &DynamicObject) -> kube::Result<()> {
+    if present(flow) {
+        let ns = flow.namespace().unwrap_or_default();
+        super::store::release(&api.clone().into_client(), &ns, &flow.name_any()).await?;
+    }
     set(api, flow, false).await
 }
 
@@ -68,6 +94,12 @@ pub async fn let_go(client: &kube::Client, flow: &RawFlow) -> kube::Result<()> {
     if flow.metadata.deletion_timestamp.is_none() || !ours {
         return Ok(());
     }
+    super::store::release(
+        client,
+        &flow.namespace().unwrap_or_default(),
+        &flow.name_any(),
+    )
+    .await?;
     let rest: Vec<&String> = flow
         .finalizers()
         .iter()
@@ -83,4 +115,46 @@ pub async fn let_go(client: &kube::Client, flow: &RawFlow) -> kube::Result<()> {
         )
         .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flow(v: serde_json::Value) -> DynamicObject {
+        serde_json::from_value(v).unwrap()
+    }
+
+    /// The run state is kept (finalizer on its Secret) exactly while onDelete steps may still
+    /// need it: the flow holds the finalizer, or its spec has onDelete steps the controller is
+    /// about to hold it for; never for bound or released flows, nor once deleted without it.
+    #[test]
+    fn the_run_state_is_held_while_on_delete_steps_may_run() {
+        let base = |meta: serde_json::Value, spec: serde_json::Value| {
+            flow(
+                json!({"apiVersion": "ops.example.com/v1alpha1", "kind": "PseudoFlow",
+                        "metadata": meta, "spec": spec}),
+            )
+        };
+        let steps = json!({"steps": [], "onDelete": [{"type": "sleep", "seconds": 1}]});
+        assert!(holds_state(&base(
+            json!({"name": "f", "finalizers": [ON_DELETE]}),
+            json!({})
+        )));
+        assert!(holds_state(&base(json!({"name": "f"}), steps.clone())));
+        assert!(!holds_state(&base(
+            json!({"name": "f"}),
+            json!({"steps": []})
+        )));
+        assert!(!holds_state(&base(
+            json!({"name": "f", "deletionTimestamp": "2026-01-01T00:00:00Z"}),
+            steps.clone()
+        )));
+        let mut bound = steps.clone();
+        bound["bind"] = json!({"kind": "Node"});
+        assert!(!holds_state(&base(json!({"name": "f"}), bound)));
+        let released =
+            json!({"name": "f", "annotations": {(pseudoflow_crd::bind::RELEASED_ANNOTATION): "x"}});
+        assert!(!holds_state(&base(released, steps)));
+    }
 }

@@ -96,6 +96,12 @@ async fn reconcile_flow(
     let Some(compiled) = f.compile().await? else {
         return Ok(Action::await_change());
     };
+    if deleting && finalizer::foreground_pending(flow) {
+        // The garbage collector is deleting the flow's dependents (a foreground deletion, Argo
+        // CD's prune): onDelete's Jobs start once it is done, or it would delete them too. The
+        // run state survives it (its Secret holds our finalizer); its end is a flow update.
+        return Ok(Action::requeue(Duration::from_secs(5)));
+    }
     if compiled.spec.bind.is_some() || binding {
         // A flow bound to a kind runs nothing itself: it keeps a flow per object.
         return crate::bind::reconcile_parent(&f.r, &f.flows, &compiled.spec, &f.previous).await;
@@ -217,7 +223,12 @@ impl FlowReconcile<'_> {
             && compiled.spec.bind.is_none()
             && !crate::bind::released(flow);
         if !deleting && finalizer::present(flow) != holds {
-            finalizer::set(&self.flows, flow, holds).await?;
+            if holds {
+                finalizer::set(&self.flows, flow, true).await?;
+            } else {
+                // Also releases the run-state Secret the finalizer kept.
+                finalizer::remove(&self.flows, flow).await?;
+            }
         }
         if deleting && !holds && compiled.spec.bind.is_none() {
             finalizer::remove(&self.flows, flow).await?;

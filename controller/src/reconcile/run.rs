@@ -722,8 +722,10 @@ pub(super) async fn finish_if_done(r: &Reconciling<'_>, plan: &Plan, run: &mut S
     let note = if r.flow.metadata.deletion_timestamp.is_some() && status == "Failed" {
         format!(
             "{note}; the flow is kept until its onDelete steps succeed: fix the cause and change \
-             the {RUN_ANNOTATION} annotation to retry, or remove the finalizer {} to delete it anyway",
-            finalizer::ON_DELETE
+             the {RUN_ANNOTATION} annotation to retry, or remove the finalizer {} (from the flow \
+             and from its run-state Secret {}) to delete it anyway",
+            finalizer::ON_DELETE,
+            super::store::name(r.flow_id.name),
         )
     } else {
         note

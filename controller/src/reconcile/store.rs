@@ -9,7 +9,7 @@ use crate::approval::Key;
 use crate::labels::{MANAGED_BY, MANAGED_BY_KEY};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::ByteString;
-use kube::api::{Api, DynamicObject, PostParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::Resource;
 
 use super::seal::{self, Owner};
@@ -157,6 +157,33 @@ pub fn last_writer(secret: &Secret) -> String {
     }
 }
 
+/// Drops the controller's finalizer from flow `flow`'s run-state Secret in `ns` (the flow is
+/// being let go: its onDelete steps ran, or none will), so the garbage collector may delete it.
+/// Guarded by the resourceVersion, so another finalizer added meanwhile is never lost.
+pub async fn release(client: &kube::Client, ns: &str, flow: &str) -> kube::Result<()> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let Some(secret) = api.get_opt(&name(flow)).await? else {
+        return Ok(());
+    };
+    let current = secret.metadata.finalizers.clone().unwrap_or_default();
+    let ours = super::finalizer::ON_DELETE;
+    if !current.iter().any(|f| f == ours) {
+        return Ok(());
+    }
+    let rest: Vec<&String> = current.iter().filter(|f| *f != ours).collect();
+    let patch = serde_json::json!({"metadata": {
+        "finalizers": rest,
+        "resourceVersion": secret.metadata.resource_version,
+    }});
+    match api
+        .patch(&name(flow), &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        other => other.map(|_| ()),
+    }
+}
+
 /// Saves the run as state number `seq`, sealed under `key`, owned by `flow` (so it goes with
 /// it); `resource_version` guards against two writers (a conflict makes the reconcile retry
 /// from fresh state).
@@ -172,7 +199,7 @@ pub async fn save(
     let api: Api<Secret> = Api::namespaced(client.clone(), &ns);
     let flow_name = flow.metadata.name.clone().unwrap_or_default();
     let name = name(&flow_name);
-    let owner = flow
+    let mut owner = flow
         .controller_owner_ref(&super::flow_resource())
         .expect("flows have uid");
     let doc = serde_json::to_vec(run).expect("run serialises");
@@ -184,6 +211,15 @@ pub async fn save(
     let mac = seal::seal(key, sealed_for, seq, &doc);
     let mut secret = Secret::default();
     secret.metadata.name = Some(name.clone());
+    // While onDelete steps are pending, the state outlives a foreground deletion of the flow
+    // (Argo CD's prune): the garbage collector deletes the flow's dependents first, and this
+    // finalizer keeps the Secret until the controller lets the flow go ([`release`]).
+    // It does not block the flow's deletion meanwhile: the garbage collector must finish its
+    // foreground pass (see `finalizer::foreground_pending`) while the Secret stays.
+    if super::finalizer::holds_state(flow) {
+        secret.metadata.finalizers = Some(vec![super::finalizer::ON_DELETE.to_string()]);
+        owner.block_owner_deletion = Some(false);
+    }
     secret.metadata.owner_references = Some(vec![owner]);
     secret.metadata.labels = Some([(MANAGED_BY_KEY.to_string(), MANAGED_BY.to_string())].into());
     secret.type_ = Some(SECRET_TYPE.to_string());
