@@ -1218,6 +1218,8 @@ async fn a_v1alpha1_flow_keeps_splicing_as_written() {
             .starts_with("spec.steps[0].steps[0].cmd: ${item} splices \"item\", tenant data"),
         "{status:#}"
     );
+}
+
 /// The run ids of the Jobs flow `flow` left in `ns`.
 async fn job_runs(client: &Client, ns: &str, flow: &str) -> std::collections::BTreeSet<String> {
     let lp = kube::api::ListParams::default().labels(&format!("ops.example.com/flow={flow}"));
