@@ -378,6 +378,7 @@ mod tests {
         let inc = |image: &str| Included {
             steps: json!([{"type": "exec", "cmd": "true", "image": image}]),
             vars: BTreeMap::new(),
+            from_secret: false,
         };
         let fixed: BTreeMap<String, Included> = [("s1".to_string(), inc("busybox"))].into();
         assert!(check_tenant_data(&spec, &fixed).is_ok());

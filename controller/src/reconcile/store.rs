@@ -9,7 +9,7 @@ use crate::approval::Key;
 use crate::labels::{MANAGED_BY, MANAGED_BY_KEY};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::ByteString;
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, PostParams};
 use kube::Resource;
 
 use super::seal::{self, Owner};
@@ -170,13 +170,12 @@ pub async fn release(client: &kube::Client, ns: &str, flow: &str) -> kube::Resul
     if !current.iter().any(|f| f == ours) {
         return Ok(());
     }
-    let rest: Vec<&String> = current.iter().filter(|f| *f != ours).collect();
-    let patch = serde_json::json!({"metadata": {
-        "finalizers": rest,
-        "resourceVersion": secret.metadata.resource_version,
-    }});
+    // An update (the verb the controller already has on Secrets; no `patch`), guarded by the
+    // resourceVersion read.
+    let mut released = secret;
+    released.metadata.finalizers = Some(current.into_iter().filter(|f| f != ours).collect());
     match api
-        .patch(&name(flow), &PatchParams::default(), &Patch::Merge(&patch))
+        .replace(&name(flow), &PostParams::default(), &released)
         .await
     {
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
