@@ -363,8 +363,8 @@ async fn fused_members(k: &Kube, jobs: &BTreeMap<String, Vec<Job>>) -> BTreeMap<
         let entries: Vec<Entry> = doc
             .and_then(|d| serde_json::from_str(&d).ok())
             .unwrap_or_default();
-        for e in entries {
-            out.insert(e.member.node_id, j.clone());
+        for e in entries.into_iter().filter(|e| !e.node.is_empty()) {
+            out.insert(e.node, j.clone());
         }
     }
     out

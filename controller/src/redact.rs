@@ -52,6 +52,12 @@ pub fn values(run: &StoredRun, result: &StepResult) -> BTreeSet<String> {
     for included in run.includes.values().filter(|i| i.from_secret) {
         strings(&included.steps, true, &mut out);
     }
+    // What the flow's own spec says (for a bound object's flow, the object's fields too) is
+    // shown to whoever may read the flow anyway: a namespace name a loop went over is not cut
+    // out of the message that names it.
+    if let Some(spec) = run.spec.as_ref().map(Value::to_string) {
+        out.retain(|v| !spec.contains(v.as_str()));
+    }
     out
 }
 

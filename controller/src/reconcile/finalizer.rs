@@ -84,7 +84,17 @@ pub async fn remove(api: &Api<DynamicObject>, flow: &DynamicObject) -> kube::Res
         let ns = flow.namespace().unwrap_or_default();
         super::store::release(&api.clone().into_client(), &ns, &flow.name_any()).await?;
     }
-    set(api, flow, false).await
+    // Once the run state is released the collector may take it at any moment: the flow's own
+    // finalizer must go now, not after a retried reconcile that would find no run state and run
+    // onDelete again. The flow read by this reconcile is usually one status write behind: on a
+    // conflict, read it again and remove the finalizer from what it is now.
+    match set(api, flow, false).await {
+        Err(kube::Error::Api(e)) if e.code == 409 => match api.get_opt(&flow.name_any()).await? {
+            Some(now) if now.metadata.uid == flow.metadata.uid => set(api, &now, false).await,
+            _ => Ok(()),
+        },
+        other => other,
+    }
 }
 
 /// Lets a flow that is being deleted go (drops [`ON_DELETE`]) when its onDelete steps cannot be

@@ -33,13 +33,22 @@ pub struct Entry {
     pub member: MemberResult,
     /// The member's JSON sealed for the Job under its journal key (base64).
     pub sealed: String,
+    /// The member's plan node id, in the clear: what `kubectl pf get` shows the Job against
+    /// (never trusted by the controller, which reads only what opens).
+    #[serde(default)]
+    pub node: String,
 }
 
 /// Seals `member` for Job `job` under `key`.
 pub fn sign(key: &str, job: &str, member: MemberResult) -> Entry {
     let json = serde_json::to_vec(&member).expect("results serialise");
     let sealed = seal(key, job, &json);
-    Entry { member, sealed }
+    let node = member.node_id.clone();
+    Entry {
+        member,
+        sealed,
+        node,
+    }
 }
 
 /// The entries of a journal document that open for Job `job` under `key`, in order, up to the
