@@ -74,24 +74,7 @@ async fn reconcile_flow(
     if deleting && let_go(ctx, flow, binding, ns, name).await? {
         return Ok(Action::await_change());
     }
-    let f = FlowReconcile {
-        r: Reconciling {
-            ctx,
-            flow,
-            flow_id: FlowId {
-                name,
-                namespace: Some(ns),
-            },
-            uid: flow.metadata.uid.as_deref().unwrap_or_default(),
-            now: now(),
-            publishing: Default::default(),
-        },
-        flows: Api::namespaced_with(ctx.client.clone(), ns, &flow_resource()),
-        generation: flow.metadata.generation.unwrap_or(0),
-        previous: flow.data.get("status").cloned().unwrap_or(Value::Null),
-        raw_spec: flow.data.get("spec").cloned().unwrap_or(Value::Null),
-        deleting,
-    };
+    let f = FlowReconcile::new(flow, ctx, ns, name);
     // 1. Compile: an invalid spec fails before anything runs.
     let Some(compiled) = f.compile().await? else {
         return Ok(Action::await_change());
@@ -198,6 +181,30 @@ enum Selected {
     },
     /// Nothing to drive now: the reconcile ends with this.
     Done(Action),
+}
+
+impl<'a> FlowReconcile<'a> {
+    /// What one reconcile of `flow` (`ns/name`) knows of it before reading anything else.
+    fn new(flow: &'a DynamicObject, ctx: &'a Context, ns: &'a str, name: &'a str) -> Self {
+        FlowReconcile {
+            r: Reconciling {
+                ctx,
+                flow,
+                flow_id: FlowId {
+                    name,
+                    namespace: Some(ns),
+                },
+                uid: flow.metadata.uid.as_deref().unwrap_or_default(),
+                now: now(),
+                publishing: Default::default(),
+            },
+            flows: Api::namespaced_with(ctx.client.clone(), ns, &flow_resource()),
+            generation: flow.metadata.generation.unwrap_or(0),
+            previous: flow.data.get("status").cloned().unwrap_or(Value::Null),
+            raw_spec: flow.data.get("spec").cloned().unwrap_or(Value::Null),
+            deleting: flow.metadata.deletion_timestamp.is_some(),
+        }
+    }
 }
 
 impl FlowReconcile<'_> {
