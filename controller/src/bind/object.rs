@@ -31,9 +31,16 @@ pub fn finalizer_name(ns: &str, parent: &str) -> String {
 
 /// `namespace/name` of an object (just `name` for a cluster-scoped one).
 pub fn key(obj: &DynamicObject) -> String {
-    match &obj.metadata.namespace {
-        Some(ns) => format!("{ns}/{}", obj.metadata.name.as_deref().unwrap_or_default()),
-        None => obj.metadata.name.clone().unwrap_or_default(),
+    let ns = obj.metadata.namespace.as_deref().unwrap_or_default();
+    key_of(ns, obj.metadata.name.as_deref().unwrap_or_default())
+}
+
+/// [`key`] of the object `name` in namespace `ns` (empty for a cluster-scoped kind).
+pub fn key_of(ns: &str, name: &str) -> String {
+    if ns.is_empty() {
+        name.to_string()
+    } else {
+        format!("{ns}/{name}")
     }
 }
 

@@ -67,7 +67,10 @@ pub(crate) async fn reconcile_parent(
     let generation = r.flow.metadata.generation.unwrap_or(0);
     let (again, summary_due) = match pending.take(r.uid, generation) {
         Pass::Full => match binding.serve_all(generation).await? {
-            Ok(again) => (again, Ok(())),
+            Ok(again) => {
+                pending.summarised(r.uid);
+                (again, Ok(()))
+            }
             Err(message) => {
                 refused(r, flows, previous, &message).await?;
                 return Ok(Action::requeue(RETRY_REFUSED));
@@ -82,7 +85,6 @@ pub(crate) async fn reconcile_parent(
         // Summed up less than a second ago: a later reconcile does it.
         return Ok(Action::requeue(again.min(wait)));
     }
-    let _ = pending.summary_due(r.uid);
     let refusals: Vec<Refused> = pending
         .refused(r.uid)
         .into_iter()

@@ -143,6 +143,13 @@ impl Pending {
         Ok(())
     }
 
+    /// Bound flow `uid` sums up its objects now whatever [`Pending::summary_due`] says (a full
+    /// pass always does).
+    pub fn summarised(&self, uid: &str) {
+        let mut flows = self.flows.lock().expect("not poisoned");
+        flows.entry(uid.to_string()).or_default().summarised = Some(Instant::now());
+    }
+
     /// Forgets bound flow `uid` (deleted, or no longer bound).
     pub fn forget(&self, uid: &str) {
         self.flows.lock().expect("not poisoned").remove(uid);

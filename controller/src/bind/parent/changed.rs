@@ -9,7 +9,7 @@ use futures::StreamExt;
 use kube::api::{Api, DynamicObject, GetParams};
 
 use super::{owned_by, Binding, Children, OBJECTS_SERVED_AT_ONCE, RESYNC, RETRY_OBJECT};
-use crate::bind::{child, pages, summary::Refused};
+use crate::bind::{child, object, pages, summary::Refused};
 
 impl Binding<'_> {
     /// Serves `objects` (namespace, name), several at once; returns how soon to look again.
@@ -26,11 +26,7 @@ impl Binding<'_> {
         let pending = &self.r.ctx.binder.watches.pending;
         let mut again = RESYNC;
         for ((ns, name), refusal, sooner) in served {
-            let key = if ns.is_empty() {
-                name.clone()
-            } else {
-                format!("{ns}/{name}")
-            };
+            let key = object::key_of(&ns, &name);
             pending.served(
                 self.r.uid,
                 &key,
@@ -47,11 +43,7 @@ impl Binding<'_> {
     /// Reads object `ns/name` and the child under its name, and serves it; an object gone
     /// (its finalizer removed, or never ours) needs nothing.
     async fn serve_named(&self, ns: &str, name: &str) -> (Option<Refused>, Duration) {
-        let object = if ns.is_empty() {
-            name.to_string()
-        } else {
-            format!("{ns}/{name}")
-        };
+        let object = object::key_of(ns, name);
         let failed = |message: String| {
             (
                 Some(Refused {
