@@ -23,7 +23,6 @@
 //! controller (`--node-step-namespaces kube-system`; the chart's default `nodeSteps.namespaces`).
 //! With real nodes the chart's webhook is off: testenv's API server runs on the machine, outside
 //! the pod network, so it cannot call a webhook Service's pods.
-
 //!
 //! The library is the demo's setup, so that `demo/tests/readme.rs` starts the same stack as
 //! `make demo` and runs the README's commands against it; `main.rs` only parses arguments and

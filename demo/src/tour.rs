@@ -62,6 +62,14 @@ pub async fn start(client: &kube::Client, repo: &Path) -> Result<()> {
         database_running,
     )
     .await?;
+    // The bound flow's own summary (`kubectl get pf`, `kubectl pf get database`) is written
+    // after the object's: wait for it too, so what the closing text suggests agrees.
+    wait_for(
+        client,
+        "flow database counting it Running",
+        database_flow_counted,
+    )
+    .await?;
     wait_for(
         client,
         "flow step-approval waiting for approval",
@@ -99,6 +107,15 @@ async fn database_running(client: kube::Client) -> Result<bool> {
     let dbs: Api<DynamicObject> = Api::namespaced_with(client, "default", &ar);
     let db = dbs.get_opt(DATABASE).await?;
     Ok(db.is_some_and(|d| d.data["status"]["phase"] == "Running"))
+}
+
+async fn database_flow_counted(client: kube::Client) -> Result<bool> {
+    let flows: Api<DynamicObject> = Api::namespaced_with(client, "default", &flow_resource());
+    let flow = flows.get_opt("database").await?;
+    Ok(flow.is_some_and(|f| {
+        let st = &f.data["status"];
+        st["phase"] == "Succeeded" && st["bound"]["running"] == 1
+    }))
 }
 
 async fn approval_waiting(client: kube::Client) -> Result<bool> {
