@@ -19,7 +19,6 @@ pub mod plan;
 pub mod pod_settings;
 pub mod render;
 pub mod result;
-pub mod runtime;
 pub mod source;
 
 pub use compile::{compile, compile_expanded, compile_with, validate_included, Compiled, FlowId};

@@ -17,7 +17,7 @@ use pseudoflow_crd::protocol::{journal_key, MemberResult};
 
 use super::node_health::{self, NodeHealth};
 use super::observe;
-use crate::walk::StoredRun;
+use pseudoflow_walk::StoredRun;
 
 /// What one Job has reported.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,8 +1,17 @@
-//! The DAG walk (rules in `docs/dag.md`): given the plan, the run state and the time, decide
-//! which node instances start, which are skipped, which are aborted, and when to wake up.
-//! Pure and deterministic: the reconcile loop feeds it observations and performs its actions.
+//! The pure run-time of a flow: what the controller decides while a run goes on, with no I/O.
+//! The DAG walk (this module; rules in `docs/dag.md`): given the plan, the run state and the
+//! time, decide which node instances start, which are skipped, which are aborted, and when to
+//! wake up. Steps that `include`/`includeFlow` fetched become part of the plan ([`includes`]),
+//! controller-local nodes (`log`, `eval`, `template`, a loop's items) are evaluated without a
+//! pod ([`local`]), and JSON read back from the API is bounded in depth ([`depth`]).
+//! Deterministic: the reconcile loop feeds it observations and performs its actions.
+#![warn(missing_docs)]
 
+pub mod depth;
 pub mod fold;
+pub mod includes;
+pub mod limits;
+pub mod local;
 pub mod retry;
 pub mod select;
 mod state;
@@ -69,8 +78,8 @@ pub struct Completion {
     pub items: Option<Vec<(String, Value)>>,
 }
 
-impl From<pseudoflow_compiler::runtime::local::Completion> for Completion {
-    fn from(local: pseudoflow_compiler::runtime::local::Completion) -> Self {
+impl From<crate::local::Completion> for Completion {
+    fn from(local: crate::local::Completion) -> Self {
         Completion {
             ok: local.ok,
             message: local.message,

@@ -6,8 +6,8 @@ use pseudoflow_crd::steps::r#loop::MAX_LOOP_ITEMS;
 use pseudoflow_crd::StepKind;
 use serde_json::Value;
 
-use crate::expr::{Engine, Scope};
-use crate::plan::{LoopOver, NodeKind, PlanNode};
+use pseudoflow_compiler::expr::{Engine, Scope};
+use pseudoflow_compiler::plan::{LoopOver, NodeKind, PlanNode};
 
 /// How a controller-local node ended: what the walker is told.
 #[derive(Debug, Clone, Default, PartialEq)]
