@@ -1,10 +1,10 @@
-//! The PseudoFlow controller. [`pseudoflow_walk`] is the pure heart — given a plan, what has happened so far
-//! and the time, it says what to start, abort or wait for — and [`reconcile`] is the thin loop
-//! around it: observe Jobs, feed results to the walker, launch what it says, write status.
-//! [`leader`] lets several replicas run with one active. One flow can never stop the controller
-//! serving the others: flows are read through [`raw`] (a spec nested too deep fails alone, see
-//! [`depth`], from the walk crate), a reconcile that panics or keeps failing fails or backs off alone ([`backoff`]),
-//! and what one flow may cost is bounded in [`limits`].
+//! The PseudoFlow controller. [`pseudoflow_walk`] is the pure heart — given a plan, what has
+//! happened so far and the time, it says what to start, abort or wait for — and [`reconcile`] is
+//! the thin loop around it: observe Jobs, feed results to the walker, launch what it says, write
+//! status. [`leader`] lets several replicas run with one active. One flow can never stop the
+//! controller serving the others: flows are read through [`raw`] (a spec nested too deep fails
+//! alone, see [`pseudoflow_walk::depth`]), a reconcile that panics or keeps failing fails or
+//! backs off alone ([`backoff`]), and what one flow may cost is bounded in [`limits`].
 #![warn(missing_docs)]
 
 pub mod approval;
@@ -23,9 +23,6 @@ pub mod secret;
 pub mod webhook;
 
 use std::sync::Arc;
-
-/// JSON depth checks, shared with the pure run-time's include expansion.
-pub use pseudoflow_walk::depth;
 
 pub use reconcile::{run_controller, Context};
 

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 
-use pseudoflow_compiler::result::StepResult;
+use pseudoflow_crd::protocol::StepResult;
 use serde_json::Value;
 
 use pseudoflow_walk::StoredRun;

@@ -6,7 +6,7 @@ use pseudoflow_compiler::expr::{prepare_payload, Scope};
 use pseudoflow_compiler::lower::{lower, task_of, FlowRef, LowerOptions, NodeInstance, Task};
 use pseudoflow_compiler::names::job_name;
 use pseudoflow_compiler::plan::{Plan, PlanNode};
-use pseudoflow_compiler::result::{IncludedDocument, StepResult};
+use pseudoflow_crd::protocol::result::{IncludedDocument, StepResult};
 use pseudoflow_walk::{includes, local};
 use pseudoflow_compiler::{fuse, Compiled};
 use pseudoflow_crd::bind::{OBJECT_VAR, TRIGGER_VAR};

@@ -21,7 +21,7 @@ use tracing::{error, info_span, warn, Instrument};
 
 use super::{finalizer, guard, outcome, reconcile_flow, Context, Error};
 use crate::backoff::{Backoff, WatchBackoff};
-use crate::depth::TooDeep;
+use pseudoflow_walk::depth::TooDeep;
 use crate::limits::MAX_CONCURRENT_RECONCILES;
 use crate::metrics::Metrics;
 use crate::raw::{DecodeError, RawFlow};

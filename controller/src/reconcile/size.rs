@@ -7,7 +7,7 @@
 use serde_json::Value;
 
 use super::store::StoredRun;
-use crate::depth;
+use pseudoflow_walk::depth;
 use crate::limits::MAX_RUN_STATE_DEPTH;
 use pseudoflow_walk::RunPhase;
 
