@@ -124,7 +124,8 @@ enum Readiness {
 /// Walks one plan; cheap to build, holds no run state.
 pub struct Walker<'p> {
     plan: &'p Plan,
-    order: Vec<String>,
+    /// Node ids in the order the compiler stored ([`Plan::creation_order`]).
+    order: &'p [String],
     /// For each node, the compound ends enclosing it, innermost first.
     ancestors: HashMap<String, Vec<String>>,
     /// A suspended run (`spec.suspend`): nothing new starts; what runs finishes, timeouts apply.
@@ -134,7 +135,7 @@ pub struct Walker<'p> {
 impl<'p> Walker<'p> {
     /// Prepares the walk of `plan`.
     pub fn new(plan: &'p Plan) -> Self {
-        let order = creation_topo_order(plan);
+        let order = plan.creation_order();
         let mut ancestors = HashMap::new();
         for n in plan.nodes() {
             let mut chain = Vec::new();
@@ -213,7 +214,7 @@ impl<'p> Walker<'p> {
                 break;
             }
             let mut loop_cache: HashMap<String, LoopProgress> = HashMap::new();
-            for id in &self.order {
+            for id in self.order {
                 let node = self.node(id);
                 for key in self.keys(node, state) {
                     let inst = state.get(id, &key);
@@ -538,7 +539,7 @@ impl<'p> Walker<'p> {
     /// covers every attempt of a retry. Returns whether one timed out.
     fn time_out_bodies(&self, state: &mut RunState, now: i64, out: &mut Outcome) -> bool {
         let mut timed_out = false;
-        for id in &self.order {
+        for id in self.order {
             let node = self.node(id);
             let Some((end, secs)) = body_timeout(node) else {
                 continue;
@@ -935,39 +936,6 @@ fn edge(kind: EdgeKind, inst: &Instance) -> Edge {
             _ => Edge::NotTaken,
         },
     }
-}
-
-/// A topological order that, among ready nodes, prefers the one created first (the spec's
-/// order), so branches start in the order they are written.
-fn creation_topo_order(plan: &Plan) -> Vec<String> {
-    use std::cmp::Reverse;
-    use std::collections::BinaryHeap;
-    let g = &plan.graph;
-    let mut indegree: Vec<usize> = g
-        .node_indices()
-        .map(|i| {
-            g.neighbors_directed(i, petgraph::Direction::Incoming)
-                .count()
-        })
-        .collect();
-    let mut ready: BinaryHeap<Reverse<usize>> = g
-        .node_indices()
-        .filter(|i| indegree[i.index()] == 0)
-        .map(|i| Reverse(i.index()))
-        .collect();
-    let mut order = Vec::with_capacity(g.node_count());
-    while let Some(Reverse(i)) = ready.pop() {
-        let idx = petgraph::graph::NodeIndex::new(i);
-        order.push(g[idx].id.clone());
-        for n in g.neighbors_directed(idx, petgraph::Direction::Outgoing) {
-            indegree[n.index()] -= 1;
-            if indegree[n.index()] == 0 {
-                ready.push(Reverse(n.index()));
-            }
-        }
-    }
-    assert_eq!(order.len(), g.node_count(), "plans are acyclic");
-    order
 }
 
 /// Inverse of [`instance_id`].
