@@ -43,4 +43,3 @@ pub const MAX_STEP_IN_CONTROLLER_SECONDS: u64 = 3600;
 /// step finish on its own (its end then wakes the flow): most API steps end within it, so the
 /// run goes on in the same reconcile.
 pub const STEP_IN_CONTROLLER_WAIT_MS: u64 = 1000;
-

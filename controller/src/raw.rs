@@ -17,8 +17,8 @@ use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use pseudoflow_walk::depth::{self, TooDeep};
 use crate::limits::MAX_SPEC_DEPTH;
+use pseudoflow_walk::depth::{self, TooDeep};
 
 /// A PseudoFlow with its `spec` and `status` undecoded.
 #[derive(Debug, Clone)]

@@ -42,7 +42,10 @@ impl Included {
 /// `sha256:` of `steps` as JSON with keys sorted (serde_json's maps are ordered) and no spaces.
 pub fn steps_digest(steps: &Value) -> String {
     let text = serde_json::to_string(steps).unwrap_or_default();
-    format!("sha256:{}", pseudoflow_compiler::names::content_digest(text.as_bytes()))
+    format!(
+        "sha256:{}",
+        pseudoflow_compiler::names::content_digest(text.as_bytes())
+    )
 }
 
 /// Why fetched steps cannot become a step's body.
@@ -594,7 +597,9 @@ mod tests {
             pin,
             format!(
                 "sha256:{}",
-                pseudoflow_compiler::names::content_digest(br#"[{"message":"reviewed","type":"log"}]"#)
+                pseudoflow_compiler::names::content_digest(
+                    br#"[{"message":"reviewed","type":"log"}]"#
+                )
             ),
             "keys sorted, no spaces"
         );

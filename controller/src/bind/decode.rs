@@ -13,8 +13,8 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use pseudoflow_walk::depth;
 use crate::limits::MAX_SPEC_DEPTH;
+use pseudoflow_walk::depth;
 
 /// How deep an object's fields may nest: a child flow carries them at
 /// `spec.bound.object.<field>`, three levels below its spec, whose depth the controller bounds.

@@ -5,8 +5,8 @@
 
 use kube::ResourceExt;
 use pseudoflow_compiler::names::run_id;
-use pseudoflow_walk::includes;
 use pseudoflow_crd::{RETRY_ANNOTATION, RETRY_FROM_ANNOTATION};
+use pseudoflow_walk::includes;
 
 use super::events::EventType;
 use super::{Error, Reconciling};

@@ -6,13 +6,13 @@ use pseudoflow_compiler::expr::{prepare_payload, Scope};
 use pseudoflow_compiler::lower::{lower, task_of, FlowRef, LowerOptions, NodeInstance, Task};
 use pseudoflow_compiler::names::job_name;
 use pseudoflow_compiler::plan::{Plan, PlanNode};
-use pseudoflow_crd::protocol::result::{IncludedDocument, StepResult};
-use pseudoflow_walk::{includes, local};
 use pseudoflow_compiler::{fuse, Compiled};
 use pseudoflow_crd::bind::{OBJECT_VAR, TRIGGER_VAR};
+use pseudoflow_crd::protocol::result::{IncludedDocument, StepResult};
 use pseudoflow_crd::status::ApprovalRecord;
 use pseudoflow_crd::steps::Placement;
 use pseudoflow_crd::{PseudoFlowSpec, StepKind, RUN_ANNOTATION};
+use pseudoflow_walk::{includes, local};
 use serde_json::Value;
 use tracing::{info, warn};
 
@@ -21,7 +21,9 @@ use super::narrate::Narrator;
 use super::status::{said_at, step_at};
 use super::{finalizer, launch, observe, plan_of, pod_security, Error, Reconciling};
 use crate::approval;
-use pseudoflow_walk::fold::{changed_on_same_node, deadline, earliest, merge_var, timed_out_message};
+use pseudoflow_walk::fold::{
+    changed_on_same_node, deadline, earliest, merge_var, timed_out_message,
+};
 use pseudoflow_walk::{
     split_instance_id, Action as WalkAction, Completion, Instance, Phase, RunPhase, StoredRun,
     Walker,

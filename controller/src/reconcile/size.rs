@@ -7,8 +7,8 @@
 use serde_json::Value;
 
 use super::store::StoredRun;
-use pseudoflow_walk::depth;
 use crate::limits::MAX_RUN_STATE_DEPTH;
+use pseudoflow_walk::depth;
 use pseudoflow_walk::RunPhase;
 
 pub use pseudoflow_walk::RUN_STATE_TOO_LARGE;
