@@ -10,7 +10,6 @@ pub mod emit;
 pub mod expr;
 pub mod flow_set;
 pub mod fuse;
-pub mod included;
 pub mod limits;
 pub mod lower;
 pub mod names;
@@ -18,8 +17,6 @@ pub mod placement;
 pub mod plan;
 pub mod pod_settings;
 pub mod render;
-pub mod result;
-pub mod runtime;
 pub mod source;
 
 pub use compile::{compile, compile_expanded, compile_with, validate_included, Compiled, FlowId};

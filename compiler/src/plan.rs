@@ -181,6 +181,7 @@ pub struct Plan {
     pub end: NodeIndex,
     by_id: BTreeMap<String, NodeIndex>,
     segments: BTreeMap<String, Vec<String>>,
+    order: Vec<String>,
 }
 
 impl Plan {
@@ -202,13 +203,22 @@ impl Plan {
                     .push(graph[i].id.clone());
             }
         }
+        let order = creation_topo_order(&graph);
         Plan {
             graph,
             start,
             end,
             by_id,
             segments,
+            order,
         }
+    }
+
+    /// Every node id in a topological order that, among ready nodes, prefers the one created
+    /// first (the spec's order), so branches start in the order they are written: the order
+    /// the walker visits nodes in, computed once here so that only the compiler knows graphs.
+    pub fn creation_order(&self) -> &[String] {
+        &self.order
     }
 
     /// The members of the segment `head` leads, in the order they run (empty when `head` is
@@ -293,4 +303,33 @@ impl Plan {
     pub fn is_empty(&self) -> bool {
         false
     }
+}
+
+/// A topological order that, among ready nodes, prefers the one created first (the spec's
+/// order), so branches start in the order they are written.
+fn creation_topo_order(g: &DiGraph<PlanNode, EdgeKind>) -> Vec<String> {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    let mut indegree: Vec<usize> = g
+        .node_indices()
+        .map(|i| g.neighbors_directed(i, Direction::Incoming).count())
+        .collect();
+    let mut ready: BinaryHeap<Reverse<usize>> = g
+        .node_indices()
+        .filter(|i| indegree[i.index()] == 0)
+        .map(|i| Reverse(i.index()))
+        .collect();
+    let mut order = Vec::with_capacity(g.node_count());
+    while let Some(Reverse(i)) = ready.pop() {
+        let idx = NodeIndex::new(i);
+        order.push(g[idx].id.clone());
+        for n in g.neighbors_directed(idx, Direction::Outgoing) {
+            indegree[n.index()] -= 1;
+            if indegree[n.index()] == 0 {
+                ready.push(Reverse(n.index()));
+            }
+        }
+    }
+    assert_eq!(order.len(), g.node_count(), "plans are acyclic");
+    order
 }

@@ -1,10 +1,10 @@
-//! The PseudoFlow controller. [`walk`] is the pure heart — given a plan, what has happened so far
-//! and the time, it says what to start, abort or wait for — and [`reconcile`] is the thin loop
-//! around it: observe Jobs, feed results to the walker, launch what it says, write status.
-//! [`leader`] lets several replicas run with one active. One flow can never stop the controller
-//! serving the others: flows are read through [`raw`] (a spec nested too deep fails alone, see
-//! [`depth`], from the compiler), a reconcile that panics or keeps failing fails or backs off alone ([`backoff`]),
-//! and what one flow may cost is bounded in [`limits`].
+//! The PseudoFlow controller. [`pseudoflow_walk`] is the pure heart — given a plan, what has
+//! happened so far and the time, it says what to start, abort or wait for — and [`reconcile`] is
+//! the thin loop around it: observe Jobs, feed results to the walker, launch what it says, write
+//! status. [`leader`] lets several replicas run with one active. One flow can never stop the
+//! controller serving the others: flows are read through [`raw`] (a spec nested too deep fails
+//! alone, see [`pseudoflow_walk::depth`]), a reconcile that panics or keeps failing fails or
+//! backs off alone ([`backoff`]), and what one flow may cost is bounded in [`limits`].
 #![warn(missing_docs)]
 
 pub mod approval;
@@ -20,13 +20,9 @@ pub mod raw;
 pub mod reconcile;
 pub mod redact;
 pub mod secret;
-pub mod walk;
 pub mod webhook;
 
 use std::sync::Arc;
-
-/// JSON depth checks, shared with the compiler's run-time functions.
-pub use pseudoflow_compiler::runtime::depth;
 
 pub use reconcile::{run_controller, Context};
 

@@ -1,8 +1,11 @@
 //! The controller's bounds, in one place: what one flow may cost it before that flow fails alone
-//! (rather than stalling, or starving every other flow). The bounds the compiler's run-time
-//! functions check (spec depth, plan growth, include nesting) are defined there.
+//! (rather than stalling, or starving every other flow). The bounds the pure run-time checks
+//! (spec depth, plan growth, include nesting, step instances) are defined in `pseudoflow_walk`.
 
-pub use pseudoflow_compiler::runtime::{MAX_INCLUDE_DEPTH, MAX_PLAN_NODES, MAX_SPEC_DEPTH};
+pub use pseudoflow_walk::limits::{
+    bounded, MAX_INCLUDE_DEPTH, MAX_INSTANCES, MAX_INSTANCE_MESSAGE_CHARS, MAX_PLAN_NODES,
+    MAX_SPEC_DEPTH,
+};
 
 /// Deepest JSON nesting of a stored run state (variables and fetched steps included), so that
 /// it always reads back (serde_json's limit is 128).
@@ -12,9 +15,6 @@ pub const MAX_RUN_STATE_DEPTH: usize = 100;
 /// The API server stores at most 1 MiB per object; this leaves room for the object around it.
 pub const MAX_RUN_STATE_BYTES: usize = 900 * 1024;
 
-/// Longest message (in characters) of one step instance kept in the run state.
-pub const MAX_INSTANCE_MESSAGE_CHARS: usize = 2000;
-
 /// Longest `status.message` (and condition message), in characters.
 pub const MAX_STATUS_MESSAGE_CHARS: usize = 2000;
 
@@ -23,9 +23,6 @@ pub const MAX_STEP_MESSAGE_CHARS: usize = 300;
 
 /// Longest Event note, in characters (the API server refuses notes over 1 kB).
 pub const MAX_EVENT_NOTE_CHARS: usize = 1000;
-
-/// Most node instances (steps times loop items) one run may hold.
-pub const MAX_INSTANCES: usize = 20_000;
 
 /// Flows reconciled at once (the others wait their turn): bounds the controller's memory when
 /// many flows are created together (`make bench`, its `scale` section).
@@ -46,26 +43,3 @@ pub const MAX_STEP_IN_CONTROLLER_SECONDS: u64 = 3600;
 /// step finish on its own (its end then wakes the flow): most API steps end within it, so the
 /// run goes on in the same reconcile.
 pub const STEP_IN_CONTROLLER_WAIT_MS: u64 = 1000;
-
-/// `text` cut to at most `max` characters, ending in an ellipsis when cut.
-pub fn bounded(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max.saturating_sub(1)) {
-        Some((end, _)) if text.chars().count() > max => format!("{}…", &text[..end]),
-        _ => text.to_string(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::bounded;
-
-    #[test]
-    fn a_long_text_is_cut_with_an_ellipsis_and_a_short_one_kept() {
-        assert_eq!(bounded("abcdef", 4), "abc…");
-        assert_eq!(bounded("abcdef", 4).chars().count(), 4);
-        assert_eq!(bounded("abcd", 4), "abcd");
-        assert_eq!(bounded("", 4), "");
-        // Characters, not bytes: never splits one.
-        assert_eq!(bounded("ééééé", 3), "éé…");
-    }
-}

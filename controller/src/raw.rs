@@ -2,7 +2,7 @@
 //! serde_json skips iteratively (no recursion, so no depth limit), and `metadata.managedFields`
 //! (whose `fieldsV1` mirror the spec's nesting) is dropped unread. So one flow nested deeper than
 //! serde_json's limit of 128 cannot fail the LIST that holds every flow: it fails alone, in its
-//! own reconcile, which checks the depth ([`crate::depth`]) before anything parses the spec.
+//! own reconcile, which checks the depth ([`pseudoflow_walk::depth`]) before anything parses the spec.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -17,8 +17,8 @@ use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::depth::{self, TooDeep};
 use crate::limits::MAX_SPEC_DEPTH;
+use pseudoflow_walk::depth::{self, TooDeep};
 
 /// A PseudoFlow with its `spec` and `status` undecoded.
 #[derive(Debug, Clone)]

@@ -6,10 +6,10 @@
 
 use std::collections::BTreeSet;
 
-use pseudoflow_compiler::result::StepResult;
+use pseudoflow_crd::protocol::StepResult;
 use serde_json::Value;
 
-use crate::walk::StoredRun;
+use pseudoflow_walk::StoredRun;
 
 /// Strings shorter than this are not redacted: `true`, `1`, `prod` are everywhere in messages,
 /// and a message with every short word cut out would say nothing. A Secret's value this short

@@ -11,7 +11,7 @@ use serde_json::json;
 mod common;
 
 use common::harness::{apply, config_map, create_flow, created, setup, step, wait_done};
-use pseudoflow_compiler::runtime::includes::steps_digest;
+use pseudoflow_walk::includes::steps_digest;
 
 #[tokio::test]
 async fn included_steps_run_in_place_under_the_flows_identity() {

@@ -1,7 +1,7 @@
 //! The step options end to end on a real control plane (testenv): retry with doubling backoff,
 //! parallel joins, if/when, loops over evaluated lists, continueOnError and onError, the
 //! controller-local steps (eval, log, sleep), step timeouts, concurrency policies and metrics.
-//! The walker's unit tests (controller/src/walk/tests.rs) cover the same rules on a pure plan;
+//! The walker's unit tests (walk/src/tests.rs) cover the same rules on a pure plan;
 //! these check what a person sees on the cluster: status, Jobs, created objects and Events.
 
 use std::sync::Arc;

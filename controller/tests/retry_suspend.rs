@@ -1,7 +1,7 @@
 //! Retrying a run (`ops.example.com/retry`, what `kubectl pf retry` sets) and holding a running
 //! run with `spec.suspend`, end to end on a real control plane (testenv): what ran is counted by
 //! the ConfigMaps the steps create, so "not run again" is seen on the cluster, not in status.
-//! The walk rules themselves are unit-tested in `controller/src/walk/retry/tests.rs`.
+//! The walk rules themselves are unit-tested in `walk/src/retry/tests.rs`.
 
 use std::time::Duration;
 

@@ -31,7 +31,6 @@ use pseudoflow_crd::protocol::{ExecutorInput, Task};
 use pseudoflow_crd::Step;
 
 pub use context::ExecCtx;
-pub use steps::has_executor;
 
 pub use error::StepError;
 

@@ -2,7 +2,7 @@
 //! list, one object nested deeper than serde_json's recursion limit (128) failed the whole list,
 //! and with it every other object of the kind: none was served, and their deletions hung on the
 //! finalizer. Here the page's items are kept as raw text (serde_json skips a raw value without
-//! recursing), each is checked for depth ([`crate::depth`], no recursion) and size, then decoded;
+//! recursing), each is checked for depth ([`pseudoflow_walk::depth`], no recursion) and size, then decoded;
 //! one that cannot be is named with why, and the others are served.
 
 use std::collections::BTreeMap;
@@ -13,8 +13,8 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::depth;
 use crate::limits::MAX_SPEC_DEPTH;
+use pseudoflow_walk::depth;
 
 /// How deep an object's fields may nest: a child flow carries them at
 /// `spec.bound.object.<field>`, three levels below its spec, whose depth the controller bounds.

@@ -2,7 +2,7 @@
 //! has a short [`Error::label`] so `pseudoflow_reconcile_errors_total` tells them apart.
 
 use pseudoflow_compiler::lower::LowerError;
-use pseudoflow_compiler::runtime::includes::ExpandError;
+use pseudoflow_walk::includes::ExpandError;
 
 /// Why a reconcile failed (it is retried).
 #[derive(Debug, thiserror::Error)]

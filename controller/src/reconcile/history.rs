@@ -25,7 +25,7 @@ use tracing::{debug, warn};
 use super::observe::{controlled_by, delete_listed_job};
 use super::Reconciling;
 use crate::labels::{LABEL_FLOW, LABEL_RUN};
-use crate::walk::{RunPhase, StoredRun};
+use pseudoflow_walk::{RunPhase, StoredRun};
 
 /// `ttlSecondsAfterFinished` of every executor Job: a backstop only. The controller deletes
 /// the objects of runs beyond a flow's history limits itself ([`prune`]) when a run ends; this
@@ -255,7 +255,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::walk::EndedRun;
+    use pseudoflow_walk::EndedRun;
 
     fn ended(id: &str, phase: FlowPhase) -> EndedRun {
         EndedRun {

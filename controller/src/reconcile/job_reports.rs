@@ -10,14 +10,14 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
 use pseudoflow_compiler::plan::{Plan, PlanNode};
-use pseudoflow_compiler::result::StepResult;
 use pseudoflow_crd::protocol::journal::{journal_name, verified, JOURNAL_KEY};
 use pseudoflow_crd::protocol::sealed::result_key;
+use pseudoflow_crd::protocol::StepResult;
 use pseudoflow_crd::protocol::{journal_key, MemberResult};
 
 use super::node_health::{self, NodeHealth};
 use super::observe;
-use crate::walk::StoredRun;
+use pseudoflow_walk::StoredRun;
 
 /// What one Job has reported.
 #[derive(Debug, Clone, PartialEq)]

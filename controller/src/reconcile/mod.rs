@@ -47,9 +47,9 @@ use serde_json::Value;
 use tracing::warn;
 
 use crate::limits::MAX_RUN_STATE_BYTES;
-use crate::walk::fold::earliest;
-use crate::walk::select::{select, wanted_id};
-use crate::walk::{RunPhase, StoredRun};
+use pseudoflow_walk::fold::earliest;
+use pseudoflow_walk::select::{select, wanted_id};
+use pseudoflow_walk::{RunPhase, StoredRun};
 use run::{advance_run, finish_if_done};
 use start::{give_secrets, new_run, requeue_at};
 

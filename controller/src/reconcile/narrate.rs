@@ -13,7 +13,7 @@ use pseudoflow_compiler::plan::{NodeKind, Plan};
 
 use super::status::{said_at, step_at};
 use super::Reconciling;
-use crate::walk::{instance_id, split_instance_id, Phase, StoredRun};
+use pseudoflow_walk::{instance_id, split_instance_id, Phase, StoredRun};
 
 /// The step phases a reconcile started from, and the steps already told of since.
 pub(super) struct Narrator {
@@ -92,7 +92,7 @@ impl Narrator {
                         format!("{at}: started ({what})"),
                     )
                 }
-                (_, Phase::Running) if crate::walk::awaits_decision(node) => (
+                (_, Phase::Running) if pseudoflow_walk::awaits_decision(node) => (
                     EventType::Normal,
                     "WaitingForApproval",
                     waiting_note(node, &at),
@@ -122,7 +122,7 @@ impl Narrator {
 
 /// The Event of an `approval` step beginning to wait: what to check, and how to decide.
 fn waiting_note(node: &pseudoflow_compiler::plan::PlanNode, at: &str) -> String {
-    let name = crate::walk::step_label(node);
+    let name = pseudoflow_walk::step_label(node);
     let check = match node.step_kind() {
         Some(pseudoflow_crd::StepKind::Approval(a)) => a.message.clone(),
         _ => None,

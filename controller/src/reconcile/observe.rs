@@ -13,9 +13,9 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, ContainerStateTerminated, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, ListParams, Preconditions, PropagationPolicy};
-use pseudoflow_compiler::included::{classify, Classified};
 use pseudoflow_compiler::names::{content_digest, label_value};
-use pseudoflow_compiler::result::StepResult;
+use pseudoflow_crd::protocol::included::{classify, Classified};
+use pseudoflow_crd::protocol::StepResult;
 
 /// Whether `refs` name `uid` as their controller.
 pub fn controlled_by(refs: &Option<Vec<OwnerReference>>, uid: &str) -> bool {

@@ -1,17 +1,17 @@
 //! `ops.example.com/retry` (what `kubectl pf retry` sets): a new value asks for a retry of the
-//! last run — a new run keeping what succeeded (see [`crate::walk::retry`]). Each value is dealt
+//! last run — a new run keeping what succeeded (see [`pseudoflow_walk::retry`]). Each value is dealt
 //! with once, by the run it started or the run that refused it, so a retry never fires twice
 //! and a value already there when a run started (a GitOps manifest) never fires at all.
 
 use kube::ResourceExt;
 use pseudoflow_compiler::names::run_id;
-use pseudoflow_compiler::runtime::includes;
 use pseudoflow_crd::{RETRY_ANNOTATION, RETRY_FROM_ANNOTATION};
+use pseudoflow_walk::includes;
 
 use super::events::EventType;
 use super::{Error, Reconciling};
-use crate::walk::retry::{retry_run, Request};
-use crate::walk::StoredRun;
+use pseudoflow_walk::retry::{retry_run, Request};
+use pseudoflow_walk::StoredRun;
 
 /// The `ops.example.com/retry` value on the flow now, if any.
 pub fn token(r: &Reconciling<'_>) -> Option<String> {

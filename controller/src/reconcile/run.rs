@@ -6,13 +6,13 @@ use pseudoflow_compiler::expr::{prepare_payload, Scope};
 use pseudoflow_compiler::lower::{lower, task_of, FlowRef, LowerOptions, NodeInstance, Task};
 use pseudoflow_compiler::names::job_name;
 use pseudoflow_compiler::plan::{Plan, PlanNode};
-use pseudoflow_compiler::result::{IncludedDocument, StepResult};
-use pseudoflow_compiler::runtime::{includes, local};
 use pseudoflow_compiler::{fuse, Compiled};
 use pseudoflow_crd::bind::{OBJECT_VAR, TRIGGER_VAR};
+use pseudoflow_crd::protocol::result::{IncludedDocument, StepResult};
 use pseudoflow_crd::status::ApprovalRecord;
 use pseudoflow_crd::steps::Placement;
 use pseudoflow_crd::{PseudoFlowSpec, StepKind, RUN_ANNOTATION};
+use pseudoflow_walk::{includes, local};
 use serde_json::Value;
 use tracing::{info, warn};
 
@@ -21,8 +21,10 @@ use super::narrate::Narrator;
 use super::status::{said_at, step_at};
 use super::{finalizer, launch, observe, plan_of, pod_security, Error, Reconciling};
 use crate::approval;
-use crate::walk::fold::{changed_on_same_node, deadline, earliest, merge_var, timed_out_message};
-use crate::walk::{
+use pseudoflow_walk::fold::{
+    changed_on_same_node, deadline, earliest, merge_var, timed_out_message,
+};
+use pseudoflow_walk::{
     split_instance_id, Action as WalkAction, Completion, Instance, Phase, RunPhase, StoredRun,
     Walker,
 };
@@ -472,7 +474,7 @@ impl Driving<'_> {
         let annotations = self.r.flow.metadata.annotations.clone().unwrap_or_default();
         let mut decided = false;
         for (node, key, _) in self.walker.awaiting_decision(&run.state) {
-            let step = crate::walk::step_label(node);
+            let step = pseudoflow_walk::step_label(node);
             // First seen waiting in this drive, right after it began: a decision admitted
             // before then (for the previous node of a rolling loop, say) does not count.
             let since = *run

@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use super::status::time;
 use super::Reconciling;
-use crate::walk::{RunPhase, StoredRun};
+use pseudoflow_walk::{RunPhase, StoredRun};
 
 /// The slot a schedule wants started now, if any.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -21,10 +21,10 @@ use tracing::{error, info_span, warn, Instrument};
 
 use super::{finalizer, guard, outcome, reconcile_flow, Context, Error};
 use crate::backoff::{Backoff, WatchBackoff};
-use crate::depth::TooDeep;
 use crate::limits::MAX_CONCURRENT_RECONCILES;
 use crate::metrics::Metrics;
 use crate::raw::{DecodeError, RawFlow};
+use pseudoflow_walk::depth::TooDeep;
 
 /// What one controller's reconciles share.
 struct Shared {

@@ -7,11 +7,11 @@
 use serde_json::Value;
 
 use super::store::StoredRun;
-use crate::depth;
 use crate::limits::MAX_RUN_STATE_DEPTH;
-use crate::walk::RunPhase;
+use pseudoflow_walk::depth;
+use pseudoflow_walk::RunPhase;
 
-pub use crate::walk::RUN_STATE_TOO_LARGE;
+pub use pseudoflow_walk::RUN_STATE_TOO_LARGE;
 
 /// What [`shrink_to_fit`] did to an oversized run.
 #[derive(Debug, Clone, PartialEq)]
@@ -118,7 +118,7 @@ pub async fn stop_jobs(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::walk::{Instance, Phase};
+    use pseudoflow_walk::{Instance, Phase};
     use serde_json::json;
 
     fn run_with(vars: &[(&str, usize)]) -> StoredRun {

@@ -5,7 +5,7 @@ use std::time::Duration;
 use kube::runtime::controller::Action;
 use serde_json::Value;
 
-use crate::walk::StoredRun;
+use pseudoflow_walk::StoredRun;
 
 /// A run as it starts: nothing done yet, the spec it will be driven with kept.
 pub fn new_run(

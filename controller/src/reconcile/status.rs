@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use super::store::StoredRun;
 use crate::limits::{bounded, MAX_STATUS_MESSAGE_CHARS, MAX_STEP_MESSAGE_CHARS};
-use crate::walk::{instance_id, split_instance_id, Instance, Phase, RunPhase};
+use pseudoflow_walk::{instance_id, split_instance_id, Instance, Phase, RunPhase};
 
 /// Unix seconds as the API's time (the epoch for a time it cannot represent).
 pub fn time(unix: i64) -> Time {
@@ -294,7 +294,7 @@ fn awaiting_decision(plan: &Plan, run: &StoredRun) -> Option<String> {
         .filter(|(_, i)| i.phase == Phase::Running)
         .find(|(id, _)| {
             plan.node(&split_instance_id(id).0)
-                .is_some_and(crate::walk::awaits_decision)
+                .is_some_and(pseudoflow_walk::awaits_decision)
         })
         .map(|(_, i)| i.message.clone())
 }
@@ -638,7 +638,7 @@ mod tests {
             &json!({"steps": [{"type": "approval", "name": "gate"}]}),
         )
         .unwrap();
-        let walker = crate::walk::Walker::new(&c.plan);
+        let walker = pseudoflow_walk::Walker::new(&c.plan);
         let mut run = StoredRun::default();
         walker.advance(&mut run.state, 100);
         let st = to_patch(&of_run(&Value::Null, &c.plan, &run, 1, None, 100));
@@ -652,7 +652,7 @@ mod tests {
             time: time(120),
         };
         run.state.entry("s0", &[]).approval = Some(record);
-        let done = crate::walk::Completion {
+        let done = pseudoflow_walk::Completion {
             ok: true,
             message: "approved by boss".into(),
             ..Default::default()

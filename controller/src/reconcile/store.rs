@@ -23,7 +23,7 @@ const MAC: &str = "mac";
 /// others' (a client may name itself anything: this tells, it does not prove).
 pub const FIELD_MANAGER: &str = "pseudoflow-controller";
 
-pub use crate::walk::StoredRun;
+pub use pseudoflow_walk::StoredRun;
 
 /// Type of run-state Secrets, so they are recognisable among a namespace's Secrets.
 pub const SECRET_TYPE: &str = "ops.example.com/run-state";

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use pseudoflow_compiler::plan::{NodeKind, Plan};
 
 use crate::metrics::StepSeen;
-use crate::walk::{split_instance_id, StoredRun};
+use pseudoflow_walk::{split_instance_id, StoredRun};
 
 /// Every step instance of `run` that has started, with when it started and (once it and, for
 /// a compound step, its end node have ended) when it ended.
@@ -85,7 +85,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::walk::Phase;
+    use pseudoflow_walk::Phase;
 
     fn plan() -> Plan {
         pseudoflow_compiler::compile(

@@ -1,42 +1,51 @@
 //! One module per step type. Each owns its parameters (serde + schemars), where its work runs
-//! ([`Placement`]) and the checks a schema cannot express. [`registry`] is the single list that
-//! ties a `type:` name to its module: adding a step type is one new file plus one registry line.
+//! ([`Placement`]) and the checks a schema cannot express. The `step_registry!` list below is
+//! the single list that ties a `type:` name to its module (and generates [`registry`]). Adding a
+//! leaf step type is its new file here plus one line in that list; the executor or the
+//! controller then runs it (docs/architecture.md, "Adding a step type": four files in all).
 
 use crate::check::Ctx;
 use crate::step::Step;
 
-pub mod apply;
-pub mod apply_file;
-pub mod approval;
-pub mod config_file;
-pub mod copy;
-pub mod cordon;
-pub mod delete;
-pub mod delete_file;
-pub mod drain;
-pub mod eval;
-pub mod exec;
-pub mod exec_node;
-pub mod r#if;
-pub mod include;
-pub mod include_flow;
-pub mod log;
-pub mod r#loop;
-pub mod loop_nodes;
-pub mod on_error;
-pub mod parallel;
-pub mod patch_file;
-pub mod patch_label;
-pub mod registry;
-pub mod remove_label;
-pub mod retry;
-pub mod script;
-pub mod set_label;
-pub mod sleep;
-pub mod template;
-pub mod uncordon;
-pub mod wait_for;
-pub mod when;
+#[macro_use]
+mod registry_macro;
+
+// The one list of step types: one line per type, which declares its module (see
+// `registry_macro.rs`). Its order is `STEP_TYPES`' order, which the CRD's enum and
+// docs/steps.md follow.
+step_registry! {
+    Log => log::LogStep = "log",
+    Sleep => sleep::SleepStep = "sleep",
+    Apply => apply::ApplyStep = "apply",
+    Delete => delete::DeleteStep = "delete",
+    ApplyFile => apply_file::ApplyFileStep = "applyFile",
+    DeleteFile => delete_file::DeleteFileStep = "deleteFile",
+    Include => include::IncludeStep = "include",
+    If => r#if::IfStep = "if",
+    When => when::WhenStep = "when",
+    Exec => exec::ExecStep = "exec",
+    ExecNode => exec_node::ExecNodeStep = "execNode",
+    ConfigFile => config_file::ConfigFileStep = "configFile",
+    PatchFile => patch_file::PatchFileStep = "patchFile",
+    Template => template::TemplateStep = "template",
+    Script => script::ScriptStep = "script",
+    SetLabel => set_label::SetLabelStep = "setLabel",
+    RemoveLabel => remove_label::RemoveLabelStep = "removeLabel",
+    PatchLabel => patch_label::PatchLabelStep = "patchLabel",
+    Loop => r#loop::LoopStep = "loop",
+    LoopNodes => loop_nodes::LoopNodesStep = "loopNodes",
+    Parallel => parallel::ParallelStep = "parallel",
+    WaitFor => wait_for::WaitForStep = "waitFor",
+    Retry => retry::RetryStep = "retry",
+    OnError => on_error::OnErrorStep = "onError",
+    IncludeFlow => include_flow::IncludeFlowStep = "includeFlow",
+    Eval => eval::EvalStep = "eval",
+    Copy => copy::CopyStep = "copy",
+    Cordon => cordon::CordonStep = "cordon",
+    Drain => drain::DrainStep = "drain",
+    Uncordon => uncordon::UncordonStep = "uncordon",
+    Approval => approval::ApprovalStep = "approval",
+}
 
 /// Where a step's work happens — decides whether the compiler lowers it to a Job at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

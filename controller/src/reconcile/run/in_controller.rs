@@ -13,7 +13,7 @@ use crate::limits::STEP_IN_CONTROLLER_WAIT_MS;
 use crate::reconcile::events::EventType;
 use crate::reconcile::status::step_at;
 use crate::reconcile::Error;
-use crate::walk::StoredRun;
+use pseudoflow_walk::StoredRun;
 
 impl Driving<'_> {
     /// The key the controller knows the instance's work by.

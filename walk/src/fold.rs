@@ -55,7 +55,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::walk::instance_id;
+    use crate::instance_id;
 
     #[test]
     fn per_node_maps_merge_and_other_values_are_replaced() {

@@ -3,8 +3,8 @@
 use serde_json::{json, Value};
 
 use super::*;
-use crate::walk::tests::{self as walk_tests, plan as compiled, started};
-use crate::walk::{Completion, RunState, Walker};
+use crate::tests::{self as walk_tests, plan as compiled, started};
+use crate::{Completion, RunState, Walker};
 use pseudoflow_compiler::Compiled;
 
 fn step(name: &str) -> Value {

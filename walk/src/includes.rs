@@ -11,10 +11,10 @@ use pseudoflow_crd::{Diagnostics, StepKind};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::depth::{self, TooDeep};
-use super::{MAX_INCLUDE_DEPTH, MAX_PLAN_NODES, MAX_SPEC_DEPTH};
-use crate::plan::{NodeKind, Plan, PlanNode};
-use crate::{compile_expanded, validate_included, Compiled, Expansions, FlowId};
+use crate::depth::{self, TooDeep};
+use crate::limits::{MAX_INCLUDE_DEPTH, MAX_PLAN_NODES, MAX_SPEC_DEPTH};
+use pseudoflow_compiler::plan::{NodeKind, Plan, PlanNode};
+use pseudoflow_compiler::{compile_expanded, validate_included, Compiled, Expansions, FlowId};
 
 /// What one include step fetched.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -42,7 +42,10 @@ impl Included {
 /// `sha256:` of `steps` as JSON with keys sorted (serde_json's maps are ordered) and no spaces.
 pub fn steps_digest(steps: &Value) -> String {
     let text = serde_json::to_string(steps).unwrap_or_default();
-    format!("sha256:{}", crate::names::content_digest(text.as_bytes()))
+    format!(
+        "sha256:{}",
+        pseudoflow_compiler::names::content_digest(text.as_bytes())
+    )
 }
 
 /// Why fetched steps cannot become a step's body.
@@ -113,7 +116,7 @@ pub fn check_tenant_data(
         expansions.insert(id.clone(), steps);
     }
     let mut diags = pseudoflow_crd::Diagnostics::default();
-    crate::expr::check_with_includes(spec, &expansions, &mut diags);
+    pseudoflow_compiler::expr::check_with_includes(spec, &expansions, &mut diags);
     let errors: Vec<String> = diags
         .errors()
         .map(|e| format!("{}: {}", e.path, e.message))
@@ -184,7 +187,7 @@ pub fn accept(
     })?;
     // Included steps count as nesting: past the compiler's bound the flow would no longer compile.
     let deepest = step_depth(&node.path).saturating_add(nested_depth(&fetched.steps));
-    if deepest > crate::limits::MAX_STEP_DEPTH {
+    if deepest > pseudoflow_compiler::limits::MAX_STEP_DEPTH {
         return Err(IncludeError::Nested);
     }
     let grown = plan.len().saturating_add(plan_size(&fetched.steps));
@@ -276,7 +279,7 @@ fn plan_size(steps: &Value) -> usize {
         name: "included",
         namespace: None,
     };
-    match crate::compile(&id, &serde_json::json!({ "steps": steps })) {
+    match pseudoflow_compiler::compile(&id, &serde_json::json!({ "steps": steps })) {
         Ok(c) => c.plan.len(),
         // Not compilable alone (validated already, so unlikely): two nodes per step object.
         Err(_) => 2 * count_steps(steps),
@@ -294,7 +297,7 @@ fn nested_depth(steps: &Value) -> usize {
         name: "included",
         namespace: None,
     };
-    match crate::compile(&id, &serde_json::json!({ "steps": steps })) {
+    match pseudoflow_compiler::compile(&id, &serde_json::json!({ "steps": steps })) {
         Ok(c) => c
             .plan
             .nodes()
@@ -594,7 +597,9 @@ mod tests {
             pin,
             format!(
                 "sha256:{}",
-                crate::names::content_digest(br#"[{"message":"reviewed","type":"log"}]"#)
+                pseudoflow_compiler::names::content_digest(
+                    br#"[{"message":"reviewed","type":"log"}]"#
+                )
             ),
             "keys sorted, no spaces"
         );

@@ -1,8 +1,17 @@
-//! The DAG walk (rules in `docs/dag.md`): given the plan, the run state and the time, decide
-//! which node instances start, which are skipped, which are aborted, and when to wake up.
-//! Pure and deterministic: the reconcile loop feeds it observations and performs its actions.
+//! The pure run-time of a flow: what the controller decides while a run goes on, with no I/O.
+//! The DAG walk (this module; rules in `docs/dag.md`): given the plan, the run state and the
+//! time, decide which node instances start, which are skipped, which are aborted, and when to
+//! wake up. Steps that `include`/`includeFlow` fetched become part of the plan ([`includes`]),
+//! controller-local nodes (`log`, `eval`, `template`, a loop's items) are evaluated without a
+//! pod ([`local`]), and JSON read back from the API is bounded in depth ([`depth`]).
+//! Deterministic: the reconcile loop feeds it observations and performs its actions.
+#![warn(missing_docs)]
 
+pub mod depth;
 pub mod fold;
+pub mod includes;
+pub mod limits;
+pub mod local;
 pub mod retry;
 pub mod select;
 mod state;
@@ -69,8 +78,8 @@ pub struct Completion {
     pub items: Option<Vec<(String, Value)>>,
 }
 
-impl From<pseudoflow_compiler::runtime::local::Completion> for Completion {
-    fn from(local: pseudoflow_compiler::runtime::local::Completion) -> Self {
+impl From<crate::local::Completion> for Completion {
+    fn from(local: crate::local::Completion) -> Self {
         Completion {
             ok: local.ok,
             message: local.message,
@@ -115,7 +124,8 @@ enum Readiness {
 /// Walks one plan; cheap to build, holds no run state.
 pub struct Walker<'p> {
     plan: &'p Plan,
-    order: Vec<String>,
+    /// Node ids in the order the compiler stored ([`Plan::creation_order`]).
+    order: &'p [String],
     /// For each node, the compound ends enclosing it, innermost first.
     ancestors: HashMap<String, Vec<String>>,
     /// A suspended run (`spec.suspend`): nothing new starts; what runs finishes, timeouts apply.
@@ -125,7 +135,7 @@ pub struct Walker<'p> {
 impl<'p> Walker<'p> {
     /// Prepares the walk of `plan`.
     pub fn new(plan: &'p Plan) -> Self {
-        let order = creation_topo_order(plan);
+        let order = plan.creation_order();
         let mut ancestors = HashMap::new();
         for n in plan.nodes() {
             let mut chain = Vec::new();
@@ -204,7 +214,7 @@ impl<'p> Walker<'p> {
                 break;
             }
             let mut loop_cache: HashMap<String, LoopProgress> = HashMap::new();
-            for id in &self.order {
+            for id in self.order {
                 let node = self.node(id);
                 for key in self.keys(node, state) {
                     let inst = state.get(id, &key);
@@ -529,7 +539,7 @@ impl<'p> Walker<'p> {
     /// covers every attempt of a retry. Returns whether one timed out.
     fn time_out_bodies(&self, state: &mut RunState, now: i64, out: &mut Outcome) -> bool {
         let mut timed_out = false;
-        for id in &self.order {
+        for id in self.order {
             let node = self.node(id);
             let Some((end, secs)) = body_timeout(node) else {
                 continue;
@@ -926,39 +936,6 @@ fn edge(kind: EdgeKind, inst: &Instance) -> Edge {
             _ => Edge::NotTaken,
         },
     }
-}
-
-/// A topological order that, among ready nodes, prefers the one created first (the spec's
-/// order), so branches start in the order they are written.
-fn creation_topo_order(plan: &Plan) -> Vec<String> {
-    use std::cmp::Reverse;
-    use std::collections::BinaryHeap;
-    let g = &plan.graph;
-    let mut indegree: Vec<usize> = g
-        .node_indices()
-        .map(|i| {
-            g.neighbors_directed(i, petgraph::Direction::Incoming)
-                .count()
-        })
-        .collect();
-    let mut ready: BinaryHeap<Reverse<usize>> = g
-        .node_indices()
-        .filter(|i| indegree[i.index()] == 0)
-        .map(|i| Reverse(i.index()))
-        .collect();
-    let mut order = Vec::with_capacity(g.node_count());
-    while let Some(Reverse(i)) = ready.pop() {
-        let idx = petgraph::graph::NodeIndex::new(i);
-        order.push(g[idx].id.clone());
-        for n in g.neighbors_directed(idx, petgraph::Direction::Outgoing) {
-            indegree[n.index()] -= 1;
-            if indegree[n.index()] == 0 {
-                ready.push(Reverse(n.index()));
-            }
-        }
-    }
-    assert_eq!(order.len(), g.node_count(), "plans are acyclic");
-    order
 }
 
 /// Inverse of [`instance_id`].

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use pseudoflow_compiler::runtime::includes::Included;
+use crate::includes::Included;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 

@@ -4,7 +4,7 @@ use super::*;
 use pseudoflow_compiler::{compile, Compiled, FlowId};
 use serde_json::json;
 
-pub(in crate::walk) fn plan(steps: Value) -> Compiled {
+pub(crate) fn plan(steps: Value) -> Compiled {
     compile(
         &FlowId {
             name: "t",
@@ -15,14 +15,14 @@ pub(in crate::walk) fn plan(steps: Value) -> Compiled {
     .unwrap_or_else(|d| panic!("{d}"))
 }
 
-pub(in crate::walk) fn ok() -> Completion {
+pub(crate) fn ok() -> Completion {
     Completion {
         ok: true,
         ..Default::default()
     }
 }
 
-pub(in crate::walk) fn failed(msg: &str) -> Completion {
+pub(crate) fn failed(msg: &str) -> Completion {
     Completion {
         ok: false,
         message: msg.into(),
@@ -31,7 +31,7 @@ pub(in crate::walk) fn failed(msg: &str) -> Completion {
 }
 
 /// Starts as `advance` says and returns the started instance ids.
-pub(in crate::walk) fn started(o: &Outcome) -> Vec<String> {
+pub(crate) fn started(o: &Outcome) -> Vec<String> {
     o.actions
         .iter()
         .filter_map(|a| match a {
@@ -56,7 +56,7 @@ fn phase(s: &RunState, id: &str) -> Phase {
 }
 
 /// Completes an instance and advances; returns both outcomes' actions together.
-pub(in crate::walk) fn finish(w: &Walker, s: &mut RunState, id: &str, c: Completion) -> Outcome {
+pub(crate) fn finish(w: &Walker, s: &mut RunState, id: &str, c: Completion) -> Outcome {
     let (node, key) = split_instance_id(id);
     let mut o = w.complete(s, &node, &key, c, 0);
     let next = w.advance(s, 0);
@@ -624,7 +624,7 @@ fn loops_together_may_not_take_more_iterations_than_a_run_may_run() {
     for outer in 0..11 {
         let key = vec![outer.to_string()];
         w.advance(&mut s, 0);
-        let id = crate::walk::instance_id("s0-s0", &key);
+        let id = crate::instance_id("s0-s0", &key);
         if !s.instances.contains_key(&id) {
             continue;
         }
