@@ -180,6 +180,9 @@ fn roles(p: &Ports) -> Vec<(&'static str, Vec<String>, u16)> {
                 "20",
                 "--metrics-port",
                 &m2,
+                // Each resource's health in status.resources (off by default since v3), so
+                // tests read it from the Application.
+                "--persist-resource-health",
             ]),
             p.metrics[1],
         ),
