@@ -13,9 +13,13 @@ mod gitops;
 
 use std::time::{Duration, Instant};
 
+use common::admission::{
+    editor_and_approver, kubectl_async, start_controller_with_key, start_webhooks,
+};
 use common::harness::{config_map, created, setup, wait_done};
 use common::{flows, wait_status};
 use gitops::{app_status, create_app, flow, flow_health, refresh, resource, wait_app, Repo};
+use pseudoflow_controller::approval::Key;
 use serde_json::{json, Value};
 
 fn make_cm(ns: &str, name: &str) -> Value {
@@ -364,4 +368,92 @@ async fn the_approve_action_through_argocd_server_approves_nothing_as_argo_cds_i
         config_map(&client, &ns, "after").await.is_none(),
         "the step after the gate did not run"
     );
+}
+
+/// Waits until the approval webhooks answer for `ns`: `tenant` (edit rights, no `approve`) is
+/// refused setting the approve annotation on `flow` (a probe that got through is undone).
+async fn wait_webhooks_active(ns: &str, flow: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let args = [
+        "annotate",
+        "pf",
+        flow,
+        "-n",
+        ns,
+        "--overwrite",
+        "--as=tenant",
+    ];
+    loop {
+        let (ok, out) =
+            kubectl_async(&[&args[..], &["ops.example.com/approve=gate"]].concat()).await;
+        if !ok && out.contains("tenant may not approve") {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the webhooks never answered: {ok} {out}"
+        );
+        if ok {
+            kubectl_async(&["annotate", "pf", flow, "-n", ns, "ops.example.com/approve-"]).await;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_approval_webhook_argo_cds_approve_is_refused_and_the_human_approving_is_recorded()
+{
+    let rules = json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch", "create", "patch"]}]);
+    let (client, ns) = common::prepare("argo-approver", rules, json!([])).await;
+    editor_and_approver(&client, &ns).await;
+    let key = Key::random();
+    let _controller = start_controller_with_key(&client, &ns, &key);
+    let repo = Repo::new(&ns);
+    let spec = json!({"serviceAccountName": "flow", "steps": [
+        make_cm(&ns, "before"), {"type": "approval", "name": "gate", "message": "check the canary"}, make_cm(&ns, "after")]});
+    repo.commit(
+        &[("flow.yaml", flow(&ns, "gated", json!({}), spec))],
+        &[],
+        "a gated flow",
+    );
+    create_app(&client, &ns, &repo, &ns).await;
+    wait_status(&client, &ns, "gated", 90, "waiting for approval", |st| {
+        st["reason"] == "WaitingForApproval"
+    })
+    .await;
+    start_webhooks(&client, &ns, &key).await;
+    wait_webhooks_active(&ns, "gated").await;
+    // Argo CD patches as its own ServiceAccount, which may not approve: the API server refuses.
+    let (ok, out) = run_action(&ns, "approve", "gated", &ns).await;
+    assert!(
+        !ok && out.contains("may not approve"),
+        "refused through Argo CD: {out}"
+    );
+    assert!(
+        config_map(&client, &ns, "after").await.is_none(),
+        "the gate held"
+    );
+    // The human approves as themself; the record names them.
+    let (ok, out) = kubectl_async(&[
+        "annotate",
+        "pf",
+        "gated",
+        "-n",
+        &ns,
+        "--overwrite",
+        "--as=boss",
+        "ops.example.com/approve=gate",
+    ])
+    .await;
+    assert!(ok, "{out}");
+    let st = wait_done(&client, &ns, "gated").await;
+    assert_eq!(st["phase"], "Succeeded", "{st:#}");
+    let gate = st["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["path"] == "spec.steps[1]")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(gate["approval"]["user"], "boss", "{st:#}");
 }
