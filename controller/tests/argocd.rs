@@ -6,7 +6,9 @@
 //! a re-run asked for in git; what the controller writes (status, finalizer) leaves the
 //! Application Synced; pruning a flow runs its onDelete with its run state; the retry action
 //! runs through argocd-server; the approve action through argocd-server approves nothing (Argo
-//! CD's own identity may not approve). Prints the time from a git commit to the flow Succeeded.
+//! CD's own identity may not approve: with the approval webhook the API server refuses its patch,
+//! and the human who then approves is the one recorded). Prints the time from a git commit to
+//! the flow Succeeded.
 
 mod common;
 mod gitops;
