@@ -458,4 +458,21 @@ async fn with_the_approval_webhook_argo_cds_approve_is_refused_and_the_human_app
         .cloned()
         .unwrap_or_default();
     assert_eq!(gate["approval"]["user"], "boss", "{st:#}");
+    // The approve annotation and the webhook's stamp are no diff either.
+    let before = app_status(&client, &ns).await["reconciledAt"].clone();
+    refresh(&client, &ns).await;
+    let after = wait_app(
+        &client,
+        &ns,
+        60,
+        "a new comparison",
+        |_| {},
+        |s| s["reconciledAt"] != before,
+    )
+    .await;
+    assert!(
+        synced(&after),
+        "Synced after the approval: {:#}",
+        after["sync"]
+    );
 }
