@@ -157,7 +157,12 @@ fn waves(ns: &str, run: &str, next_rev: &str) -> [(&'static str, Value); 2] {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wave_minus_one_flow_and_its_re_run_asked_in_git_hold_wave_zero_until_succeeded() {
-    let (client, ns) = setup("argo-waves").await;
+    let rules = json!([
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "create", "patch"]},
+        {"apiGroups": ["ops.example.com"], "resources": ["pseudoflows"], "verbs": ["get"]},
+    ]);
+    let (client, ns) = common::prepare("argo-waves", rules, json!([])).await;
+    let controller = common::start_controller(&client, &ns);
     let repo = Repo::new(&ns);
     repo.commit(&waves(&ns, "r1", "1"), &[], "a chore before the app");
     create_app(&client, &ns, &repo, &ns).await;
@@ -183,9 +188,16 @@ async fn a_wave_minus_one_flow_and_its_re_run_asked_in_git_hold_wave_zero_until_
         created(&started)
     );
     wait_done(&client, &ns, "first").await;
-    // A re-run asked for in git: the same commit changes wave 0, applied only after the re-run.
+    // A re-run asked for in git: the same commit changes wave 0, applied only after the re-run,
+    // even when the controller is slow to see it (stopped for 5 s here): the flow is
+    // Progressing from the moment Argo CD applied the new ops.example.com/run, not only once
+    // the controller started that run (without the health check's trigger comparison, wave 0
+    // was applied meanwhile).
+    controller.abort();
     repo.commit(&waves(&ns, "r2", "2"), &[], "run the chore again");
     refresh(&client, &ns).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let _controller = common::start_controller(&client, &ns);
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let rev = config_map(&client, &ns, "next")
