@@ -6,8 +6,8 @@ export CARGO_TARGET_DIR ?= $(CACHE_DIR)/target
 .PHONY: test lint unit k8s argocd tools images real-node-setup cluster crd docs bench chart-test demo demo-real soak
 
 ## test: everything CI runs — lint, the CRD freshness check, unit, snapshot and e2e tests (the
-## real-node suite included: it needs the images).
-test: lint k8s tools images
+## real-node suite included: it needs the images; the Argo CD suite needs `make argocd`).
+test: lint k8s argocd tools images
 	cargo test --workspace --locked --no-fail-fast
 	bash charts/test.sh
 

@@ -10,66 +10,20 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use common::admission::{self, editor_and_approver, kubectl_async, webhook_entry};
+use common::admission::{
+    editor_and_approver, kubectl_async, start_controller_with_key, start_webhooks,
+};
 use common::*;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams};
 use kube::Client;
 use pseudoflow_controller::approval::{Decision, Key, Stamp};
-use pseudoflow_controller::http::{self, tls};
-use pseudoflow_controller::metrics::Metrics;
-use pseudoflow_controller::webhook::Webhook;
-use pseudoflow_controller::{run_controller, Context};
+use pseudoflow_controller::http::tls;
 use serde_json::{json, Value};
-
-/// A controller for `ns` accepting approvals stamped with `key`.
-fn start_controller_with_key(client: &Client, ns: &str, key: &Key) -> tokio::task::JoinHandle<()> {
-    let ctx = Context::new(client.clone(), IMAGE.into(), Arc::new(Metrics::default()))
-        .with_approval_key(key.clone());
-    tokio::spawn(run_controller(Arc::new(ctx), Some(ns.to_string())))
-}
-
-/// Both webhooks for `ns` (stamping with `key`) on a free loopback port, registered in a
-/// validating and a mutating configuration named after the namespace; returns that name.
-async fn start_webhooks(client: &Client, ns: &str, key: &Key) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let name = format!("pseudoflow-{ns}");
-    let vwc: ValidatingWebhookConfiguration = serde_json::from_value(json!({
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": name},
-        "webhooks": [webhook_entry(port, ns, "validate")],
-    }))
-    .unwrap();
-    let mut mutating = webhook_entry(port, ns, "mutate");
-    mutating["reinvocationPolicy"] = json!("Never");
-    let mwc: MutatingWebhookConfiguration = serde_json::from_value(json!({
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": name},
-        "webhooks": [mutating],
-    }))
-    .unwrap();
-    let pp = PostParams::default();
-    Api::<ValidatingWebhookConfiguration>::all(client.clone())
-        .create(&pp, &vwc)
-        .await
-        .unwrap();
-    Api::<MutatingWebhookConfiguration>::all(client.clone())
-        .create(&pp, &mwc)
-        .await
-        .unwrap();
-    let cert = http::WebhookCert::SelfSigned(admission::self_signed(ns, &name));
-    let webhook = Webhook::with_key(client.clone(), key.clone());
-    admission::serve(client, listener, webhook, cert);
-    name
-}
 
 async fn remove_webhooks(client: &Client, name: &str) {
     let dp = DeleteParams::default();

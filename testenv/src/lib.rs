@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 pub mod apply;
+pub mod argocd;
 pub mod binaries;
 pub mod certs;
 pub mod controlplane;

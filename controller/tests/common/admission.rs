@@ -1,14 +1,22 @@
-//! What the admission suites (`webhook.rs`, `approval.rs`) share: a webhook entry that only
+//! What the admission suites (`webhook.rs`, `approval.rs`, `argocd.rs`) share: a webhook entry that only
 //! matches flows in the test's namespace, kubectl off the runtime, and the two users whose
 //! rights differ only by `approve`.
 
 use std::sync::Arc;
 
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use kube::api::{Api, PostParams};
 use kube::Client;
+use pseudoflow_controller::approval::Key;
 use pseudoflow_controller::http::{self, tls};
 use pseudoflow_controller::metrics::Metrics;
 use pseudoflow_controller::webhook::Webhook;
+use pseudoflow_controller::{run_controller, Context};
 use serde_json::{json, Value};
+
+use super::IMAGE;
 
 /// One webhook for flows in `ns` only, served at `https://127.0.0.1:port/<path>`; it fails
 /// closed, as the chart's does.
@@ -174,4 +182,52 @@ subjects:
     pseudoflow_testenv::apply::apply_text(client, &rbac, None)
         .await
         .unwrap();
+}
+
+/// A controller for `ns` accepting approvals stamped with `key`.
+pub fn start_controller_with_key(
+    client: &Client,
+    ns: &str,
+    key: &Key,
+) -> tokio::task::JoinHandle<()> {
+    let ctx = Context::new(client.clone(), IMAGE.into(), Arc::new(Metrics::default()))
+        .with_approval_key(key.clone());
+    tokio::spawn(run_controller(Arc::new(ctx), Some(ns.to_string())))
+}
+
+/// Both webhooks for `ns` (stamping with `key`) on a free loopback port, registered in a
+/// validating and a mutating configuration named after the namespace; returns that name.
+pub async fn start_webhooks(client: &Client, ns: &str, key: &Key) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let name = format!("pseudoflow-{ns}");
+    let vwc: ValidatingWebhookConfiguration = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [webhook_entry(port, ns, "validate")],
+    }))
+    .unwrap();
+    let mut mutating = webhook_entry(port, ns, "mutate");
+    mutating["reinvocationPolicy"] = json!("Never");
+    let mwc: MutatingWebhookConfiguration = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [mutating],
+    }))
+    .unwrap();
+    let pp = PostParams::default();
+    Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .create(&pp, &vwc)
+        .await
+        .unwrap();
+    Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .create(&pp, &mwc)
+        .await
+        .unwrap();
+    let cert = http::WebhookCert::SelfSigned(self_signed(ns, &name));
+    let webhook = Webhook::with_key(client.clone(), key.clone());
+    serve(client, listener, webhook, cert);
+    name
 }

@@ -1,6 +1,8 @@
 -- Argo CD action "retry-from-failed": retries the last run from its failed step, keeping the steps
 -- that succeeded, by a fresh ops.example.com/retry value (what `kubectl pf retry` sets); a
 -- retry-from left by an earlier retry is removed, so it restarts at the failed step.
+-- Argo CD runs actions without the os global: its "os" module is loaded with require.
+local os = require("os")
 local status = obj.status or {}
 if status.run == nil then
   error(obj.metadata.name .. " has no run to retry yet", 0)
