@@ -14,12 +14,12 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::reflector::{self, store::Writer};
-use kube::runtime::{watcher, WatchStreamExt};
+use kube::runtime::{watcher, PredicateConfig, WatchStreamExt};
 use kube::ResourceExt;
 use pseudoflow_crd::protocol::journal::{JOURNAL_ROLE, LABEL_ROLE};
 use tracing::{error, info_span, warn, Instrument};
 
-use super::{finalizer, guard, outcome, reconcile_flow, Context, Error};
+use super::{finalizer, guard, outcome, reconcile_flow, wake, Context, Error};
 use crate::backoff::{Backoff, WatchBackoff};
 use crate::depth::TooDeep;
 use crate::limits::MAX_CONCURRENT_RECONCILES;
@@ -47,7 +47,11 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: Option<String>) {
     let writer = Writer::<RawFlow>::default();
     let reader = writer.as_reader();
     let events = flow_events(flows, namespace, shared.clone());
-    let flows = reflector::reflector(writer, quiet(events, "flows")).applied_objects();
+    // A flow's reconcile wakes for what someone asks of it, not for its own status write
+    // coming back (`wake::flow_intent`); the reflector still records every change.
+    let flows = reflector::reflector(writer, quiet(events, "flows"))
+        .applied_objects()
+        .predicate_filter(wake::flow_intent, PredicateConfig::default());
     let nodes = quiet(node_watch(&ctx), "nodes");
     Controller::for_stream(flows, reader)
         // Bounded: 1,000 flows created at once must not mean 1,000 reconciles in memory at once
@@ -80,9 +84,15 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: Option<String>) {
         // A bound flow's child changed (its run's phase): the bound flow sums up again, and
         // lets a deleted object go once its flow is gone.
         .watches_stream(
-            labelled(
-                children,
-                pseudoflow_crd::bind::BOUND_TO_LABEL,
+            // Only when what the bound flow reads of the child changed, or it is gone.
+            quiet(
+                wake::outcome_changes(
+                    watcher(
+                        children,
+                        watcher::Config::default().labels(pseudoflow_crd::bind::BOUND_TO_LABEL),
+                    )
+                    .backoff(WatchBackoff::default()),
+                ),
                 "bound flows' children",
             ),
             {
