@@ -69,19 +69,18 @@ fn has_finalizer(obj: &DynamicObject, fin: &str) -> bool {
 
 /// Puts the finalizer `fin` on the object and names its child `child_uid` in `mark`, in one
 /// patch (nothing is written when both are there). The resourceVersion makes it fail (and the
-/// reconcile retry) if the object changed meanwhile, so no other finalizer is lost. Returns the
-/// object as written, if it was.
+/// reconcile retry) if the object changed meanwhile, so no other finalizer is lost.
 pub async fn mark(
     api: &Api<DynamicObject>,
     obj: &DynamicObject,
     fin: &str,
     mark: &str,
     child_uid: &str,
-) -> kube::Result<Option<DynamicObject>> {
+) -> kube::Result<()> {
     let annotations = obj.metadata.annotations.as_ref();
     let named = annotations.and_then(|a| a.get(mark)).map(String::as_str);
     if has_finalizer(obj, fin) && named == Some(child_uid) {
-        return Ok(None);
+        return Ok(());
     }
     let mut finalizers = obj.metadata.finalizers.clone().unwrap_or_default();
     if !finalizers.iter().any(|f| f == fin) {
@@ -95,7 +94,7 @@ pub async fn mark(
     let name = obj.metadata.name.clone().unwrap_or_default();
     api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
-        .map(Some)
+        .map(|_| ())
 }
 
 /// [`mark`], read again and tried again when another writer changed the object meanwhile (a
@@ -107,7 +106,7 @@ pub async fn mark_again_on_conflict(
     fin: &str,
     mark_key: &str,
     child_uid: &str,
-) -> kube::Result<Option<DynamicObject>> {
+) -> kube::Result<()> {
     let name = obj.metadata.name.clone().unwrap_or_default();
     let mut current = obj.clone();
     for _ in 0..MARK_TRIES {

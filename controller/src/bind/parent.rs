@@ -112,8 +112,6 @@ struct Binding<'a> {
     /// The related kinds (`bind.related`) by (apiVersion, kind): their resource and whether it
     /// is namespaced, discovered as the flow's ServiceAccount.
     related_kinds: BTreeMap<(String, String), (ApiResource, bool)>,
-    /// What its watch of the kind is of ([`watch::Target::what`]).
-    watching: String,
 }
 
 impl<'a> Binding<'a> {
@@ -160,7 +158,7 @@ impl<'a> Binding<'a> {
                 watches.start(watch::Target {
                     uid: r.uid.to_string(),
                     flow: (ns.to_string(), r.flow_id.name.to_string()),
-                    what: what.clone(),
+                    what,
                     api: watched_api(&client, scope, &ar),
                     every_change,
                 });
@@ -182,7 +180,6 @@ impl<'a> Binding<'a> {
             finalizer: object::finalizer_name(ns, r.flow_id.name),
             mark: claim::mark_key(ns, r.flow_id.name),
             raw_spec: r.flow.data.get("spec").cloned().unwrap_or(Value::Null),
-            watching: what,
         })
     }
 
@@ -408,14 +405,8 @@ impl<'a> Binding<'a> {
         // Only once its flow exists: an object whose flow was refused keeps no finalizer of ours,
         // and names no child.
         let objects = self.objects_api(obj);
-        let marked =
-            claim::mark_again_on_conflict(&objects, obj, &self.finalizer, &self.mark, &child_uid)
-                .await?;
-        if let Some(marked) = marked {
-            // The claim coming back through the watch asks nothing new: not read again.
-            let watches = &self.r.ctx.binder.watches;
-            watches.expect(&self.watching, &marked.metadata);
-        }
+        claim::mark_again_on_conflict(&objects, obj, &self.finalizer, &self.mark, &child_uid)
+            .await?;
         if let Some(old) = old {
             retire(self.flows, old.metadata.name.as_deref().unwrap_or_default()).await?;
         }

@@ -28,8 +28,6 @@ struct Shared {
     task: tokio::task::JoinHandle<()>,
     refused: Arc<Mutex<Option<String>>>,
     subscribers: Subscribers,
-    /// The intent last seen of each object ([`Intents`]).
-    intents: Arc<Mutex<Intents>>,
 }
 
 #[derive(Default)]
@@ -115,22 +113,21 @@ impl Watches {
         carried.insert(t.uid, t.flow);
         let subscribers: Subscribers = Arc::new(Mutex::new(carried));
         let refused = Arc::new(Mutex::new(None));
-        let intents = Arc::new(Mutex::new(Intents::default()));
         let task = tokio::spawn(run(
-            (t.api, t.what.clone(), t.every_change),
+            t.api,
+            t.what.clone(),
+            t.every_change,
             Wake {
                 flows: self.wake.clone(),
                 pending: self.pending.clone(),
             },
             subscribers.clone(),
             refused.clone(),
-            intents.clone(),
         ));
         let shared = Shared {
             task,
             refused,
             subscribers,
-            intents,
         };
         state.running.insert(t.what, shared);
     }
@@ -160,19 +157,6 @@ impl Watches {
             .collect();
         for key in keys {
             unsubscribe(&mut state, &key);
-        }
-    }
-
-    /// Records that the watch of `what` will show the object `meta` describes (a bound flow
-    /// just wrote it): its event then wakes nobody unless someone else changed what it asks.
-    pub fn expect(
-        &self,
-        what: &str,
-        meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-    ) {
-        let state = self.state.lock().expect("not poisoned");
-        if let Some(w) = state.running.get(what) {
-            w.intents.lock().expect("not poisoned").expect(meta);
         }
     }
 
@@ -259,16 +243,17 @@ impl Wake {
 /// every object. It decodes the objects' metadata only ([`Watched`]): an event only wakes, and
 /// an object too deep to decode must not stop the watch.
 async fn run(
-    (api, what, every_change): (Api<Watched>, String, bool),
+    api: Api<Watched>,
+    what: String,
+    every_change: bool,
     wake: Wake,
     subscribers: Subscribers,
     refused: Arc<Mutex<Option<String>>>,
-    intents: Arc<Mutex<Intents>>,
 ) {
+    let mut seen = Intents::default();
     watcher(api, watcher::Config::default())
         .backoff(WatchBackoff::default())
         .for_each(|ev| {
-            let mut seen = intents.lock().expect("not poisoned");
             match ev {
                 Ok(watcher::Event::Init) => seen.relist(),
                 Ok(watcher::Event::InitApply(o)) => {
@@ -318,14 +303,6 @@ impl Intents {
         let h = crate::intent::metadata_intent(&o.metadata);
         let map = self.relisting.as_mut().unwrap_or(&mut self.last);
         map.insert(uid, h) != Some(h)
-    }
-
-    /// Records `meta` as seen (see [`Watches::expect`]).
-    fn expect(&mut self, meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) {
-        if let (Some(_), Some(uid)) = (meta.generation, meta.uid.clone()) {
-            let h = crate::intent::metadata_intent(meta);
-            self.last.insert(uid, h);
-        }
     }
 
     fn gone(&mut self, o: &Watched) {
@@ -390,31 +367,15 @@ mod tests {
         assert!(seen.changed(&watched("a", Some(2), &[])), "spec changed");
         assert!(seen.changed(&watched("a", Some(2), &[("l", "v")])), "label");
         assert!(seen.changed(&watched("b", None, &[])), "no generation");
-        assert!(
-            seen.changed(&watched("b", None, &[])),
-            "no generation, again"
-        );
+        assert!(seen.changed(&watched("b", None, &[])), "no generation, again");
         seen.gone(&watched("a", Some(2), &[("l", "v")]));
-        assert!(
-            seen.changed(&watched("a", Some(2), &[("l", "v")])),
-            "after deletion"
-        );
+        assert!(seen.changed(&watched("a", Some(2), &[("l", "v")])), "after deletion");
         // A relist records what it lists, and forgets what it did not list.
         seen.relist();
-        assert!(
-            seen.changed(&watched("c", Some(1), &[])),
-            "new in the relist"
-        );
+        assert!(seen.changed(&watched("c", Some(1), &[])), "new in the relist");
         seen.listed();
         assert!(!seen.changed(&watched("c", Some(1), &[])), "listed before");
-        assert!(
-            seen.changed(&watched("a", Some(2), &[("l", "v")])),
-            "not in the relist"
-        );
-        // What a bound flow wrote itself does not wake it when it comes back.
-        let claimed = watched("c", Some(1), &[("claimed", "yes")]);
-        seen.expect(&claimed.metadata);
-        assert!(!seen.changed(&claimed), "the claim's echo");
+        assert!(seen.changed(&watched("a", Some(2), &[("l", "v")])), "not in the relist");
     }
 
     #[tokio::test]

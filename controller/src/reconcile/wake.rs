@@ -137,15 +137,9 @@ mod tests {
         assert_eq!(flow_intent(&rv), before);
         for changed in [
             with(&["metadata", "generation"], json!(2)),
-            with(
-                &["metadata", "annotations", "ops.example.com/run"],
-                json!("x"),
-            ),
+            with(&["metadata", "annotations", "ops.example.com/run"], json!("x")),
             with(&["metadata", "labels"], json!({"l": "v"})),
-            with(
-                &["metadata", "finalizers"],
-                json!(["ops.example.com/on-delete"]),
-            ),
+            with(&["metadata", "finalizers"], json!(["ops.example.com/on-delete"])),
             with(
                 &["metadata", "deletionTimestamp"],
                 json!("2026-11-26T00:00:00Z"),
@@ -190,10 +184,9 @@ mod tests {
         let mut made = flow(base());
         made.status = None;
         assert!(seen.pass(Apply(made.clone())).is_none(), "just made");
-        made.metadata.deletion_timestamp =
-            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
-            ));
+        made.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        ));
         assert!(seen.pass(Apply(made)).is_some(), "deleted before it ran");
         assert!(seen.pass(Apply(running())).is_some(), "first status");
         assert!(seen.pass(Apply(steps())).is_none(), "step progress only");
