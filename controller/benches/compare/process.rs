@@ -49,7 +49,12 @@ pub fn cpu_seconds(pid: u32) -> f64 {
     // After the command's closing parenthesis: state is field 3, utime 14, stime 15.
     let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
     // Field n is rest's index n - 3; the kernel's clock ticks are 100 a second on Linux.
     (ticks(11) + ticks(12)) / 100.0
 }

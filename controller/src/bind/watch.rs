@@ -367,15 +367,27 @@ mod tests {
         assert!(seen.changed(&watched("a", Some(2), &[])), "spec changed");
         assert!(seen.changed(&watched("a", Some(2), &[("l", "v")])), "label");
         assert!(seen.changed(&watched("b", None, &[])), "no generation");
-        assert!(seen.changed(&watched("b", None, &[])), "no generation, again");
+        assert!(
+            seen.changed(&watched("b", None, &[])),
+            "no generation, again"
+        );
         seen.gone(&watched("a", Some(2), &[("l", "v")]));
-        assert!(seen.changed(&watched("a", Some(2), &[("l", "v")])), "after deletion");
+        assert!(
+            seen.changed(&watched("a", Some(2), &[("l", "v")])),
+            "after deletion"
+        );
         // A relist records what it lists, and forgets what it did not list.
         seen.relist();
-        assert!(seen.changed(&watched("c", Some(1), &[])), "new in the relist");
+        assert!(
+            seen.changed(&watched("c", Some(1), &[])),
+            "new in the relist"
+        );
         seen.listed();
         assert!(!seen.changed(&watched("c", Some(1), &[])), "listed before");
-        assert!(seen.changed(&watched("a", Some(2), &[("l", "v")])), "not in the relist");
+        assert!(
+            seen.changed(&watched("a", Some(2), &[("l", "v")])),
+            "not in the relist"
+        );
     }
 
     #[tokio::test]

@@ -84,21 +84,23 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: Option<String>) {
         // A bound flow's child changed (its run's phase): the bound flow sums up again, and
         // lets a deleted object go once its flow is gone.
         .watches_stream(
-            // Only when what the bound flow reads of the child changed, or it is gone.
+            // Only when what the bound flow reads of the child changed, or it is gone; only
+            // then does the bound flow also serve the child's object again.
             quiet(
-                wake::outcome_changes(
+                wake::child_changes(
                     watcher(
                         children,
                         watcher::Config::default().labels(pseudoflow_crd::bind::BOUND_TO_LABEL),
                     )
                     .backoff(WatchBackoff::default()),
+                    {
+                        let ctx = ctx.clone();
+                        move |child: &RawFlow| serve_childs_object(&ctx, child)
+                    },
                 ),
                 "bound flows' children",
             ),
-            {
-                let ctx = ctx.clone();
-                move |child: RawFlow| bound_parent(&ctx, child)
-            },
+            bound_parent,
         )
         // An object of a bound kind changed (docs/bound-flows.md).
         .reconcile_on(ctx.binder.watches.wakes())
@@ -248,22 +250,30 @@ fn journal_owner(cm: ConfigMap) -> Option<ObjectRef<RawFlow>> {
 }
 
 /// The bound flow a child flow serves (its controlling PseudoFlow owner).
-fn bound_parent(ctx: &Context, child: RawFlow) -> Option<ObjectRef<RawFlow>> {
+fn bound_parent(child: RawFlow) -> Option<ObjectRef<RawFlow>> {
     let ns = child.namespace()?;
     let owner = child
         .owner_references()
         .iter()
         .find(|o| o.kind == "PseudoFlow" && o.controller == Some(true))?;
-    // The parent looks at the child's object again (its run ended, its onDelete finished).
+    Some(ObjectRef::new(&owner.name).within(&ns))
+}
+
+/// Has the bound flow that owns `child` serve the child's object again (the child is being
+/// deleted or gone, or what it asks changed).
+fn serve_childs_object(ctx: &Context, child: &RawFlow) {
+    let owner = child
+        .owner_references()
+        .iter()
+        .find(|o| o.kind == "PseudoFlow" && o.controller == Some(true));
     let object = child
         .annotations()
         .get(pseudoflow_crd::bind::OBJECT_ANNOTATION);
-    if let Some(object) = object {
+    if let (Some(owner), Some(object)) = (owner, object) {
         let (obj_ns, obj_name) = object.split_once('/').unwrap_or(("", object));
         let pending = &ctx.binder.watches.pending;
         pending.changed(&owner.uid, obj_ns, obj_name);
     }
-    Some(ObjectRef::new(&owner.name).within(&ns))
 }
 
 /// Failed reconciles of one flow are retried ever less often; others keep their pace.

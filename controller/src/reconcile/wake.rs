@@ -12,7 +12,7 @@ use std::hash::{Hash, Hasher};
 use futures::{Stream, StreamExt};
 use kube::runtime::watcher;
 
-use crate::intent::{add_metadata_intent, metadata_intent};
+use crate::intent::metadata_intent;
 
 use crate::raw::RawFlow;
 
@@ -24,33 +24,51 @@ pub fn flow_intent(flow: &RawFlow) -> Option<u64> {
     Some(metadata_intent(&flow.metadata))
 }
 
-/// The children of bound flows whose outcome changed ([`child_outcome`]), and every deleted
-/// one (the bound flow lets a deleted object go once its flow is gone). kube-runtime's
-/// predicate filter cannot be used here: it sees no deletions, and a deleted child's last
-/// state is the one it already saw.
-pub fn outcome_changes(
+/// Why a child wakes its bound flow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChildChange {
+    /// Only its run's outcome (phase, message, last run time): the bound flow sums up again.
+    Outcome,
+    /// What its metadata asks (its spec, deletion, owners, ...), or it is gone: the bound flow
+    /// also serves its object again (recreates a deleted child, lets a deleted object go).
+    Intent,
+}
+
+/// The children of bound flows whose outcome or intent changed, and every deleted one (the
+/// bound flow lets a deleted object go once its flow is gone); `on_intent` is told of each
+/// child whose intent changed, before it is passed on. kube-runtime's predicate filter cannot
+/// be used here: it sees no deletions, and a deleted child's last state is the one it already
+/// saw.
+pub fn child_changes(
     events: impl Stream<Item = Result<watcher::Event<RawFlow>, watcher::Error>> + Send + 'static,
+    on_intent: impl Fn(&RawFlow) + Send + 'static,
 ) -> impl Stream<Item = Result<RawFlow, watcher::Error>> + Send + 'static {
     let mut seen = Seen::default();
     events.filter_map(move |ev| {
         let out = match ev {
-            Ok(ev) => seen.pass(ev).map(Ok),
+            Ok(ev) => seen.pass(ev).map(|(child, change)| {
+                if change == ChildChange::Intent {
+                    on_intent(&child);
+                }
+                Ok(child)
+            }),
             Err(e) => Some(Err(e)),
         };
         futures::future::ready(out)
     })
 }
 
-/// The outcome last seen of each child (by UID), and the one a relist is building.
+/// What was last seen of each child (by UID): the hashes of its intent and of its outcome; and
+/// what a relist is building.
 #[derive(Default)]
 struct Seen {
-    last: HashMap<String, u64>,
-    relisting: Option<HashMap<String, u64>>,
+    last: HashMap<String, (u64, u64)>,
+    relisting: Option<HashMap<String, (u64, u64)>>,
 }
 
 impl Seen {
-    /// The child to look at for `ev`, if its outcome is new or it is gone.
-    fn pass(&mut self, ev: watcher::Event<RawFlow>) -> Option<RawFlow> {
+    /// The child to look at for `ev`, and why; `None` if nothing the bound flow reads changed.
+    fn pass(&mut self, ev: watcher::Event<RawFlow>) -> Option<(RawFlow, ChildChange)> {
         let uid = |c: &RawFlow| c.metadata.uid.clone().unwrap_or_default();
         match ev {
             watcher::Event::Init => {
@@ -58,10 +76,10 @@ impl Seen {
                 None
             }
             watcher::Event::InitApply(c) => {
-                let h = child_outcome(&c);
-                let fresh = self.last.get(&uid(&c)) != Some(&h);
-                self.relisting.get_or_insert_default().insert(uid(&c), h);
-                (fresh && !unreported(&c)).then_some(c)
+                let now = hashes(&c);
+                let before = self.last.get(&uid(&c)).copied();
+                self.relisting.get_or_insert_default().insert(uid(&c), now);
+                classify(before, now, &c).map(|why| (c, why))
             }
             // Children deleted while the watch was down are forgotten with the old list.
             watcher::Event::InitDone => {
@@ -69,15 +87,34 @@ impl Seen {
                 None
             }
             watcher::Event::Apply(c) => {
-                let h = child_outcome(&c);
-                (self.last.insert(uid(&c), h) != Some(h) && !unreported(&c)).then_some(c)
+                let now = hashes(&c);
+                let before = self.last.insert(uid(&c), now);
+                classify(before, now, &c).map(|why| (c, why))
             }
             watcher::Event::Delete(c) => {
                 self.last.remove(&uid(&c));
-                Some(c)
+                Some((c, ChildChange::Intent))
             }
         }
     }
+}
+
+/// Why `child` (whose hashes were `before`, now `now`) wakes its bound flow, if it does.
+fn classify(before: Option<(u64, u64)>, now: (u64, u64), child: &RawFlow) -> Option<ChildChange> {
+    if unreported(child) {
+        return None;
+    }
+    match before {
+        Some((intent, _)) if intent != now.0 => Some(ChildChange::Intent),
+        None => Some(ChildChange::Intent),
+        Some((_, outcome)) if outcome != now.1 => Some(ChildChange::Outcome),
+        Some(_) => None,
+    }
+}
+
+/// The hashes of a child's intent ([`metadata_intent`]) and of its outcome ([`child_outcome`]).
+fn hashes(child: &RawFlow) -> (u64, u64) {
+    (metadata_intent(&child.metadata), child_outcome(child))
 }
 
 /// A child its bound flow has just made (or remade): no status yet, not being deleted. The
@@ -86,12 +123,10 @@ fn unreported(child: &RawFlow) -> bool {
     child.status.is_none() && child.metadata.deletion_timestamp.is_none()
 }
 
-/// What a bound flow reads of its child: the child's own intent (as [`flow_intent`]) and its
-/// run's phase, message and last run time (what the bound flow sums up and writes back), not
-/// the rest of its status (per-step progress, timings).
+/// What a bound flow sums up of its child: its run's phase, message and last run time, not the
+/// rest of its status (per-step progress, timings).
 fn child_outcome(child: &RawFlow) -> u64 {
     let mut h = DefaultHasher::new();
-    add_metadata_intent(&child.metadata, &mut h);
     if let Some(status) = child.status_value() {
         for field in ["phase", "message", "lastRunTime"] {
             status[field].to_string().hash(&mut h);
@@ -137,9 +172,15 @@ mod tests {
         assert_eq!(flow_intent(&rv), before);
         for changed in [
             with(&["metadata", "generation"], json!(2)),
-            with(&["metadata", "annotations", "ops.example.com/run"], json!("x")),
+            with(
+                &["metadata", "annotations", "ops.example.com/run"],
+                json!("x"),
+            ),
             with(&["metadata", "labels"], json!({"l": "v"})),
-            with(&["metadata", "finalizers"], json!(["ops.example.com/on-delete"])),
+            with(
+                &["metadata", "finalizers"],
+                json!(["ops.example.com/on-delete"]),
+            ),
             with(
                 &["metadata", "deletionTimestamp"],
                 json!("2026-11-26T00:00:00Z"),
@@ -156,47 +197,65 @@ mod tests {
     }
 
     #[test]
-    fn a_child_wakes_its_bound_flow_when_its_run_phase_message_or_time_changes_not_its_steps() {
-        let before = child_outcome(&flow(base()));
+    fn a_child_wakes_its_bound_flow_to_sum_up_for_its_outcome_and_to_serve_for_its_intent() {
+        use watcher::Event::*;
+        use ChildChange::*;
+        let why = |seen: &mut Seen, ev| seen.pass(ev).map(|(_, w)| w);
+        let mut seen = Seen::default();
+        let mut made = flow(base());
+        made.status = None;
+        assert_eq!(why(&mut seen, Apply(made.clone())), None, "just made");
+        let running = || flow(base());
+        assert_eq!(
+            why(&mut seen, Apply(running())),
+            Some(Outcome),
+            "first status"
+        );
         let steps = with(&["status", "steps", "a", "phase"], json!("Succeeded"));
-        assert_eq!(child_outcome(&steps), before);
-        for changed in [
-            with(&["status", "phase"], json!("Succeeded")),
-            with(&["status", "message"], json!("other")),
-            with(&["status", "lastRunTime"], json!("2026-11-26T00:00:00Z")),
-            with(&["metadata", "generation"], json!(2)),
-            with(
-                &["metadata", "deletionTimestamp"],
+        assert_eq!(why(&mut seen, Apply(steps)), None, "step progress only");
+        for (path, value) in [
+            (&["status", "phase"][..], json!("Succeeded")),
+            (&["status", "message"][..], json!("other")),
+            (
+                &["status", "lastRunTime"][..],
                 json!("2026-11-26T00:00:00Z"),
             ),
         ] {
-            assert_ne!(child_outcome(&changed), before);
+            assert_eq!(why(&mut seen, Apply(with(path, value))), Some(Outcome));
+            assert_eq!(why(&mut seen, Apply(running())), Some(Outcome));
         }
-    }
-
-    #[test]
-    fn a_childs_repeated_outcome_is_dropped_but_its_deletion_and_a_relist_change_pass() {
-        use watcher::Event::*;
+        let respec = with(&["metadata", "generation"], json!(2));
+        assert_eq!(
+            why(&mut seen, Apply(respec)),
+            Some(Intent),
+            "its spec changed"
+        );
+        let deleting = with(
+            &["metadata", "deletionTimestamp"],
+            json!("2026-11-26T00:00:00Z"),
+        );
+        assert_eq!(why(&mut seen, Apply(deleting.clone())), Some(Intent));
+        assert_eq!(
+            why(&mut seen, Delete(deleting)),
+            Some(Intent),
+            "gone, unchanged"
+        );
+        made.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ));
+        assert_eq!(
+            why(&mut seen, Apply(made)),
+            Some(Intent),
+            "deleted before it ran"
+        );
+        // A relist: unchanged children are dropped, changed ones pass, unseen ones are served.
         let mut seen = Seen::default();
-        let running = || flow(base());
         let done = || with(&["status", "phase"], json!("Succeeded"));
-        let steps = || with(&["status", "steps", "a", "phase"], json!("Failed"));
-        let mut made = flow(base());
-        made.status = None;
-        assert!(seen.pass(Apply(made.clone())).is_none(), "just made");
-        made.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
-        ));
-        assert!(seen.pass(Apply(made)).is_some(), "deleted before it ran");
-        assert!(seen.pass(Apply(running())).is_some(), "first status");
-        assert!(seen.pass(Apply(steps())).is_none(), "step progress only");
-        assert!(seen.pass(Apply(done())).is_some(), "the run ended");
-        assert!(seen.pass(Delete(done())).is_some(), "deleted, unchanged");
-        assert!(seen.pass(Apply(done())).is_some(), "made again after");
-        // A relist: unchanged children are dropped, changed ones pass.
-        assert!(seen.pass(Init).is_none());
-        assert!(seen.pass(InitApply(done())).is_none());
-        assert!(seen.pass(InitDone).is_none());
-        assert!(seen.pass(Apply(running())).is_some());
+        assert_eq!(why(&mut seen, Apply(done())), Some(Intent), "first sight");
+        assert_eq!(why(&mut seen, Init), None);
+        assert_eq!(why(&mut seen, InitApply(done())), None);
+        assert_eq!(why(&mut seen, InitDone), None);
+        assert_eq!(why(&mut seen, Apply(running())), Some(Outcome));
     }
 }
