@@ -83,25 +83,7 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: Option<String>) {
         })
         // A bound flow's child changed (its run's phase): the bound flow sums up again, and
         // lets a deleted object go once its flow is gone.
-        .watches_stream(
-            // Only when what the bound flow reads of the child changed, or it is gone; only
-            // then does the bound flow also serve the child's object again.
-            quiet(
-                wake::child_changes(
-                    watcher(
-                        children,
-                        watcher::Config::default().labels(pseudoflow_crd::bind::BOUND_TO_LABEL),
-                    )
-                    .backoff(WatchBackoff::default()),
-                    {
-                        let ctx = ctx.clone();
-                        move |child: &RawFlow| serve_childs_object(&ctx, child)
-                    },
-                ),
-                "bound flows' children",
-            ),
-            bound_parent,
-        )
+        .watches_stream(children_watch(&ctx, children), bound_parent)
         // An object of a bound kind changed (docs/bound-flows.md).
         .reconcile_on(ctx.binder.watches.wakes())
         // A step the controller ran itself ended after its reconcile stopped waiting for it.
@@ -247,6 +229,20 @@ fn journal_owner(cm: ConfigMap) -> Option<ObjectRef<RawFlow>> {
         .iter()
         .find(|o| o.kind == "PseudoFlow" && o.api_version.starts_with("ops.example.com/"))
         .map(|o| ObjectRef::new(&o.name).within(&ns))
+}
+
+/// The bound flows' children, passed on only when what the bound flow reads of one changed or
+/// it is gone ([`wake::child_changes`]); only then does the bound flow also serve the child's
+/// object again.
+fn children_watch(
+    ctx: &Arc<Context>,
+    children: Api<RawFlow>,
+) -> impl futures::Stream<Item = Result<RawFlow, watcher::Error>> + Send + 'static {
+    let config = watcher::Config::default().labels(pseudoflow_crd::bind::BOUND_TO_LABEL);
+    let events = watcher(children, config).backoff(WatchBackoff::default());
+    let ctx = ctx.clone();
+    let changes = wake::child_changes(events, move |child| serve_childs_object(&ctx, child));
+    quiet(changes, "bound flows' children")
 }
 
 /// The bound flow a child flow serves (its controlling PseudoFlow owner).
