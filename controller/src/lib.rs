@@ -12,6 +12,7 @@ pub mod backoff;
 pub mod bind;
 pub mod http;
 pub mod in_controller;
+pub mod intent;
 pub mod labels;
 pub mod leader;
 pub mod limits;

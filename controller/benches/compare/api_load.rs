@@ -9,16 +9,18 @@ use std::path::Path;
 
 use kube::Client;
 
-/// Requests served so far, by `VERB resource[/subresource]`.
+/// Requests served so far, by `VERB resource[/subresource]`, and the CPU seconds the API
+/// server had used (`process_cpu_seconds_total`): where a burst's time went on a machine whose
+/// cores the API server shares with the driver.
 #[derive(Debug, Clone, Default)]
-pub struct Requests(BTreeMap<String, f64>);
+pub struct Requests(BTreeMap<String, f64>, f64);
 
 impl Requests {
     /// The API server's counters now.
     pub async fn now(client: &Client) -> Requests {
         let req = http::Request::get("/metrics").body(Vec::new()).unwrap();
         let text = client.request_text(req).await.unwrap_or_default();
-        Requests(parse(&text))
+        Requests(parse(&text), cpu_seconds(&text))
     }
 
     /// What was served between `self` and `later`.
@@ -30,7 +32,12 @@ impl Requests {
                 d.insert(k.clone(), n);
             }
         }
-        Requests(d)
+        Requests(d, later.1 - self.1)
+    }
+
+    /// CPU seconds kube-apiserver spent (between two readings, after [`Requests::until`]).
+    pub fn apiserver_cpu(&self) -> f64 {
+        self.1
     }
 
     /// All requests, and the writes among them (POST, PUT, PATCH, DELETE).
@@ -68,8 +75,17 @@ impl Requests {
             .iter()
             .map(|(k, v)| format!("{:8.2}  {k}\n", *v / n))
             .collect();
-        let _ = std::fs::write(file, text);
+        let cpu = format!("{:8.4}  kube-apiserver CPU seconds\n", self.1 / n);
+        let _ = std::fs::write(file, text + &cpu);
     }
+}
+
+/// The API server's `process_cpu_seconds_total`.
+fn cpu_seconds(text: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix("process_cpu_seconds_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
 }
 
 /// Sums `apiserver_request_total` samples by verb and resource (over codes, scopes, clients).

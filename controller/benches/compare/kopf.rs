@@ -40,6 +40,13 @@ impl Operator {
         }
     }
 
+    fn cpu_seconds(&self) -> f64 {
+        match self {
+            Operator::Flow(p) => p.cpu_seconds(),
+            Operator::Kopf(_, pid) => crate::process::cpu_seconds(*pid),
+        }
+    }
+
     async fn stop(self) {
         match self {
             Operator::Flow(p) => p.kill().await,
@@ -181,6 +188,7 @@ pub async fn run(
         for &n in counts {
             let names: HashSet<String> = (0..n).map(|i| format!("n{n}-{i}")).collect();
             let before = Requests::now(client).await;
+            let cpu_before = op.cpu_seconds();
             let t = Instant::now();
             common::apply_all(
                 client,
@@ -192,6 +200,7 @@ pub async fn run(
             let done = all_ready(&api, &names, timeout).await;
             let took = t.elapsed();
             let requests = before.until(&Requests::now(client).await);
+            let cpu = op.cpu_seconds() - cpu_before;
             requests.save(&dir.join(format!("{ns}-requests-{n}.txt")), n);
             figures.push(took);
             let wall = if done {
@@ -207,9 +216,11 @@ pub async fn run(
                 figures.len() - 1,
                 took,
                 format!(
-                    "peak RSS (VmHWM) so far {:.1} MiB; {}",
+                    "peak RSS (VmHWM) so far {:.1} MiB; {}; CPU {:.1} s ({driver}) and {:.1} s (kube-apiserver)",
                     op.peak_kib() as f64 / 1024.0,
-                    requests.per_object(n)
+                    requests.per_object(n),
+                    cpu,
+                    requests.apiserver_cpu()
                 ),
             ));
         }

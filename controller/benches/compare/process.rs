@@ -41,6 +41,24 @@ pub fn peak_rss_kib(pid: u32) -> Option<u64> {
         .ok()
 }
 
+/// CPU seconds (user and system) process `pid` has used so far, from /proc/<pid>/stat.
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // After the command's closing parenthesis: state is field 3, utime 14, stime 15.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // Field n is rest's index n - 3; the kernel's clock ticks are 100 a second on Linux.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
 /// The release controller running as its own process.
 pub struct ControllerProcess {
     child: Child,
@@ -75,6 +93,11 @@ impl ControllerProcess {
     /// Its peak resident set so far, in KiB (0 once it is gone).
     pub fn peak_kib(&self) -> u64 {
         peak_rss_kib(self.pid).unwrap_or(0)
+    }
+
+    /// The CPU seconds it has used so far.
+    pub fn cpu_seconds(&self) -> f64 {
+        cpu_seconds(self.pid)
     }
 
     /// Polls `count` (how many of `total` are done, and how many failed) once a second — a LIST

@@ -133,7 +133,17 @@ impl<'a> Binding<'a> {
             None => Api::all_with(client.clone(), &ar),
         };
         let who = format!("{ns}/{sa}");
-        let what = format!("{}/{} {scope:?} as {who}", bind.api_version, bind.kind);
+        // Watch fields outside metadata can change without the object's generation moving.
+        let every_change = bind
+            .watch_fields
+            .iter()
+            .any(|p| !p.trim_start_matches('.').starts_with("metadata."));
+        let what = format!(
+            "{}/{} {scope:?} as {who}{}",
+            bind.api_version,
+            bind.kind,
+            if every_change { ", every change" } else { "" }
+        );
         let watches = &r.ctx.binder.watches;
         match watches.running(r.uid, &what) {
             Some(Some(refusal)) => return Err(refusal),
@@ -150,6 +160,7 @@ impl<'a> Binding<'a> {
                     flow: (ns.to_string(), r.flow_id.name.to_string()),
                     what,
                     api: watched_api(&client, scope, &ar),
+                    every_change,
                 });
             }
         }
@@ -606,7 +617,11 @@ async fn open_related(
             .await?;
         let scope = (namespaced && !bind.all_namespaces).then_some(ns);
         let key = watch::related_key(r.uid, &rel.api_version, &rel.kind);
-        let what = format!("{}/{} {scope:?} as {who}", rel.api_version, rel.kind);
+        // A related object's content is what its bound objects read: every change counts.
+        let what = format!(
+            "{}/{} {scope:?} as {who}, every change",
+            rel.api_version, rel.kind
+        );
         match watches.running(&key, &what) {
             Some(Some(refusal)) => return Err(refusal),
             Some(None) => {}
@@ -620,6 +635,7 @@ async fn open_related(
                     flow: (ns.to_string(), r.flow_id.name.to_string()),
                     what,
                     api: watched_api(client, scope, &ar),
+                    every_change: true,
                 });
             }
         }

@@ -74,6 +74,12 @@ pub struct Target {
     /// The objects, as the flow's ServiceAccount (all of them: the selector is applied by the
     /// bound flow, so an object that stops matching is seen).
     pub api: Api<Watched>,
+    /// Whether every change of an object wakes its flows. When not, an object with a
+    /// `generation` wakes them only when its metadata's intent changed
+    /// ([`crate::intent::metadata_intent`]): its status written (by a bound flow's child, most of
+    /// the time) starts no run, so it need not be read. Part of `what`, so that watches with
+    /// and without it are two watches.
+    pub every_change: bool,
 }
 
 impl Watches {
@@ -110,6 +116,7 @@ impl Watches {
         let task = tokio::spawn(run(
             t.api,
             t.what.clone(),
+            t.every_change,
             Wake {
                 flows: self.wake.clone(),
                 pending: self.pending.clone(),
@@ -238,20 +245,33 @@ impl Wake {
 async fn run(
     api: Api<Watched>,
     what: String,
+    every_change: bool,
     wake: Wake,
     subscribers: Subscribers,
     refused: Arc<Mutex<Option<String>>>,
 ) {
+    let mut seen = Intents::default();
     watcher(api, watcher::Config::default())
         .backoff(WatchBackoff::default())
         .for_each(|ev| {
             match ev {
-                Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
+                Ok(watcher::Event::Init) => seen.relist(),
+                Ok(watcher::Event::InitApply(o)) => {
+                    seen.changed(&o);
+                }
                 Ok(watcher::Event::InitDone) => {
+                    seen.listed();
                     *refused.lock().expect("not poisoned") = None;
                     wake.tell(&subscribers, None);
                 }
-                Ok(watcher::Event::Apply(o) | watcher::Event::Delete(o)) => {
+                Ok(watcher::Event::Apply(o)) => {
+                    if seen.changed(&o) || every_change {
+                        *refused.lock().expect("not poisoned") = None;
+                        wake.tell(&subscribers, Some(&o));
+                    }
+                }
+                Ok(watcher::Event::Delete(o)) => {
+                    seen.gone(&o);
                     *refused.lock().expect("not poisoned") = None;
                     wake.tell(&subscribers, Some(&o));
                 }
@@ -263,6 +283,43 @@ async fn run(
             futures::future::ready(())
         })
         .await
+}
+
+/// The intent last seen of each object with a `generation`, by UID, and the one a relist is
+/// building (objects deleted while the watch was down are forgotten with the old list).
+#[derive(Default)]
+struct Intents {
+    last: HashMap<String, u64>,
+    relisting: Option<HashMap<String, u64>>,
+}
+
+impl Intents {
+    /// Records `o`'s intent; whether it may have changed anything a bound flow acts on (an
+    /// object without a `generation` always may: its content is not seen here).
+    fn changed(&mut self, o: &Watched) -> bool {
+        let (Some(_), Some(uid)) = (o.metadata.generation, o.metadata.uid.clone()) else {
+            return true;
+        };
+        let h = crate::intent::metadata_intent(&o.metadata);
+        let map = self.relisting.as_mut().unwrap_or(&mut self.last);
+        map.insert(uid, h) != Some(h)
+    }
+
+    fn gone(&mut self, o: &Watched) {
+        if let Some(uid) = &o.metadata.uid {
+            self.last.remove(uid);
+        }
+    }
+
+    fn relist(&mut self) {
+        self.relisting = Some(HashMap::new());
+    }
+
+    fn listed(&mut self) {
+        if let Some(new) = self.relisting.take() {
+            self.last = new;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -283,7 +340,54 @@ mod tests {
             flow: ("ns".into(), flow.into()),
             what: what.into(),
             api: api(),
+            every_change: false,
         }
+    }
+
+    fn watched(uid: &str, generation: Option<i64>, labels: &[(&str, &str)]) -> Watched {
+        let mut w = Watched::default();
+        w.metadata.uid = Some(uid.into());
+        w.metadata.generation = generation;
+        w.metadata.labels = Some(
+            labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        w
+    }
+
+    #[test]
+    fn an_object_wakes_again_only_when_its_intent_changed_unless_it_has_no_generation() {
+        let mut seen = Intents::default();
+        assert!(seen.changed(&watched("a", Some(1), &[])), "first sight");
+        let mut echo = watched("a", Some(1), &[]);
+        echo.metadata.resource_version = Some("2".into());
+        assert!(!seen.changed(&echo), "a status write only");
+        assert!(seen.changed(&watched("a", Some(2), &[])), "spec changed");
+        assert!(seen.changed(&watched("a", Some(2), &[("l", "v")])), "label");
+        assert!(seen.changed(&watched("b", None, &[])), "no generation");
+        assert!(
+            seen.changed(&watched("b", None, &[])),
+            "no generation, again"
+        );
+        seen.gone(&watched("a", Some(2), &[("l", "v")]));
+        assert!(
+            seen.changed(&watched("a", Some(2), &[("l", "v")])),
+            "after deletion"
+        );
+        // A relist records what it lists, and forgets what it did not list.
+        seen.relist();
+        assert!(
+            seen.changed(&watched("c", Some(1), &[])),
+            "new in the relist"
+        );
+        seen.listed();
+        assert!(!seen.changed(&watched("c", Some(1), &[])), "listed before");
+        assert!(
+            seen.changed(&watched("a", Some(2), &[("l", "v")])),
+            "not in the relist"
+        );
     }
 
     #[tokio::test]

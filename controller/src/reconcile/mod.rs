@@ -26,6 +26,7 @@ mod start;
 pub(crate) mod status;
 pub mod store;
 mod timing;
+mod wake;
 mod warnings;
 
 pub use context::Context;

@@ -14,12 +14,12 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::reflector::{self, store::Writer};
-use kube::runtime::{watcher, WatchStreamExt};
+use kube::runtime::{watcher, PredicateConfig, WatchStreamExt};
 use kube::ResourceExt;
 use pseudoflow_crd::protocol::journal::{JOURNAL_ROLE, LABEL_ROLE};
 use tracing::{error, info_span, warn, Instrument};
 
-use super::{finalizer, guard, outcome, reconcile_flow, Context, Error};
+use super::{finalizer, guard, outcome, reconcile_flow, wake, Context, Error};
 use crate::backoff::{Backoff, WatchBackoff};
 use crate::limits::MAX_CONCURRENT_RECONCILES;
 use crate::metrics::Metrics;
@@ -47,7 +47,11 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: Option<String>) {
     let writer = Writer::<RawFlow>::default();
     let reader = writer.as_reader();
     let events = flow_events(flows, namespace, shared.clone());
-    let flows = reflector::reflector(writer, quiet(events, "flows")).applied_objects();
+    // A flow's reconcile wakes for what someone asks of it, not for its own status write
+    // coming back (`wake::flow_intent`); the reflector still records every change.
+    let flows = reflector::reflector(writer, quiet(events, "flows"))
+        .applied_objects()
+        .predicate_filter(wake::flow_intent, PredicateConfig::default());
     let nodes = quiet(node_watch(&ctx), "nodes");
     Controller::for_stream(flows, reader)
         // Bounded: 1,000 flows created at once must not mean 1,000 reconciles in memory at once
@@ -79,17 +83,7 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: Option<String>) {
         })
         // A bound flow's child changed (its run's phase): the bound flow sums up again, and
         // lets a deleted object go once its flow is gone.
-        .watches_stream(
-            labelled(
-                children,
-                pseudoflow_crd::bind::BOUND_TO_LABEL,
-                "bound flows' children",
-            ),
-            {
-                let ctx = ctx.clone();
-                move |child: RawFlow| bound_parent(&ctx, child)
-            },
-        )
+        .watches_stream(children_watch(&ctx, children), bound_parent)
         // An object of a bound kind changed (docs/bound-flows.md).
         .reconcile_on(ctx.binder.watches.wakes())
         // A step the controller ran itself ended after its reconcile stopped waiting for it.
@@ -237,23 +231,45 @@ fn journal_owner(cm: ConfigMap) -> Option<ObjectRef<RawFlow>> {
         .map(|o| ObjectRef::new(&o.name).within(&ns))
 }
 
+/// The bound flows' children, passed on only when what the bound flow reads of one changed or
+/// it is gone ([`wake::child_changes`]); only then does the bound flow also serve the child's
+/// object again.
+fn children_watch(
+    ctx: &Arc<Context>,
+    children: Api<RawFlow>,
+) -> impl futures::Stream<Item = Result<RawFlow, watcher::Error>> + Send + 'static {
+    let config = watcher::Config::default().labels(pseudoflow_crd::bind::BOUND_TO_LABEL);
+    let events = watcher(children, config).backoff(WatchBackoff::default());
+    let ctx = ctx.clone();
+    let changes = wake::child_changes(events, move |child| serve_childs_object(&ctx, child));
+    quiet(changes, "bound flows' children")
+}
+
 /// The bound flow a child flow serves (its controlling PseudoFlow owner).
-fn bound_parent(ctx: &Context, child: RawFlow) -> Option<ObjectRef<RawFlow>> {
+fn bound_parent(child: RawFlow) -> Option<ObjectRef<RawFlow>> {
     let ns = child.namespace()?;
     let owner = child
         .owner_references()
         .iter()
         .find(|o| o.kind == "PseudoFlow" && o.controller == Some(true))?;
-    // The parent looks at the child's object again (its run ended, its onDelete finished).
+    Some(ObjectRef::new(&owner.name).within(&ns))
+}
+
+/// Has the bound flow that owns `child` serve the child's object again (the child is being
+/// deleted or gone, or what it asks changed).
+fn serve_childs_object(ctx: &Context, child: &RawFlow) {
+    let owner = child
+        .owner_references()
+        .iter()
+        .find(|o| o.kind == "PseudoFlow" && o.controller == Some(true));
     let object = child
         .annotations()
         .get(pseudoflow_crd::bind::OBJECT_ANNOTATION);
-    if let Some(object) = object {
+    if let (Some(owner), Some(object)) = (owner, object) {
         let (obj_ns, obj_name) = object.split_once('/').unwrap_or(("", object));
         let pending = &ctx.binder.watches.pending;
         pending.changed(&owner.uid, obj_ns, obj_name);
     }
-    Some(ObjectRef::new(&owner.name).within(&ns))
 }
 
 /// Failed reconciles of one flow are retried ever less often; others keep their pace.
