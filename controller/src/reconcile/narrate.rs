@@ -1,4 +1,4 @@
-//! An Event for every step, whatever its type (seed §5, so `kubectl events` tells the whole run): a step's Job launch and its
+//! An Event for every step, whatever its type (docs/operations.md: `kubectl events` tells the whole run): a step's Job launch and its
 //! result are told where they happen (with the Job's name), and everything else a reconcile
 //! did to a step — a structural step starting and ending, a sleep's timer ending, eval and
 //! templates to variables, `onlyIfChanged` skips, a refusal before any Job exists, an abort —
