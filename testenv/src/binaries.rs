@@ -12,15 +12,18 @@ pub fn bin_dir() -> PathBuf {
     if let Ok(dir) = std::env::var("PSEUDOFLOW_K8S_BIN") {
         return dir.into();
     }
-    let cache = std::env::var_os("XDG_CACHE_HOME")
+    cache_dir().join(format!("k8s-{K8S_VERSION}")).join("bin")
+}
+
+/// `~/.cache/pseudoflow` (or under `$XDG_CACHE_HOME`): where the build scripts put what they
+/// build (the Kubernetes binaries, Argo CD, the images).
+pub fn cache_dir() -> PathBuf {
+    std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
             PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache")
-        });
-    cache
+        })
         .join("pseudoflow")
-        .join(format!("k8s-{K8S_VERSION}"))
-        .join("bin")
 }
 
 /// Path of one binary, or a clear error saying how to build it.

@@ -31,13 +31,7 @@ pub fn bin_dir() -> PathBuf {
     if let Ok(dir) = std::env::var("PSEUDOFLOW_ARGOCD_BIN") {
         return dir.into();
     }
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache")
-        });
-    cache
-        .join("pseudoflow")
+    crate::binaries::cache_dir()
         .join(format!("argocd-{ARGOCD_VERSION}"))
         .join("bin")
 }
