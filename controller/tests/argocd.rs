@@ -20,7 +20,9 @@ use common::admission::{
 };
 use common::harness::{config_map, created, setup, wait_done};
 use common::{flows, wait_status};
-use gitops::{app_status, create_app, flow, flow_health, refresh, resource, wait_app, Repo};
+use gitops::{
+    app_status, compared_again, create_app, flow, flow_health, refresh, resource, wait_app, Repo,
+};
 use pseudoflow_controller::approval::Key;
 use serde_json::{json, Value};
 
@@ -70,17 +72,7 @@ async fn health_goes_progressing_then_healthy_and_what_the_controller_writes_sta
         .unwrap_or_default()
         .contains(&"ops.example.com/on-delete".into()));
     // Status, finalizer and run state written: Argo CD compares again and still finds no diff.
-    let before = app_status(&client, &ns).await["reconciledAt"].clone();
-    refresh(&client, &ns).await;
-    let after = wait_app(
-        &client,
-        &ns,
-        60,
-        "a new comparison",
-        |_| {},
-        |s| s["reconciledAt"] != before,
-    )
-    .await;
+    let after = compared_again(&client, &ns).await;
     assert!(
         synced(&after),
         "Synced after the controller wrote: {:#}",
@@ -327,17 +319,7 @@ async fn the_retry_action_through_argocd_server_runs_the_flow_again_and_stays_sy
     })
     .await;
     assert_ne!(st["run"]["id"], first, "a new run");
-    let before = app_status(&client, &ns).await["reconciledAt"].clone();
-    refresh(&client, &ns).await;
-    let after = wait_app(
-        &client,
-        &ns,
-        60,
-        "a new comparison",
-        |_| {},
-        |s| s["reconciledAt"] != before,
-    )
-    .await;
+    let after = compared_again(&client, &ns).await;
     assert!(
         synced(&after),
         "the action's annotation is no diff: {:#}",
@@ -471,17 +453,7 @@ async fn with_the_approval_webhook_argo_cds_approve_is_refused_and_the_human_app
         .unwrap_or_default();
     assert_eq!(gate["approval"]["user"], "boss", "{st:#}");
     // The approve annotation and the webhook's stamp are no diff either.
-    let before = app_status(&client, &ns).await["reconciledAt"].clone();
-    refresh(&client, &ns).await;
-    let after = wait_app(
-        &client,
-        &ns,
-        60,
-        "a new comparison",
-        |_| {},
-        |s| s["reconciledAt"] != before,
-    )
-    .await;
+    let after = compared_again(&client, &ns).await;
     assert!(
         synced(&after),
         "Synced after the approval: {:#}",

@@ -194,3 +194,18 @@ pub fn flow_health(status: &Value, name: &str) -> String {
         .unwrap_or_default()
         .to_string()
 }
+
+/// The Application's status after Argo CD compared it with git once more (refreshed now).
+pub async fn compared_again(client: &Client, ns: &str) -> Value {
+    let before = app_status(client, ns).await["reconciledAt"].clone();
+    refresh(client, ns).await;
+    wait_app(
+        client,
+        ns,
+        60,
+        "a new comparison",
+        |_| {},
+        |s| s["reconciledAt"] != before,
+    )
+    .await
+}
