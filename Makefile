@@ -37,11 +37,13 @@ tools:
 
 ## demo: a local cluster, the controller as installed (webhooks, approval key, impersonation), the
 ## seed's example flows running to Succeeded, a flow bound to seed 001's Database kind and an
-## approval waiting; kubectl-pf built beside it for the printed commands.
-demo: k8s
+## approval waiting; kubectl-pf built beside it for the printed commands. ARGOCD=1: the seed flows
+## synced by a real Argo CD from a local git repository (built first by `make argocd` if missing);
+## it prints how to commit a change and watch it run.
+demo: k8s $(if $(ARGOCD),argocd)
 	cargo build --locked -q -p pseudoflow-runtime --bin pseudoflow-step
 	cargo build --locked -q -p pseudoflow-cli --bin kubectl-pf
-	cargo run --locked -q -p pseudoflow-demo
+	cargo run --locked -q -p pseudoflow-demo $(if $(ARGOCD),-- --argocd)
 
 ## demo-real: the same flows on a cluster whose nodes are all real (cp-0, node-1: kubelet,
 ## containerd, runc, CNI, kube-proxy), the controller installed by `helm install` of the chart as a

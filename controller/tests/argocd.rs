@@ -21,7 +21,8 @@ use common::admission::{
 use common::harness::{config_map, created, setup, wait_done};
 use common::{flows, wait_status};
 use gitops::{
-    app_status, compared_again, create_app, flow, flow_health, refresh, resource, wait_app, Repo,
+    app_status, compared_again, create_app, flow, flow_health, refresh, resource, run_action,
+    wait_app, wait_webhooks_active, Repo,
 };
 use pseudoflow_controller::approval::Key;
 use serde_json::{json, Value};
@@ -263,31 +264,6 @@ async fn pruning_a_flow_from_git_runs_its_on_delete_with_its_run_state() {
     );
 }
 
-async fn run_action(app: &str, action: &str, flow: &str, ns: &str) -> (bool, String) {
-    let out = gitops::argocd()
-        .cli(&[
-            "app",
-            "actions",
-            "run",
-            app,
-            action,
-            "--kind",
-            "PseudoFlow",
-            "--resource-name",
-            flow,
-            "--namespace",
-            ns,
-        ])
-        .await
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_retry_action_through_argocd_server_runs_the_flow_again_and_stays_synced() {
     let (client, ns) = setup("argo-retry").await;
@@ -364,36 +340,6 @@ async fn the_approve_action_through_argocd_server_approves_nothing_as_argo_cds_i
         config_map(&client, &ns, "after").await.is_none(),
         "the step after the gate did not run"
     );
-}
-
-/// Waits until the approval webhooks answer for `ns`: `tenant` (edit rights, no `approve`) is
-/// refused setting the approve annotation on `flow` (a probe that got through is undone).
-async fn wait_webhooks_active(ns: &str, flow: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let args = [
-        "annotate",
-        "pf",
-        flow,
-        "-n",
-        ns,
-        "--overwrite",
-        "--as=tenant",
-    ];
-    loop {
-        let (ok, out) =
-            kubectl_async(&[&args[..], &["ops.example.com/approve=gate"]].concat()).await;
-        if !ok && out.contains("tenant may not approve") {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the webhooks never answered: {ok} {out}"
-        );
-        if ok {
-            kubectl_async(&["annotate", "pf", flow, "-n", ns, "ops.example.com/approve-"]).await;
-        }
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

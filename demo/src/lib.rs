@@ -24,6 +24,10 @@
 //! With real nodes the chart's webhook is off: testenv's API server runs on the machine, outside
 //! the pod network, so it cannot call a webhook Service's pods.
 //!
+//! `make demo ARGOCD=1` (`--argocd`): the same, but the seed flows are synced by a real Argo CD
+//! from a local git repository (`gitops.rs`), and the closing text says how to commit a change
+//! and watch it run.
+//!
 //! The library is the demo's setup, so that `demo/tests/readme.rs` starts the same stack as
 //! `make demo` and runs the README's commands against it; `main.rs` only parses arguments and
 //! prints the closing text.
@@ -34,6 +38,7 @@ use anyhow::Result;
 use pseudoflow_testenv::{apply::apply_text, seed, TestEnv};
 
 pub mod cluster;
+pub mod gitops;
 pub mod helm;
 pub mod installed;
 pub mod progress;
@@ -62,19 +67,35 @@ pub struct Demo {
     pub webhook_url: String,
     /// Whether every seed flow Succeeded.
     pub all_succeeded: bool,
+    /// With `--argocd`: the Argo CD syncing the seed flows and its git repository.
+    pub gitops: Option<gitops::GitOps>,
 }
 
 /// `make demo` up to its closing text: the cluster with simulated nodes running `step`, the
 /// controller as installed (in this process), the seed flows run to the end, then the bound
 /// `Database` flow and the approval waiting (`tour.rs`).
 pub async fn start_installed(step: PathBuf) -> Result<Demo> {
+    start_installed_with(step, false).await
+}
+
+/// [`start_installed`], with the seed flows synced by Argo CD from a local git repository when
+/// `argocd` (`make demo ARGOCD=1`); fails at once, naming `make argocd`, if it is not built.
+pub async fn start_installed_with(step: PathBuf, argocd: bool) -> Result<Demo> {
+    if argocd {
+        gitops::check_built()?;
+    }
     let root = repo();
     let env = cluster::start_simulated(step).await?;
     let client = env.client().await?;
     seed::prepare(&env, &client, &root).await?;
     apply_text(&client, NODE_STEPS_NAMESPACE_LABEL, None).await?;
     let webhook_url = start_controller(&env, &client).await?;
-    let names = seed::apply_flows(&client, &root).await?;
+    let (gitops, names) = if argocd {
+        let (g, names) = gitops::start(&env, &client, &root).await?;
+        (Some(g), names)
+    } else {
+        (None, seed::apply_flows(&client, &root).await?)
+    };
     let all_succeeded = progress::watch_flows(&client, &names).await?;
     progress::show_worker_0(&env);
     println!();
@@ -83,6 +104,7 @@ pub async fn start_installed(step: PathBuf) -> Result<Demo> {
         env,
         webhook_url,
         all_succeeded,
+        gitops,
     })
 }
 

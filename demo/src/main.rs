@@ -5,25 +5,28 @@
 use std::time::Instant;
 
 use anyhow::Result;
-use pseudoflow_demo::{start_installed, start_real, tour};
+use pseudoflow_demo::{gitops, start_installed_with, start_real, tour};
 
 #[tokio::main]
 async fn main() -> Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| "warn,kube_client::client::builder=off,kube_runtime=error".into());
     tracing_subscriber::fmt().with_env_filter(filter).init();
-    let real = real_nodes_arg()?;
+    let (real, argocd) = args()?;
     let t0 = Instant::now();
     let here = std::env::current_exe()?.parent().unwrap().to_path_buf();
-    let env = match real {
+    let (env, gitops) = match real {
         None => {
-            let demo = start_installed(here.join("pseudoflow-step")).await?;
+            let demo = start_installed_with(here.join("pseudoflow-step"), argocd).await?;
             let tools = [pseudoflow_testenv::binaries::bin_dir(), here];
             println!(
                 "{}",
                 tour::closing_text(demo.env.kubeconfig_path(), &tools, &demo.webhook_url)
             );
-            demo.env
+            if let Some(g) = &demo.gitops {
+                println!("{}", gitops::closing_text(&g.repo));
+            }
+            (demo.env, demo.gitops)
         }
         Some(n) => {
             let (env, all_succeeded) = start_real(n).await?;
@@ -37,20 +40,23 @@ async fn main() -> Result<()> {
                 t0.elapsed().as_secs_f64()
             );
             println!("\nThe cluster keeps running. Try:\n  export KUBECONFIG={}\n  kubectl get pf -A\n  kubectl describe pf -n kube-system setup-nodelocaldns\nCtrl-C stops everything.", env.kubeconfig_path().display());
-            env
+            (env, None)
         }
     };
     tokio::signal::ctrl_c().await?;
     println!("stopping");
-    // Dropped here, not left to the exit: real nodes are stopped and their bridge removed.
+    // Dropped here, not left to the exit: Argo CD first, then the cluster it watches (real
+    // nodes are stopped and their bridge removed).
+    drop(gitops);
     drop(env);
     Ok(())
 }
 
-/// `--real N` (N ≥ 2), or nothing.
-fn real_nodes_arg() -> Result<Option<usize>> {
+/// `--real N` (N ≥ 2) and `--argocd`, each optional; not both.
+fn args() -> Result<(Option<usize>, bool)> {
     let mut args = std::env::args().skip(1);
     let mut real = None;
+    let mut argocd = false;
     while let Some(a) = args.next() {
         match a.as_str() {
             "--real" => {
@@ -64,8 +70,15 @@ fn real_nodes_arg() -> Result<Option<usize>> {
                 );
                 real = Some(n);
             }
-            other => anyhow::bail!("unknown argument {other}; usage: pseudoflow-demo [--real N]"),
+            "--argocd" => argocd = true,
+            other => anyhow::bail!(
+                "unknown argument {other}; usage: pseudoflow-demo [--real N | --argocd]"
+            ),
         }
     }
-    Ok(real)
+    anyhow::ensure!(
+        !(argocd && real.is_some()),
+        "--argocd runs on simulated nodes only: leave out --real"
+    );
+    Ok((real, argocd))
 }

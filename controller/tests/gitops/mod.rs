@@ -15,21 +15,29 @@ use serde_json::{json, Value};
 
 use super::common;
 
+mod actions;
+mod approver;
+
+pub use approver::{approver_project, wait_webhooks_active, APPROVER};
+
 /// `argocd-cm`'s data: the chart's health check and resource actions, exactly the snippet
-/// `charts/argocd-cm.py` prints for docs/gitops.md.
+/// `charts/argocd-cm.py` prints for docs/gitops.md, and impersonation enabled but not enforced
+/// (a project with `destinationServiceAccounts` syncs and runs actions as that account, every
+/// other as Argo CD's own; docs/gitops.md, "One-click approvals, knowingly").
 fn cm_data() -> BTreeMap<String, String> {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../charts/argocd-cm.py");
-    let out = std::process::Command::new("python3")
-        .arg(script)
-        .output()
-        .expect("python3 charts/argocd-cm.py");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap();
+    let mut data = argocd::chart_cm_data(repo).expect("argocd-cm data from the chart");
+    data.insert(
+        "application.sync.impersonation.enabled".into(),
+        "true".into(),
     );
-    let v: Value = serde_yaml::from_slice(&out.stdout).expect("argocd-cm snippet is YAML");
-    serde_json::from_value(v["data"].clone()).expect("argocd-cm data")
+    data.insert(
+        "application.sync.impersonation.enforced".into(),
+        "false".into(),
+    );
+    data
 }
 
 /// The Argo CD of this test binary; panics naming `make argocd` when it is not built.
@@ -125,10 +133,15 @@ async fn applications(client: &Client) -> Api<DynamicObject> {
 
 /// Creates Application `name` syncing `repo` into `ns`, automated with prune and self-heal.
 pub async fn create_app(client: &Client, name: &str, repo: &Repo, ns: &str) {
+    create_app_in(client, "default", name, repo, ns).await
+}
+
+/// [`create_app`] in AppProject `project`.
+pub async fn create_app_in(client: &Client, project: &str, name: &str, repo: &Repo, ns: &str) {
     argocd();
     let app = json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
         "metadata": {"name": name, "namespace": argocd::NAMESPACE},
-        "spec": {"project": "default",
+        "spec": {"project": project,
                  "source": {"repoURL": repo.url(), "path": ".", "targetRevision": "main"},
                  "destination": {"server": "https://kubernetes.default.svc", "namespace": ns},
                  "syncPolicy": {"automated": {"prune": true, "selfHeal": true}}}});
@@ -208,4 +221,29 @@ pub async fn compared_again(client: &Client, ns: &str) -> Value {
         |s| s["reconciledAt"] != before,
     )
     .await
+}
+
+/// Runs Argo CD resource action `action` on flow `flow` in `ns` of Application `app` through
+/// argocd-server (`argocd app actions run`); whether it succeeded, and its output.
+pub async fn run_action(app: &str, action: &str, flow: &str, ns: &str) -> (bool, String) {
+    let args = [
+        "app",
+        "actions",
+        "run",
+        app,
+        action,
+        "--kind",
+        "PseudoFlow",
+        "--resource-name",
+        flow,
+        "--namespace",
+        ns,
+    ];
+    let out = argocd().cli(&args).await.unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
 }

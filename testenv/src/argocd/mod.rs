@@ -7,6 +7,7 @@
 //! testenv's admin: it may do what Argo CD's chart lets it do on resources, but holds no
 //! `approve`, `impersonate`, `bind` or `escalate` verb, so Argo CD's own identity approves nothing.
 
+mod cm;
 mod objects;
 mod start;
 
@@ -17,6 +18,7 @@ use anyhow::{bail, Context, Result};
 
 use crate::procs::Proc;
 
+pub use cm::chart_cm_data;
 pub use objects::IDENTITY;
 
 /// Argo CD version `testenv/build-argocd.sh` builds (its stamp names it).
