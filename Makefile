@@ -57,7 +57,7 @@ k8s:
 	bash testenv/build-k8s.sh
 
 ## argocd: build (or reuse from the cache) Argo CD v3.6.1 from its Go module, and redis-server
-## from Debian if missing (testenv/build-argocd.sh; first time ~15+ min on 2 cores).
+## from Debian if missing (testenv/build-argocd.sh; first time about 14 min on 2 cores, an estimate: docs/gitops.md).
 argocd:
 	bash testenv/build-argocd.sh
 
