@@ -390,3 +390,60 @@ async fn a_repeated_event_is_one_object_with_a_counted_series_and_another_is_its
     assert!(with("second").series.is_none());
     assert_eq!(events.len(), 2, "{events:#?}");
 }
+
+/// `options.events` (docs/decisions.md#events-a-run-publishes): `Runs` keeps the run's outcome
+/// and `log` messages but no per-step Normal Event; `Warnings` keeps only what went wrong. The
+/// status still lists every step under both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn options_events_runs_and_warnings_leave_out_the_normal_events_they_name() {
+    let (client, ns, ctl) = setup("eventpolicy", json!([]), json!([])).await;
+    let steps = |last: serde_json::Value| {
+        json!([
+            {"type": "eval", "expression": "'a' ~ 'b'", "var": "ab"},
+            {"type": "log", "message": "said ${ab}"},
+            last
+        ])
+    };
+    create_flow(
+        &client,
+        &ns,
+        "runs",
+        json!({"serviceAccountName": "flow", "options": {"events": "Runs"},
+               "steps": steps(json!({"type": "sleep", "seconds": 1}))}),
+    )
+    .await;
+    create_flow(
+        &client,
+        &ns,
+        "warnings",
+        json!({"serviceAccountName": "flow", "options": {"events": "Warnings"},
+               "steps": steps(json!({"type": "apply",
+                   "manifests": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata: {v: '${ab.no_such_field}'}\n"}))}),
+    )
+    .await;
+    let runs = wait_done(&client, &ns, "runs", 120).await;
+    assert_eq!(runs["phase"], "Succeeded", "{runs:#}");
+    assert_eq!(runs["steps"].as_array().map(Vec::len), Some(3), "{runs:#}");
+    let (pairs, all) = told(&client, &ns, "runs").await;
+    let reasons: BTreeSet<&str> = pairs.iter().map(|(r, _)| r.as_str()).collect();
+    assert_eq!(
+        reasons,
+        BTreeSet::from(["Log", "RunSucceeded"]),
+        "Runs: the outcome and the log, no step's start or end: {all:#?}"
+    );
+
+    let warnings = wait_done(&client, &ns, "warnings", 120).await;
+    assert_eq!(warnings["phase"], "Failed", "{warnings:#}");
+    let (pairs, all) = told(&client, &ns, "warnings").await;
+    let reasons: BTreeSet<&str> = pairs.iter().map(|(r, _)| r.as_str()).collect();
+    assert_eq!(
+        reasons,
+        BTreeSet::from(["RunFailed", "StepFailed"]),
+        "Warnings: only the failure, told where it happened: {all:#?}"
+    );
+    assert!(
+        has(&pairs, "StepFailed", "spec.steps[2].manifests[0].data.v"),
+        "{all:#?}"
+    );
+    ctl.abort();
+}

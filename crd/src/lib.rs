@@ -31,7 +31,9 @@ pub mod validate;
 
 pub use diagnostics::{Diagnostic, Diagnostics, Severity};
 pub use resource::PseudoFlow;
-pub use spec::{ApiSteps, ArtifactSource, ConcurrencyPolicy, FlowOptions, PseudoFlowSpec};
+pub use spec::{
+    ApiSteps, ArtifactSource, ConcurrencyPolicy, EventPolicy, FlowOptions, PseudoFlowSpec,
+};
 pub use status::{FlowPhase, PseudoFlowStatus, StepPhase, StepStatus};
 pub use step::{Step, StepKind};
 

@@ -125,6 +125,46 @@ pub struct FlowOptions {
     /// cluster's defaults from the chart).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub executor: Option<crate::executor::ExecutorOptions>,
+    /// Which Events a run publishes: All (default: each step's start and end, and the run's
+    /// outcome), Runs (the run's own Events and every Warning, no per-step Normal ones) or
+    /// Warnings (failures and refusals only). A flow bound to a kind that serves thousands of
+    /// objects may not want three Events per object (docs/decisions.md#events-a-run-publishes).
+    #[serde(default, skip_serializing_if = "EventPolicy::is_all")]
+    pub events: EventPolicy,
+}
+
+/// Which Events a run publishes (see [`FlowOptions::events`]); status, metrics and logs are the
+/// same under each.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[schemars(transform = crate::enum_schema::plain_enum)]
+pub enum EventPolicy {
+    #[default]
+    /// Every Event: each step's start and end, the run's outcome, every Warning.
+    All,
+    /// The run's own Events (its outcome, an approval awaited, a retry, `log` messages) and
+    /// every Warning; no Normal Event per step.
+    Runs,
+    /// Warnings only: a step or run that failed, a refusal.
+    Warnings,
+}
+
+/// The Normal Events told once per step, which [`EventPolicy::Runs`] leaves out.
+const PER_STEP_REASONS: [&str; 3] = ["StepStarted", "StepSucceeded", "StepSkipped"];
+
+impl EventPolicy {
+    /// Whether this is the default (not written out).
+    pub fn is_all(&self) -> bool {
+        *self == EventPolicy::All
+    }
+
+    /// Whether an Event of this kind (`warning` or Normal) and `reason` is published.
+    pub fn publishes(self, warning: bool, reason: &str) -> bool {
+        match self {
+            EventPolicy::All => true,
+            EventPolicy::Runs => warning || !PER_STEP_REASONS.contains(&reason),
+            EventPolicy::Warnings => warning,
+        }
+    }
 }
 
 /// Where a flow's repeatable API steps run (see [`FlowOptions::api_steps`]).
@@ -238,5 +278,43 @@ impl ArtifactSource {
             }
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod event_policy_tests {
+    use super::EventPolicy;
+
+    #[test]
+    fn runs_leaves_out_only_the_normal_events_told_per_step() {
+        let runs = EventPolicy::Runs;
+        for reason in ["StepStarted", "StepSucceeded", "StepSkipped"] {
+            assert!(!runs.publishes(false, reason), "{reason}");
+        }
+        for reason in ["RunSucceeded", "WaitingForApproval", "Retrying", "Log"] {
+            assert!(runs.publishes(false, reason), "{reason}");
+        }
+        assert!(runs.publishes(true, "StepFailed"));
+    }
+
+    #[test]
+    fn warnings_publishes_every_warning_and_nothing_normal_while_all_publishes_everything() {
+        for reason in ["StepFailed", "RunFailed", "StepAborted", "ChildRefused"] {
+            assert!(EventPolicy::Warnings.publishes(true, reason), "{reason}");
+        }
+        for reason in ["RunSucceeded", "Log", "StepStarted", "WaitingForApproval"] {
+            assert!(!EventPolicy::Warnings.publishes(false, reason), "{reason}");
+            assert!(EventPolicy::All.publishes(false, reason), "{reason}");
+        }
+    }
+
+    #[test]
+    fn the_default_is_all_and_is_not_written_out() {
+        let options: super::FlowOptions = serde_json::from_str("{}").unwrap();
+        assert_eq!(options.events, EventPolicy::All);
+        let written = serde_json::to_value(&options).unwrap();
+        assert!(written.get("events").is_none(), "{written}");
+        let runs: super::FlowOptions = serde_json::from_str(r#"{"events": "Runs"}"#).unwrap();
+        assert_eq!(runs.events, EventPolicy::Runs);
     }
 }

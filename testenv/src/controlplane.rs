@@ -228,6 +228,11 @@ fn etcd_args(dir: &Path, etcd_url: &str, peer_port: u16) -> Vec<String> {
     ]
 }
 
+/// Whether kube-apiserver serves `/debug/pprof` (`PSEUDOFLOW_TESTENV_PROFILING=1`).
+fn profiling() -> bool {
+    std::env::var("PSEUDOFLOW_TESTENV_PROFILING").is_ok_and(|v| v == "1")
+}
+
 /// kube-apiserver on loopback with RBAC, service-account tokens, and the kubelet client the
 /// simulated kubelets' streaming server verifies.
 fn apiserver_args(
@@ -265,7 +270,9 @@ fn apiserver_args(
             s(&admission_config(dir))
         ),
         "--allow-privileged=true".into(),
-        "--profiling=false".into(),
+        // Off as on hardened clusters; `PSEUDOFLOW_TESTENV_PROFILING=1` turns it on for a
+        // benchmark that profiles the API server (bench/README.md).
+        format!("--profiling={}", profiling()),
         format!("--cert-dir={}", s(&dir.join("apiserver-certs"))),
         // pods/exec reaches the simulated kubelets' streaming server (see kubelet/exec.rs)
         // at the node's InternalIP, over TLS verified both ways.

@@ -13,26 +13,27 @@ use kube::Client;
 /// server had used (`process_cpu_seconds_total`): where a burst's time went on a machine whose
 /// cores the API server shares with the driver.
 #[derive(Debug, Clone, Default)]
-pub struct Requests(BTreeMap<String, f64>, f64);
+pub struct Requests(BTreeMap<String, f64>, f64, BTreeMap<String, f64>);
 
 impl Requests {
     /// The API server's counters now.
     pub async fn now(client: &Client) -> Requests {
         let req = http::Request::get("/metrics").body(Vec::new()).unwrap();
         let text = client.request_text(req).await.unwrap_or_default();
-        Requests(parse(&text), cpu_seconds(&text))
+        Requests(
+            parse(&text, "apiserver_request_total{"),
+            cpu_seconds(&text),
+            parse(&text, "apiserver_request_duration_seconds_sum{"),
+        )
     }
 
     /// What was served between `self` and `later`.
     pub fn until(&self, later: &Requests) -> Requests {
-        let mut d = BTreeMap::new();
-        for (k, v) in &later.0 {
-            let n = v - self.0.get(k).copied().unwrap_or(0.0);
-            if n > 0.0 {
-                d.insert(k.clone(), n);
-            }
-        }
-        Requests(d, later.1 - self.1)
+        Requests(
+            difference(&self.0, &later.0),
+            later.1 - self.1,
+            difference(&self.2, &later.2),
+        )
     }
 
     /// CPU seconds kube-apiserver spent (between two readings, after [`Requests::until`]).
@@ -73,7 +74,14 @@ impl Requests {
         let n = objects.max(1) as f64;
         let text: String = rows
             .iter()
-            .map(|(k, v)| format!("{:8.2}  {k}\n", *v / n))
+            .map(|(k, v)| {
+                let secs = self.2.get(*k).copied().unwrap_or(0.0);
+                format!(
+                    "{:8.2}  {k:<28} {:7.1} ms each (API server latency)\n",
+                    *v / n,
+                    1000.0 * secs / **v
+                )
+            })
             .collect();
         let cpu = format!("{:8.4}  kube-apiserver CPU seconds\n", self.1 / n);
         let _ = std::fs::write(file, text + &cpu);
@@ -88,11 +96,53 @@ fn cpu_seconds(text: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// Sums `apiserver_request_total` samples by verb and resource (over codes, scopes, clients).
-fn parse(text: &str) -> BTreeMap<String, f64> {
+/// What grew from `before` to `after`, per key.
+fn difference(
+    before: &BTreeMap<String, f64>,
+    after: &BTreeMap<String, f64>,
+) -> BTreeMap<String, f64> {
+    let mut d = BTreeMap::new();
+    for (k, v) in after {
+        let n = v - before.get(k).copied().unwrap_or(0.0);
+        if n > 0.0 {
+            d.insert(k.clone(), n);
+        }
+    }
+    d
+}
+
+/// When `PSEUDOFLOW_BENCH_PPROF=<seconds>` is set, a CPU profile of kube-apiserver over the next
+/// seconds (its `/debug/pprof/profile`; testenv serves it with `PSEUDOFLOW_TESTENV_PROFILING=1`):
+/// which of the API server's work a burst cost, for `go tool pprof -top`.
+pub fn profile_if_asked(client: &Client) -> Option<tokio::task::JoinHandle<Vec<u8>>> {
+    let secs: u64 = std::env::var("PSEUDOFLOW_BENCH_PPROF").ok()?.parse().ok()?;
+    let client = client.clone();
+    Some(tokio::spawn(async move {
+        let uri = format!("/debug/pprof/profile?seconds={secs}");
+        let req = http::Request::get(uri).body(Vec::new()).unwrap();
+        let mut bytes = Vec::new();
+        if let Ok(mut body) = client.request_stream(req).await {
+            let _ = futures::AsyncReadExt::read_to_end(&mut body, &mut bytes).await;
+        }
+        bytes
+    }))
+}
+
+/// Writes the profile [`profile_if_asked`] took, if any.
+pub async fn save_profile(profile: Option<tokio::task::JoinHandle<Vec<u8>>>, file: &Path) {
+    if let Some(Ok(bytes)) = match profile {
+        Some(p) => Some(p.await),
+        None => None,
+    } {
+        let _ = std::fs::write(file, bytes);
+    }
+}
+
+/// Sums `metric{...}` samples by verb and resource (over codes, scopes, clients).
+fn parse(text: &str, metric: &str) -> BTreeMap<String, f64> {
     let mut out = BTreeMap::new();
     for line in text.lines() {
-        let Some(rest) = line.strip_prefix("apiserver_request_total{") else {
+        let Some(rest) = line.strip_prefix(metric) else {
             continue;
         };
         let Some((labels, value)) = rest.rsplit_once("} ") else {

@@ -4,7 +4,9 @@
 //! then a Ready condition. Each driver gets a fresh namespace and runs as its own process (the
 //! release `pseudoflow-controller`; `kopf run` on the host, as the seeds' operators ran), so its
 //! peak RSS is its own. Reported per driver: one object create → Ready (median of 5 after a
-//! warm-up, timed by a watch), then each count of objects created at once → all Ready.
+//! warm-up, timed by a watch), then each count of objects created at once → all Ready. The
+//! bound flow runs twice: as written (every Event), and with `options.events: Warnings`, which
+//! publishes nothing on success — as this kopf operator, whose Event posting is off.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -20,13 +22,46 @@ use pseudoflow_testenv::{apply, TestEnv};
 use serde_json::json;
 use tokio::process::Child;
 
-use crate::api_load::Requests;
+use crate::api_load::{self, Requests};
 use crate::common::{self, Row};
 use crate::process::{peak_rss_kib, ControllerProcess};
 
 use crate::bound::{bound_flow, ready, GROUP};
 
-/// One of the two operators, running.
+/// Who serves the Gadgets, in the order they are measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Driver {
+    /// The bound flow as written: an Event per step start and end, and per run.
+    Flow,
+    /// The same flow with `options.events: Warnings`.
+    QuietFlow,
+    /// bench/kopf/operator.py.
+    Kopf,
+}
+
+impl Driver {
+    const ALL: [Driver; 3] = [Driver::Flow, Driver::QuietFlow, Driver::Kopf];
+
+    fn name(self) -> &'static str {
+        match self {
+            Driver::Flow => "PseudoFlow bound flow (release `pseudoflow-controller` process)",
+            Driver::QuietFlow => {
+                "PseudoFlow bound flow, `options.events: Warnings` (no Event on success)"
+            }
+            Driver::Kopf => "kopf 1.45.2 operator (Python, `kopf run` on the host; posting off)",
+        }
+    }
+
+    fn namespace_prefix(self) -> &'static str {
+        match self {
+            Driver::Flow => "vskopf",
+            Driver::QuietFlow => "quiet",
+            Driver::Kopf => "kopf",
+        }
+    }
+}
+
+/// One of the operators, running.
 enum Operator {
     Flow(ControllerProcess),
     Kopf(Child, u32),
@@ -70,12 +105,14 @@ fn kopf_binary() -> PathBuf {
     kopf
 }
 
-async fn start(env: &TestEnv, client: &Client, dir: &Path, ns: &str, kopf: bool) -> Operator {
-    if !kopf {
+async fn start(env: &TestEnv, client: &Client, dir: &Path, ns: &str, driver: Driver) -> Operator {
+    if driver != Driver::Kopf {
         let p = ControllerProcess::spawn(env, dir, ns, &format!("{ns}-controller.log"));
-        apply::apply_value(client, bound_flow(ns), None)
-            .await
-            .unwrap();
+        let mut flow = bound_flow(ns);
+        if driver == Driver::QuietFlow {
+            flow["spec"]["options"] = json!({"events": "Warnings"});
+        }
+        apply::apply_value(client, flow, None).await.unwrap();
         return Operator::Flow(p);
     }
     let operator = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../bench/kopf/operator.py");
@@ -130,22 +167,20 @@ pub async fn run(
     let gadgets = TestKind::new(GROUP, "Gadget");
     let mut rows = Vec::new();
     let mut flow_figures = Vec::new();
-    for kopf in [false, true] {
-        let driver = if kopf {
-            "kopf 1.45.2 operator (Python, `kopf run` on the host)"
-        } else {
-            "PseudoFlow bound flow (release `pseudoflow-controller` process)"
-        };
+    let mut quiet_figures = Vec::new();
+    for which in Driver::ALL {
+        let driver = which.name();
+        let kopf = which == Driver::Kopf;
         let mut rules = gadgets.bound_rules();
         rules.as_array_mut().unwrap().push(
             json!({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "patch"]}),
         );
-        let ns = FlowNamespace::new(if kopf { "kopf" } else { "vskopf" })
+        let ns = FlowNamespace::new(which.namespace_prefix())
             .rules(rules)
             .create(env, client)
             .await;
         let api = gadgets.install(client, &ns).await;
-        let op = start(env, client, dir, &ns, kopf).await;
+        let op = start(env, client, dir, &ns, which).await;
         // Warm-up: the operator is up and serving.
         let one = |name: String| HashSet::from([name]);
         apply::apply_value(
@@ -176,19 +211,21 @@ pub async fn run(
         }
         let median = common::median(&latencies);
         let mut figures = vec![median];
+        let against: &[Duration] = if kopf { &flow_figures } else { &[] };
         rows.push(row(
             format!("{title}: one object create → Ready"),
             driver,
             millis(&latencies, median),
-            &flow_figures,
+            against,
             0,
             median,
-            String::new(),
+            quiet_ratio(kopf, &quiet_figures, 0, median),
         ));
         for &n in counts {
             let names: HashSet<String> = (0..n).map(|i| format!("n{n}-{i}")).collect();
             let before = Requests::now(client).await;
             let cpu_before = op.cpu_seconds();
+            let profile = api_load::profile_if_asked(client);
             let t = Instant::now();
             common::apply_all(
                 client,
@@ -202,6 +239,7 @@ pub async fn run(
             let requests = before.until(&Requests::now(client).await);
             let cpu = op.cpu_seconds() - cpu_before;
             requests.save(&dir.join(format!("{ns}-requests-{n}.txt")), n);
+            api_load::save_profile(profile, &dir.join(format!("{ns}-apiserver-{n}.pprof"))).await;
             figures.push(took);
             let wall = if done {
                 common::secs(took)
@@ -212,25 +250,40 @@ pub async fn run(
                 format!("{title}: {n} objects created at once → all Ready"),
                 driver,
                 wall,
-                &flow_figures,
+                against,
                 figures.len() - 1,
                 took,
                 format!(
-                    "peak RSS (VmHWM) so far {:.1} MiB; {}; CPU {:.1} s ({driver}) and {:.1} s (kube-apiserver)",
+                    "peak RSS (VmHWM) so far {:.1} MiB; {}; CPU {:.1} s ({driver}) and {:.1} s (kube-apiserver){}",
                     op.peak_kib() as f64 / 1024.0,
                     requests.per_object(n),
                     cpu,
-                    requests.apiserver_cpu()
+                    requests.apiserver_cpu(),
+                    quiet_ratio(kopf, &quiet_figures, figures.len() - 1, took),
                 ),
             ));
         }
-        if !kopf {
-            flow_figures = figures;
+        match which {
+            Driver::Flow => flow_figures = figures,
+            Driver::QuietFlow => quiet_figures = figures,
+            Driver::Kopf => {}
         }
         op.stop().await;
         common::print_partial(&rows);
     }
     rows
+}
+
+/// For a kopf row, the `options.events: Warnings` flow's figure `i` ÷ kopf's (`took`): the
+/// like-for-like ratio, since this kopf posts no Events.
+fn quiet_ratio(kopf: bool, quiet: &[Duration], i: usize, took: Duration) -> String {
+    match quiet.get(i) {
+        Some(q) if kopf => format!(
+            "; `events: Warnings` flow ÷ kopf {}",
+            common::ratio(*q, took)
+        ),
+        _ => String::new(),
+    }
 }
 
 /// A latency to the millisecond: the median (min, max) of `all`.

@@ -9,6 +9,7 @@ use kube::api::{Api, DynamicObject, ListParams};
 use kube::{Client, Resource};
 use pseudoflow_compiler::expr::Engine;
 use pseudoflow_compiler::FlowId;
+use pseudoflow_crd::spec::EventPolicy;
 
 use super::events::{EventPublisher, EventType};
 use super::node_health::NodeHealth;
@@ -152,10 +153,26 @@ impl Reconciling<'_> {
     /// Publishes an Event about the flow without waiting for the API: a step's Events are
     /// sent while the step runs and its state is saved, not one round trip after another on
     /// the way to its object's status. [`Reconciling::told`] waits for them.
+    /// Events the flow's `options.events` leaves out are not published at all.
     pub async fn publish(&self, ty: EventType, reason: &str, note: &str) {
+        if !self
+            .event_policy()
+            .publishes(ty == EventType::Warning, reason)
+        {
+            return;
+        }
         let about = self.flow.object_ref(&flow_resource());
         let sending = outcome::publish_soon(self.ctx, about, ty, reason, note);
         self.publishing.lock().expect("not poisoned").push(sending);
+    }
+
+    /// The flow's `spec.options.events` (All when absent or not one the CRD allows).
+    fn event_policy(&self) -> EventPolicy {
+        self.flow
+            .data
+            .pointer("/spec/options/events")
+            .and_then(|v| serde_json::from_value(v.clone()).ok())
+            .unwrap_or_default()
     }
 
     /// Waits until every Event this reconcile published has reached the API (or failed to,
