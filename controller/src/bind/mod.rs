@@ -15,7 +15,8 @@
 //!   (everything done to objects of the kind is done as that account: [`crate::flow::accounts`]).
 //! - [`watch`]: one watch per bound flow, waking the parent when an object changes.
 //! - [`watched`]: what a watch decodes of an object (its metadata, without managed fields).
-//! - [`write_back`]: the object's status, written by the child's reconcile after each phase change.
+//! - [`write_back`]: the object's status, written after each reconcile of its child (by the
+//!   dispatch, [`crate::serve`]).
 //! - [`summary`]: the parent's bounded status.
 //! - [`pages`]: the objects and children listed a page at a time, each cut to what is read.
 //! - [`decode`]: each object decoded alone, so one too deep or too large fails alone.

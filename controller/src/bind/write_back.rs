@@ -1,7 +1,8 @@
-//! The object's status, written by its child flow's reconcile after each phase change (that is
-//! where the run's phase and outputs are known), through the object's status subresource and as
-//! the flow's ServiceAccount: `phase` (Creating while a run runs, Running when it succeeded,
-//! Failed with `message`), the fields the flow declares, and Ready/Progressing/Degraded.
+//! The object's status, written right after each reconcile of its child flow (by the dispatch,
+//! [`crate::serve`]: that is where the run's phase and outputs are known), through the object's
+//! status subresource and as the flow's ServiceAccount: `phase` (Creating while a run runs,
+//! Running when it succeeded, Failed with `message`), the fields the flow declares, and
+//! Ready/Progressing/Degraded.
 
 use std::collections::BTreeMap;
 
