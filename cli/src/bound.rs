@@ -10,7 +10,7 @@ use pseudoflow_crd::protocol::label_value;
 use pseudoflow_crd::PseudoFlowStatus;
 
 use crate::cluster::{flows, status, Kube};
-use crate::get::{header, human, phase, table};
+use crate::show::{header, human, phase, table};
 
 /// The bound flow `f` (its status `st`) and its objects, as `get` prints it.
 pub async fn render(k: &Kube, f: &DynamicObject, st: &PseudoFlowStatus) -> anyhow::Result<String> {

@@ -16,6 +16,7 @@ mod logs;
 mod placement;
 mod plan;
 mod retry;
+mod show;
 mod suspend;
 
 use std::process::ExitCode;

@@ -148,7 +148,7 @@ impl InControllerSteps {
 
     /// The flows to reconcile as their steps end, for one controller loop.
     pub fn wakes(&self) -> impl futures::Stream<Item = ObjectRef<RawFlow>> + Send + 'static {
-        crate::bind::watch::wake_stream(self.wake.subscribe())
+        crate::flow::wake_stream(self.wake.subscribe())
     }
 
     fn flow_turns(&self, flow_uid: &str) -> Arc<Semaphore> {

@@ -1,7 +1,8 @@
 //! The PseudoFlow controller. [`pseudoflow_walk`] is the pure heart — given a plan, what has
 //! happened so far and the time, it says what to start, abort or wait for — and [`reconcile`] is
 //! the thin loop around it: observe Jobs, feed results to the walker, launch what it says, write
-//! status. [`leader`] lets several replicas run with one active. One flow can never stop the
+//! status. [`serve`] dispatches each flow to that reconciler or, for a flow bound to a kind, to
+//! [`bind`]'s; what both do to a flow object is [`flow`]. [`leader`] lets several replicas run with one active. One flow can never stop the
 //! controller serving the others: flows are read through [`raw`] (a spec nested too deep fails
 //! alone, see [`pseudoflow_walk::depth`]), a reconcile that panics or keeps failing fails or
 //! backs off alone ([`backoff`]), and what one flow may cost is bounded in [`limits`].
@@ -10,6 +11,7 @@
 pub mod approval;
 pub mod backoff;
 pub mod bind;
+pub mod flow;
 pub mod http;
 pub mod in_controller;
 pub mod intent;
@@ -21,11 +23,12 @@ pub mod raw;
 pub mod reconcile;
 pub mod redact;
 pub mod secret;
+pub mod serve;
 pub mod webhook;
 
 use std::sync::Arc;
 
-pub use reconcile::{run_controller, Context};
+pub use serve::{run_controller, Context};
 
 /// Runs the controller over `namespaces` (one watch each), or over all namespaces when empty.
 pub async fn run_controllers(ctx: Arc<Context>, namespaces: Vec<String>) {

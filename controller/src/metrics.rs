@@ -137,7 +137,7 @@ impl Metrics {
         h.sum += seconds;
     }
 
-    /// A reconcile failed with an error labelled `error` (see `reconcile::Error::label`).
+    /// A reconcile failed with an error labelled `error` (see `flow::Error::label`).
     pub fn reconcile_failed(&self, error: &'static str) {
         *self
             .reconcile_errors

@@ -7,7 +7,8 @@ use std::cell::Cell;
 
 use minijinja::{Error, ErrorKind};
 
-use crate::engine::MAX_RESULT_BYTES;
+/// Largest result (serialised) one expression may produce; the work budget is a multiple of it.
+pub const MAX_RESULT_BYTES: usize = 1 << 20;
 
 /// Most bytes one evaluation may produce in intermediate values and output, all together.
 pub const MAX_WORK_BYTES: usize = 8 * MAX_RESULT_BYTES;

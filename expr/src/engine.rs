@@ -10,7 +10,7 @@ use minijinja::value::Value as JinjaValue;
 use minijinja::{AutoEscape, Environment, Error, ErrorKind, UndefinedBehavior};
 use serde_json::Value;
 
-use crate::budget::{Evaluation, MAX_WORK_BYTES};
+use crate::budget::{Evaluation, MAX_RESULT_BYTES, MAX_WORK_BYTES};
 use crate::depth::{check_depth, MAX_DEPTH};
 use crate::guard;
 use crate::scan::{scan, Segment};
@@ -18,8 +18,6 @@ use crate::shell::{is_quoted, is_raw};
 
 /// Most instructions one expression may execute.
 pub const FUEL: u64 = 100_000;
-/// Largest result (serialised) one expression may produce.
-pub const MAX_RESULT_BYTES: usize = 1 << 20;
 /// Longest expression text accepted.
 pub const MAX_EXPRESSION_BYTES: usize = 2048;
 

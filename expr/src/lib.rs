@@ -11,11 +11,9 @@ mod guard;
 mod scan;
 mod shell;
 
-pub use budget::MAX_WORK_BYTES;
+pub use budget::{MAX_RESULT_BYTES, MAX_WORK_BYTES};
 pub use depth::{check_depth, DepthError, MAX_DEPTH};
-pub use engine::{
-    Engine, ExprRef, Scope, SubstError, Warning, FUEL, MAX_EXPRESSION_BYTES, MAX_RESULT_BYTES,
-};
+pub use engine::{Engine, ExprRef, Scope, SubstError, Warning, FUEL, MAX_EXPRESSION_BYTES};
 pub use scan::{has_expressions, scan, ScanError, Segment};
 pub use shell::{is_quoted, is_raw, quote as shell_quote};
 

@@ -501,13 +501,8 @@ impl TestEnv {
     }
 }
 
-/// Whether a Node reports Ready=True.
-pub fn node_ready(n: &Node) -> bool {
-    n.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
+/// Whether a Node reports Ready=True (the condition a kubelet keeps fresh).
+pub use crate::kubelet::node_ready;
 
 /// The cluster shared by all tests of one test binary (default [`Options`]), started on first
 /// use on its own runtime thread. Fails with a clear message when the binaries are missing.

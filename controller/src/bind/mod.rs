@@ -11,10 +11,12 @@
 //!   names its child's UID), so a planted flow is never adopted.
 //! - [`object`]: what a child sees of an object, and the finalizer the parent puts on it.
 //! - [`related`]: other objects each object names (`bind.related`), whose changes start runs.
-//! - [`access`]: everything done to objects of the kind is done as the flow's ServiceAccount.
+//! - [`access`]: the rights the flow's ServiceAccount needs on the kind, checked before watching
+//!   (everything done to objects of the kind is done as that account: [`crate::flow::accounts`]).
 //! - [`watch`]: one watch per bound flow, waking the parent when an object changes.
 //! - [`watched`]: what a watch decodes of an object (its metadata, without managed fields).
-//! - [`write_back`]: the object's status, written by the child's reconcile after each phase change.
+//! - [`write_back`]: the object's status, written after each reconcile of its child (by the
+//!   dispatch, [`crate::serve`]).
 //! - [`summary`]: the parent's bounded status.
 //! - [`pages`]: the objects and children listed a page at a time, each cut to what is read.
 //! - [`decode`]: each object decoded alone, so one too deep or too large fails alone.
@@ -37,23 +39,14 @@ pub mod write_back;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use kube::api::DynamicObject;
-use pseudoflow_crd::bind::RELEASED_ANNOTATION;
-
-pub(crate) use parent::reconcile_parent;
+pub(crate) use parent::{reconcile_parent, release};
 pub(crate) use write_back::write_back;
 
-/// What bound flows share across reconciles: the controller's client configuration (to act as a
-/// flow's ServiceAccount), the watches of bound kinds, and the object statuses last written.
+/// What the bound-flow reconciler keeps across reconciles: the watches of bound kinds, the
+/// object statuses last written and the related objects last looked at. (The clients acting as a
+/// flow's ServiceAccount are shared with plain flows: [`crate::flow::accounts`].)
 #[derive(Default)]
 pub struct Binder {
-    /// The controller's own configuration; impersonating clients are derived from it. Without
-    /// it (a controller started from a bare client) bound flows fail, saying so.
-    config: Option<kube::Config>,
-    /// Clients acting as `namespace/serviceaccount`, made once.
-    clients: Mutex<HashMap<String, kube::Client>>,
-    /// The resource of each bound kind and whether it is namespaced, per ServiceAccount.
-    kinds: Mutex<HashMap<String, (kube::discovery::ApiResource, bool)>>,
     /// One watch per bound flow.
     pub watches: watch::Watches,
     /// Per child flow uid: a digest of the object status it last wrote, so an unchanged status is
@@ -62,16 +55,6 @@ pub struct Binder {
     /// Per `<bound flow uid>/<child>/<related key>`: what that related object was when last
     /// looked at (its content only as a digest, never kept in any object).
     related: Mutex<HashMap<String, related::Seen>>,
-}
-
-impl Binder {
-    /// A binder acting from `config` (the controller's own client configuration).
-    pub fn with_config(config: kube::Config) -> Self {
-        Binder {
-            config: Some(config),
-            ..Default::default()
-        }
-    }
 }
 
 impl Binder {
@@ -90,13 +73,4 @@ impl Binder {
         let mut map = self.related.lock().expect("not poisoned");
         map.retain(|k, _| !k.starts_with(prefix));
     }
-}
-
-/// Whether the bound flow released this child (it is being deleted or no longer bound): then
-/// deleting the child runs no `onDelete`.
-pub fn released(flow: &DynamicObject) -> bool {
-    flow.metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(RELEASED_ANNOTATION))
 }

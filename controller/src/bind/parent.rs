@@ -25,9 +25,10 @@ use super::pending::Pass;
 use super::related::{self, Seen};
 use super::summary::{self, Refused};
 use super::watched::Watched;
+use super::Binder;
 use super::{access, decode, object, pages, watch};
-use crate::reconcile::events::EventType;
-use crate::reconcile::{finalizer, outcome, status, Error, Reconciling};
+use crate::flow::events::EventType;
+use crate::flow::{finalizer, outcome, status, Error, Reconciling};
 
 mod changed;
 
@@ -45,14 +46,12 @@ const RETRY_REFUSED: Duration = Duration::from_secs(30);
 
 /// One reconcile of a bound flow.
 pub(crate) async fn reconcile_parent(
-    r: &Reconciling<'_>,
-    flows: &Api<DynamicObject>,
+    r: &Reconciling<'_, Binder>,
     spec: &PseudoFlowSpec,
-    previous: &Value,
 ) -> Result<Action, Error> {
-    let deleting = r.flow.metadata.deletion_timestamp.is_some();
+    let (flows, previous, deleting) = (&r.flows, &r.previous, r.deleting);
     let Some(bind) = spec.bind.as_ref().filter(|_| !deleting) else {
-        release(r, flows).await?;
+        release(r).await?;
         return Ok(Action::await_change());
     };
     finalizer::set_named(flows, r.flow, BIND_FINALIZER, true).await?;
@@ -63,7 +62,7 @@ pub(crate) async fn reconcile_parent(
             return Ok(Action::requeue(RETRY_REFUSED));
         }
     };
-    let pending = &r.ctx.binder.watches.pending;
+    let pending = &r.own.watches.pending;
     let generation = r.flow.metadata.generation.unwrap_or(0);
     let (again, summary_due) = match pending.take(r.uid, generation) {
         Pass::Full => match binding.serve_all(generation).await? {
@@ -97,7 +96,7 @@ pub(crate) async fn reconcile_parent(
 
 /// A bound flow's binding, opened for one reconcile.
 struct Binding<'a> {
-    r: &'a Reconciling<'a>,
+    r: &'a Reconciling<'a, Binder>,
     bind: &'a Bind,
     /// The bound flow's flows API (its namespace), for its children.
     flows: &'a Api<DynamicObject>,
@@ -118,15 +117,15 @@ impl<'a> Binding<'a> {
     /// The binding, or why it cannot be served: no client for the ServiceAccount, an unknown
     /// kind, a right the ServiceAccount lacks, a refused watch.
     async fn open(
-        r: &'a Reconciling<'a>,
+        r: &'a Reconciling<'a, Binder>,
         flows: &'a Api<DynamicObject>,
         spec: &PseudoFlowSpec,
         bind: &'a Bind,
     ) -> Result<Binding<'a>, String> {
         let ns = r.ns();
         let sa = spec.service_account_name.as_deref().unwrap_or("default");
-        let client = r.ctx.binder.client_as(ns, sa)?;
-        let (ar, namespaced) = r.ctx.binder.kind(&client, ns, sa, bind).await?;
+        let client = r.ctx.accounts.client_as(ns, sa)?;
+        let (ar, namespaced) = r.ctx.accounts.kind(&client, ns, sa, bind).await?;
         let scope = (namespaced && !bind.all_namespaces).then_some(ns);
         let objects = match scope {
             Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
@@ -144,7 +143,7 @@ impl<'a> Binding<'a> {
             bind.kind,
             if every_change { ", every change" } else { "" }
         );
-        let watches = &r.ctx.binder.watches;
+        let watches = &r.own.watches;
         match watches.running(r.uid, &what) {
             Some(Some(refusal)) => return Err(refusal),
             // Its rights were checked when it started; a revoked one shows as a refused watch.
@@ -217,7 +216,7 @@ impl<'a> Binding<'a> {
                 break;
             }
         }
-        let pending = &self.r.ctx.binder.watches.pending;
+        let pending = &self.r.own.watches.pending;
         pending.full_pass_done(self.r.uid, generation, legacy, refusals);
         if again < RESYNC {
             // An object to try again soon: which one is in no list kept, so all are.
@@ -424,7 +423,7 @@ impl<'a> Binding<'a> {
         let recorded: BTreeMap<String, String> =
             serde_json::from_value(child.data["spec"]["bound"]["related"].clone())
                 .unwrap_or_default();
-        let binder = &self.r.ctx.binder;
+        let binder = &self.r.own;
         let changed: Vec<String> = seen
             .iter()
             .filter(|(key, now)| {
@@ -495,7 +494,7 @@ impl<'a> Binding<'a> {
     fn remember(&self, child: &str, seen: &[(String, Seen)]) {
         for (key, s) in seen {
             let memo = self.memo_key(child, key);
-            self.r.ctx.binder.remember(memo, s.clone());
+            self.r.own.remember(memo, s.clone());
         }
     }
 
@@ -576,7 +575,7 @@ impl<'a> Binding<'a> {
         let obj_ns = obj.metadata.namespace.as_deref().unwrap_or_default();
         let obj_name = obj.metadata.name.as_deref().unwrap_or_default();
         let name = child::child_name(self.r.flow_id.name, obj_ns, obj_name);
-        self.r.ctx.binder.forget(&format!("{}/{name}/", self.r.uid));
+        self.r.own.forget(&format!("{}/{name}/", self.r.uid));
         match child {
             Some(c) if c.metadata.deletion_timestamp.is_none() => {
                 let name = c.metadata.name.clone().unwrap_or_default();
@@ -596,14 +595,14 @@ impl<'a> Binding<'a> {
 /// ServiceAccount, after checking its rights) and stops those of kinds no longer related;
 /// returns the kinds' resources.
 async fn open_related(
-    r: &Reconciling<'_>,
+    r: &Reconciling<'_, Binder>,
     client: &kube::Client,
     bind: &Bind,
     who: &str,
 ) -> Result<BTreeMap<(String, String), (ApiResource, bool)>, String> {
     let ns = r.ns();
     let sa = who.split_once('/').map(|(_, sa)| sa).unwrap_or("default");
-    let watches = &r.ctx.binder.watches;
+    let watches = &r.own.watches;
     let mut kinds = BTreeMap::new();
     let mut keys = Vec::new();
     for rel in &bind.related {
@@ -611,8 +610,9 @@ async fn open_related(
         if kinds.contains_key(&id) {
             continue;
         }
-        let binder = &r.ctx.binder;
-        let (ar, namespaced) = binder
+        let (ar, namespaced) = r
+            .ctx
+            .accounts
             .kind_of(client, ns, sa, &rel.api_version, &rel.kind)
             .await?;
         let scope = (namespaced && !bind.all_namespaces).then_some(ns);
@@ -690,7 +690,7 @@ fn owned_by(c: &DynamicObject, uid: &str) -> bool {
 
 /// The bound flow fails with `message` (told once per message: an Event and the status).
 async fn refused(
-    r: &Reconciling<'_>,
+    r: &Reconciling<'_, Binder>,
     flows: &Api<DynamicObject>,
     previous: &Value,
     message: &str,
@@ -709,7 +709,7 @@ async fn refused(
 
 /// Writes the bound flow's status: its objects counted by phase, the latest failures.
 async fn summarise(
-    r: &Reconciling<'_>,
+    r: &Reconciling<'_, Binder>,
     flows: &Api<DynamicObject>,
     previous: &Value,
     kind: &str,
@@ -770,9 +770,10 @@ async fn summarise(
 /// compiles) or no longer bound: the finalizer comes
 /// off each object, and each child flow is marked released and deleted, so no `onDelete` runs
 /// and the objects stay as they are (docs/bound-flows.md). Then the flow's own finalizer goes.
-pub(crate) async fn release(r: &Reconciling<'_>, flows: &Api<DynamicObject>) -> Result<(), Error> {
-    r.ctx.binder.watches.stop(r.uid);
-    r.ctx.binder.forget(&format!("{}/", r.uid));
+pub(crate) async fn release(r: &Reconciling<'_, Binder>) -> Result<(), Error> {
+    let flows = &r.flows;
+    r.own.watches.stop(r.uid);
+    r.own.forget(&format!("{}/", r.uid));
     let children = flows.list(&children_of(r.flow_id.name)).await?;
     let fin = object::finalizer_name(r.ns(), r.flow_id.name);
     for c in children.items.iter().filter(|c| owned_by(c, r.uid)) {
@@ -836,7 +837,7 @@ fn object_of(child: &DynamicObject) -> String {
 
 /// Removes `fin` from the object `child` serves, as the flow's ServiceAccount (gone: done).
 async fn unfinalize_object(
-    r: &Reconciling<'_>,
+    r: &Reconciling<'_, Binder>,
     sa: &str,
     child: &DynamicObject,
     fin: &str,
@@ -844,7 +845,7 @@ async fn unfinalize_object(
     let bound = &child.data["spec"]["bound"];
     let obj = &bound["object"];
     let ar = super::object::resource_of(obj, bound["plural"].as_str().unwrap_or_default());
-    let client = r.ctx.binder.client_as(r.ns(), sa).map_err(Error::Bind)?;
+    let client = r.ctx.accounts.client_as(r.ns(), sa).map_err(Error::Bind)?;
     let api: Api<DynamicObject> = match obj["metadata"]["namespace"].as_str() {
         Some(ns) => Api::namespaced_with(client, ns, &ar),
         None => Api::all_with(client, &ar),

@@ -168,24 +168,8 @@ impl Watches {
 
     /// The bound flows to reconcile as their objects change, for one controller loop.
     pub fn wakes(&self) -> impl futures::Stream<Item = ObjectRef<RawFlow>> + Send + 'static {
-        wake_stream(self.wake.subscribe())
+        crate::flow::wake_stream(self.wake.subscribe())
     }
-}
-
-/// The flows named on `rx` (namespace, name), as a controller's `reconcile_on` stream.
-pub fn wake_stream(
-    rx: broadcast::Receiver<(String, String)>,
-) -> impl futures::Stream<Item = ObjectRef<RawFlow>> + Send + 'static {
-    futures::stream::unfold(rx, |mut rx| async move {
-        loop {
-            match rx.recv().await {
-                Ok((ns, name)) => return Some((ObjectRef::new(&name).within(&ns), rx)),
-                // Missed wakes: the flows still get their periodic look.
-                Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                Err(broadcast::error::RecvError::Closed) => return None,
-            }
-        }
-    })
 }
 
 /// Takes subscriber `key` off its watch; the watch stops when it was the last.

@@ -1,7 +1,8 @@
-//! The object's status, written by its child flow's reconcile after each phase change (that is
-//! where the run's phase and outputs are known), through the object's status subresource and as
-//! the flow's ServiceAccount: `phase` (Creating while a run runs, Running when it succeeded,
-//! Failed with `message`), the fields the flow declares, and Ready/Progressing/Degraded.
+//! The object's status, written right after each reconcile of its child flow (by the dispatch,
+//! [`crate::serve`]: that is where the run's phase and outputs are known), through the object's
+//! status subresource and as the flow's ServiceAccount: `phase` (Creating while a run runs,
+//! Running when it succeeded, Failed with `message`), the fields the flow declares, and
+//! Ready/Progressing/Degraded.
 
 use std::collections::BTreeMap;
 
@@ -12,7 +13,8 @@ use pseudoflow_crd::{FlowPhase, PseudoFlowSpec, PseudoFlowStatus};
 use serde_json::{json, Map, Value};
 use tracing::warn;
 
-use crate::reconcile::Reconciling;
+use super::Binder;
+use crate::flow::Reconciling;
 
 /// The object's phase for a child flow's phase.
 pub fn object_phase(phase: Option<FlowPhase>) -> &'static str {
@@ -77,7 +79,7 @@ pub fn with_times(mut status: Value, now: &str) -> Value {
 /// The declared `fields`, rendered over the run's variables once the run succeeded; one that
 /// renders to `none` is left out, so its last value stays.
 fn rendered_fields(
-    r: &Reconciling<'_>,
+    r: &Reconciling<'_, Binder>,
     spec: &PseudoFlowSpec,
     bound: &Bound,
     succeeded: bool,
@@ -111,7 +113,7 @@ fn rendered_fields(
 /// Writes the object's status for the child flow's `status`, unless it is what was last
 /// written. A refusal is logged and reported as an Event on the child, never fails its run.
 pub(crate) async fn write_back(
-    r: &Reconciling<'_>,
+    r: &Reconciling<'_, Binder>,
     spec: &PseudoFlowSpec,
     status: &PseudoFlowStatus,
     run_vars: &BTreeMap<String, Value>,
@@ -123,7 +125,7 @@ pub(crate) async fn write_back(
     let fields = rendered_fields(r, spec, bound, succeeded, run_vars);
     let wanted = object_status(bound, status.phase, status.message.as_deref(), fields);
     let digest = pseudoflow_compiler::names::stable_hash(&[&wanted.to_string()]);
-    let binder = &r.ctx.binder;
+    let binder = r.own;
     if binder.written.lock().expect("not poisoned").get(r.uid) == Some(&digest) {
         return;
     }
@@ -137,20 +139,20 @@ pub(crate) async fn write_back(
         Err(e) => {
             let note = format!("writing the status of its object: {e}");
             warn!(flow = %r.key(), "{note}");
-            let ty = crate::reconcile::events::EventType::Warning;
+            let ty = crate::flow::events::EventType::Warning;
             r.publish(ty, "StatusWriteFailed", &note).await;
         }
     }
 }
 
 async fn patch_object_status(
-    r: &Reconciling<'_>,
+    r: &Reconciling<'_, Binder>,
     spec: &PseudoFlowSpec,
     bound: &Bound,
     patch: &Value,
 ) -> Result<(), String> {
     let sa = spec.service_account_name.as_deref().unwrap_or("default");
-    let client = r.ctx.binder.client_as(r.ns(), sa)?;
+    let client = r.ctx.accounts.client_as(r.ns(), sa)?;
     let obj = &bound.object;
     let ar = super::object::resource_of(obj, &bound.plural);
     let name = obj["metadata"]["name"].as_str().unwrap_or_default();

@@ -93,6 +93,12 @@ impl State {
     }
 }
 
+impl axum::extract::FromRef<State> for crate::webhook::Admission {
+    fn from_ref(state: &State) -> Self {
+        crate::webhook::Admission(state.webhook.clone())
+    }
+}
+
 /// The routes: `/metrics`, `/healthz`, `/readyz`, `/validate`, `/mutate`. The admission
 /// routes read their bodies under [`bounds::bounded_body`].
 pub fn router(state: State) -> Router {

@@ -23,7 +23,7 @@ use serde::de::DeserializeOwned;
 use tracing::{debug, warn};
 
 use super::observe::{controlled_by, delete_listed_job};
-use super::Reconciling;
+use super::Reconcile;
 use crate::labels::{LABEL_FLOW, LABEL_RUN};
 use pseudoflow_walk::{RunPhase, StoredRun};
 
@@ -156,14 +156,14 @@ impl Pruning {
 /// Deletes the objects of the flow's runs not in [`runs_to_keep`]. Called when a run ends;
 /// a failure is logged, not fatal (the next run's end tries again, and the Jobs'
 /// `ttlSecondsAfterFinished` is the backstop).
-pub(crate) async fn prune(r: &Reconciling<'_>, run: &StoredRun, options: &FlowOptions) {
-    let pruning = Pruning::after(run, r.ctx.history.for_flow(options));
+pub(crate) async fn prune(r: &Reconcile<'_>, run: &StoredRun, options: &FlowOptions) {
+    let pruning = Pruning::after(run, r.own.history.for_flow(options));
     if let Err(e) = prune_runs(r, &pruning).await {
         warn!(flow = %r.key(), error = %e, "cannot delete the objects of old runs");
     }
 }
 
-async fn prune_runs(r: &Reconciling<'_>, pruning: &Pruning) -> kube::Result<()> {
+async fn prune_runs(r: &Reconcile<'_>, pruning: &Pruning) -> kube::Result<()> {
     let (client, ns) = (&r.ctx.client, r.ns());
     let selector = format!("{LABEL_FLOW}={}", label_value(r.flow_id.name));
     let old = |meta: &ObjectMeta| {
@@ -209,7 +209,7 @@ async fn prune_runs(r: &Reconciling<'_>, pruning: &Pruning) -> kube::Result<()> 
 }
 
 /// The flow's objects of kind `K` carrying its flow label.
-async fn list<K>(r: &Reconciling<'_>, selector: &str) -> kube::Result<Vec<K>>
+async fn list<K>(r: &Reconcile<'_>, selector: &str) -> kube::Result<Vec<K>>
 where
     K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
         + Clone

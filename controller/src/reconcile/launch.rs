@@ -11,7 +11,7 @@ use kube::api::{Api, PostParams};
 use pseudoflow_compiler::lower::{Lowered, INPUT_DIGEST_ANNOTATION, INPUT_KEY};
 
 use super::observe::controlled_by;
-use super::Error;
+use crate::flow::Error;
 
 /// What launching one step did.
 #[derive(Debug, PartialEq, Eq)]

@@ -8,11 +8,11 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 
-use super::events::EventType;
+use crate::flow::events::EventType;
 use pseudoflow_compiler::plan::{NodeKind, Plan};
 
-use super::status::{said_at, step_at};
-use super::Reconciling;
+use super::Reconcile;
+use crate::flow::status::{said_at, step_at};
 use pseudoflow_walk::{instance_id, split_instance_id, Phase, StoredRun};
 
 /// The step phases a reconcile started from, and the steps already told of since.
@@ -113,7 +113,7 @@ impl Narrator {
     }
 
     /// Publishes [`Narrator::untold`].
-    pub async fn tell(&self, r: &Reconciling<'_>, plan: &Plan, run: &StoredRun) {
+    pub async fn tell(&self, r: &Reconcile<'_>, plan: &Plan, run: &StoredRun) {
         for (ty, reason, note) in self.untold(plan, run) {
             r.publish(ty, reason, &note).await;
         }

@@ -11,8 +11,6 @@ use std::collections::BTreeSet;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::Api;
 
-use super::Context;
-
 /// The label Pod Security admission enforces (`privileged`, `baseline` or `restricted`).
 pub const ENFORCE_LABEL: &str = "pod-security.kubernetes.io/enforce";
 
@@ -108,19 +106,18 @@ pub fn refusal(
 /// Reads the namespace's enforce label and returns [`refusal`]'s verdict under the controller's
 /// allow-list.
 pub async fn check(
-    ctx: &Context,
+    client: &kube::Client,
+    allowed: &NodeStepNamespaces,
     namespace: &str,
 ) -> Result<Option<NodeStepsRefused>, kube::Error> {
-    let ns = Api::<Namespace>::all(ctx.client.clone())
-        .get(namespace)
-        .await?;
+    let ns = Api::<Namespace>::all(client.clone()).get(namespace).await?;
     let level = ns
         .metadata
         .labels
         .as_ref()
         .and_then(|l| l.get(ENFORCE_LABEL))
         .map(String::as_str);
-    Ok(refusal(&ctx.node_step_namespaces, namespace, level))
+    Ok(refusal(allowed, namespace, level))
 }
 
 #[cfg(test)]

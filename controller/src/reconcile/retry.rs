@@ -8,13 +8,14 @@ use pseudoflow_compiler::names::run_id;
 use pseudoflow_crd::{RETRY_ANNOTATION, RETRY_FROM_ANNOTATION};
 use pseudoflow_walk::includes;
 
-use super::events::EventType;
-use super::{Error, Reconciling};
+use super::Reconcile;
+use crate::flow::events::EventType;
+use crate::flow::Error;
 use pseudoflow_walk::retry::{retry_run, Request};
 use pseudoflow_walk::StoredRun;
 
 /// The `ops.example.com/retry` value on the flow now, if any.
-pub fn token(r: &Reconciling<'_>) -> Option<String> {
+pub fn token(r: &Reconcile<'_>) -> Option<String> {
     r.flow.annotations().get(RETRY_ANNOTATION).cloned()
 }
 
@@ -22,7 +23,7 @@ pub fn token(r: &Reconciling<'_>) -> Option<String> {
 /// (the run still running, nothing failed, an unknown step) is told in a Warning Event and
 /// marked dealt with on `stored`.
 pub async fn apply(
-    r: &Reconciling<'_>,
+    r: &Reconcile<'_>,
     stored: Option<StoredRun>,
     deleting: bool,
 ) -> Result<Option<StoredRun>, Error> {

@@ -1,7 +1,7 @@
 //! Driving one run: fold finished Jobs into it, let the walker decide, launch what it says, and
 //! report its end. [`advance_run`] is all a reconcile calls per run; the rest is its machinery.
 
-use super::events::EventType;
+use crate::flow::events::EventType;
 use pseudoflow_compiler::expr::{prepare_payload, Scope};
 use pseudoflow_compiler::lower::{lower, task_of, FlowRef, LowerOptions, NodeInstance, Task};
 use pseudoflow_compiler::names::job_name;
@@ -18,9 +18,10 @@ use tracing::{info, warn};
 
 use super::job_reports::{self as reports, Reports};
 use super::narrate::Narrator;
-use super::status::{said_at, step_at};
-use super::{finalizer, launch, observe, plan_of, pod_security, Error, Reconciling};
+use super::{launch, observe, on_delete, plan_of, pod_security, Reconcile};
 use crate::approval;
+use crate::flow::status::{said_at, step_at};
+use crate::flow::Error;
 use pseudoflow_walk::fold::{
     changed_on_same_node, deadline, earliest, merge_var, timed_out_message,
 };
@@ -36,7 +37,7 @@ const NODE_WATCH_SETTLES: std::time::Duration = std::time::Duration::from_secs(1
 
 /// One run being driven: its spec and plan, and where its Jobs go.
 struct Driving<'a> {
-    r: &'a Reconciling<'a>,
+    r: &'a Reconcile<'a>,
     spec: &'a PseudoFlowSpec,
     plan: &'a Plan,
     walker: &'a Walker<'a>,
@@ -50,7 +51,7 @@ struct Driving<'a> {
 /// Observes, times out and drives one run with the spec it started with; returns that spec
 /// compiled (with the run's includes) and when a timer needs the next look.
 pub(super) async fn advance_run(
-    r: &Reconciling<'_>,
+    r: &Reconcile<'_>,
     run_spec: &Value,
     run: &mut StoredRun,
     deleting: bool,
@@ -119,7 +120,7 @@ pub(super) async fn advance_run(
 }
 
 /// Whether the flow, as it is now (not as its run started), says `spec.suspend: true`.
-pub(super) fn suspended(r: &Reconciling<'_>) -> bool {
+pub(super) fn suspended(r: &Reconcile<'_>) -> bool {
     r.flow.data["spec"]["suspend"] == Value::Bool(true)
 }
 
@@ -162,7 +163,9 @@ impl Driving<'_> {
                 .await?;
         }
         if running.is_empty() {
-            ctx.nodes
+            self.r
+                .own
+                .nodes
                 .track(&flow_ref.namespace, &flow_ref.name, std::iter::empty());
             return Ok(());
         }
@@ -175,7 +178,9 @@ impl Driving<'_> {
         )
         .await?;
         // So that a node which stops reporting wakes this flow (see `NodeHealth`).
-        ctx.nodes
+        self.r
+            .own
+            .nodes
             .track(&flow_ref.namespace, &flow_ref.name, jobs.values());
         for (node_id, key, inst) in running {
             let node = plan.node(&node_id).expect("from the plan");
@@ -187,7 +192,7 @@ impl Driving<'_> {
                 .reports
                 .of(
                     &ctx.client,
-                    &ctx.nodes,
+                    &self.r.own.nodes,
                     &flow_ref.namespace,
                     &jobs,
                     &job_name,
@@ -327,7 +332,7 @@ impl Driving<'_> {
                     .is_some_and(|n| n.in_controller.is_some())
                 {
                     let work = self.in_controller_key(run, node, key, inst.attempt);
-                    self.r.ctx.in_controller.abort(&work);
+                    self.r.own.in_controller.abort(&work);
                     continue;
                 }
                 let job_node = inst.job_node.as_deref().unwrap_or(node);
@@ -490,7 +495,7 @@ impl Driving<'_> {
                 since,
             };
             let note = format!("waiting for approval: {step}");
-            let key_ = self.r.ctx.approval_key.as_ref();
+            let key_ = self.r.own.approval_key.as_ref();
             let stamp = match approval::verdict(key_, &annotations, waiting) {
                 approval::Verdict::Undecided => {
                     run.state.entry(&node.id, &key).message = note;
@@ -512,7 +517,7 @@ impl Driving<'_> {
                 decision: if approved { "Approved" } else { "Rejected" }.into(),
                 user: stamp.user.clone(),
                 groups: stamp.groups.clone(),
-                time: super::status::time(stamp.time.div_euclid(1000)),
+                time: crate::flow::status::time(stamp.time.div_euclid(1000)),
             });
             let c = Completion {
                 ok: approved,
@@ -553,11 +558,11 @@ impl Driving<'_> {
             return Ok(None);
         }
         if cache.is_none() {
-            let ctx = self.r.ctx;
-            ctx.nodes.settled(NODE_WATCH_SETTLES).await;
-            let refused = match ctx.nodes.blind() {
+            let (ctx, allowed) = (self.r.ctx, &self.r.own.node_step_namespaces);
+            self.r.own.nodes.settled(NODE_WATCH_SETTLES).await;
+            let refused = match self.r.own.nodes.blind() {
                 Some(why) => Some(why),
-                None => pod_security::check(ctx, &self.flow_ref.namespace)
+                None => pod_security::check(&ctx.client, allowed, &self.flow_ref.namespace)
                     .await?
                     .map(|r| r.to_string()),
             };
@@ -604,8 +609,12 @@ impl Driving<'_> {
             run_secret: self.journal_secret(run),
         };
         let opts = LowerOptions {
-            image: ctx.image.clone(),
-            executor: ctx.executor.for_flow(self.spec.options.executor.as_ref()),
+            image: self.r.own.image.clone(),
+            executor: self
+                .r
+                .own
+                .executor
+                .for_flow(self.spec.options.executor.as_ref()),
         };
         let lowered = lower(&inst, &opts)?;
         let created = match launch::launch(&ctx.client, &self.flow_ref.uid, &lowered).await? {
@@ -704,7 +713,7 @@ fn failed(message: &str) -> Completion {
 }
 
 /// Counts and tells the end of `run` once: a metric, a `Run<phase>` Event.
-pub(super) async fn finish_if_done(r: &Reconciling<'_>, plan: &Plan, run: &mut StoredRun) {
+pub(super) async fn finish_if_done(r: &Reconcile<'_>, plan: &Plan, run: &mut StoredRun) {
     if run.state.phase == RunPhase::Running || run.reported {
         return;
     }
@@ -719,14 +728,14 @@ pub(super) async fn finish_if_done(r: &Reconciling<'_>, plan: &Plan, run: &mut S
         .state
         .failure
         .as_ref()
-        .map(|f| super::status::failure_message(plan, f))
+        .map(|f| crate::flow::status::failure_message(plan, f))
         .unwrap_or_else(|| format!("run {} succeeded", run.run_id));
     let note = if r.flow.metadata.deletion_timestamp.is_some() && status == "Failed" {
         format!(
             "{note}; the flow is kept until its onDelete steps succeed: fix the cause and change \
              the {RUN_ANNOTATION} annotation to retry, or remove the finalizer {} (from the flow \
              and from its run-state Secret {}) to delete it anyway",
-            finalizer::ON_DELETE,
+            on_delete::ON_DELETE,
             super::store::name(r.flow_id.name),
         )
     } else {

@@ -12,8 +12,8 @@ use pseudoflow_crd::{
 };
 use serde_json::Value;
 
-use super::status::time;
-use super::Reconciling;
+use super::Reconcile;
+use crate::flow::status::time;
 use pseudoflow_walk::{RunPhase, StoredRun};
 
 /// The slot a schedule wants started now, if any.
@@ -117,7 +117,7 @@ pub fn decide(
 /// [`decide`] for `flow` as it is now, given its stored run and its last status. A flow being
 /// deleted always starts its `onDelete` run, whatever its schedule or `suspend` say.
 pub fn for_flow(
-    r: &Reconciling<'_>,
+    r: &Reconcile<'_>,
     spec: &PseudoFlowSpec,
     stored: Option<&StoredRun>,
     previous: &Value,

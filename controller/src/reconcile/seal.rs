@@ -10,8 +10,8 @@ use std::sync::Mutex;
 
 use pseudoflow_crd::protocol::names::{mac_hex, mac_ok};
 
-use super::Error;
 use crate::approval::Key;
+use crate::flow::Error;
 
 /// The Secret holding the run-state key of a controller without an approval key (tests, a
 /// controller without POD_NAMESPACE): made on first use, in POD_NAMESPACE or `kube-system`

@@ -47,16 +47,20 @@ impl Webhook {
     }
 }
 
+/// The webhook as its handlers receive it from whichever server routes to them (the
+/// controller's: [`crate::http`] derives it from its state); `None` serves no webhook (404).
+#[derive(Clone)]
+pub struct Admission(pub Option<Arc<Webhook>>);
+
 /// `POST /validate`: an AdmissionReview in, the same with its response out. 404 when the
 /// server runs without the webhook.
 pub async fn handle(
-    State(state): State<crate::http::State>,
+    State(Admission(webhook)): State<Admission>,
     Json(review): Json<AdmissionReview<DynamicObject>>,
 ) -> Result<Json<AdmissionReview<DynamicObject>>, axum::http::StatusCode> {
-    if state.webhook.is_none() {
+    let Some(webhook) = webhook else {
         return Err(axum::http::StatusCode::NOT_FOUND);
-    }
-    let webhook = state.webhook.clone().expect("checked above");
+    };
     let request: Result<AdmissionRequest<DynamicObject>, _> = review.try_into();
     let response = match request {
         Ok(req) => {

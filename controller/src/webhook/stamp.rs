@@ -19,10 +19,10 @@ use crate::approval::{Decision, Key, Stamp, APPROVED_BY};
 /// `POST /mutate`: an AdmissionReview in, the same with its response (and patch) out. 404 when
 /// the server runs without the webhook.
 pub async fn handle(
-    State(state): State<crate::http::State>,
+    State(super::Admission(webhook)): State<super::Admission>,
     Json(review): Json<AdmissionReview<DynamicObject>>,
 ) -> Result<Json<AdmissionReview<DynamicObject>>, axum::http::StatusCode> {
-    let Some(webhook) = state.webhook.clone() else {
+    let Some(webhook) = webhook else {
         return Err(axum::http::StatusCode::NOT_FOUND);
     };
     let request: Result<AdmissionRequest<DynamicObject>, _> = review.try_into();

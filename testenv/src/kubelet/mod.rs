@@ -6,7 +6,9 @@
 
 mod node;
 mod pod;
+mod pod_status;
 mod runner;
+mod started;
 mod streaming;
 pub mod tools;
 
@@ -17,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use anyhow::Result;
 use kube::Client;
 
-pub use node::NodeSpec;
+pub use node::{node_ready, NodeSpec};
 
 /// Which images run as local processes, with which program, and which commands each image
 /// gives its pods (see [`tools`]: a pod sees only those, never the host's).

@@ -163,3 +163,12 @@ pub(super) async fn heartbeat(client: Client, name: String, kubelet_port: u16) {
         tokio::time::sleep(Duration::from_secs(10)).await;
     }
 }
+
+/// Whether a Node reports Ready=True (the condition a kubelet, this one or a real one, keeps
+/// fresh).
+pub fn node_ready(n: &Node) -> bool {
+    n.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}

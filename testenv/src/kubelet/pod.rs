@@ -9,23 +9,20 @@ use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use kube::api::{Api, DeleteParams, Preconditions};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::Client;
-use serde_json::json;
 
+use super::pod_status::{now, report_failed, report_running, report_terminated, report_waiting};
 use super::runner;
+use super::started::{set_pid, still_wanted, StartedHandle as Started};
 use super::KubeletConfig;
-
-/// Pods this kubelet has started (by uid), with the pid of a running process if any.
-pub(super) type StartedHandle = Arc<Mutex<HashMap<String, Option<u32>>>>;
-type Started = StartedHandle;
 
 /// What one kubelet incarnation of a node keeps about its pods.
 #[derive(Default)]
 pub(super) struct NodePods {
-    /// The pods it started (see [`StartedHandle`]).
+    /// The pods it started (see [`super::started::StartedHandle`]).
     started: Started,
     /// The tasks running its pods, aborted when the node dies.
     runners: Mutex<Vec<tokio::task::AbortHandle>>,
@@ -60,22 +57,6 @@ impl NodePods {
             started.into_keys().chain(self.gone.clone()).collect(),
         )
     }
-}
-
-/// Records the pid of a pod's process so deletion can kill it.
-pub(super) fn set_pid(started: &Started, uid: &str, pid: Option<u32>) {
-    if let Some(slot) = started.lock().unwrap().get_mut(uid) {
-        *slot = pid;
-    }
-}
-
-/// False once the pod was deleted (its end need not be reported).
-pub(super) fn still_wanted(started: &Started, uid: &str) -> bool {
-    started.lock().unwrap().contains_key(uid)
-}
-
-fn now() -> String {
-    k8s_openapi::jiff::Timestamp::now().to_string()
 }
 
 /// Watches the pods with `spec.nodeName=<node>` and handles every change, until aborted. A lost
@@ -252,111 +233,4 @@ async fn fail_pull(client: &Client, pod: &Pod, image: &str) -> anyhow::Result<()
     let backoff = format!("Back-off pulling image \"{image}\"");
     report_waiting(client, pod, "ImagePullBackOff", &backoff).await?;
     Ok(())
-}
-
-/// Status of a pod whose containers wait (an image that cannot be pulled): Pending, not Ready.
-async fn report_waiting(
-    client: &Client,
-    pod: &Pod,
-    reason: &str,
-    message: &str,
-) -> kube::Result<Pod> {
-    let t = now();
-    let spec = pod.spec.clone().unwrap_or_default();
-    let statuses: Vec<_> = spec
-        .containers
-        .iter()
-        .map(|c| json!({"name": c.name, "image": c.image, "imageID": "", "ready": false, "started": false, "restartCount": 0, "state": {"waiting": {"reason": reason, "message": message}}}))
-        .collect();
-    let not_ready = |ty: &str| json!({"type": ty, "status": "False", "lastTransitionTime": t, "reason": "ContainersNotReady", "message": format!("containers with unready status: [{}]", spec.containers.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(" "))});
-    let cond = |ty: &str| json!({"type": ty, "status": "True", "lastTransitionTime": t});
-    let status = json!({"status": {
-        "phase": "Pending", "hostIP": "127.0.0.1", "hostIPs": [{"ip": "127.0.0.1"}], "startTime": t,
-        "conditions": [cond("PodScheduled"), cond("Initialized"), not_ready("ContainersReady"), not_ready("Ready")],
-        "containerStatuses": statuses,
-    }});
-    patch_status(client, pod, status).await
-}
-
-/// Status of a running pod whose containers are all ready.
-pub(super) async fn report_running(client: &Client, pod: &Pod, ready: bool) -> kube::Result<Pod> {
-    let t = now();
-    let spec = pod.spec.clone().unwrap_or_default();
-    let host_network = spec.host_network.unwrap_or(false);
-    let ip = if host_network {
-        "127.0.0.1".to_string()
-    } else {
-        pod_ip(pod)
-    };
-    let statuses: Vec<_> = spec
-        .containers
-        .iter()
-        .map(|c| json!({"name": c.name, "image": c.image, "imageID": c.image, "ready": ready, "started": true, "restartCount": 0, "containerID": format!("testenv://{}", c.name), "state": {"running": {"startedAt": t}}}))
-        .collect();
-    let cond = |ty: &str| json!({"type": ty, "status": "True", "lastTransitionTime": t});
-    let status = json!({"status": {
-        "phase": "Running", "hostIP": "127.0.0.1", "hostIPs": [{"ip": "127.0.0.1"}], "podIP": ip, "podIPs": [{"ip": ip}], "startTime": t,
-        "conditions": [cond("PodScheduled"), cond("Initialized"), cond("ContainersReady"), cond("Ready")],
-        "containerStatuses": statuses,
-    }});
-    patch_status(client, pod, status).await
-}
-
-/// Final status of a pod whose process ended.
-pub(super) async fn report_terminated(
-    client: &Client,
-    pod: &Pod,
-    exit_code: i32,
-    message: &str,
-    started_at: &str,
-) -> kube::Result<Pod> {
-    let t = now();
-    let c = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.containers.first())
-        .cloned()
-        .unwrap_or_default();
-    let reason = if exit_code == 0 { "Completed" } else { "Error" };
-    let phase = if exit_code == 0 {
-        "Succeeded"
-    } else {
-        "Failed"
-    };
-    let terminated = json!({"exitCode": exit_code, "reason": reason, "message": message, "startedAt": started_at, "finishedAt": t, "containerID": format!("testenv://{}", c.name)});
-    let cond = |ty: &str, st: &str| json!({"type": ty, "status": st, "lastTransitionTime": t, "reason": if st == "False" { "PodCompleted" } else { "" }});
-    let status = json!({"status": {
-        "phase": phase,
-        "conditions": [cond("PodScheduled", "True"), cond("Initialized", "True"), cond("ContainersReady", "False"), cond("Ready", "False")],
-        "containerStatuses": [{"name": c.name, "image": c.image, "imageID": c.image, "ready": false, "started": false, "restartCount": 0, "state": {"terminated": terminated}}],
-    }});
-    patch_status(client, pod, status).await
-}
-
-pub(super) async fn report_failed(client: &Client, pod: &Pod, message: &str) -> kube::Result<Pod> {
-    report_terminated(client, pod, 128, message, &now()).await
-}
-
-async fn patch_status(client: &Client, pod: &Pod, status: serde_json::Value) -> kube::Result<Pod> {
-    let api: Api<Pod> = Api::namespaced(
-        client.clone(),
-        pod.metadata.namespace.as_deref().unwrap_or_default(),
-    );
-    let name = pod.metadata.name.as_deref().unwrap_or_default();
-    // Retried like a kubelet's status updates: a pod that ended while the API server was down
-    // must still be reported, or its Job never finishes.
-    let (pp, patch) = (PatchParams::default(), Patch::Merge(&status));
-    super::with_retries(&format!("status of pod {name}"), || {
-        api.patch_status(name, &pp, &patch)
-    })
-    .await
-}
-
-/// A stable fake pod IP in 10.244.0.0/16, from the pod's uid.
-fn pod_ip(pod: &Pod) -> String {
-    let uid = pod.metadata.uid.clone().unwrap_or_default();
-    let h = uid
-        .bytes()
-        .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
-    format!("10.244.{}.{}", (h >> 8) % 256, (h % 254) + 1)
 }

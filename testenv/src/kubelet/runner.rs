@@ -17,7 +17,8 @@ use kube::api::{Api, PostParams};
 use kube::Client;
 use serde_json::json;
 
-use super::pod::{report_running, report_terminated};
+use super::pod_status::{report_failed, report_running, report_terminated};
+use super::started::{set_pid, still_wanted, StartedHandle};
 use super::{path_str, sh_quote, KubeletConfig};
 
 /// Runs the pod's init containers, then its first container as a process until it ends,
@@ -28,7 +29,7 @@ pub(super) async fn run(
     node: &str,
     pod: &Pod,
     program: &Path,
-    started: &super::pod::StartedHandle,
+    started: &StartedHandle,
 ) -> Result<()> {
     let spec = pod.spec.clone().unwrap_or_default();
     let container = spec.containers.first().cloned().unwrap_or_default();
@@ -57,16 +58,16 @@ pub(super) async fn run(
         kubeconfig: automount.then_some(kubeconfig.as_path()),
     };
     if let Some(message) = run_init_containers(&pod_view, &spec).await? {
-        super::pod::report_failed(client, pod, &message).await?;
+        report_failed(client, pod, &message).await?;
         return Ok(());
     }
     let (mut cmd, termination) = pod_view.command(&container, program, "log").await?;
     let started_at = k8s_openapi::jiff::Timestamp::now().to_string();
     let mut child = cmd.spawn().context("starting the pod's process")?;
-    super::pod::set_pid(started, &uid, child.id());
+    set_pid(started, &uid, child.id());
     report_running(client, pod, true).await?;
     let status = child.wait().await?;
-    if !super::pod::still_wanted(started, &uid) {
+    if !still_wanted(started, &uid) {
         return Ok(());
     }
     let code = status.code().unwrap_or(137);

@@ -713,7 +713,7 @@ async fn wait_ready(
                     .await
                     .is_ok();
             }
-            if labelled && crate::env::node_ready(&n) {
+            if labelled && crate::kubelet::node_ready(&n) {
                 return Ok(());
             }
         }

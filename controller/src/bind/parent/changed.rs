@@ -23,7 +23,7 @@ impl Binding<'_> {
             .buffer_unordered(OBJECTS_SERVED_AT_ONCE)
             .collect()
             .await;
-        let pending = &self.r.ctx.binder.watches.pending;
+        let pending = &self.r.own.watches.pending;
         let mut again = RESYNC;
         for ((ns, name), refusal, sooner) in served {
             let key = object::key_of(&ns, &name);

@@ -8,11 +8,11 @@ use pseudoflow_compiler::lower::{in_controller_input, NodeInstance};
 use pseudoflow_compiler::plan::PlanNode;
 
 use super::{failed, Driving};
+use crate::flow::events::EventType;
+use crate::flow::status::step_at;
+use crate::flow::Error;
 use crate::in_controller::{self, Request, Seen};
 use crate::limits::STEP_IN_CONTROLLER_WAIT_MS;
-use crate::reconcile::events::EventType;
-use crate::reconcile::status::step_at;
-use crate::reconcile::Error;
 use pseudoflow_walk::StoredRun;
 
 impl Driving<'_> {
@@ -37,7 +37,7 @@ impl Driving<'_> {
         key: &[String],
         attempt: u32,
     ) -> Result<bool, Error> {
-        let steps = &self.r.ctx.in_controller;
+        let steps = &self.r.own.in_controller;
         let work = self.in_controller_key(run, &node.id, key, attempt);
         match steps.take(&work) {
             Seen::Done(result, times) => {
@@ -103,7 +103,7 @@ impl Driving<'_> {
             run_secret: None,
         };
         let (ns, sa) = (&self.flow_ref.namespace, &self.flow_ref.service_account);
-        let client = ctx.binder.client_as(ns, sa).map_err(|why| {
+        let client = ctx.accounts.client_as(ns, sa).map_err(|why| {
             format!("cannot run this step in the controller as ServiceAccount {ns}/{sa}: {why}")
         })?;
         Ok(Request {

@@ -12,9 +12,8 @@ use pseudoflow_crd::status::{InstanceCounts, PreviousRun, RunStatus, MAX_STEP_EN
 use pseudoflow_crd::{FlowPhase, PseudoFlowStatus, StepStatus};
 use serde_json::Value;
 
-use super::store::StoredRun;
 use crate::limits::{bounded, MAX_STATUS_MESSAGE_CHARS, MAX_STEP_MESSAGE_CHARS};
-use pseudoflow_walk::{instance_id, split_instance_id, Instance, Phase, RunPhase};
+use pseudoflow_walk::{instance_id, split_instance_id, Instance, Phase, RunPhase, StoredRun};
 
 /// Unix seconds as the API's time (the epoch for a time it cannot represent).
 pub fn time(unix: i64) -> Time {
@@ -167,7 +166,7 @@ fn null_missing(previous: &Value, patch: &mut Value) {
     let (Some(previous), Some(patch)) = (previous.as_object(), patch.as_object_mut()) else {
         return;
     };
-    // `warnings` is the compile's, written by super::warnings, not by the run's status.
+    // `warnings` is the compile's, written by crate::serve::warnings, not by the run's status.
     for key in previous.keys().filter(|k| *k != "warnings") {
         patch.entry(key.clone()).or_insert(Value::Null);
     }
@@ -505,7 +504,7 @@ fn whole_of(run: &StoredRun, start: &str, end: &str) -> Vec<Instance> {
 }
 
 /// Where a step instance is, for people: its path, and the loop item of a loop's instance.
-pub(super) fn step_at(path: &str, key: &[String]) -> String {
+pub(crate) fn step_at(path: &str, key: &[String]) -> String {
     if key.is_empty() {
         path.to_string()
     } else {
@@ -515,7 +514,7 @@ pub(super) fn step_at(path: &str, key: &[String]) -> String {
 
 /// A run's failure (node instance id, message) as status and the `RunFailed` Event tell it:
 /// led by the step's path in the flow (`spec.steps[1] [0]: ...`), never the internal node id.
-pub(super) fn failure_message(plan: &Plan, (id, msg): &(String, String)) -> String {
+pub(crate) fn failure_message(plan: &Plan, (id, msg): &(String, String)) -> String {
     let (node, key) = split_instance_id(id);
     let path = plan.node(&node).map(|n| n.path.clone()).unwrap_or(node);
     said_at(&step_at(&path, &key), msg)
@@ -524,7 +523,7 @@ pub(super) fn failure_message(plan: &Plan, (id, msg): &(String, String)) -> Stri
 /// `msg` said of the step at `at`: prefixed with it, unless the message already leads with it
 /// (API errors do) or with a nested step's path (a failed group) or one of its instances (a node
 /// fan-out's `spec.steps[0] [edge-1]: ...`); naming it twice helps nobody.
-pub(super) fn said_at(at: &str, msg: &str) -> String {
+pub(crate) fn said_at(at: &str, msg: &str) -> String {
     let named = msg
         .strip_prefix(at)
         .is_some_and(|rest| rest.starts_with([':', '.', '[']) || rest.starts_with(" ["));
@@ -540,7 +539,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::reconcile::size::RUN_STATE_TOO_LARGE;
+    use pseudoflow_walk::RUN_STATE_TOO_LARGE;
 
     #[test]
     fn a_new_status_deletes_what_the_last_one_said_and_no_longer_holds() {

@@ -1,6 +1,6 @@
 //! A panic while reconciling one flow must not end the controller's loop (which would leave every
 //! flow unserved): each reconcile runs under [`catching`], and the flow that panicked is marked
-//! Failed with reason `InternalError` ([`super::outcome::refuse`]).
+//! Failed with reason `InternalError` ([`crate::flow::outcome::refuse`]).
 
 use std::any::Any;
 use std::future::Future;

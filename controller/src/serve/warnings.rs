@@ -2,13 +2,12 @@
 //! in `status.warnings` and one Warning Event per change, so that Argo CD and
 //! `kubectl describe` show what the admission webhook told only whoever applied the flow.
 
-use kube::api::{Api, DynamicObject};
 use pseudoflow_compiler::Compiled;
 use pseudoflow_crd::status::MAX_WARNINGS_SHOWN;
 use serde_json::{json, Value};
 
-use super::events::EventType;
-use super::{outcome, Error, Reconciling};
+use crate::flow::events::EventType;
+use crate::flow::{outcome, Error, Reconciling};
 use crate::limits::{bounded, MAX_STATUS_MESSAGE_CHARS};
 
 /// Reason of the Event told when a flow's compile warnings change.
@@ -16,14 +15,9 @@ pub const REASON: &str = "CompileWarnings";
 
 /// Writes `status.warnings` when it differs from what `previous` holds, and tells the change
 /// in an Event (none when the warnings are gone).
-pub async fn publish(
-    r: &Reconciling<'_>,
-    flows: &Api<DynamicObject>,
-    compiled: &Compiled,
-    previous: &Value,
-) -> Result<(), Error> {
+pub(crate) async fn publish(r: &Reconciling<'_, ()>, compiled: &Compiled) -> Result<(), Error> {
     let now = shown(compiled);
-    let before: Vec<String> = previous["warnings"]
+    let before: Vec<String> = r.previous["warnings"]
         .as_array()
         .map(|a| {
             a.iter()
@@ -39,7 +33,7 @@ pub async fn publish(
     } else {
         json!(now)
     };
-    outcome::patch_status(flows, r.flow_id.name, json!({ "warnings": value })).await?;
+    outcome::patch_status(&r.flows, r.flow_id.name, json!({ "warnings": value })).await?;
     if !now.is_empty() {
         let note = format!("{} warning(s): {}", now.len(), now.join("; "));
         r.publish(EventType::Warning, REASON, &note).await;

@@ -1,4 +1,5 @@
-//! The controller's loop around [`super::reconcile_flow`], built so that one flow can never stop
+//! The controller's loop around [`dispatch`] (which hands each flow to the plain-flow or the
+//! bound-flow reconciler), built so that one flow can never stop
 //! it serving the others: flows are watched raw ([`RawFlow`]: one too deep to decode fails alone),
 //! each reconcile runs under [`guard::catching`] (a panic marks that flow Failed), failures back
 //! off per flow ([`Backoff`]), and a deleted flow's metrics series are dropped.
@@ -19,11 +20,21 @@ use kube::ResourceExt;
 use pseudoflow_crd::protocol::journal::{JOURNAL_ROLE, LABEL_ROLE};
 use tracing::{error, info_span, warn, Instrument};
 
-use super::{finalizer, guard, outcome, reconcile_flow, wake, Context, Error};
+mod context;
+mod dispatch;
+mod guard;
+mod wake;
+pub(crate) mod warnings;
+
+pub use context::Context;
+
 use crate::backoff::{Backoff, WatchBackoff};
+use crate::flow::{outcome, Error};
 use crate::limits::MAX_CONCURRENT_RECONCILES;
 use crate::metrics::Metrics;
 use crate::raw::{DecodeError, RawFlow};
+use crate::reconcile::on_delete;
+use dispatch::reconcile_flow;
 use pseudoflow_walk::depth::TooDeep;
 
 /// What one controller's reconciles share.
@@ -79,7 +90,7 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: Option<String>) {
         // `NodeHealth`), rather than wait for a pod that can never end.
         .watches_stream(nodes, {
             let ctx = ctx.clone();
-            move |node: Node| ctx.nodes.flows_on(&node)
+            move |node: Node| ctx.runs.nodes.flows_on(&node)
         })
         // A bound flow's child changed (its run's phase): the bound flow sums up again, and
         // lets a deleted object go once its flow is gone.
@@ -87,7 +98,7 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: Option<String>) {
         // An object of a bound kind changed (docs/bound-flows.md).
         .reconcile_on(ctx.binder.watches.wakes())
         // A step the controller ran itself ended after its reconcile stopped waiting for it.
-        .reconcile_on(ctx.in_controller.wakes())
+        .reconcile_on(ctx.runs.in_controller.wakes())
         // One backoff for all watches of the controller: see `WatchBackoff`.
         .trigger_backoff(WatchBackoff::default())
         .run(reconcile, error_policy, shared)
@@ -106,31 +117,31 @@ where
     <K as kube::Resource>::DynamicType: Default,
 {
     match namespace {
-        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
-        None => Api::all(ctx.client.clone()),
+        Some(ns) => Api::namespaced(ctx.shared.client.clone(), ns),
+        None => Api::all(ctx.shared.client.clone()),
     }
 }
 
-/// The Nodes, mirrored into `ctx.nodes`; a refused watch is recorded there (node steps then
+/// The Nodes, mirrored into `ctx.runs.nodes`; a refused watch is recorded there (node steps then
 /// fail closed) and retried with the others' backoff.
 fn node_watch(
     ctx: &Arc<Context>,
 ) -> impl futures::Stream<Item = Result<Node, watcher::Error>> + Send + 'static {
     let (store, writer) = reflector::store::<Node>();
-    ctx.nodes.attach(store);
+    ctx.runs.nodes.attach(store);
     let health = ctx.clone();
     let watch = watcher(
-        Api::<Node>::all(ctx.client.clone()),
+        Api::<Node>::all(ctx.shared.client.clone()),
         watcher::Config::default(),
     )
     .backoff(WatchBackoff::default())
-    .modify(super::node_health::keep_readiness)
+    .modify(crate::reconcile::node_health::keep_readiness)
     .inspect(move |ev| match ev {
         // Init comes before the list is even asked for: only what the API answered counts
         // (clearing a refusal at each retry's Init let node steps through between retries).
         Ok(watcher::Event::Init) => {}
-        Ok(_) => health.nodes.watch_refused(None),
-        Err(e) => health.nodes.watch_refused(refusal(e)),
+        Ok(_) => health.runs.nodes.watch_refused(None),
+        Err(e) => health.runs.nodes.watch_refused(refusal(e)),
     });
     reflector::reflector(writer, watch).touched_objects()
 }
@@ -159,8 +170,8 @@ fn flow_events(
                 watcher::Event::Delete(f) => f.uid(),
                 _ => None,
             };
-            for flow in gone.observe(ev, &on_event.ctx.metrics) {
-                on_event.ctx.metrics.forget(&flow, uid.as_deref());
+            for flow in gone.observe(ev, &on_event.ctx.shared.metrics) {
+                on_event.ctx.shared.metrics.forget(&flow, uid.as_deref());
                 on_event.backoff.reset(&flow);
             }
         })
@@ -276,7 +287,7 @@ fn serve_childs_object(ctx: &Context, child: &RawFlow) {
 fn error_policy(flow: Arc<RawFlow>, err: &Error, shared: Arc<Shared>) -> Action {
     let key = key_of(&flow);
     let delay = shared.backoff.failed(&key);
-    shared.ctx.metrics.reconcile_failed(err.label());
+    shared.ctx.shared.metrics.reconcile_failed(err.label());
     warn!(flow = %key, "reconcile failed, retrying in {delay:?}: {err}");
     Action::requeue(delay)
 }
@@ -304,7 +315,7 @@ async fn reconcile(flow: Arc<RawFlow>, shared: Arc<Shared>) -> Result<Action, Er
                 "{panicked} (while reconciling this flow; the controller goes on serving the \
                  others, and retries this one when it changes)"
             );
-            outcome::refuse(ctx, &flow, "InternalError", &message).await?;
+            outcome::refuse(&ctx.shared, &flow, "InternalError", &message).await?;
             Action::await_change()
         }
     };
@@ -321,8 +332,8 @@ async fn decode_and_reconcile(flow: &RawFlow, ctx: &Context) -> Result<Action, E
                 DecodeError::TooDeep(TooDeep { .. }) => e.to_string(),
                 DecodeError::Json(..) => format!("the flow cannot be read: {e}"),
             };
-            outcome::refuse(ctx, flow, "InvalidSpec", &message).await?;
-            finalizer::let_go(&ctx.client, flow).await?;
+            outcome::refuse(&ctx.shared, flow, "InvalidSpec", &message).await?;
+            on_delete::let_go(&ctx.shared.client, flow).await?;
             return Ok(Action::await_change());
         }
     };
