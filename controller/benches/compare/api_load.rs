@@ -96,6 +96,22 @@ fn cpu_seconds(text: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// Waits (at most two minutes) until the API server serves fewer than 10 requests a second:
+/// the garbage collector's checks of the owners of what the last driver made (kube-controller-
+/// manager's client is rate-limited, so they trail a burst by many seconds) must not land in
+/// the next driver's burst, where they would slow it and flatter the one before.
+pub async fn settle(client: &Client) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while std::time::Instant::now() < deadline {
+        let before = Requests::now(client).await;
+        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+        let (all, _) = before.until(&Requests::now(client).await).totals();
+        if all < 20.0 {
+            return;
+        }
+    }
+}
+
 /// What grew from `before` to `after`, per key.
 fn difference(
     before: &BTreeMap<String, f64>,

@@ -180,6 +180,7 @@ pub async fn run(
             .create(env, client)
             .await;
         let api = gadgets.install(client, &ns).await;
+        api_load::settle(client).await;
         let op = start(env, client, dir, &ns, which).await;
         // Warm-up: the operator is up and serving.
         let one = |name: String| HashSet::from([name]);
@@ -219,10 +220,13 @@ pub async fn run(
             against,
             0,
             median,
-            quiet_ratio(kopf, &quiet_figures, 0, median),
+            quiet_ratio(kopf, &quiet_figures, 0, median)
+                .trim_start_matches("; ")
+                .to_string(),
         ));
         for &n in counts {
             let names: HashSet<String> = (0..n).map(|i| format!("n{n}-{i}")).collect();
+            api_load::settle(client).await;
             let before = Requests::now(client).await;
             let cpu_before = op.cpu_seconds();
             let profile = api_load::profile_if_asked(client);
