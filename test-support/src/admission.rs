@@ -1,6 +1,6 @@
-//! What the admission suites (`webhook.rs`, `approval.rs`, `argocd.rs`) share: a webhook entry that only
-//! matches flows in the test's namespace, kubectl off the runtime, and the two users whose
-//! rights differ only by `approve`.
+//! What the admission suites (`admission/`, `adversarial/approvals.rs`, `argocd.rs`) share: a
+//! webhook entry that only matches flows in the test's namespace, kubectl off the runtime, and
+//! the two users whose rights differ only by `approve`.
 
 use std::sync::Arc;
 

@@ -66,7 +66,7 @@ impl Rng {
     }
 
     /// The next 64 random bits.
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -76,7 +76,7 @@ impl Rng {
 
     /// A duration uniformly in `[lo, hi)` milliseconds.
     pub fn millis(&mut self, lo: u64, hi: u64) -> Duration {
-        Duration::from_millis(lo + self.next() % (hi - lo).max(1))
+        Duration::from_millis(lo + self.next_u64() % (hi - lo).max(1))
     }
 }
 
