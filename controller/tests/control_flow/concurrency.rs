@@ -160,15 +160,15 @@ async fn allow_runs_a_new_run_beside_the_running_one() {
             == 2
     })
     .await;
-    let done: Vec<String> = flow_events(client, ns, "side")
-        .await
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some("RunSucceeded"))
-        .filter_map(|e| e.message)
-        .collect();
-    assert!(
-        done.contains(&format!("run {first_id} succeeded")),
-        "{done:?}"
-    );
+    // Its end is published after its last Job ends: wait for the Event, do not race it.
+    let first_done = format!("run {first_id} succeeded");
+    eventually(30, "the first run's RunSucceeded Event", || async {
+        flow_events(client, ns, "side")
+            .await
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("RunSucceeded"))
+            .any(|e| e.message.as_deref() == Some(first_done.as_str()))
+    })
+    .await;
     runs.ctl.abort();
 }
