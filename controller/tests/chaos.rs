@@ -28,12 +28,10 @@ use pseudoflow_compiler::lower::DEADLINE_GRACE_SECONDS;
 use pseudoflow_testenv::env::Component;
 use serde_json::{json, Value};
 
-mod common;
-#[path = "chaos/harness.rs"]
-mod harness;
+use pseudoflow_test_support as common;
 
+use common::chaos::*;
 use common::{create_flow, flows, install_crd, label_privileged, FlowNamespace};
-use harness::*;
 
 /// Kills made by [`controller_sigkilled_at_random_points_loses_and_duplicates_nothing`] unless
 /// `CHAOS_KILLS` says otherwise: what keeps it around two minutes on two cores.

@@ -16,7 +16,7 @@ use kube::Client;
 use pseudoflow_crd::steps::cordon::CORDONED_BY_ANNOTATION;
 use serde_json::{json, Value};
 
-mod common;
+use pseudoflow_test_support as common;
 
 use common::{create_flow, eventually, prepare, start_controller, wait_done};
 

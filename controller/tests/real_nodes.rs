@@ -288,7 +288,7 @@ async fn the_controller_image_runs_a_flow_from_a_pod_with_in_cluster_config() {
 /// flow; every controller pod deleted while a step runs, and the flow still completes with one
 /// Job per step; then the metrics scraped from the leading pod over the pod network, as
 /// Prometheus would. The webhook is off here: testenv's API server runs on the machine, outside
-/// the pod network, so it cannot call a Service's pods (the webhook is proven in webhook.rs).
+/// the pod network, so it cannot call a Service's pods (the webhook is proven in admission/webhook.rs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_chart_runs_the_controller_as_a_deployment_that_survives_losing_its_pods_mid_flow() {
     use k8s_openapi::api::apps::v1::Deployment;

@@ -1,16 +1,31 @@
-//! What the controller's e2e tests and benchmarks share on a testenv cluster: the CRD installed
+//! Every helper the e2e tests and benchmarks share on a testenv cluster, in one home: the cluster
+//! itself with the runtime and fixture images ([`cluster`]), the CRD installed
 //! ([`install_crd`]), a namespace whose ServiceAccount `flow` has the rights a flow needs
-//! ([`FlowNamespace`]), creating flows and waiting for them by watching ([`flows`]), and reading
-//! the Jobs a run left behind ([`jobs`]). Starting a controller stays with each test binary
-//! (it picks the image and the node-step opt-in).
+//! ([`FlowNamespace`]), an in-process controller for it ([`controller`]), creating flows and
+//! waiting for them by watching ([`flows`]), reading the Jobs a run left behind ([`jobs`]), and
+//! what one group of tests shares: the admission webhooks ([`admission`]), approval gates
+//! ([`approval`]), bound flows ([`bound`]), API-step fixtures ([`api`]), the seed's example
+//! flows ([`seed`]), the step options' shorthands ([`shorthand`]) and the chaos suite's harness
+//! ([`chaos`]).
+//! `controller/tests/common` only re-exports this crate for the binaries that `mod common;`.
 #![warn(missing_docs)]
 
+pub mod admission;
+pub mod api;
+pub mod approval;
 pub mod binaries;
+pub mod bound;
+pub mod chaos;
+pub mod cluster;
+pub mod controller;
 pub mod flows;
+pub mod harness;
 pub mod helm;
 pub mod jobs;
 pub mod kinds;
 mod namespace;
+pub mod seed;
+pub mod shorthand;
 
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -22,6 +37,8 @@ use kube::Client;
 use serde_json::Value;
 
 pub use binaries::step_binary;
+pub use cluster::*;
+pub use controller::*;
 pub use flows::*;
 pub use jobs::*;
 pub use kinds::TestKind;

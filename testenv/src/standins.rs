@@ -33,7 +33,7 @@ pub const STAND_INS: &[StandIn] = &[
     },
     StandIn {
         image: "registry.k8s.io/pause:3.10",
-        used_by: "rollout tests' Deployments and DaemonSets (controller/tests/api_steps.rs, testenv/tests/cluster.rs)",
+        used_by: "rollout tests' Deployments and DaemonSets (controller/tests/steps_api/in_jobs.rs, testenv/tests/cluster.rs)",
     },
     StandIn {
         image: "nginx:1.27",
@@ -41,7 +41,7 @@ pub const STAND_INS: &[StandIn] = &[
     },
     StandIn {
         image: "nginx:1.28",
-        used_by: "the werf bundle's update (controller/tests/kopf_examples.rs)",
+        used_by: "the werf bundle's update (controller/tests/examples/kopf.rs)",
     },
     StandIn {
         image: "postgres:15.3",

@@ -10,7 +10,7 @@ use kube::Client;
 use pseudoflow_controller::metrics::Metrics;
 use serde_json::{json, Value};
 
-use crate::common::flow::{
+use crate::common::{
     apply, create_flow, delete_flow, flow_events, flows, jobs, prepare, start_controller,
     start_controller_with, wait_done,
 };
