@@ -10,7 +10,7 @@ use std::time::Duration;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::wait::await_condition;
 use kube::Client;
-use pseudoflow_controller::reconcile::flow_resource;
+use pseudoflow_controller::flow::flow_resource;
 use serde_json::{json, Value};
 
 mod common;

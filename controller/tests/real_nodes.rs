@@ -799,7 +799,7 @@ async fn a_step_lands_on_the_tainted_node_only_with_the_toleration_and_carries_t
     let flows: Api<kube::api::DynamicObject> = Api::namespaced_with(
         client.clone(),
         &ns,
-        &pseudoflow_controller::reconcile::flow_resource(),
+        &pseudoflow_controller::flow::flow_resource(),
     );
     let still = flows.get("without").await.unwrap().data["status"]["phase"].clone();
     assert_eq!(still, "Running", "the untolerated step waits");

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context as _, Result};
 use kube::api::{Api, DynamicObject};
-use pseudoflow_controller::reconcile::flow_resource;
+use pseudoflow_controller::flow::flow_resource;
 use pseudoflow_testenv::argocd::{self, ArgoCd};
 use pseudoflow_testenv::{apply::apply_value, seed, TestEnv};
 use serde_json::json;

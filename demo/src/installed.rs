@@ -158,7 +158,7 @@ async fn wait_answering(client: &kube::Client) -> Result<()> {
     let flows: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
         "default",
-        &pseudoflow_controller::reconcile::flow_resource(),
+        &pseudoflow_controller::flow::flow_resource(),
     );
     let probe: DynamicObject = serde_json::from_str(INVALID)?;
     let pp = PostParams {

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use kube::api::{Api, DynamicObject};
-use pseudoflow_controller::reconcile::flow_resource;
+use pseudoflow_controller::flow::flow_resource;
 use pseudoflow_testenv::TestEnv;
 
 /// Prints a table of the flows (`names`: namespace, name) whenever it changes, until every

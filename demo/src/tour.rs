@@ -11,7 +11,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, DynamicObject};
 use kube::discovery::ApiResource;
 use kube::runtime::wait::{await_condition, conditions};
-use pseudoflow_controller::reconcile::flow_resource;
+use pseudoflow_controller::flow::flow_resource;
 use pseudoflow_testenv::apply::apply_text;
 
 /// The Database the bound flow serves, in `default`.

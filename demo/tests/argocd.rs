@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use kube::api::{Api, DynamicObject};
-use pseudoflow_controller::reconcile::flow_resource;
+use pseudoflow_controller::flow::flow_resource;
 use pseudoflow_demo::gitops;
 
 /// The target dir's binaries (`target/debug`), beside this test's `deps/`.

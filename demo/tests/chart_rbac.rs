@@ -25,7 +25,7 @@ use k8s_openapi::api::core::v1::{Event, Node};
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::runtime::wait::await_condition;
 use kube::Client;
-use pseudoflow_controller::reconcile::flow_resource;
+use pseudoflow_controller::flow::flow_resource;
 use pseudoflow_testenv::{apply::apply_text, seed, shared_with, Options, TestEnv};
 use serde_json::Value;
 

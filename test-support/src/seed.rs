@@ -10,8 +10,8 @@ use std::time::Duration;
 use kube::api::{Api, DynamicObject};
 use kube::runtime::wait::await_condition;
 use kube::Client;
+use pseudoflow_controller::flow::flow_resource;
 use pseudoflow_controller::metrics::Metrics;
-use pseudoflow_controller::reconcile::flow_resource;
 use pseudoflow_controller::{run_controller, Context};
 use serde_json::{json, Value};
 

@@ -11,7 +11,7 @@ use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, DynamicObject};
 use kube::runtime::watcher::{self, Event};
 use kube::Client;
-use pseudoflow_controller::reconcile::flow_resource;
+use pseudoflow_controller::flow::flow_resource;
 use serde_json::Value;
 
 /// The executor image; testenv runs it as the release `pseudoflow-step` binary.

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::Client;
-use pseudoflow_controller::reconcile::flow_resource;
+use pseudoflow_controller::flow::flow_resource;
 use pseudoflow_test_support::FlowNamespace;
 use pseudoflow_testenv::TestEnv;
 use serde_json::{json, Value};

@@ -139,7 +139,10 @@ impl<'a, Own> Reconciling<'a, Own> {
     /// the way to its object's status. [`Reconciling::told`] waits for them.
     /// Events the flow's `options.events` leaves out are not published at all.
     pub async fn publish(&self, ty: EventType, reason: &str, note: &str) {
-        if !self.event_policy().publishes(ty == EventType::Warning, reason) {
+        if !self
+            .event_policy()
+            .publishes(ty == EventType::Warning, reason)
+        {
             return;
         }
         let about = self.flow.object_ref(&flow_resource());

@@ -25,10 +25,6 @@ mod start;
 pub mod store;
 mod timing;
 
-/// The flows' API resource and their Events, where callers found them before [`crate::flow`]
-/// held them.
-pub use crate::flow::{events, flow_resource};
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 

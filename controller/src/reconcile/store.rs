@@ -199,7 +199,7 @@ pub async fn save(
     let flow_name = flow.metadata.name.clone().unwrap_or_default();
     let name = name(&flow_name);
     let mut owner = flow
-        .controller_owner_ref(&super::flow_resource())
+        .controller_owner_ref(&crate::flow::flow_resource())
         .expect("flows have uid");
     let doc = serde_json::to_vec(run).expect("run serialises");
     let sealed_for = Owner {

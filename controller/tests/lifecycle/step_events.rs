@@ -333,7 +333,7 @@ async fn steps_stopped_by_the_flow_timeout_are_told_aborted() {
 async fn a_repeated_event_is_one_object_with_a_counted_series_and_another_is_its_own() {
     use k8s_openapi::api::core::v1::ObjectReference;
     use kube::api::{Api, ListParams};
-    use pseudoflow_controller::reconcile::events::{EventPublisher, EventType, NewEvent};
+    use pseudoflow_controller::flow::events::{EventPublisher, EventType, NewEvent};
 
     let (client, ns) = crate::common::prepare("ev-series", json!([]), json!([])).await;
     let publisher = EventPublisher::new(client.clone(), "pseudoflow-controller", None);
