@@ -377,17 +377,6 @@ pub fn unix_now() -> f64 {
         .unwrap_or_default()
 }
 
-/// Serves `/metrics`, `/healthz` and `/readyz` (always ready) on `addr` over plain HTTP: the
-/// [`crate::http`] server without the webhook.
-pub async fn serve(
-    addr: std::net::SocketAddr,
-    metrics: std::sync::Arc<Metrics>,
-) -> std::io::Result<()> {
-    let state = crate::http::State::new(metrics);
-    state.readiness.set_standby();
-    crate::http::serve_plain(addr, crate::http::router(state)).await
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

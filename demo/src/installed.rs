@@ -48,7 +48,7 @@ pub async fn start(env: &TestEnv, client: &kube::Client, image: &str) -> Result<
         .context("the approval key")?;
     let metrics = Arc::new(Metrics::default());
     let webhook_url = serve_webhooks(env, client, metrics.clone(), key.clone()).await?;
-    tokio::spawn(pseudoflow_controller::metrics::serve(
+    tokio::spawn(pseudoflow_controller::http::serve_metrics(
         "127.0.0.1:8080".parse()?,
         metrics.clone(),
     ));

@@ -136,6 +136,17 @@ async fn readyz(Extract(state): Extract<State>) -> impl IntoResponse {
     }
 }
 
+/// Serves `/metrics`, `/healthz` and `/readyz` (always ready) on `addr` over plain HTTP: this
+/// server without the webhook, for a controller (the demo's, a test's) that has no certificate.
+pub async fn serve_metrics(
+    addr: SocketAddr,
+    metrics: std::sync::Arc<crate::metrics::Metrics>,
+) -> std::io::Result<()> {
+    let state = State::new(metrics);
+    state.readiness.set_standby();
+    serve_plain(addr, router(state)).await
+}
+
 /// Serves `router` over plain HTTP on `addr` until the process stops.
 pub async fn serve_plain(addr: SocketAddr, router: Router) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;

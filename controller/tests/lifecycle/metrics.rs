@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use pseudoflow_controller::metrics::{self, Metrics};
+use pseudoflow_controller::metrics::Metrics;
 use serde_json::json;
 
 use crate::common::api::eventually;
@@ -45,7 +45,7 @@ async fn metrics_count_runs_step_durations_and_active_flows() {
         .local_addr()
         .unwrap()
         .port();
-    let server = tokio::spawn(metrics::serve(
+    let server = tokio::spawn(pseudoflow_controller::http::serve_metrics(
         ([127, 0, 0, 1], port).into(),
         metrics.clone(),
     ));
