@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds a real Argo CD for testenv's GitOps e2e (controller/tests/argocd.rs) from its pinned
+# Builds a real Argo CD for testenv's GitOps e2e (controller/tests/argocd/main.rs) from its pinned
 # upstream Go module (no binary downloads), plus redis-server from Debian if it is missing.
 # Output: ${XDG_CACHE_HOME:-$HOME/.cache}/pseudoflow/argocd-$ARGOCD_VERSION/
 #   bin/argocd (one binary that picks its role from its name) and the symlinks

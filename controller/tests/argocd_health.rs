@@ -13,7 +13,7 @@ use kube::Client;
 use pseudoflow_controller::flow::flow_resource;
 use serde_json::{json, Value};
 
-mod common;
+use pseudoflow_test_support as common;
 
 use common::harness::{create_flow, setup, wait_done};
 

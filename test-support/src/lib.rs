@@ -7,7 +7,7 @@
 //! ([`approval`]), bound flows ([`bound`]), API-step fixtures ([`api`]), the seed's example
 //! flows ([`seed`]), the step options' shorthands ([`shorthand`]) and the chaos suite's harness
 //! ([`chaos`]).
-//! `controller/tests/common` only re-exports this crate for the binaries that `mod common;`.
+//! Every test binary names it `common` (`use pseudoflow_test_support as common;`).
 #![warn(missing_docs)]
 
 pub mod admission;

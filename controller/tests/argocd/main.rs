@@ -10,7 +10,7 @@
 //! and the human who then approves is the one recorded). Prints the time from a git commit to
 //! the flow Succeeded.
 
-mod common;
+use pseudoflow_test_support as common;
 mod gitops;
 
 use std::time::{Duration, Instant};
