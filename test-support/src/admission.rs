@@ -79,19 +79,15 @@ pub fn serve(
     ));
 }
 
-/// POSTs `body` to `https://127.0.0.1:port/path` as a pod on the network would (trusting the
-/// webhook's CA `ca_pem`), with the client certificate and key files `identity` when given; the
-/// whole response, or the error that stopped it (a refused handshake, a closed connection).
-pub async fn post_from_the_network(
-    port: u16,
+/// A TLS client as a pod on the network would make it: trusting the webhook's CA `ca_pem`,
+/// presenting `identity` (certificate and key PEM) when given. Shared by every suite that calls
+/// the webhook port directly, so each sees the same client.
+pub fn tls_client(
     ca_pem: &str,
-    identity: Option<(&std::path::Path, &std::path::Path)>,
-    path: &str,
-    body: &[u8],
-) -> std::io::Result<String> {
+    identity: Option<(&str, &str)>,
+) -> std::io::Result<tokio_rustls::TlsConnector> {
     use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let mut roots = rustls::RootCertStore::empty();
     for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         roots
@@ -106,21 +102,41 @@ pub async fn post_from_the_network(
     .with_root_certificates(roots);
     let config = match identity {
         Some((cert, key)) => {
-            let certs = CertificateDer::pem_file_iter(cert)
-                .and_then(|i| i.collect::<Result<Vec<_>, _>>())
+            let certs = CertificateDer::pem_slice_iter(cert.as_bytes())
+                .collect::<Result<Vec<_>, _>>()
                 .map_err(std::io::Error::other)?;
-            let key = PrivateKeyDer::from_pem_file(key).map_err(std::io::Error::other)?;
+            let key =
+                PrivateKeyDer::from_pem_slice(key.as_bytes()).map_err(std::io::Error::other)?;
             builder
                 .with_client_auth_cert(certs, key)
                 .map_err(std::io::Error::other)?
         }
         None => builder.with_no_client_auth(),
     };
+    Ok(tokio_rustls::TlsConnector::from(Arc::new(config)))
+}
+
+/// A TLS connection to `127.0.0.1:port` with `tls` (the handshake's error if it is refused).
+pub async fn connect_tls(
+    tls: &tokio_rustls::TlsConnector,
+    port: u16,
+) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
     let sock = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-    let name = ServerName::try_from("127.0.0.1").map_err(std::io::Error::other)?;
-    let mut s = tokio_rustls::TlsConnector::from(Arc::new(config))
-        .connect(name, sock)
-        .await?;
+    let name =
+        rustls::pki_types::ServerName::try_from("127.0.0.1").map_err(std::io::Error::other)?;
+    tls.connect(name, sock).await
+}
+
+/// POSTs `body` to `path` on a new connection made with `tls`; the whole response (status line
+/// to body), or the error that stopped it (a refused handshake, a closed connection).
+pub async fn post_tls(
+    tls: &tokio_rustls::TlsConnector,
+    port: u16,
+    path: &str,
+    body: &[u8],
+) -> std::io::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = connect_tls(tls, port).await?;
     let head = format!(
         "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
          Content-Length: {}\r\nConnection: close\r\n\r\n",
@@ -131,6 +147,27 @@ pub async fn post_from_the_network(
     let mut out = Vec::new();
     s.read_to_end(&mut out).await?;
     Ok(String::from_utf8_lossy(&out).into_owned())
+}
+
+/// POSTs `body` to `https://127.0.0.1:port/path` as a pod on the network would (trusting the
+/// webhook's CA `ca_pem`), with the client certificate and key files `identity` when given; the
+/// whole response, or the error that stopped it (a refused handshake, a closed connection).
+pub async fn post_from_the_network(
+    port: u16,
+    ca_pem: &str,
+    identity: Option<(&std::path::Path, &std::path::Path)>,
+    path: &str,
+    body: &[u8],
+) -> std::io::Result<String> {
+    let pems = match identity {
+        Some((cert, key)) => Some((
+            std::fs::read_to_string(cert)?,
+            std::fs::read_to_string(key)?,
+        )),
+        None => None,
+    };
+    let identity = pems.as_ref().map(|(c, k)| (c.as_str(), k.as_str()));
+    post_tls(&tls_client(ca_pem, identity)?, port, path, body).await
 }
 
 /// [`crate::kubectl`] off the runtime (the webhook serving the API server's calls runs on it).

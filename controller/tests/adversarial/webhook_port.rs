@@ -13,11 +13,8 @@ use std::time::{Duration, Instant};
 use pseudoflow_controller::http::{self, bounds, tls};
 use pseudoflow_controller::metrics::Metrics;
 use pseudoflow_controller::webhook::Webhook;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use pseudoflow_test_support::admission;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-use tokio_rustls::client::TlsStream;
 
 /// A serving certificate for 127.0.0.1 in a fresh directory (`tls.crt`, `tls.key`), and its CA.
 fn cert_dir(name: &str) -> (PathBuf, String) {
@@ -56,36 +53,7 @@ async fn start(dir: &Path, client_auth: Option<http::ClientAuth>) -> u16 {
 
 /// A TLS client trusting `ca`, presenting `identity` (certificate and key PEM) when given.
 fn connector(ca: &str, identity: Option<(&str, &str)>) -> tokio_rustls::TlsConnector {
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_slice_iter(ca.as_bytes()) {
-        roots.add(c.unwrap()).unwrap();
-    }
-    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots);
-    let config = match identity {
-        Some((cert, key)) => {
-            let certs = CertificateDer::pem_slice_iter(cert.as_bytes())
-                .collect::<Result<Vec<_>, _>>()
-                .unwrap();
-            let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
-            builder.with_client_auth_cert(certs, key).unwrap()
-        }
-        None => builder.with_no_client_auth(),
-    };
-    tokio_rustls::TlsConnector::from(Arc::new(config))
-}
-
-async fn connect(
-    tls: &tokio_rustls::TlsConnector,
-    port: u16,
-) -> std::io::Result<TlsStream<TcpStream>> {
-    let sock = TcpStream::connect(("127.0.0.1", port)).await?;
-    let name = ServerName::try_from("127.0.0.1").unwrap();
-    tls.connect(name, sock).await
+    admission::tls_client(ca, identity).unwrap()
 }
 
 /// A valid AdmissionReview creating flow t/f, claiming user `user`, with `annotations`.
@@ -103,27 +71,6 @@ fn review(user: &str, annotations: serde_json::Value) -> Vec<u8> {
         }
     }))
     .unwrap()
-}
-
-/// POSTs `body` to `path` on a new connection; the whole response (status line to body), or
-/// the error that stopped it.
-async fn post(
-    tls: &tokio_rustls::TlsConnector,
-    port: u16,
-    path: &str,
-    body: &[u8],
-) -> std::io::Result<String> {
-    let mut s = connect(tls, port).await?;
-    let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    s.write_all(head.as_bytes()).await?;
-    s.write_all(body).await?;
-    let mut out = Vec::new();
-    s.read_to_end(&mut out).await?;
-    Ok(String::from_utf8_lossy(&out).into_owned())
 }
 
 /// The process's resident memory, in bytes.
@@ -145,7 +92,7 @@ fn trickle(
     closed: Arc<AtomicUsize>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let Ok(s) = connect(&tls, port).await else {
+        let Ok(s) = admission::connect_tls(&tls, port).await else {
             return;
         };
         let (mut r, mut w) = tokio::io::split(s);
@@ -175,7 +122,8 @@ async fn slow_connections_are_cut_by_the_timeouts_memory_stays_bounded_and_a_rev
     let port = start(&dir, None).await;
     let tls = connector(&ca, None);
     // Warm up (the first answer allocates what every later one reuses), then measure.
-    let answer = post(&tls, port, "/validate", &review("u", serde_json::json!({}))).await;
+    let answer =
+        admission::post_tls(&tls, port, "/validate", &review("u", serde_json::json!({}))).await;
     assert!(answer.unwrap().starts_with("HTTP/1.1 200"));
     let before = rss();
     let t0 = Instant::now();
@@ -187,36 +135,22 @@ async fn slow_connections_are_cut_by_the_timeouts_memory_stays_bounded_and_a_rev
          Content-Length: {}\r\n\r\n",
         bounds::MAX_BODY_BYTES
     );
-    let mut tasks = Vec::new();
-    for _ in 0..200 {
-        let (head, chunk) = (body_head.clone(), vec![b' '; 1024]);
-        tasks.push(trickle(
-            tls.clone(),
-            port,
-            head,
-            chunk,
-            until,
-            closed.clone(),
-        ));
-    }
-    for _ in 0..20 {
-        let head = "POST /validate HTTP/1.1\r\n".to_string();
-        let chunk = b"X-Slow: 1\r\n".to_vec();
-        tasks.push(trickle(
-            tls.clone(),
-            port,
-            head,
-            chunk,
-            until,
-            closed.clone(),
-        ));
-    }
+    let slow = |count: usize, head: &str, chunk: &[u8]| {
+        (0..count)
+            .map(|_| {
+                let (tls, closed) = (tls.clone(), closed.clone());
+                trickle(tls, port, head.to_string(), chunk.to_vec(), until, closed)
+            })
+            .collect::<Vec<_>>()
+    };
+    let mut tasks = slow(200, &body_head, &[b' '; 1024]);
+    tasks.extend(slow(20, "POST /validate HTTP/1.1\r\n", b"X-Slow: 1\r\n"));
     // While they are open, a valid review is answered promptly.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let asked = Instant::now();
     let answer = tokio::time::timeout(
         Duration::from_secs(3),
-        post(&tls, port, "/validate", &review("u", serde_json::json!({}))),
+        admission::post_tls(&tls, port, "/validate", &review("u", serde_json::json!({}))),
     )
     .await
     .expect("a review was not answered within 3 s while slow connections were open")
@@ -250,7 +184,7 @@ async fn a_body_declared_larger_than_a_review_is_refused_before_it_is_read() {
     let (dir, ca) = cert_dir("large");
     let port = start(&dir, None).await;
     let tls = connector(&ca, None);
-    let mut s = connect(&tls, port).await.unwrap();
+    let mut s = admission::connect_tls(&tls, port).await.unwrap();
     let head = format!(
         "POST /mutate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
          Content-Length: {}\r\n\r\n",
@@ -317,7 +251,7 @@ async fn with_a_client_ca_only_the_api_servers_certificate_gets_an_answer() {
     ] {
         let tls = connector(&ca, identity.map(|(c, k)| (c.as_str(), k.as_str())));
         for path in ["/mutate", "/validate"] {
-            let answer = post(&tls, port, path, &forged).await;
+            let answer = admission::post_tls(&tls, port, path, &forged).await;
             assert!(
                 answer.as_ref().map_or(true, |a| a.is_empty()),
                 "{who} got an answer from {path}: {answer:?}"
@@ -325,7 +259,8 @@ async fn with_a_client_ca_only_the_api_servers_certificate_gets_an_answer() {
         }
     }
     let tls = connector(&ca, Some((&apiserver.0, &apiserver.1)));
-    let answer = post(&tls, port, "/validate", &review("u", serde_json::json!({}))).await;
+    let answer =
+        admission::post_tls(&tls, port, "/validate", &review("u", serde_json::json!({}))).await;
     let answer = answer.unwrap();
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     std::fs::remove_dir_all(dir).unwrap();
