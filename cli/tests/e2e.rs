@@ -221,30 +221,9 @@ async fn get_watch_draws_the_tree_and_keeps_running() {
     let (client, ns) = namespace("pf-watch").await;
     let ctl = start_controller(&client, &ns);
     run_fused_flow(&client, &ns, "watched").await;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kubectl-pf"))
-        .arg("--kubeconfig")
-        .arg(env().kubeconfig_path())
-        .args(["get", "watched", "-w", "-n", &ns])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_pf(&["get", "watched", "-w", "-n", &ns]);
     let stdout = child.stdout.take().unwrap();
-    let seen = tokio::task::spawn_blocking(move || {
-        let mut seen = String::new();
-        for line in BufReader::new(stdout).lines() {
-            let line = line.unwrap();
-            seen.push_str(&line);
-            seen.push('\n');
-            if line.starts_with("third") {
-                break;
-            }
-        }
-        seen
-    });
-    let seen = tokio::time::timeout(Duration::from_secs(30), seen)
-        .await
-        .unwrap()
-        .unwrap();
+    let seen = lines_until(stdout, 30, |line| line.starts_with("third")).await;
     assert!(seen.contains("\x1b[2J"), "clears the screen before drawing");
     assert!(seen.contains("watched  Succeeded"), "{seen}");
     std::thread::sleep(Duration::from_millis(500));
@@ -757,6 +736,31 @@ async fn get_shows_loop_iterations_one_line_per_job() {
     ctl.abort();
 }
 
+/// What `stdout` printed up to and including the first line `stop` accepts (read off the
+/// runtime); fails the test if that line does not come within `secs`.
+async fn lines_until(
+    stdout: std::process::ChildStdout,
+    secs: u64,
+    stop: fn(&str) -> bool,
+) -> String {
+    let reading = tokio::task::spawn_blocking(move || {
+        let mut seen = String::new();
+        for line in BufReader::new(stdout).lines() {
+            let line = line.unwrap();
+            seen.push_str(&line);
+            seen.push('\n');
+            if stop(&line) {
+                break;
+            }
+        }
+        seen
+    });
+    tokio::time::timeout(Duration::from_secs(secs), reading)
+        .await
+        .expect("the awaited line was not printed in time")
+        .unwrap()
+}
+
 /// Spawns `kubectl-pf ARGS` with piped stdout.
 fn spawn_pf(args: &[&str]) -> std::process::Child {
     Command::new(env!("CARGO_BIN_EXE_kubectl-pf"))
@@ -785,22 +789,7 @@ async fn while_a_run_goes_on_get_w_redraws_and_logs_f_follows_it_to_the_end() {
     let follow = spawn_pf(&["logs", "slow", "-f", "-n", &ns]);
     let ctl = start_controller(&client, &ns);
     let stdout = watch.stdout.take().unwrap();
-    let frames = tokio::task::spawn_blocking(move || {
-        let mut seen = String::new();
-        for line in BufReader::new(stdout).lines() {
-            let line = line.unwrap();
-            seen.push_str(&line);
-            seen.push('\n');
-            if line.contains("slow  Succeeded") {
-                break;
-            }
-        }
-        seen
-    });
-    let frames = tokio::time::timeout(Duration::from_secs(90), frames)
-        .await
-        .unwrap()
-        .unwrap();
+    let frames = lines_until(stdout, 90, |line| line.contains("slow  Succeeded")).await;
     assert!(
         frames.matches("\x1b[2J").count() >= 3,
         "redrawn on changes: {frames}"
