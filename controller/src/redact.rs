@@ -2,7 +2,9 @@
 //! or a bound object: an `exec` or `script` failure repeats the tail of the command's stderr,
 //! and a command may print what it was given. A variable may hold what a command read from a
 //! Secret (the controller cannot tell which do), and steps included from a Secret carry the
-//! Secret's values as parameters, so every string of both is cut out of the message.
+//! Secret's values as parameters, so every string of both is cut out of the message: anywhere
+//! it stands when it is long, as a whole word when it is short (a four-digit PIN is cut out of
+//! `wrong pin 4821`, not out of `exit 14821`).
 
 use std::collections::BTreeSet;
 
@@ -11,24 +13,32 @@ use serde_json::Value;
 
 use pseudoflow_walk::StoredRun;
 
-/// Strings shorter than this are not redacted: `true`, `1`, `prod` are everywhere in messages,
-/// and a message with every short word cut out would say nothing. A Secret's value this short
-/// is not protected (docs/security.md).
+/// Strings at least this long are redacted wherever they stand in a message.
 pub const MIN_REDACTED: usize = 6;
+
+/// Strings shorter than [`MIN_REDACTED`] but at least this long are redacted only where they
+/// stand as a whole word (not inside a longer run of letters and digits): `prod` or a PIN is cut
+/// out of `deploying to prod` but a message is not shredded wherever its letters happen to
+/// spell it. Shorter ones (`1`, `ok`) are not redacted at all: a Secret that short protects
+/// nothing (docs/security.md).
+pub const MIN_REDACTED_WORD: usize = 3;
 
 /// What replaces a redacted value.
 pub const REDACTED: &str = "[redacted]";
 
-/// The strings of `v` (and each line of them; with `words`, each word too) long enough to
-/// redact.
+/// The strings of `v` (and each line of them; with `words`, each word of at least
+/// [`MIN_REDACTED`] characters too) long enough to redact.
 fn strings(v: &Value, words: bool, out: &mut BTreeSet<String>) {
     match v {
         Value::String(s) => {
-            let lines = s.lines();
+            // A whole value (or line) may be short; a word split out of a longer string must
+            // be long, or every `exec` and `--name` of an included step would be cut.
+            let whole = std::iter::once(s.as_str()).chain(s.lines());
+            let whole = whole.map(|p| (p, MIN_REDACTED_WORD));
             let split = s.split_whitespace().filter(|_| words);
-            for part in std::iter::once(s.as_str()).chain(lines).chain(split) {
+            for (part, min) in whole.chain(split.map(|p| (p, MIN_REDACTED))) {
                 let part = part.trim();
-                if part.chars().count() >= MIN_REDACTED {
+                if part.chars().count() >= min {
                     out.insert(part.to_string());
                 }
             }
@@ -62,13 +72,40 @@ pub fn values(run: &StoredRun, result: &StepResult) -> BTreeSet<String> {
 }
 
 /// `message` with each of `values` (longest first, so a value containing another goes whole)
-/// replaced by [`REDACTED`].
+/// replaced by [`REDACTED`]: anywhere when it is [`MIN_REDACTED`] long, else where it stands as a
+/// whole word.
 pub fn redact(message: &str, values: &BTreeSet<String>) -> String {
     let mut sorted: Vec<&String> = values.iter().collect();
     sorted.sort_by_key(|v| std::cmp::Reverse(v.len()));
-    sorted
-        .into_iter()
-        .fold(message.to_string(), |m, v| m.replace(v.as_str(), REDACTED))
+    sorted.into_iter().fold(message.to_string(), |m, v| {
+        if v.chars().count() >= MIN_REDACTED {
+            m.replace(v.as_str(), REDACTED)
+        } else {
+            replace_words(&m, v)
+        }
+    })
+}
+
+/// `text` with each occurrence of `word` that no letter or digit touches replaced.
+fn replace_words(text: &str, word: &str) -> String {
+    let word_char = |c: Option<char>| c.is_some_and(char::is_alphanumeric);
+    let mut out = String::with_capacity(text.len());
+    let mut rest = 0;
+    for (at, _) in text.match_indices(word) {
+        if at < rest {
+            continue;
+        }
+        let before = text[..at].chars().next_back();
+        let after = text[at + word.len()..].chars().next();
+        if word_char(before) || word_char(after) {
+            continue;
+        }
+        out.push_str(&text[rest..at]);
+        out.push_str(REDACTED);
+        rest = at + word.len();
+    }
+    out.push_str(&text[rest..]);
+    out
 }
 
 /// `result` with its message redacted when it failed (a success's message is the step's own
@@ -104,9 +141,33 @@ mod tests {
         let m = failure(&run, failed).message;
         assert_eq!(
             m,
-            "exit 1: bad password [redacted] in prod; [redacted]; token [redacted] and [redacted]"
+            "exit 1: bad password [redacted] in [redacted]; [redacted]; token [redacted] and [redacted]"
         );
         let ok = StepResult::succeeded(false, "said hunter2-canary");
         assert_eq!(failure(&run, ok.clone()), ok);
+    }
+
+    #[test]
+    fn a_short_value_is_redacted_where_it_stands_as_a_word_and_nowhere_else() {
+        let mut run = StoredRun::default();
+        run.vars.insert("pin".into(), json!("4821"));
+        run.vars.insert("flag".into(), json!("ok"));
+        let failed = StepResult::failed(
+            "exit 2: wrong pin 4821 (pin=4821); id 148210 and x4821 kept; ok stays",
+        );
+        let m = failure(&run, failed).message;
+        assert_eq!(
+            m,
+            "exit 2: wrong pin [redacted] (pin=[redacted]); id 148210 and x4821 kept; ok stays"
+        );
+    }
+
+    #[test]
+    fn a_short_value_the_flow_spells_out_is_not_redacted() {
+        let mut run = StoredRun::default();
+        run.vars.insert("env".into(), json!("prod"));
+        run.spec = Some(json!({"steps": [{"type": "log", "message": "to prod"}]}));
+        let m = failure(&run, StepResult::failed("exit 1: deploying to prod failed")).message;
+        assert_eq!(m, "exit 1: deploying to prod failed");
     }
 }

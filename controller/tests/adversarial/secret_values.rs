@@ -17,9 +17,14 @@ const CANARY: &str = "pw-5c1e7a90b3d4";
 /// The canary as a Secret's `data` holds it.
 const CANARY_BASE64: &str = "cHctNWMxZTdhOTBiM2Q0";
 
-fn holds_canary(text: &str) -> bool {
-    text.contains(CANARY) || text.contains(CANARY_BASE64)
-}
+/// What a leak of the canary looks like: its value, or its value as a Secret holds it.
+const CANARY_FORMS: &[&str] = &[CANARY, CANARY_BASE64];
+
+/// A Secret value of four letters, as short as a PIN (none of them hex digits, so no uid or
+/// resourceVersion can hold it by chance).
+const SHORT: &str = "qzxw";
+/// [`SHORT`] as a Secret's `data` holds it.
+const SHORT_BASE64: &str = "cXp4dw==";
 
 /// Rights of the flow's ServiceAccount: read the Secret, write its ConfigMaps (a large result
 /// spills into one).
@@ -34,7 +39,7 @@ async fn plant_secret(client: &Client, ns: &str) {
     apply(
         client,
         json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db", "namespace": ns},
-               "stringData": {"pw": CANARY}}),
+               "stringData": {"pw": CANARY, "pin": SHORT}}),
     )
     .await;
 }
@@ -47,9 +52,11 @@ fn read_secret(var: &str) -> Value {
     json!({"type": "exec", "var": var, "cmd": READ})
 }
 
-/// Everywhere `view` reaches in `ns` that holds the canary: pods (spec and status), pod logs,
-/// ConfigMaps, Events, flows (spec and status) and `extra` (named objects).
-async fn leaks(client: &Client, ns: &str, extra: &[(&str, Value)]) -> Vec<String> {
+/// Everywhere `view` reaches in `ns` that holds one of `forms` of a Secret's value: pods (spec
+/// and status), pod logs, ConfigMaps, Events, flows (spec and status) and `extra` (named
+/// objects).
+async fn leaks(client: &Client, ns: &str, forms: &[&str], extra: &[(&str, Value)]) -> Vec<String> {
+    let holds_canary = |text: &str| forms.iter().any(|f| text.contains(f));
     let mut found = Vec::new();
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     for pod in pods.list(&ListParams::default()).await.unwrap().items {
@@ -137,7 +144,7 @@ async fn a_variable_read_from_a_secret_is_in_no_pod_status_config_map_event_or_f
         .unwrap()
         .items
         .is_empty());
-    let found = leaks(&client, &ns, &[]).await;
+    let found = leaks(&client, &ns, CANARY_FORMS, &[]).await;
     assert!(
         found.is_empty(),
         "the Secret's value leaked into: {found:?}"
@@ -182,7 +189,45 @@ async fn a_failure_repeating_a_secret_value_is_redacted_in_status_events_and_the
         message.contains("login refused for password [redacted]"),
         "the failure is still explained: {object:#}"
     );
-    let found = leaks(&client, &ns, &[("the Login's status", object)]).await;
+    let found = leaks(
+        &client,
+        &ns,
+        CANARY_FORMS,
+        &[("the Login's status", object)],
+    )
+    .await;
+    assert!(
+        found.is_empty(),
+        "the Secret's value leaked into: {found:?}"
+    );
+}
+
+/// A Secret's value as short as a PIN, repeated by a failing command, is cut out of the failure
+/// where it stands as a word. Before, values under six characters were never redacted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_repeating_a_short_secret_value_is_redacted_where_it_stands_as_a_word() {
+    let (client, ns) = setup_with("secret-short", rules()).await;
+    plant_secret(&client, &ns).await;
+    let read = "kubectl get secret db -o jsonpath='{.data.pin}' | base64 -d";
+    let fail = "echo \"wrong pin ${pin} (pin=${pin})\" >&2; exit 3";
+    create_flow(
+        &client,
+        &ns,
+        "pin",
+        json!({
+            "serviceAccountName": "flow",
+            "steps": [{"type": "exec", "var": "pin", "cmd": read}, {"type": "exec", "cmd": fail}],
+        }),
+    )
+    .await;
+    let status = wait_done(&client, &ns, "pin").await;
+    assert_eq!(status["phase"], "Failed", "{status:#}");
+    let message = status["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("wrong pin [redacted] (pin=[redacted])"),
+        "the failure is still explained: {status:#}"
+    );
+    let found = leaks(&client, &ns, &[SHORT, SHORT_BASE64], &[]).await;
     assert!(
         found.is_empty(),
         "the Secret's value leaked into: {found:?}"
@@ -223,7 +268,7 @@ async fn binding_to_secrets_is_an_invalid_spec_naming_the_path_and_no_child_is_m
         refused || all.len() > 1
     };
     eventually(60, "the flow refused or a child made", settled).await;
-    let found = leaks(&client, &ns, &[]).await;
+    let found = leaks(&client, &ns, CANARY_FORMS, &[]).await;
     assert!(
         found.is_empty(),
         "the Secret's value leaked into: {found:?}"
