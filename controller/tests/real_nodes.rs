@@ -4,7 +4,8 @@
 //! execNode `systemctl restart kubelet`) whose files land in the node's own root, never the
 //! machine's `/etc`; the controller image itself as a pod with in-cluster config, and as the
 //! chart's Deployment (also serving a flow bound to a kind, as its ServiceAccount); and the
-//! seed's four example flows as written.
+//! seed's four example flows as written; and a tenant's shell syntax in a bound `v1beta1` flow's
+//! command, echoed as data by the executor pod (issue #32).
 //!
 //! The cluster has only real nodes (`cp-0`, tainted control plane, and `node-1`), so no Job can
 //! land on a simulated kubelet that would pretend to run it. Never skipped: a real node that
@@ -803,4 +804,119 @@ async fn a_step_lands_on_the_tainted_node_only_with_the_toleration_and_carries_t
     );
     let still = flows.get("without").await.unwrap().data["status"]["phase"].clone();
     assert_eq!(still, "Running", "the untolerated step waits");
+}
+
+/// Issue #32's shell case on real kubelets + containerd: a tenant's object of a kind bound to a
+/// `v1beta1` flow carries `users: ["x; id -u"]`, and the flow's loop runs
+/// `cmd: "echo hi ${item}"` over them in the runtime image on a real node. Quoted by default,
+/// the executor pod prints the literal text and never runs `id` (its output and its pod's log
+/// hold `hi x; id -u`, no uid); the flow's `| raw` opt-out is told in its status. As
+/// `v1alpha1` (raw) the same flow runs `id` (checked by hand: `said` was `hi x\n65532`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_shell_syntax_is_echoed_as_data_by_the_executor_on_a_real_node() {
+    use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+    use kube::api::{Api, ListParams, LogParams};
+    use pseudoflow_test_support::{apply, wait_status};
+    const GROUP: &str = "real.quote.example.com";
+    let env = env();
+    let client = env.client().await.unwrap();
+    install_crd(&client).await;
+    let kind = pseudoflow_test_support::TestKind::new(GROUP, "Tenant");
+    let mut rules = kind.bound_rules().as_array().unwrap().clone();
+    rules.push(json!({"apiGroups": [""], "resources": ["configmaps"],
+        "verbs": ["get", "list", "create", "patch", "delete"]}));
+    let ns = FlowNamespace::new("real-quote")
+        .rules(json!(rules))
+        .create(env, &client)
+        .await;
+    let tenants = kind.install(&client, &ns).await;
+    // A bound flow acts as its ServiceAccount: the controller needs a configuration to
+    // impersonate it with (here the admin's).
+    let kubeconfig = kube::config::Kubeconfig::read_from(env.kubeconfig_path()).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    let ctx = Context::new(
+        kube::Client::try_from(config.clone()).unwrap(),
+        RUNTIME_IMAGE.into(),
+        Arc::new(Metrics::default()),
+    )
+    .with_config(config);
+    let _c = tokio::spawn(run_controller(Arc::new(ctx), Some(ns.clone())));
+    apply(
+        &client,
+        json!({"apiVersion": "ops.example.com/v1beta1", "kind": "PseudoFlow",
+        "metadata": {"name": "greeter", "namespace": ns},
+        "spec": {"serviceAccountName": "flow",
+            "bind": {"apiVersion": format!("{GROUP}/v1"), "kind": "Tenant"},
+            "steps": [
+                {"type": "loop", "forEach": "${object.spec.users}", "steps": [
+                    {"type": "exec", "cmd": "echo hi ${item}", "var": "said", "logOutput": true},
+                    {"type": "apply", "manifests": {"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": "${object.metadata.name}-said-${index}"},
+                        "data": {"said": "${said}"}}}]},
+                {"type": "exec", "cmd": "echo ${object.spec.flag | raw}"}]}}),
+    )
+    .await;
+    apply(
+        &client,
+        kind.object(&ns, "t", json!({"users": ["x; id -u"], "flag": "-n"})),
+    )
+    .await;
+    let cms = Api::<ConfigMap>::namespaced(client.clone(), &ns);
+    let written = tokio::time::timeout(std::time::Duration::from_secs(240), async {
+        while cms.get_opt("t-said-0").await.unwrap().is_none() {
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        }
+    });
+    if written.await.is_err() {
+        let flows = pseudoflow_test_support::flows(&client, &ns);
+        let all = flows.list(&ListParams::default()).await.unwrap();
+        let seen: Vec<_> = all
+            .items
+            .iter()
+            .map(|f| (&f.metadata.name, &f.data["status"]))
+            .collect();
+        let object = tenants.get("t").await.unwrap().data;
+        panic!("the tenant's greeting was never written; flows: {seen:#?}; object: {object:#}");
+    }
+    let said = cms.get("t-said-0").await.unwrap().data.unwrap()["said"].clone();
+    assert_eq!(
+        said, "hi x; id -u",
+        "echo got one literal word; id did not run"
+    );
+    // What the executor pod on the real node printed (logOutput), read through its kubelet.
+    let pods = Api::<Pod>::namespaced(client.clone(), &ns);
+    let mut logs = String::new();
+    for p in pods.list(&ListParams::default()).await.unwrap().items {
+        let name = p.metadata.name.unwrap();
+        let node = p.spec.and_then(|s| s.node_name).unwrap_or_default();
+        assert!(
+            node == WORKER || node == "cp-0",
+            "{name} on a real node: {node}"
+        );
+        let log = pods
+            .logs(&name, &LogParams::default())
+            .await
+            .unwrap_or_default();
+        logs.push_str(&log);
+    }
+    assert!(
+        logs.contains("hi x; id -u"),
+        "the pod printed the literal text: {logs}"
+    );
+    assert!(
+        !logs.contains("65532"),
+        "id never ran (the runtime image's uid): {logs}"
+    );
+    let status = wait_status(&client, &ns, "greeter", 120, "the opt-out told", |s| {
+        s["warnings"].as_array().is_some_and(|w| !w.is_empty())
+    })
+    .await;
+    let warning = status["warnings"][0].as_str().unwrap();
+    assert!(
+        warning.starts_with("spec.steps[1].cmd: ${object.spec.flag | raw} opts out of quoting"),
+        "{warning}"
+    );
+    tenants.delete("t", &Default::default()).await.unwrap();
 }

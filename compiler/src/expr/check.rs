@@ -598,6 +598,30 @@ mod tests {
         assert!(crate::compile(&id, &allowed).is_ok());
     }
 
+    /// docs/decisions.md, "An image in an `apply` manifest is the flow author's business": a
+    /// bound flow may take a manifest's image from object data (the seed's MySQL operator does)
+    /// with neither a refusal nor a warning, in a manifest given as an object or as text, while
+    /// the same value as the step's own pod image is refused.
+    #[test]
+    fn an_image_in_an_apply_manifest_may_come_from_object_data() {
+        let manifest = json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+            "metadata": {"name": "${object.metadata.name}"},
+            "spec": {"template": {"spec": {"containers": [
+                {"name": "db", "image": "${object.spec.image}"}]}}}});
+        let text = "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n    - {name: c, image: \"${object.spec.image}\"}\n";
+        for manifests in [manifest, json!(text)] {
+            let c = bound("quoted", json!([{"type": "apply", "manifests": manifests}]))
+                .unwrap_or_else(|e| panic!("{manifests}: {e:?}"));
+            assert_eq!(warnings(&c), Vec::<String>::new(), "{manifests}");
+        }
+        let errors = bound(
+            "quoted",
+            json!([{"type": "exec", "cmd": "true", "image": "${object.spec.image}"}]),
+        )
+        .unwrap_err();
+        assert!(errors[0].starts_with("spec.steps[0].image: "), "{errors:?}");
+    }
+
     #[test]
     fn included_steps_are_traced_with_the_flow() {
         let id = crate::FlowId {
