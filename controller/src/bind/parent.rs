@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::discovery::ApiResource;
 use kube::runtime::controller::Action;
-use pseudoflow_crd::bind::{Bind, BIND_FINALIZER, BOUND_TO_LABEL, RELEASED_ANNOTATION};
+use pseudoflow_crd::bind::{Bind, BindRecord, BIND_FINALIZER, BOUND_TO_LABEL, RELEASED_ANNOTATION};
 use pseudoflow_crd::selector::Selector;
 use pseudoflow_crd::{FlowPhase, PseudoFlowSpec, PseudoFlowStatus};
 use serde_json::{json, Value};
@@ -26,7 +26,7 @@ use super::related::{self, Seen};
 use super::summary::{self, Refused};
 use super::watched::Watched;
 use super::Binder;
-use super::{access, decode, object, pages, watch};
+use super::{access, decode, in_object, object, pages, watch};
 use crate::flow::events::EventType;
 use crate::flow::{finalizer, outcome, status, Error, Reconciling};
 
@@ -347,6 +347,9 @@ impl<'a> Binding<'a> {
         let obj_name = obj.metadata.name.as_deref().unwrap_or_default();
         let name = child::child_name(self.r.flow_id.name, obj_ns, obj_name);
         let leaving = self.leaving(&obj.metadata);
+        if self.bind.record == BindRecord::Object {
+            return self.serve_in_object(obj, children, leaving).await;
+        }
         let (child, old) = match self.pick(obj, children) {
             Picked::Child(c) => (Some(c), None),
             Picked::Old(c) => (None, Some(c)),
@@ -410,6 +413,36 @@ impl<'a> Binding<'a> {
             retire(self.flows, old.metadata.name.as_deref().unwrap_or_default()).await?;
         }
         Ok(None)
+    }
+
+    /// Serves `obj` recorded in the object (`bind.record: Object`, [`in_object`]), after
+    /// letting go of what `record: Child` left on it: its child (released: no `onDelete`
+    /// runs) and our finalizer.
+    async fn serve_in_object(
+        &self,
+        obj: &DynamicObject,
+        children: &Children,
+        leaving: bool,
+    ) -> Result<Option<String>, Error> {
+        if let Picked::Child(c) | Picked::Old(c) = self.pick(obj, children) {
+            retire(self.flows, c.metadata.name.as_deref().unwrap_or_default()).await?;
+        }
+        let fins = obj.metadata.finalizers.iter().flatten();
+        if fins.into_iter().any(|f| *f == self.finalizer) {
+            let objects = self.objects_api(obj);
+            finalizer::set_named(&objects, obj, &self.finalizer, false).await?;
+        }
+        if leaving {
+            return Ok(None);
+        }
+        let serving = in_object::Serving {
+            r: self.r,
+            bind: self.bind,
+            parent: self.parent(),
+            plural: &self.ar.plural,
+            objects: self.objects_api(obj),
+        };
+        serving.serve(obj).await
     }
 
     /// `trigger` with the related objects of `child` that changed since it was made.
