@@ -112,6 +112,21 @@ async fn a_failing_step_fails_its_object_naming_the_step() {
     let message = bad["message"].as_str().unwrap_or_default();
     assert!(message.starts_with("spec.steps[0]"), "{bad:#}");
     wait_widget(&client, &ns, "good", "Running").await;
+    // The bound flow sums up what its serves saw (there is no child to count).
+    let status = wait_status(&client, &ns, "widgets", 60, "both objects summed up", |s| {
+        s["bound"]["running"] == 1 && s["bound"]["failed"] == 1
+    })
+    .await;
+    assert_eq!(status["bound"]["objects"], 2, "{status:#}");
+    let failure = &status["bound"]["failures"][0];
+    assert_eq!(failure["object"], format!("{ns}/bad"), "{status:#}");
+    assert!(
+        failure["message"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("spec.steps[0]"),
+        "{status:#}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,6 +7,7 @@
 //! only repeatable steps allow (the compiler refuses any other: `pseudoflow_compiler::record`).
 //! Every call is made as the flow's ServiceAccount.
 
+pub mod outcomes;
 pub mod run;
 
 use std::collections::BTreeMap;
@@ -52,10 +53,14 @@ impl Serving<'_> {
             .and_then(|a| a.get(&key))
             .and_then(|raw| Mark::decode(raw, uid));
         let flow = (self.parent.uid, self.parent.generation);
+        let name = object::key(obj);
         let Some(trigger) = served::trigger(mark.as_ref(), flow, &view, self.bind) else {
+            // Unchanged: what its last serve saw counts, known here or told by its mark.
+            let failed = mark.is_some_and(|m| m.failed);
+            let failure = failed.then(|| "its last run failed (see its status)".to_string());
+            self.outcome(&name, failure, false);
             return Ok(None);
         };
-        let name = object::key(obj);
         let made = child::child_flow(
             &self.parent,
             self.parent.name,
@@ -64,22 +69,43 @@ impl Serving<'_> {
             &trigger,
             &BTreeMap::new(),
         );
-        let spec = &made["spec"];
         let id = FlowId {
             name: self.parent.name,
             namespace: Some(self.parent.namespace),
         };
-        let compiled = match compile(&id, spec) {
+        let compiled = match compile(&id, &made["spec"]) {
             Ok(c) => c,
             Err(d) => return Ok(Some(format!("{name}: the flow does not compile: {d}"))),
         };
+        let ran = self.run(&compiled, &made["spec"], view.clone(), trigger);
+        let (phase, message, vars) = match ran.await {
+            Ok(ran) => self.ended(&compiled, &ran, &name).await,
+            Err(why) => return Ok(Some(format!("{name}: {why}"))),
+        };
+        self.outcome(&name, message.clone(), true);
+        if let Some(why) = self
+            .write_status(obj, &compiled, phase, message, &vars)
+            .await
+        {
+            return Ok(Some(why));
+        }
+        let mut mark = Mark::of(flow.0, flow.1, &view, self.bind);
+        mark.failed = phase != FlowPhase::Succeeded;
+        self.mark(obj, &key, mark).await
+    }
+
+    /// The object's run, to its end, as the flow's ServiceAccount (Err: no client for it).
+    async fn run(
+        &self,
+        compiled: &pseudoflow_compiler::Compiled,
+        spec: &Value,
+        object: Value,
+        trigger: Value,
+    ) -> Result<StoredRun, String> {
         let sa = compiled.spec.service_account_name.as_deref();
         let sa = sa.unwrap_or("default").to_string();
         let ns = self.parent.namespace;
-        let client = match self.r.ctx.accounts.client_as(ns, &sa) {
-            Ok(c) => c,
-            Err(why) => return Ok(Some(format!("{name}: {why}"))),
-        };
+        let client = self.r.ctx.accounts.client_as(ns, &sa)?;
         let runner = run::Runner {
             engine: &self.r.ctx.engine,
             steps: &self.r.own.in_controller,
@@ -90,38 +116,39 @@ impl Serving<'_> {
                 service_account: sa,
             },
             client,
-            object: view.clone(),
+            object,
             trigger,
         };
         let run_id = format!("o{}", &crate::secret::random_hex()[..10]);
-        let ran = runner.run(&compiled, spec, &run_id).await;
-        let (phase, message) = self.ended(&compiled, &ran, &name).await;
+        Ok(runner.run(compiled, spec, &run_id).await)
+    }
+
+    /// Writes the object's status for the run's end (as [`super::write_back`] does for a
+    /// child's run); returns why it could not be written (told as `StatusWriteFailed`).
+    async fn write_status(
+        &self,
+        obj: &DynamicObject,
+        compiled: &pseudoflow_compiler::Compiled,
+        phase: FlowPhase,
+        message: Option<String>,
+        vars: &BTreeMap<String, Value>,
+    ) -> Option<String> {
         let spec = &compiled.spec;
-        let Some(bound) = spec.bound.as_ref() else {
-            return Ok(None);
-        };
-        if bound.status.writes_anything() {
-            let ok = phase == FlowPhase::Succeeded;
-            let fields = rendered_fields(self.r, spec, bound, ok, &ran.vars);
-            let status = object_status(bound, Some(phase), message.as_deref(), fields);
-            let now = k8s_openapi::jiff::Timestamp::now().to_string();
-            let patch = json!({"status": with_times(status, &now)});
-            let pp = PatchParams::default();
-            let oname = obj.metadata.name.as_deref().unwrap_or_default();
-            if let Err(e) = self
-                .objects
-                .patch_status(oname, &pp, &Patch::Merge(&patch))
-                .await
-            {
-                let why = format!("{name}: writing its status: {e}");
-                self.r
-                    .publish(EventType::Warning, "StatusWriteFailed", &why)
-                    .await;
-                return Ok(Some(why));
-            }
-        }
-        self.mark(obj, &key, Mark::of(flow.0, flow.1, &view, self.bind))
-            .await
+        let bound = spec.bound.as_ref().filter(|b| b.status.writes_anything())?;
+        let ok = phase == FlowPhase::Succeeded;
+        let fields = rendered_fields(self.r, spec, bound, ok, vars);
+        let status = object_status(bound, Some(phase), message.as_deref(), fields);
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        let patch = json!({"status": with_times(status, &now)});
+        let pp = PatchParams::default();
+        let oname = obj.metadata.name.as_deref().unwrap_or_default();
+        let patch = Patch::Merge(&patch);
+        let e = self.objects.patch_status(oname, &pp, &patch).await.err()?;
+        let why = format!("{}: writing its status: {e}", object::key(obj));
+        self.r
+            .publish(EventType::Warning, "StatusWriteFailed", &why)
+            .await;
+        Some(why)
     }
 
     /// The run's phase and failure (naming the failed step's path), told as an Event naming
@@ -131,13 +158,14 @@ impl Serving<'_> {
         compiled: &pseudoflow_compiler::Compiled,
         ran: &StoredRun,
         name: &str,
-    ) -> (FlowPhase, Option<String>) {
+    ) -> (FlowPhase, Option<String>, BTreeMap<String, Value>) {
         let r = self.r;
+        let vars = ran.vars.clone();
         if ran.state.phase == RunPhase::Succeeded {
             r.ctx.metrics.run_finished(&r.key(), "Succeeded");
             let note = format!("{name}: served");
             r.publish(EventType::Normal, "ObjectServed", &note).await;
-            return (FlowPhase::Succeeded, None);
+            return (FlowPhase::Succeeded, None, vars);
         }
         r.ctx.metrics.run_finished(&r.key(), "Failed");
         let failure = ran.state.failure.as_ref();
@@ -146,7 +174,20 @@ impl Serving<'_> {
             .unwrap_or_else(|| "the run did not end".into());
         let note = format!("{name}: {message}");
         r.publish(EventType::Warning, "ObjectFailed", &note).await;
-        (FlowPhase::Failed, Some(message))
+        (FlowPhase::Failed, Some(message), vars)
+    }
+
+    /// Records what the serve of object `name` saw, for the summary: a run's end always, an
+    /// unchanged object's mark only where nothing is known yet (after a restart).
+    fn outcome(&self, name: &str, failure: Option<String>, ran: bool) {
+        let at = k8s_openapi::jiff::Timestamp::now().as_second();
+        let o = outcomes::Outcome { failure, at };
+        let outcomes = &self.r.own.outcomes;
+        if ran {
+            outcomes.record(self.parent.uid, name.to_string(), Some(o));
+        } else {
+            outcomes.record_if_unknown(self.parent.uid, name, o);
+        }
     }
 
     /// Writes the object's served mark (after its status: see the module's doc).

@@ -58,6 +58,8 @@ pub struct Binder {
     /// The API steps of flows recorded in their objects, run in the controller (with the
     /// plain flows' turns: [`crate::in_controller::InControllerSteps::sharing_turns`]).
     pub in_controller: crate::in_controller::InControllerSteps,
+    /// What the serves of flows recorded in their objects saw, for their summaries.
+    pub outcomes: in_object::outcomes::Outcomes,
     /// Per child flow uid: a digest of the object status it last wrote, so an unchanged status is
     /// not written again (lost on restart: then it is written once more, harmlessly).
     written: Mutex<HashMap<String, u64>>,

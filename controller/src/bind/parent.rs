@@ -15,6 +15,7 @@ use kube::discovery::ApiResource;
 use kube::runtime::controller::Action;
 use pseudoflow_crd::bind::{Bind, BindRecord, BIND_FINALIZER, BOUND_TO_LABEL, RELEASED_ANNOTATION};
 use pseudoflow_crd::selector::Selector;
+use pseudoflow_crd::status::BoundSummary;
 use pseudoflow_crd::{FlowPhase, PseudoFlowSpec, PseudoFlowStatus};
 use serde_json::{json, Value};
 use tracing::info;
@@ -84,13 +85,21 @@ pub(crate) async fn reconcile_parent(
         // Summed up less than a second ago: a later reconcile does it.
         return Ok(Action::requeue(again.min(wait)));
     }
-    let refusals: Vec<Refused> = pending
-        .refused(r.uid)
-        .into_iter()
-        .map(|(object, message)| Refused { object, message })
-        .collect();
-    let states = binding.child_states().await?;
-    summarise(r, flows, previous, &bind.kind, &states, &refusals).await?;
+    let refused: Vec<(String, String)> = pending.refused(r.uid).into_iter().collect();
+    let s = if bind.record == BindRecord::Object {
+        // No child to count: what its serves saw (bind/in_object/outcomes.rs).
+        r.own.outcomes.summary(r.uid, &refused)
+    } else {
+        let refusals: Vec<Refused> = refused
+            .into_iter()
+            .map(|(object, message)| Refused { object, message })
+            .collect();
+        let states = binding.child_states().await?;
+        let named: Vec<(String, &DynamicObject)> =
+            states.iter().map(|(o, c)| (o.clone(), c)).collect();
+        summary::summarise(&named, &refusals)
+    };
+    summarise(r, flows, previous, &bind.kind, s).await?;
     Ok(Action::requeue(again))
 }
 
@@ -433,6 +442,8 @@ impl<'a> Binding<'a> {
             finalizer::set_named(&objects, obj, &self.finalizer, false).await?;
         }
         if leaving {
+            let gone = object::key(obj);
+            self.r.own.outcomes.record(self.r.uid, gone, None);
             return Ok(None);
         }
         let serving = in_object::Serving {
@@ -746,13 +757,10 @@ async fn summarise(
     flows: &Api<DynamicObject>,
     previous: &Value,
     kind: &str,
-    states: &[(String, DynamicObject)],
-    refusals: &[Refused],
+    s: BoundSummary,
 ) -> Result<(), Error> {
     // Whoever sees the summary sees the Events (a child refused) that led to it.
     r.told().await;
-    let named: Vec<(String, &DynamicObject)> = states.iter().map(|(o, c)| (o.clone(), c)).collect();
-    let s = summary::summarise(&named, refusals);
     let message = summary::message(kind, &s);
     let generation = r.flow.metadata.generation.unwrap_or(0);
     let conds = &previous["conditions"];
@@ -807,6 +815,7 @@ pub(crate) async fn release(r: &Reconciling<'_, Binder>) -> Result<(), Error> {
     let flows = &r.flows;
     r.own.watches.stop(r.uid);
     r.own.forget(&format!("{}/", r.uid));
+    r.own.outcomes.forget(r.uid);
     let children = flows.list(&children_of(r.flow_id.name)).await?;
     let fin = object::finalizer_name(r.ns(), r.flow_id.name);
     for c in children.items.iter().filter(|c| owned_by(c, r.uid)) {

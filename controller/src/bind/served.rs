@@ -61,6 +61,9 @@ pub struct Mark {
     /// Digests of the `watchFields` values, by path.
     #[serde(rename = "w", default, skip_serializing_if = "BTreeMap::is_empty")]
     watched: BTreeMap<String, String>,
+    /// Whether the run failed (the bound flow's summary counts it after a restart).
+    #[serde(rename = "x", default, skip_serializing_if = "std::ops::Not::not")]
+    pub failed: bool,
 }
 
 fn digest(v: &Value) -> String {
@@ -102,6 +105,7 @@ impl Mark {
             generation: view["metadata"]["generation"].as_i64(),
             fields: Some(fields),
             watched,
+            failed: false,
         }
     }
 
