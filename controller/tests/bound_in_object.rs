@@ -43,7 +43,7 @@ async fn mark_of(client: &Client, ns: &str, name: &str) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_object_is_served_in_itself_with_no_child_flow_and_no_run_state() {
-    let (client, ns) = setup("inobj-serve", all_verbs()).await;
+    let (client, ns, ctx) = setup_with_context("inobj-serve", all_verbs()).await;
     create_flow(&client, &ns, "widgets", in_object_flow()).await;
     create_widget(&client, &ns, "w", json!({"version": "one"})).await;
     let status = wait_widget(&client, &ns, "w", "Running").await;
@@ -100,6 +100,17 @@ async fn an_object_is_served_in_itself_with_no_child_flow_and_no_run_state() {
     let made = config_map(&client, &ns, "w-made-two").await.unwrap();
     assert_eq!(made["event"], "update");
     wait_widget(&client, &ns, "w", "Running").await;
+    // Each step's time is counted under the bound flow, as a child's would be.
+    let text = ctx.shared.metrics.render();
+    let count = format!(
+        "pseudoflow_step_duration_seconds_count{{flow=\"{ns}/widgets\",step_type=\"apply\"}} "
+    );
+    let n: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix(&count))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {count} in {text}"));
+    assert!(n >= 3, "made twice and created once: {n}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -190,4 +201,29 @@ async fn attack_a_forged_mark_moves_only_its_own_object() {
         mark_of(&client, &ns, "a").await.as_ref() != Some(&b_mark)
     })
     .await;
+}
+
+/// A tenant creates an object nested 130 deep (past serde_json's limit): it is named in the
+/// bound flow's failures and the other objects are served, as for a flow recorded in children.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attack_an_object_too_deep_to_decode_fails_alone() {
+    let (client, ns) = setup("inobj-deep", all_verbs()).await;
+    create_flow(&client, &ns, "widgets", in_object_flow()).await;
+    let nested = format!("{}1{}", "{\"a\":".repeat(130), "}".repeat(130));
+    let body = format!(
+        r#"{{"apiVersion":"{GROUP}/v1","kind":"Widget","metadata":{{"name":"deep","namespace":"{ns}"}},"spec":{{"version":"one","deep":{nested}}}}}"#
+    );
+    let url = widgets(&client, &ns).resource_url().to_string();
+    let request = kube::core::Request::new(url)
+        .create(&kube::api::PostParams::default(), body.into_bytes())
+        .unwrap();
+    client.request_text(request).await.unwrap();
+    create_widget(&client, &ns, "ok", json!({"version": "one"})).await;
+    wait_widget(&client, &ns, "ok", "Running").await;
+    let status = wait_status(&client, &ns, "widgets", 60, "the deep one named", |s| {
+        s["bound"]["failures"][0]["object"] == format!("{ns}/deep") && s["bound"]["running"] == 1
+    })
+    .await;
+    let message = status["bound"]["failures"][0]["message"].as_str().unwrap();
+    assert!(message.contains("nested deeper than"), "{message}");
 }

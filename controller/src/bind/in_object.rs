@@ -118,6 +118,7 @@ impl Serving<'_> {
             client,
             object,
             trigger,
+            metrics: &self.r.ctx.metrics,
         };
         let run_id = format!("o{}", &crate::secret::random_hex()[..10]);
         Ok(runner.run(compiled, spec, &run_id).await)

@@ -37,6 +37,9 @@ pub struct Runner<'a> {
     pub object: Value,
     /// See [`Runner::object`].
     pub trigger: Value,
+    /// Where each step's time is counted (`pseudoflow_step_duration_seconds`), under the bound
+    /// flow's `namespace/name`.
+    pub metrics: &'a crate::metrics::Metrics,
 }
 
 impl Runner<'_> {
@@ -72,8 +75,14 @@ impl Runner<'_> {
             }
             for (node_id, key, attempt) in starts {
                 let node = compiled.plan.node(node_id).expect("from the plan");
+                let began = std::time::Instant::now();
                 let c = self.start(compiled, &walker, &mut run, (node, key), attempt);
                 let c = c.await;
+                if node.kind == pseudoflow_compiler::NodeKind::Action {
+                    let key = format!("{}/{}", self.flow.namespace, self.flow.name);
+                    let took = began.elapsed().as_secs_f64();
+                    self.metrics.step_finished(&key, &node.step_type, took);
+                }
                 walker.complete(&mut run.state, node_id, key, c, now());
             }
         }
