@@ -227,3 +227,46 @@ async fn attack_an_object_too_deep_to_decode_fails_alone() {
     let message = status["bound"]["failures"][0]["message"].as_str().unwrap();
     assert!(message.contains("nested deeper than"), "{message}");
 }
+
+/// A flow switched from `record: Child` to `record: Object` lets go of what it kept per object
+/// (the child, released so no `onDelete` runs, and the finalizer) and serves the object in
+/// itself; deleted, it goes at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn switching_from_child_to_object_releases_the_child_and_the_finalizer() {
+    let (client, ns) = setup("inobj-switch", all_verbs()).await;
+    let mut child_flow = in_object_flow();
+    child_flow["bind"]["record"] = json!("Child");
+    create_flow(&client, &ns, "widgets", child_flow).await;
+    create_widget(&client, &ns, "w", json!({"version": "one"})).await;
+    wait_widget(&client, &ns, "w", "Running").await;
+    let child = pseudoflow_controller::bind::child::child_name("widgets", &ns, "w");
+    assert!(flows(&client, &ns).get_opt(&child).await.unwrap().is_some());
+    create_flow(&client, &ns, "widgets", in_object_flow()).await;
+    eventually(60, "the child gone", || async {
+        flows(&client, &ns).get_opt(&child).await.unwrap().is_none()
+    })
+    .await;
+    eventually(
+        60,
+        "served in the object, without our finalizer",
+        || async {
+            let w = widgets(&client, &ns).get("w").await.unwrap();
+            let fins = w.metadata.finalizers.unwrap_or_default();
+            fins.is_empty() && mark_of(&client, &ns, "w").await.is_some()
+        },
+    )
+    .await;
+    flows(&client, &ns)
+        .delete("widgets", &Default::default())
+        .await
+        .unwrap();
+    eventually(60, "the bound flow gone", || async {
+        flows(&client, &ns)
+            .get_opt("widgets")
+            .await
+            .unwrap()
+            .is_none()
+    })
+    .await;
+    assert!(widgets(&client, &ns).get_opt("w").await.unwrap().is_some());
+}
