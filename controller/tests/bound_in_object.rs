@@ -270,3 +270,20 @@ async fn switching_from_child_to_object_releases_the_child_and_the_finalizer() {
     .await;
     assert!(widgets(&client, &ns).get_opt("w").await.unwrap().is_some());
 }
+
+/// A suspended flow starts no run for an object (as a child's would hold); resumed, it serves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_suspended_flow_serves_nothing_until_resumed() {
+    let (client, ns) = setup("inobj-suspend", all_verbs()).await;
+    let mut flow = in_object_flow();
+    flow["suspend"] = json!(true);
+    create_flow(&client, &ns, "widgets", flow.clone()).await;
+    create_widget(&client, &ns, "w", json!({"version": "one"})).await;
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    assert!(config_map(&client, &ns, "w-made-one").await.is_none());
+    assert!(mark_of(&client, &ns, "w").await.is_none());
+    flow["suspend"] = json!(false);
+    create_flow(&client, &ns, "widgets", flow).await;
+    wait_widget(&client, &ns, "w", "Running").await;
+    assert!(config_map(&client, &ns, "w-made-one").await.is_some());
+}

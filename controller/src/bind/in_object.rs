@@ -61,6 +61,11 @@ impl Serving<'_> {
             self.outcome(&name, failure, false);
             return Ok(None);
         };
+        if self.parent.spec["suspend"] == Value::Bool(true) {
+            // No new run while suspended (a child's would hold); unmarked, the object is
+            // served once the flow is resumed.
+            return Ok(None);
+        }
         let made = child::child_flow(
             &self.parent,
             self.parent.name,
