@@ -16,6 +16,7 @@ pub mod names;
 pub mod placement;
 pub mod plan;
 pub mod pod_settings;
+pub mod record;
 pub mod render;
 pub mod source;
 

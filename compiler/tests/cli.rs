@@ -64,6 +64,41 @@ fn a_bound_flow_says_which_kind_it_serves() {
 }
 
 #[test]
+fn a_flow_recorded_in_its_objects_says_so_and_one_with_a_pod_step_is_refused() {
+    let flow = std::env::temp_dir().join(format!("record-{}.yaml", std::process::id()));
+    let write = |steps: &str| {
+        std::fs::write(
+            &flow,
+            format!(
+                "apiVersion: ops.example.com/v1alpha1\nkind: PseudoFlow\nmetadata: {{name: gadgets}}\n\
+                 spec:\n  bind: {{apiVersion: example.com/v1, kind: Gadget, record: Object}}\n  \
+                 steps:\n{steps}"
+            ),
+        )
+        .unwrap();
+    };
+    let cm =
+        "    - {type: apply, manifests: {apiVersion: v1, kind: ConfigMap, metadata: {name: a}}}\n";
+    write(cm);
+    let (code, out, err) = run(&[flow.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let first = out.lines().next().unwrap_or_default();
+    assert!(
+        first.contains("record=object (every step runs in the controller"),
+        "{out}"
+    );
+    assert!(out.contains("inController=(bound flow)"), "{out}");
+    write(&format!("{cm}    - {{type: exec, cmd: \"true\"}}\n"));
+    let (code, _, err) = run(&[flow.to_str().unwrap()]);
+    let _ = std::fs::remove_file(&flow);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("spec.steps[1]: (exec): bind.record: Object needs every step to run in the controller; this one runs in a pod"),
+        "{err}"
+    );
+}
+
+#[test]
 fn json_format_has_nodes_with_id_and_type_and_edges_with_from_to_kind() {
     let (code, out, _) = run(&["examples/apiserver-vip.yaml", "--format", "json"]);
     assert_eq!(code, 0);

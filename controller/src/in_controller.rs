@@ -139,6 +139,18 @@ impl InControllerSteps {
         rx
     }
 
+    /// Another set of steps taking the same turns (global and per flow) as these: the bound
+    /// flows' reconciler runs its objects' steps in its own, so neither reconciler sees the
+    /// other's results, and together they still run at most [`MAX_STEPS_IN_CONTROLLER`].
+    pub fn sharing_turns(&self) -> InControllerSteps {
+        InControllerSteps {
+            entries: Arc::default(),
+            turns: self.turns.clone(),
+            flow_turns: Mutex::default(),
+            wake: broadcast::channel(16).0,
+        }
+    }
+
     /// Stops step `key` if it runs (its run was aborted); its result is never folded.
     pub fn abort(&self, key: &str) {
         if let Some(Entry::Running(h)) = self.entries.lock().expect("not poisoned").remove(key) {

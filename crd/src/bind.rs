@@ -65,6 +65,31 @@ pub struct Bind {
     /// What is written back into each object's status.
     #[serde(default)]
     pub status: BindStatus,
+    /// Where each object's run is recorded: `Child` (default) keeps a child flow (and its run
+    /// state) per object; `Object` runs the object's steps in the controller's memory and
+    /// records the result only in the object (its status and a served mark), as a hand-written
+    /// operator would: every step must run in the controller, and no `onDelete` or `related`
+    /// (docs/decisions.md#bound-flows-recorded-in-the-object).
+    #[serde(default, skip_serializing_if = "BindRecord::is_child")]
+    pub record: BindRecord,
+}
+
+/// Where a bound flow records each object's run (see [`Bind::record`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[schemars(transform = crate::enum_schema::plain_enum)]
+pub enum BindRecord {
+    #[default]
+    /// A child flow per object, with its runs, status, run state and `onDelete`.
+    Child,
+    /// Only in the object: its status and a served mark; no child flow, no run-state Secret.
+    Object,
+}
+
+impl BindRecord {
+    /// Whether this is the default (not written out).
+    pub fn is_child(&self) -> bool {
+        *self == BindRecord::Child
+    }
 }
 
 /// One object an object of the bound kind names, templated from `${object}`.
@@ -192,6 +217,12 @@ impl Bind {
             r.validate(&mut ctx.at(&format!("related[{i}]")), self.all_namespaces);
         }
         self.status.validate(&mut ctx.at("status"));
+        if self.record == BindRecord::Object && !self.related.is_empty() {
+            ctx.error(
+                "related",
+                "bind.record: Object does not follow related objects (yet); use record: Child",
+            );
+        }
     }
 }
 
@@ -298,6 +329,24 @@ mod tests {
         assert_eq!(bind.status.phase_field, "phase");
         assert!(bind.status.conditions && !bind.all_namespaces);
         assert_eq!(bind.group_version(), ("example.com", "v1"));
+    }
+
+    #[test]
+    fn record_defaults_to_child_and_object_refuses_related_objects() {
+        let v = json!({"apiVersion": "example.com/v1", "kind": "Gadget"});
+        let bind: Bind = serde_json::from_value(v.clone()).unwrap();
+        assert_eq!(bind.record, BindRecord::Child);
+        assert!(serde_json::to_value(&bind).unwrap().get("record").is_none());
+        let mut object = v.clone();
+        object["record"] = json!("Object");
+        assert!(problems(object.clone()).is_empty());
+        object["related"] = json!([{"apiVersion": "v1", "kind": "Secret", "name": "s"}]);
+        let p = problems(object);
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(
+            p[0].starts_with("spec.bind.related: bind.record: Object does not follow"),
+            "{p:?}"
+        );
     }
 
     #[test]

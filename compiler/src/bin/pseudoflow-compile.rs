@@ -217,6 +217,8 @@ fn title(name: &str, spec: &pseudoflow_crd::PseudoFlowSpec, format: Format) -> S
             "bound to {} {}: one run per object",
             bind.api_version, bind.kind
         ));
+        let record = pseudoflow_compiler::record::RecordIn::of(spec);
+        notes.extend(record.describe().map(String::from));
     }
     if spec.suspend {
         notes.push("suspended: no new run starts".to_string());

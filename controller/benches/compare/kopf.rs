@@ -5,8 +5,10 @@
 //! release `pseudoflow-controller`; `kopf run` on the host, as the seeds' operators ran), so its
 //! peak RSS is its own. Reported per driver: one object create → Ready (median of 5 after a
 //! warm-up, timed by a watch), then each count of objects created at once → all Ready. The
-//! bound flow runs twice: as written (every Event), and with `options.events: Warnings`, which
-//! publishes nothing on success — as this kopf operator, whose Event posting is off.
+//! bound flow runs three times: as written (every Event), with `options.events: Warnings`, which
+//! publishes nothing on success — as this kopf operator, whose Event posting is off — and with
+//! `Warnings` and `bind.record: Object` (no child flow or run state per object: the result is
+//! recorded only in the object, as kopf records it).
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -35,12 +37,19 @@ enum Driver {
     Flow,
     /// The same flow with `options.events: Warnings`.
     QuietFlow,
+    /// The same flow with `options.events: Warnings` and `bind.record: Object`.
+    ObjectFlow,
     /// bench/kopf/operator.py.
     Kopf,
 }
 
 impl Driver {
-    const ALL: [Driver; 3] = [Driver::Flow, Driver::QuietFlow, Driver::Kopf];
+    const ALL: [Driver; 4] = [
+        Driver::Flow,
+        Driver::QuietFlow,
+        Driver::ObjectFlow,
+        Driver::Kopf,
+    ];
 
     fn name(self) -> &'static str {
         match self {
@@ -48,7 +57,19 @@ impl Driver {
             Driver::QuietFlow => {
                 "PseudoFlow bound flow, `options.events: Warnings` (no Event on success)"
             }
+            Driver::ObjectFlow => {
+                "PseudoFlow bound flow, `events: Warnings`, `bind.record: Object` (no child flow)"
+            }
             Driver::Kopf => "kopf 1.45.2 operator (Python, `kopf run` on the host; posting off)",
+        }
+    }
+
+    /// How a kopf row names this flow's ratio (None: the flow as written, the row's own ratio).
+    fn ratio_label(self) -> Option<&'static str> {
+        match self {
+            Driver::QuietFlow => Some("`events: Warnings` flow"),
+            Driver::ObjectFlow => Some("`record: Object` flow"),
+            Driver::Flow | Driver::Kopf => None,
         }
     }
 
@@ -56,6 +77,7 @@ impl Driver {
         match self {
             Driver::Flow => "vskopf",
             Driver::QuietFlow => "quiet",
+            Driver::ObjectFlow => "inobj",
             Driver::Kopf => "kopf",
         }
     }
@@ -109,8 +131,11 @@ async fn start(env: &TestEnv, client: &Client, dir: &Path, ns: &str, driver: Dri
     if driver != Driver::Kopf {
         let p = ControllerProcess::spawn(env, dir, ns, &format!("{ns}-controller.log"));
         let mut flow = bound_flow(ns);
-        if driver == Driver::QuietFlow {
+        if driver != Driver::Flow {
             flow["spec"]["options"] = json!({"events": "Warnings"});
+        }
+        if driver == Driver::ObjectFlow {
+            flow["spec"]["bind"]["record"] = json!("Object");
         }
         apply::apply_value(client, flow, None).await.unwrap();
         return Operator::Flow(p);
@@ -167,7 +192,7 @@ pub async fn run(
     let gadgets = TestKind::new(GROUP, "Gadget");
     let mut rows = Vec::new();
     let mut flow_figures = Vec::new();
-    let mut quiet_figures = Vec::new();
+    let mut others: Vec<(&str, Vec<Duration>)> = Vec::new();
     for which in Driver::ALL {
         let driver = which.name();
         let kopf = which == Driver::Kopf;
@@ -220,7 +245,7 @@ pub async fn run(
             against,
             0,
             median,
-            quiet_ratio(kopf, &quiet_figures, 0, median)
+            other_ratios(kopf, &others, 0, median)
                 .trim_start_matches("; ")
                 .to_string(),
         ));
@@ -263,14 +288,14 @@ pub async fn run(
                     requests.per_object(n),
                     cpu,
                     requests.apiserver_cpu(),
-                    quiet_ratio(kopf, &quiet_figures, figures.len() - 1, took),
+                    other_ratios(kopf, &others, figures.len() - 1, took),
                 ),
             ));
         }
-        match which {
-            Driver::Flow => flow_figures = figures,
-            Driver::QuietFlow => quiet_figures = figures,
-            Driver::Kopf => {}
+        match (which, which.ratio_label()) {
+            (Driver::Flow, _) => flow_figures = figures,
+            (_, Some(label)) => others.push((label, figures)),
+            _ => {}
         }
         op.stop().await;
         common::print_partial(&rows);
@@ -278,16 +303,19 @@ pub async fn run(
     rows
 }
 
-/// For a kopf row, the `options.events: Warnings` flow's figure `i` ÷ kopf's (`took`): the
-/// like-for-like ratio, since this kopf posts no Events.
-fn quiet_ratio(kopf: bool, quiet: &[Duration], i: usize, took: Duration) -> String {
-    match quiet.get(i) {
-        Some(q) if kopf => format!(
-            "; `events: Warnings` flow ÷ kopf {}",
-            common::ratio(*q, took)
-        ),
-        _ => String::new(),
+/// For a kopf row, each other flow's figure `i` ÷ kopf's (`took`): the `events: Warnings`
+/// flows' are the like-for-like ratios, since this kopf posts no Events.
+fn other_ratios(kopf: bool, others: &[(&str, Vec<Duration>)], i: usize, took: Duration) -> String {
+    if !kopf {
+        return String::new();
     }
+    let mut out = String::new();
+    for (label, figures) in others {
+        if let Some(f) = figures.get(i) {
+            out.push_str(&format!("; {label} ÷ kopf {}", common::ratio(*f, took)));
+        }
+    }
+    out
 }
 
 /// A latency to the millisecond: the median (min, max) of `all`.

@@ -20,17 +20,23 @@
 //! - [`summary`]: the parent's bounded status.
 //! - [`pages`]: the objects and children listed a page at a time, each cut to what is read.
 //! - [`decode`]: each object decoded alone, so one too deep or too large fails alone.
+//! - [`in_object`]: a flow recorded in its objects (`bind.record: Object`): no child, each
+//!   object's steps run in the controller's memory and its result recorded in the object.
 //! - [`pending`]: which objects changed since the parent last served them (served alone).
+//! - [`served`]: the served mark of a flow recorded in its objects (`bind.record: Object`),
+//!   from which the next serve computes `trigger`.
 
 pub mod access;
 pub mod child;
 pub mod claim;
 pub mod decode;
+pub mod in_object;
 pub mod object;
 pub mod pages;
 pub mod parent;
 pub mod pending;
 pub mod related;
+pub mod served;
 pub mod summary;
 pub mod watch;
 pub mod watched;
@@ -49,6 +55,11 @@ pub(crate) use write_back::write_back;
 pub struct Binder {
     /// One watch per bound flow.
     pub watches: watch::Watches,
+    /// The API steps of flows recorded in their objects, run in the controller (with the
+    /// plain flows' turns: [`crate::in_controller::InControllerSteps::sharing_turns`]).
+    pub in_controller: crate::in_controller::InControllerSteps,
+    /// What the serves of flows recorded in their objects saw, for their summaries.
+    pub outcomes: in_object::outcomes::Outcomes,
     /// Per child flow uid: a digest of the object status it last wrote, so an unchanged status is
     /// not written again (lost on restart: then it is written once more, harmlessly).
     written: Mutex<HashMap<String, u64>>,
@@ -58,6 +69,14 @@ pub struct Binder {
 }
 
 impl Binder {
+    /// A binder whose objects' steps take the same turns as `steps` (the plain flows').
+    pub fn sharing_turns(steps: &crate::in_controller::InControllerSteps) -> Binder {
+        Binder {
+            in_controller: steps.sharing_turns(),
+            ..Default::default()
+        }
+    }
+
     /// What a related object was when last looked at (see [`related::changed`]).
     pub fn remembered(&self, key: &str) -> Option<related::Seen> {
         self.related.lock().expect("not poisoned").get(key).cloned()

@@ -68,6 +68,7 @@ pub fn view(obj: &DynamicObject) -> Value {
         .filter(|(k, _)| {
             k != "kubectl.kubernetes.io/last-applied-configuration"
                 && !k.starts_with(super::claim::MARK_PREFIX)
+                && !k.starts_with(super::served::SERVED_PREFIX)
         })
         .collect();
     meta.insert("annotations".into(), json!(annotations));
@@ -98,7 +99,8 @@ mod tests {
                 "resourceVersion": "77", "finalizers": ["x"], "labels": {"a": "b"},
                 "managedFields": [{"manager": "kubectl"}],
                 "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{...}", "n": "1",
-                    "child.ops.example.com/flow-x-1": "c1"}},
+                    "child.ops.example.com/flow-x-1": "c1",
+                    "served.ops.example.com/flow-x-1": "{}"}},
             "spec": {"version": "15"},
             "status": {"phase": "Running"}
         }))

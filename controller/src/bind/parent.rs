@@ -13,8 +13,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::discovery::ApiResource;
 use kube::runtime::controller::Action;
-use pseudoflow_crd::bind::{Bind, BIND_FINALIZER, BOUND_TO_LABEL, RELEASED_ANNOTATION};
+use pseudoflow_crd::bind::{Bind, BindRecord, BIND_FINALIZER, BOUND_TO_LABEL, RELEASED_ANNOTATION};
 use pseudoflow_crd::selector::Selector;
+use pseudoflow_crd::status::BoundSummary;
 use pseudoflow_crd::{FlowPhase, PseudoFlowSpec, PseudoFlowStatus};
 use serde_json::{json, Value};
 use tracing::info;
@@ -26,7 +27,7 @@ use super::related::{self, Seen};
 use super::summary::{self, Refused};
 use super::watched::Watched;
 use super::Binder;
-use super::{access, decode, object, pages, watch};
+use super::{access, decode, in_object, object, pages, watch};
 use crate::flow::events::EventType;
 use crate::flow::{finalizer, outcome, status, Error, Reconciling};
 
@@ -84,13 +85,21 @@ pub(crate) async fn reconcile_parent(
         // Summed up less than a second ago: a later reconcile does it.
         return Ok(Action::requeue(again.min(wait)));
     }
-    let refusals: Vec<Refused> = pending
-        .refused(r.uid)
-        .into_iter()
-        .map(|(object, message)| Refused { object, message })
-        .collect();
-    let states = binding.child_states().await?;
-    summarise(r, flows, previous, &bind.kind, &states, &refusals).await?;
+    let refused: Vec<(String, String)> = pending.refused(r.uid).into_iter().collect();
+    let s = if bind.record == BindRecord::Object {
+        // No child to count: what its serves saw (bind/in_object/outcomes.rs).
+        r.own.outcomes.summary(r.uid, &refused)
+    } else {
+        let refusals: Vec<Refused> = refused
+            .into_iter()
+            .map(|(object, message)| Refused { object, message })
+            .collect();
+        let states = binding.child_states().await?;
+        let named: Vec<(String, &DynamicObject)> =
+            states.iter().map(|(o, c)| (o.clone(), c)).collect();
+        summary::summarise(&named, &refusals)
+    };
+    summarise(r, flows, previous, &bind.kind, s).await?;
     Ok(Action::requeue(again))
 }
 
@@ -347,6 +356,9 @@ impl<'a> Binding<'a> {
         let obj_name = obj.metadata.name.as_deref().unwrap_or_default();
         let name = child::child_name(self.r.flow_id.name, obj_ns, obj_name);
         let leaving = self.leaving(&obj.metadata);
+        if self.bind.record == BindRecord::Object {
+            return self.serve_in_object(obj, children, leaving).await;
+        }
         let (child, old) = match self.pick(obj, children) {
             Picked::Child(c) => (Some(c), None),
             Picked::Old(c) => (None, Some(c)),
@@ -410,6 +422,38 @@ impl<'a> Binding<'a> {
             retire(self.flows, old.metadata.name.as_deref().unwrap_or_default()).await?;
         }
         Ok(None)
+    }
+
+    /// Serves `obj` recorded in the object (`bind.record: Object`, [`in_object`]), after
+    /// letting go of what `record: Child` left on it: its child (released: no `onDelete`
+    /// runs) and our finalizer.
+    async fn serve_in_object(
+        &self,
+        obj: &DynamicObject,
+        children: &Children,
+        leaving: bool,
+    ) -> Result<Option<String>, Error> {
+        if let Picked::Child(c) | Picked::Old(c) = self.pick(obj, children) {
+            retire(self.flows, c.metadata.name.as_deref().unwrap_or_default()).await?;
+        }
+        let fins = obj.metadata.finalizers.iter().flatten();
+        if fins.into_iter().any(|f| *f == self.finalizer) {
+            let objects = self.objects_api(obj);
+            finalizer::set_named(&objects, obj, &self.finalizer, false).await?;
+        }
+        if leaving {
+            let gone = object::key(obj);
+            self.r.own.outcomes.record(self.r.uid, gone, None);
+            return Ok(None);
+        }
+        let serving = in_object::Serving {
+            r: self.r,
+            bind: self.bind,
+            parent: self.parent(),
+            plural: &self.ar.plural,
+            objects: self.objects_api(obj),
+        };
+        serving.serve(obj).await
     }
 
     /// `trigger` with the related objects of `child` that changed since it was made.
@@ -713,13 +757,10 @@ async fn summarise(
     flows: &Api<DynamicObject>,
     previous: &Value,
     kind: &str,
-    states: &[(String, DynamicObject)],
-    refusals: &[Refused],
+    s: BoundSummary,
 ) -> Result<(), Error> {
     // Whoever sees the summary sees the Events (a child refused) that led to it.
     r.told().await;
-    let named: Vec<(String, &DynamicObject)> = states.iter().map(|(o, c)| (o.clone(), c)).collect();
-    let s = summary::summarise(&named, refusals);
     let message = summary::message(kind, &s);
     let generation = r.flow.metadata.generation.unwrap_or(0);
     let conds = &previous["conditions"];
@@ -774,6 +815,7 @@ pub(crate) async fn release(r: &Reconciling<'_, Binder>) -> Result<(), Error> {
     let flows = &r.flows;
     r.own.watches.stop(r.uid);
     r.own.forget(&format!("{}/", r.uid));
+    r.own.outcomes.forget(r.uid);
     let children = flows.list(&children_of(r.flow_id.name)).await?;
     let fin = object::finalizer_name(r.ns(), r.flow_id.name);
     for c in children.items.iter().filter(|c| owned_by(c, r.uid)) {

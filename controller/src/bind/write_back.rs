@@ -78,7 +78,7 @@ pub fn with_times(mut status: Value, now: &str) -> Value {
 
 /// The declared `fields`, rendered over the run's variables once the run succeeded; one that
 /// renders to `none` is left out, so its last value stays.
-fn rendered_fields(
+pub(super) fn rendered_fields(
     r: &Reconciling<'_, Binder>,
     spec: &PseudoFlowSpec,
     bound: &Bound,

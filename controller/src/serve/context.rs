@@ -32,10 +32,12 @@ impl Context {
     /// A context reporting Events as `pseudoflow-controller`, running executor Jobs from
     /// `image`, allowing node steps nowhere (see [`Context::with_node_step_namespaces`]).
     pub fn new(client: Client, image: String, metrics: Arc<Metrics>) -> Self {
+        let runs = Runs::new(image);
+        let binder = Binder::sharing_turns(&runs.in_controller);
         Context {
             shared: Shared::new(client, metrics),
-            runs: Runs::new(image),
-            binder: Binder::default(),
+            runs,
+            binder,
             readiness: Arc::default(),
         }
     }

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use kube::api::{Api, DynamicObject, GetParams};
+use pseudoflow_crd::bind::BindRecord;
 
 use super::{owned_by, Binding, Children, OBJECTS_SERVED_AT_ONCE, RESYNC, RETRY_OBJECT};
 use crate::bind::{child, object, pages, summary::Refused};
@@ -58,12 +59,16 @@ impl Binding<'_> {
             Ok(None) => return (None, RESYNC),
             Err(e) => return failed(format!("reading it: {e}")),
         };
-        let children = match self
-            .child_named(&child::child_name(self.r.flow_id.name, ns, name))
-            .await
-        {
-            Ok(children) => children,
-            Err(e) => return failed(format!("reading its flow: {e}")),
+        let children = if self.bind.record == BindRecord::Object {
+            // Recorded in the object: no child to read (one `record: Child` left is let go by
+            // the full pass that follows the flow's change of `record`).
+            Children::default()
+        } else {
+            let child = child::child_name(self.r.flow_id.name, ns, name);
+            match self.child_named(&child).await {
+                Ok(children) => children,
+                Err(e) => return failed(format!("reading its flow: {e}")),
+            }
         };
         let mut again = RESYNC;
         let refusal = self.serve_raw(&raw, 0, &children, &mut again).await;

@@ -1,0 +1,172 @@
+//! Whether a bound flow may record each object's run only in the object (`spec.bind.record:
+//! Object`, docs/decisions.md#bound-flows-recorded-in-the-object): a placement the compiler
+//! decides, statically, so no object's content can make the flow run a pod or another step type.
+//!
+//! Such a flow keeps no child flow and no run state per object: the controller runs the
+//! object's steps in its memory, in one reconcile, and a controller killed midway runs them
+//! again. So every step must be one the controller runs itself and that is safe to repeat
+//! ([`crate::placement`]), and nothing may wait for a person or for time (v1: no `approval`,
+//! no `sleep`), read a condition in a pod, touch a node or fetch steps at run time.
+
+use pseudoflow_crd::bind::BindRecord;
+use pseudoflow_crd::steps::Placement;
+use pseudoflow_crd::{ApiSteps, Diagnostics, PseudoFlowSpec};
+
+use crate::plan::{LoopOver, NodeKind, Plan, PlanNode};
+
+/// Where a bound flow records each object's run, with the reason `pseudoflow-compile` shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordIn {
+    /// Not a bound flow.
+    Unbound,
+    /// A child flow per object (`bind.record: Child`, the default).
+    Child,
+    /// Only the object (`bind.record: Object`): every step runs in the controller.
+    Object,
+}
+
+impl RecordIn {
+    /// What `spec.bind.record` asks for.
+    pub fn of(spec: &PseudoFlowSpec) -> Self {
+        match spec.bind.as_ref().map(|b| b.record) {
+            None => RecordIn::Unbound,
+            Some(BindRecord::Child) => RecordIn::Child,
+            Some(BindRecord::Object) => RecordIn::Object,
+        }
+    }
+
+    /// What `pseudoflow-compile` shows for it in the flow's title (None: nothing beyond
+    /// today's title, for a plain flow and the default `Child`).
+    pub fn describe(&self) -> Option<&'static str> {
+        match self {
+            RecordIn::Unbound | RecordIn::Child => None,
+            RecordIn::Object => Some(
+                "record=object (every step runs in the controller: the result is recorded \
+                 only in the object)",
+            ),
+        }
+    }
+}
+
+const NEEDS: &str = "bind.record: Object needs every step to run in the controller";
+
+/// Refuses `bind.record: Object` for a flow whose plan is not eligible, with an error naming
+/// each step that is not and why.
+pub(crate) fn check(spec: &PseudoFlowSpec, plan: &Plan, diags: &mut Diagnostics) {
+    if RecordIn::of(spec) != RecordIn::Object {
+        return;
+    }
+    if spec.options.api_steps == ApiSteps::Job {
+        diags.error(
+            "spec.options.apiSteps",
+            format!("{NEEDS}; apiSteps: Job runs its API steps in pods"),
+        );
+        return;
+    }
+    for n in plan.nodes() {
+        if let Some(why) = ineligible(n) {
+            diags.error(n.path.clone(), format!("({}): {NEEDS}; {why}", n.step_type));
+        }
+    }
+}
+
+/// Why node `n` cannot run in the controller's memory, if it cannot.
+fn ineligible(n: &PlanNode) -> Option<&'static str> {
+    match &n.kind {
+        NodeKind::Action => action_ineligible(n),
+        NodeKind::Condition => Some("its condition is read in a pod"),
+        NodeKind::LoopStart {
+            over: LoopOver::Nodes { .. },
+            ..
+        } => Some("it runs on nodes"),
+        NodeKind::Include { .. } | NodeKind::IncludeFlow { .. } => {
+            Some("its steps are fetched at run time")
+        }
+        _ => None,
+    }
+}
+
+fn action_ineligible(n: &PlanNode) -> Option<&'static str> {
+    if n.in_controller.is_some() {
+        return None;
+    }
+    let params = n.step_kind().map(|k| k.params());
+    let awaits = params.as_ref().is_some_and(|p| p.awaits_decision());
+    match n.placement {
+        Placement::Controller if awaits => Some("it waits for a person's decision"),
+        Placement::Controller if n.step_type == "sleep" => Some("it waits"),
+        Placement::Controller => None,
+        Placement::Node => Some("this one runs on a node"),
+        _ if n.step.as_ref().is_some_and(|s| s.isolate) => {
+            Some("this one asks for a pod of its own (isolate: true)")
+        }
+        _ => Some("this one runs in a pod"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::compile::{compile, FlowId};
+    use serde_json::{json, Value};
+
+    fn errors(steps: Value, options: Value) -> Vec<String> {
+        let spec = json!({"options": options, "steps": steps,
+            "bind": {"apiVersion": "example.com/v1", "kind": "Gadget", "record": "Object"}});
+        match compile(&FlowId::default(), &spec) {
+            Ok(_) => vec![],
+            Err(d) => d.errors().map(|d| d.to_string()).collect(),
+        }
+    }
+
+    fn cm(name: &str) -> Value {
+        json!({"type": "apply", "manifests": {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name}}})
+    }
+
+    #[test]
+    fn api_and_pure_steps_are_eligible() {
+        let steps = json!([cm("a"), {"type": "log", "message": "x"},
+            {"type": "loop", "forEach": ["a", "b"], "steps": [cm("${item}")]}]);
+        assert_eq!(errors(steps, json!({})), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_step_in_a_pod_is_refused_naming_its_path() {
+        let steps = json!([cm("a"), {"type": "exec", "cmd": "true"},
+            {"type": "apply", "isolate": true, "manifests": {"apiVersion": "v1",
+                "kind": "ConfigMap", "metadata": {"name": "b"}}}]);
+        assert_eq!(
+            errors(steps, json!({})),
+            [
+                "error: spec.steps[1]: (exec): bind.record: Object needs every step to run in \
+                 the controller; this one runs in a pod",
+                "error: spec.steps[2]: (apply): bind.record: Object needs every step to run in \
+                 the controller; this one asks for a pod of its own (isolate: true)"
+            ]
+        );
+    }
+
+    #[test]
+    fn api_steps_in_jobs_and_waiting_steps_are_refused() {
+        let e = errors(json!([cm("a")]), json!({"apiSteps": "Job"}));
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(
+            e[0].starts_with("error: spec.options.apiSteps: bind.record"),
+            "{e:?}"
+        );
+        let e = errors(
+            json!([{"type": "approval", "name": "go", "message": "ok?"}, {"type": "sleep", "seconds": 5}]),
+            json!({}),
+        );
+        assert_eq!(e.len(), 2, "{e:?}");
+        assert!(e[0].contains("spec.steps[0]: (approval)") && e[0].contains("decision"));
+        assert!(e[1].contains("spec.steps[1]: (sleep)") && e[1].ends_with("it waits"));
+    }
+
+    #[test]
+    fn the_default_record_refuses_nothing() {
+        let spec = json!({"steps": [{"type": "exec", "cmd": "true"}],
+            "bind": {"apiVersion": "example.com/v1", "kind": "Gadget"}});
+        assert!(compile(&FlowId::default(), &spec).is_ok());
+    }
+}

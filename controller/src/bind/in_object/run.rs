@@ -1,0 +1,213 @@
+//! One object's run, in the controller's memory, to its end: the walker's advance/complete
+//! loop over the plan a child would have, each controller-local node evaluated here and each
+//! API step run by [`crate::in_controller`] (same turns, same impersonated client, same
+//! timeouts). Nothing is stored: a controller killed midway runs the object again, which is
+//! safe because the compiler placed only repeatable steps here
+//! (`pseudoflow_compiler::record`).
+
+use std::collections::BTreeMap;
+
+use pseudoflow_compiler::expr::{prepare_payload, Scope};
+use pseudoflow_compiler::lower::{in_controller_input, task_of, FlowRef, NodeInstance};
+use pseudoflow_compiler::names::job_name;
+use pseudoflow_compiler::plan::PlanNode;
+use pseudoflow_compiler::Compiled;
+use pseudoflow_crd::bind::{OBJECT_VAR, TRIGGER_VAR};
+use pseudoflow_crd::protocol::StepResult;
+use pseudoflow_walk::fold::merge_var;
+use pseudoflow_walk::{includes, local, Action, Completion, RunPhase, StoredRun, Walker};
+use serde_json::Value;
+
+use crate::in_controller::{self, InControllerSteps, Request, Seen};
+
+/// Most rounds of the walk one serve takes (a plan is bounded; this only stops a bug looping).
+const MAX_ROUNDS: usize = 10_000;
+
+/// What one object's run needs besides its plan.
+pub struct Runner<'a> {
+    /// The expression engine (`${...}`).
+    pub engine: &'a pseudoflow_compiler::Engine,
+    /// The steps the controller runs itself (turns shared with plain flows).
+    pub steps: &'a InControllerSteps,
+    /// The bound flow (its uid shares the per-flow turns among its objects).
+    pub flow: FlowRef,
+    /// A client acting as the flow's ServiceAccount.
+    pub client: kube::Client,
+    /// The object (`${object}`) and what started its run (`${trigger}`).
+    pub object: Value,
+    /// See [`Runner::object`].
+    pub trigger: Value,
+    /// Where each step's time is counted (`pseudoflow_step_duration_seconds`), under the bound
+    /// flow's `namespace/name`.
+    pub metrics: &'a crate::metrics::Metrics,
+}
+
+impl Runner<'_> {
+    /// Runs `compiled` (from `spec`, kept so a failure's redaction spares what the spec
+    /// says) to its end; returns the run (its state's phase, failure and variables).
+    pub async fn run(&self, compiled: &Compiled, spec: &Value, run_id: &str) -> StoredRun {
+        let mut run = StoredRun {
+            run_id: run_id.to_string(),
+            started_at: now(),
+            spec: Some(spec.clone()),
+            ..Default::default()
+        };
+        let walker = Walker::new(&compiled.plan);
+        for _ in 0..MAX_ROUNDS {
+            let out = walker.advance(&mut run.state, now());
+            let starts: Vec<_> = out
+                .actions
+                .iter()
+                .filter_map(|a| match a {
+                    Action::Start { node, key, attempt } => Some((node, key, *attempt)),
+                    Action::Abort { .. } => None,
+                })
+                .collect();
+            if starts.is_empty() {
+                if run.state.phase != RunPhase::Running {
+                    break;
+                }
+                let Some(at) = out.wake_at else { break };
+                // A retry's backoff: no run waits for a person or a sleep here.
+                let wait = u64::try_from(at - now()).unwrap_or(0).clamp(1, 300);
+                tokio::time::sleep(std::time::Duration::from_secs(wait)).await;
+                continue;
+            }
+            for (node_id, key, attempt) in starts {
+                let node = compiled.plan.node(node_id).expect("from the plan");
+                let began = std::time::Instant::now();
+                let c = self.start(compiled, &walker, &mut run, (node, key), attempt);
+                let c = c.await;
+                if node.kind == pseudoflow_compiler::NodeKind::Action {
+                    let key = format!("{}/{}", self.flow.namespace, self.flow.name);
+                    let took = began.elapsed().as_secs_f64();
+                    self.metrics.step_finished(&key, &node.step_type, took);
+                }
+                walker.complete(&mut run.state, node_id, key, c, now());
+            }
+        }
+        run.finished_at = Some(now());
+        run
+    }
+
+    /// Does one instance's work; returns what the walker is told.
+    async fn start(
+        &self,
+        compiled: &Compiled,
+        walker: &Walker<'_>,
+        run: &mut StoredRun,
+        (node, key): (&PlanNode, &[String]),
+        attempt: u32,
+    ) -> Completion {
+        let sc = self.scope(compiled, walker, run, node, key);
+        if task_of(node).is_none() {
+            let res = local::run(self.engine, node, &sc);
+            if let Some((k, v)) = res.var {
+                run.vars.insert(k, v);
+            }
+            return res.completion.into();
+        }
+        if node.in_controller.is_none() {
+            // The compiler refuses such a flow; never a pod from here.
+            return failed(format!(
+                "{}: bind.record: Object runs no step in a pod",
+                node.path
+            ));
+        }
+        let result = match self.in_controller(compiled, run, node, key, attempt, &sc) {
+            Ok((work, ended)) => {
+                let _ = ended.await;
+                match self.steps.take(&work) {
+                    Seen::Done(result, _) => *result,
+                    _ => StepResult::failed(format!("{}: the step was stopped", node.path)),
+                }
+            }
+            Err(why) => StepResult::failed(why),
+        };
+        let result = crate::redact::failure(run, result);
+        for (k, v) in &result.vars {
+            merge_var(&mut run.vars, k, v.clone());
+        }
+        Completion {
+            ok: result.ok,
+            changed: result.changed,
+            message: result.message,
+            condition: result.condition,
+            items: None,
+        }
+    }
+
+    /// Starts the instance's API step in the controller; returns its key and its end.
+    fn in_controller(
+        &self,
+        compiled: &Compiled,
+        run: &StoredRun,
+        node: &PlanNode,
+        key: &[String],
+        attempt: u32,
+        sc: &Scope,
+    ) -> Result<(String, tokio::sync::oneshot::Receiver<()>), String> {
+        let quoting = compiled.spec.quoting();
+        let (step, _) =
+            prepare_payload(self.engine, node, sc, quoting).map_err(|e| e.to_string())?;
+        let inst = NodeInstance {
+            flow: &self.flow,
+            run_id: &run.run_id,
+            node,
+            instance: key,
+            attempt,
+            step,
+            target_node: None,
+            artifacts: &[],
+            segment: Vec::new(),
+            changed_before: false,
+            run_secret: None,
+        };
+        let input = in_controller_input(&inst);
+        let job = job_name(&self.flow.name, &run.run_id, &node.id, key, attempt.max(1));
+        let work = in_controller::key(&self.flow.uid, &job);
+        let req = Request {
+            key: work.clone(),
+            flow: (self.flow.namespace.clone(), self.flow.name.clone()),
+            flow_uid: self.flow.uid.clone(),
+            client: self.client.clone(),
+            input,
+        };
+        Ok((work, self.steps.start(req)))
+    }
+
+    /// The variables the instance sees: the flow's, `object` and `trigger` as a child sees
+    /// them, what earlier steps set, and its loop's.
+    fn scope(
+        &self,
+        compiled: &Compiled,
+        walker: &Walker<'_>,
+        run: &StoredRun,
+        node: &PlanNode,
+        key: &[String],
+    ) -> Scope {
+        let plan = &compiled.plan;
+        let vars = &compiled.spec.vars;
+        let mut s: Scope = includes::base_vars(plan, node, vars, &BTreeMap::new())
+            .into_iter()
+            .map(|(k, v)| (k, Value::String(v)))
+            .collect();
+        s.insert(OBJECT_VAR.into(), self.object.clone());
+        s.insert(TRIGGER_VAR.into(), self.trigger.clone());
+        s.extend(run.vars.clone());
+        s.extend(walker.loop_vars(node, key, &run.state));
+        s
+    }
+}
+
+fn failed(message: String) -> Completion {
+    Completion {
+        ok: false,
+        message,
+        ..Default::default()
+    }
+}
+
+fn now() -> i64 {
+    k8s_openapi::jiff::Timestamp::now().as_second()
+}

@@ -1,0 +1,315 @@
+//! The served mark of a bound flow recorded in its objects (`bind.record: Object`): an
+//! annotation on each object saying what the flow last served of it, so that the next serve
+//! computes `trigger` exactly as [`super::child::trigger`] does from a child's recorded view,
+//! without keeping the view anywhere (docs/decisions.md#bound-flows-recorded-in-the-object).
+//!
+//! The mark is compact JSON: the bound flow's uid and generation, the object's uid and
+//! generation, a short digest per two-level field path (the granularity `trigger.changed`
+//! names) and one per `watchFields` path. Pure. A tenant who writes the mark of their own
+//! object can only make that object be served again or not at once (the mark names the
+//! object's uid, so a mark copied from another object counts as none).
+
+use std::collections::BTreeMap;
+
+use pseudoflow_compiler::names::{bounded_name, stable_hash};
+use pseudoflow_crd::bind::Bind;
+use pseudoflow_crd::jsonpath::JsonPath;
+use pseudoflow_crd::protocol::names::sha256_hex;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+/// Prefix of every served mark (left out of `${object}`, as the child marks are).
+pub const SERVED_PREFIX: &str = "served.ops.example.com/";
+/// Largest mark written with its digests; a larger one is written without, and the next serve
+/// counts every top-level field as changed.
+pub const MAX_MARK_BYTES: usize = 8 * 1024;
+/// Hex characters kept of each field's SHA-256 (64 bits).
+const DIGEST_CHARS: usize = 16;
+
+/// The annotation bound flow `flow` (in `ns`) marks its objects with.
+pub fn mark_key(ns: &str, flow: &str) -> String {
+    let name = bounded_name(&format!("flow-{flow}"), stable_hash(&[ns, flow]), 63);
+    format!("{SERVED_PREFIX}{name}")
+}
+
+/// One field's digest: a string for a top-level field that is not an object, else one per key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+enum Field {
+    Value(String),
+    Object(BTreeMap<String, String>),
+}
+
+/// What a bound flow last served of one object.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Mark {
+    /// The bound flow's uid.
+    #[serde(rename = "f")]
+    pub flow_uid: String,
+    /// The bound flow's generation.
+    #[serde(rename = "g")]
+    pub flow_generation: i64,
+    /// The object's uid.
+    #[serde(rename = "u")]
+    pub object_uid: String,
+    /// The object's generation.
+    #[serde(rename = "o", default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+    /// Digests of the top-level fields (metadata aside); None: too large, not kept.
+    #[serde(rename = "d", default, skip_serializing_if = "Option::is_none")]
+    fields: Option<BTreeMap<String, Field>>,
+    /// Digests of the `watchFields` values, by path.
+    #[serde(rename = "w", default, skip_serializing_if = "BTreeMap::is_empty")]
+    watched: BTreeMap<String, String>,
+    /// Whether the run failed (the bound flow's summary counts it after a restart).
+    #[serde(rename = "x", default, skip_serializing_if = "std::ops::Not::not")]
+    pub failed: bool,
+}
+
+fn digest(v: &Value) -> String {
+    let mut d = sha256_hex(&[&v.to_string()]);
+    d.truncate(DIGEST_CHARS);
+    d
+}
+
+fn is_meta(k: &str) -> bool {
+    matches!(k, "metadata" | "apiVersion" | "kind")
+}
+
+impl Mark {
+    /// The mark for having served `view` (the object as `${object}` shows it).
+    pub fn of(flow_uid: &str, flow_generation: i64, view: &Value, bind: &Bind) -> Mark {
+        let mut fields = BTreeMap::new();
+        for (k, v) in view.as_object().into_iter().flatten() {
+            if is_meta(k) {
+                continue;
+            }
+            let f = match v.as_object() {
+                Some(o) => Field::Object(o.iter().map(|(i, v)| (i.clone(), digest(v))).collect()),
+                None => Field::Value(digest(v)),
+            };
+            fields.insert(k.clone(), f);
+        }
+        let watched = bind
+            .watch_fields
+            .iter()
+            .filter_map(|p| {
+                let found = JsonPath::parse(p).ok()?.eval(view);
+                Some((p.clone(), digest(&json!(found))))
+            })
+            .collect();
+        Mark {
+            flow_uid: flow_uid.to_string(),
+            flow_generation,
+            object_uid: view["metadata"]["uid"].as_str().unwrap_or_default().into(),
+            generation: view["metadata"]["generation"].as_i64(),
+            fields: Some(fields),
+            watched,
+            failed: false,
+        }
+    }
+
+    /// The annotation's value: compact JSON, without the field digests past [`MAX_MARK_BYTES`].
+    pub fn encode(&self) -> String {
+        let full = serde_json::to_string(self).expect("a mark serialises");
+        if full.len() <= MAX_MARK_BYTES {
+            return full;
+        }
+        let cut = Mark {
+            fields: None,
+            ..self.clone()
+        };
+        serde_json::to_string(&cut).expect("a mark serialises")
+    }
+
+    /// The mark in annotation `raw`, if it is one for object `object_uid` (anything else,
+    /// unreadable or copied from another object, counts as no mark).
+    pub fn decode(raw: &str, object_uid: &str) -> Option<Mark> {
+        let m: Mark = serde_json::from_str(raw).ok()?;
+        (m.object_uid == object_uid).then_some(m)
+    }
+}
+
+/// What starts a serve of `view` given the object's last mark: as [`super::child::trigger`]
+/// for the view the mark was made from, and an update naming nothing when only the bound flow
+/// changed since (its new spec runs for every object, as every child is re-made).
+pub fn trigger(mark: Option<&Mark>, flow: (&str, i64), view: &Value, bind: &Bind) -> Option<Value> {
+    let Some(prev) = mark else {
+        return Some(json!({"event": "create", "changed": []}));
+    };
+    let now = Mark::of(flow.0, flow.1, view, bind);
+    let content_counts = match (prev.generation, now.generation) {
+        (Some(a), Some(b)) => a != b,
+        _ => true,
+    };
+    let mut changed: std::collections::BTreeSet<String> = Default::default();
+    if content_counts {
+        changed.extend(content_changes(prev, &now));
+    }
+    for path in &bind.watch_fields {
+        if prev.watched.get(path) != now.watched.get(path) {
+            changed.insert(path.clone());
+        }
+    }
+    let generation_moved = prev.generation != now.generation;
+    let flow_moved = (prev.flow_uid.as_str(), prev.flow_generation) != flow;
+    if changed.is_empty() && !generation_moved && !flow_moved {
+        return None;
+    }
+    Some(json!({"event": "update", "changed": changed}))
+}
+
+/// The two-level paths whose digests differ; every top-level field when `prev` kept none.
+fn content_changes(prev: &Mark, now: &Mark) -> Vec<String> {
+    let now_fields = now.fields.as_ref().expect("made with digests");
+    let Some(prev_fields) = &prev.fields else {
+        return now_fields.keys().map(|k| format!(".{k}")).collect();
+    };
+    let keys: std::collections::BTreeSet<&String> =
+        prev_fields.keys().chain(now_fields.keys()).collect();
+    let mut out = Vec::new();
+    for k in keys {
+        match (prev_fields.get(k), now_fields.get(k)) {
+            (a, b) if a == b => {}
+            (Some(Field::Object(x)), Some(Field::Object(y))) => {
+                let inner: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+                out.extend(
+                    inner
+                        .into_iter()
+                        .filter(|i| x.get(*i) != y.get(*i))
+                        .map(|i| format!(".{k}.{i}")),
+                );
+            }
+            _ => out.push(format!(".{k}")),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bind::child;
+
+    fn bind(watch: &[&str]) -> Bind {
+        serde_json::from_value(json!({"apiVersion": "example.com/v1", "kind": "Gadget",
+            "watchFields": watch}))
+        .unwrap()
+    }
+
+    fn obj(uid: &str, generation: i64, spec: Value, extra: Value) -> Value {
+        let mut v = json!({"apiVersion": "example.com/v1", "kind": "Gadget",
+            "metadata": {"name": "g", "uid": uid, "generation": generation,
+                "annotations": {"pw": "a"}},
+            "spec": spec});
+        for (k, x) in extra.as_object().unwrap() {
+            v[k] = x.clone();
+        }
+        v
+    }
+
+    /// The trigger from the mark of `a`, and the one a child computes from `a` itself.
+    fn both(a: &Value, b: &Value, bind: &Bind) -> (Option<Value>, Option<Value>) {
+        let m = Mark::decode(&Mark::of("f", 1, a, bind).encode(), "u1");
+        let ours = trigger(m.as_ref(), ("f", 1), b, bind);
+        (ours, child::trigger(Some(a), b, bind))
+    }
+
+    #[test]
+    fn the_trigger_from_a_mark_is_the_childs_trigger() {
+        let b0 = bind(&[]);
+        let a = obj(
+            "u1",
+            1,
+            json!({"size": 1, "name": "x"}),
+            json!({"replicas": 2}),
+        );
+        let cases = [
+            obj(
+                "u1",
+                2,
+                json!({"size": 2, "name": "x"}),
+                json!({"replicas": 2}),
+            ),
+            obj(
+                "u1",
+                2,
+                json!({"size": 1, "name": "x"}),
+                json!({"replicas": 3}),
+            ),
+            obj(
+                "u1",
+                2,
+                json!({"size": 1}),
+                json!({"replicas": 2, "data": {"k": 1}}),
+            ),
+            obj("u1", 2, json!("flat"), json!({})),
+            obj(
+                "u1",
+                1,
+                json!({"size": 9, "name": "x"}),
+                json!({"replicas": 2}),
+            ),
+            a.clone(),
+        ];
+        for b in &cases {
+            let (ours, childs) = both(&a, b, &b0);
+            assert_eq!(ours, childs, "{b}");
+        }
+        let mut pw = a.clone();
+        pw["metadata"]["annotations"]["pw"] = json!("b");
+        let w = bind(&[".metadata.annotations.pw"]);
+        assert_eq!(both(&a, &pw, &w).0, both(&a, &pw, &w).1);
+        assert_eq!(
+            both(&a, &pw, &w).0.unwrap()["changed"],
+            json!([".metadata.annotations.pw"])
+        );
+        assert_eq!(trigger(None, ("f", 1), &a, &b0).unwrap()["event"], "create");
+    }
+
+    #[test]
+    fn kinds_without_generation_count_any_change_and_a_flow_change_reruns_all() {
+        let b0 = bind(&[]);
+        let a = json!({"metadata": {"name": "s", "uid": "u1"}, "data": {"k": "1"}});
+        let b = json!({"metadata": {"name": "s", "uid": "u1"}, "data": {"k": "2"}});
+        assert_eq!(both(&a, &b, &b0).0, both(&a, &b, &b0).1);
+        assert_eq!(both(&a, &a, &b0).0, None);
+        let m = Mark::of("f", 1, &a, &b0);
+        let t = trigger(Some(&m), ("f", 2), &a, &b0).unwrap();
+        assert_eq!(t, json!({"event": "update", "changed": []}));
+    }
+
+    #[test]
+    fn a_mark_over_the_cap_keeps_no_digests_and_then_everything_changed() {
+        let b0 = bind(&[]);
+        let many: serde_json::Map<String, Value> =
+            (0..1000).map(|i| (format!("k{i}"), json!(i))).collect();
+        let a = obj("u1", 1, Value::Object(many), json!({"replicas": 2}));
+        let raw = Mark::of("f", 1, &a, &b0).encode();
+        assert!(raw.len() <= MAX_MARK_BYTES, "{}", raw.len());
+        let m = Mark::decode(&raw, "u1").unwrap();
+        assert_eq!(
+            trigger(Some(&m), ("f", 1), &a, &b0),
+            None,
+            "same generation"
+        );
+        let mut b = a.clone();
+        b["metadata"]["generation"] = json!(2);
+        let t = trigger(Some(&m), ("f", 1), &b, &b0).unwrap();
+        assert_eq!(t["changed"], json!([".replicas", ".spec"]));
+    }
+
+    #[test]
+    fn a_mark_forged_or_copied_from_another_object_counts_as_none() {
+        let b0 = bind(&[]);
+        let a = obj("uA", 1, json!({"size": 1}), json!({}));
+        let raw = Mark::of("f", 1, &a, &b0).encode();
+        assert!(Mark::decode(&raw, "uA").is_some());
+        assert_eq!(Mark::decode(&raw, "uB"), None, "another object's mark");
+        assert_eq!(Mark::decode("{not json", "uA"), None);
+        assert_eq!(Mark::decode(&"[".repeat(10_000), "uA"), None, "deep");
+        let key = mark_key("ops", "gadgets");
+        assert!(key.starts_with(SERVED_PREFIX) && key.len() <= SERVED_PREFIX.len() + 63);
+        assert_ne!(key, mark_key("other", "gadgets"));
+    }
+}

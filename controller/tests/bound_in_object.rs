@@ -1,0 +1,289 @@
+//! Flows bound to a kind recorded in their objects (`spec.bind.record: Object`,
+//! docs/bound-flows.md), on testenv, with the controller holding the chart's ClusterRole only:
+//! each object's steps run in the controller and the result lands only in the object (its
+//! status and its served mark) — no child flow, no run-state Secret; an update runs again with
+//! `trigger.changed`; a failing step fails its object naming the step's path; a flow with a step
+//! that needs a pod is refused naming that step; a forged served mark moves only its own object.
+
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::Client;
+use pseudoflow_controller::bind::served::mark_key;
+use serde_json::{json, Value};
+
+use pseudoflow_test_support as common;
+
+use common::bound::*;
+use common::{create_flow, eventually, flows, wait_status};
+
+/// The widget flow of the bound-flow tests, recorded in the objects (without its `onDelete`,
+/// which a flow recorded in its objects cannot have).
+fn in_object_flow() -> Value {
+    let mut flow = widget_flow(json!({"record": "Object"}));
+    flow.as_object_mut().unwrap().remove("onDelete");
+    flow
+}
+
+async fn config_map(client: &Client, ns: &str, name: &str) -> Option<Value> {
+    let api = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), ns);
+    let cm = api.get_opt(name).await.unwrap()?;
+    Some(serde_json::to_value(cm.data.unwrap_or_default()).unwrap())
+}
+
+async fn delete_config_map(client: &Client, ns: &str, name: &str) {
+    let api = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), ns);
+    api.delete(name, &Default::default()).await.unwrap();
+}
+
+/// Widget `name`'s served mark of flow `widgets`.
+async fn mark_of(client: &Client, ns: &str, name: &str) -> Option<String> {
+    let w = widgets(client, ns).get(name).await.unwrap();
+    let a = w.metadata.annotations.unwrap_or_default();
+    a.get(&mark_key(ns, "widgets")).cloned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_is_served_in_itself_with_no_child_flow_and_no_run_state() {
+    let (client, ns, ctx) = setup_with_context("inobj-serve", all_verbs()).await;
+    create_flow(&client, &ns, "widgets", in_object_flow()).await;
+    create_widget(&client, &ns, "w", json!({"version": "one"})).await;
+    let status = wait_widget(&client, &ns, "w", "Running").await;
+    assert_eq!(status["made"], "w-made", "{status:#}");
+    let made = config_map(&client, &ns, "w-made-one").await.expect("made");
+    assert_eq!(made["event"], "create");
+    assert!(config_map(&client, &ns, "w-created").await.is_some());
+    eventually(30, "the served mark", || async {
+        mark_of(&client, &ns, "w").await.is_some()
+    })
+    .await;
+    // Only the bound flow itself; no Secret holds a run.
+    let all = flows(&client, &ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    let names: Vec<_> = all
+        .items
+        .iter()
+        .filter_map(|f| f.metadata.name.clone())
+        .collect();
+    assert_eq!(names, ["widgets"]);
+    let secrets = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), &ns);
+    let secrets = secrets.list(&ListParams::default()).await.unwrap();
+    assert!(
+        secrets.items.iter().all(|s| !s
+            .metadata
+            .name
+            .as_deref()
+            .unwrap_or("")
+            .starts_with("widgets")),
+        "{:?}",
+        secrets
+            .items
+            .iter()
+            .map(|s| &s.metadata.name)
+            .collect::<Vec<_>>()
+    );
+    let w = widgets(&client, &ns).get("w").await.unwrap();
+    assert!(
+        w.metadata.finalizers.unwrap_or_default().is_empty(),
+        "no finalizer needed"
+    );
+    // An update runs again, told what changed.
+    let patch = json!({"spec": {"version": "two"}});
+    widgets(&client, &ns)
+        .patch("w", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    eventually(60, "the update served", || async {
+        config_map(&client, &ns, "w-made-two").await.is_some()
+    })
+    .await;
+    let made = config_map(&client, &ns, "w-made-two").await.unwrap();
+    assert_eq!(made["event"], "update");
+    wait_widget(&client, &ns, "w", "Running").await;
+    // Each step's time is counted under the bound flow, as a child's would be.
+    let text = ctx.shared.metrics.render();
+    let count = format!(
+        "pseudoflow_step_duration_seconds_count{{flow=\"{ns}/widgets\",step_type=\"apply\"}} "
+    );
+    let n: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix(&count))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {count} in {text}"));
+    assert!(n >= 3, "made twice and created once: {n}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_step_fails_its_object_naming_the_step() {
+    let (client, ns) = setup("inobj-fail", all_verbs()).await;
+    create_flow(&client, &ns, "widgets", in_object_flow()).await;
+    create_widget(&client, &ns, "good", json!({"version": "one"})).await;
+    create_widget(&client, &ns, "bad", json!({"version": "NOT_A_NAME"})).await;
+    let bad = wait_widget(&client, &ns, "bad", "Failed").await;
+    let message = bad["message"].as_str().unwrap_or_default();
+    assert!(message.starts_with("spec.steps[0]"), "{bad:#}");
+    wait_widget(&client, &ns, "good", "Running").await;
+    // The bound flow sums up what its serves saw (there is no child to count).
+    let status = wait_status(&client, &ns, "widgets", 60, "both objects summed up", |s| {
+        s["bound"]["running"] == 1 && s["bound"]["failed"] == 1
+    })
+    .await;
+    assert_eq!(status["bound"]["objects"], 2, "{status:#}");
+    let failure = &status["bound"]["failures"][0];
+    assert_eq!(failure["object"], format!("{ns}/bad"), "{status:#}");
+    assert!(
+        failure["message"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("spec.steps[0]"),
+        "{status:#}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flow_with_a_step_in_a_pod_is_refused_naming_the_step() {
+    let (client, ns) = setup("inobj-refused", all_verbs()).await;
+    let mut flow = in_object_flow();
+    flow["steps"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"type": "exec", "cmd": "true"}));
+    create_flow(&client, &ns, "widgets", flow).await;
+    let status = wait_status(&client, &ns, "widgets", 60, "invalid", |s| {
+        s["reason"] == "InvalidSpec"
+    })
+    .await;
+    let message = status["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(
+            "spec.steps[2]: (exec): bind.record: Object needs every step to run in the \
+             controller; this one runs in a pod"
+        ),
+        "{status:#}"
+    );
+}
+
+/// A tenant who writes objects of the kind copies object B's served mark onto object A (same
+/// content, same generation): A is served again as if new, and B is not touched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attack_a_forged_mark_moves_only_its_own_object() {
+    let (client, ns) = setup("inobj-forge", all_verbs()).await;
+    create_flow(&client, &ns, "widgets", in_object_flow()).await;
+    for w in ["a", "b"] {
+        create_widget(&client, &ns, w, json!({"version": "one"})).await;
+    }
+    for w in ["a", "b"] {
+        wait_widget(&client, &ns, w, "Running").await;
+        eventually(30, "the served mark", || async {
+            mark_of(&client, &ns, w).await.is_some()
+        })
+        .await;
+    }
+    delete_config_map(&client, &ns, "a-created").await;
+    delete_config_map(&client, &ns, "b-created").await;
+    let b_mark = mark_of(&client, &ns, "b").await.unwrap();
+    let forged = json!({"metadata": {"annotations": {mark_key(&ns, "widgets"): b_mark}}});
+    widgets(&client, &ns)
+        .patch("a", &PatchParams::default(), &Patch::Merge(&forged))
+        .await
+        .unwrap();
+    eventually(60, "a served again, as new", || async {
+        config_map(&client, &ns, "a-created").await.is_some()
+    })
+    .await;
+    let b_after = mark_of(&client, &ns, "b").await.unwrap();
+    assert_eq!(b_after, b_mark, "b's mark untouched");
+    assert!(
+        config_map(&client, &ns, "b-created").await.is_none(),
+        "b was not served again"
+    );
+    eventually(30, "a's own mark written again", || async {
+        mark_of(&client, &ns, "a").await.as_ref() != Some(&b_mark)
+    })
+    .await;
+}
+
+/// A tenant creates an object nested 130 deep (past serde_json's limit): it is named in the
+/// bound flow's failures and the other objects are served, as for a flow recorded in children.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attack_an_object_too_deep_to_decode_fails_alone() {
+    let (client, ns) = setup("inobj-deep", all_verbs()).await;
+    create_flow(&client, &ns, "widgets", in_object_flow()).await;
+    let nested = format!("{}1{}", "{\"a\":".repeat(130), "}".repeat(130));
+    let body = format!(
+        r#"{{"apiVersion":"{GROUP}/v1","kind":"Widget","metadata":{{"name":"deep","namespace":"{ns}"}},"spec":{{"version":"one","deep":{nested}}}}}"#
+    );
+    let url = widgets(&client, &ns).resource_url().to_string();
+    let request = kube::core::Request::new(url)
+        .create(&kube::api::PostParams::default(), body.into_bytes())
+        .unwrap();
+    client.request_text(request).await.unwrap();
+    create_widget(&client, &ns, "ok", json!({"version": "one"})).await;
+    wait_widget(&client, &ns, "ok", "Running").await;
+    let status = wait_status(&client, &ns, "widgets", 60, "the deep one named", |s| {
+        s["bound"]["failures"][0]["object"] == format!("{ns}/deep") && s["bound"]["running"] == 1
+    })
+    .await;
+    let message = status["bound"]["failures"][0]["message"].as_str().unwrap();
+    assert!(message.contains("nested deeper than"), "{message}");
+}
+
+/// A flow switched from `record: Child` to `record: Object` lets go of what it kept per object
+/// (the child, released so no `onDelete` runs, and the finalizer) and serves the object in
+/// itself; deleted, it goes at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn switching_from_child_to_object_releases_the_child_and_the_finalizer() {
+    let (client, ns) = setup("inobj-switch", all_verbs()).await;
+    let mut child_flow = in_object_flow();
+    child_flow["bind"]["record"] = json!("Child");
+    create_flow(&client, &ns, "widgets", child_flow).await;
+    create_widget(&client, &ns, "w", json!({"version": "one"})).await;
+    wait_widget(&client, &ns, "w", "Running").await;
+    let child = pseudoflow_controller::bind::child::child_name("widgets", &ns, "w");
+    assert!(flows(&client, &ns).get_opt(&child).await.unwrap().is_some());
+    create_flow(&client, &ns, "widgets", in_object_flow()).await;
+    eventually(60, "the child gone", || async {
+        flows(&client, &ns).get_opt(&child).await.unwrap().is_none()
+    })
+    .await;
+    eventually(
+        60,
+        "served in the object, without our finalizer",
+        || async {
+            let w = widgets(&client, &ns).get("w").await.unwrap();
+            let fins = w.metadata.finalizers.unwrap_or_default();
+            fins.is_empty() && mark_of(&client, &ns, "w").await.is_some()
+        },
+    )
+    .await;
+    flows(&client, &ns)
+        .delete("widgets", &Default::default())
+        .await
+        .unwrap();
+    eventually(60, "the bound flow gone", || async {
+        flows(&client, &ns)
+            .get_opt("widgets")
+            .await
+            .unwrap()
+            .is_none()
+    })
+    .await;
+    assert!(widgets(&client, &ns).get_opt("w").await.unwrap().is_some());
+}
+
+/// A suspended flow starts no run for an object (as a child's would hold); resumed, it serves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_suspended_flow_serves_nothing_until_resumed() {
+    let (client, ns) = setup("inobj-suspend", all_verbs()).await;
+    let mut flow = in_object_flow();
+    flow["suspend"] = json!(true);
+    create_flow(&client, &ns, "widgets", flow.clone()).await;
+    create_widget(&client, &ns, "w", json!({"version": "one"})).await;
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    assert!(config_map(&client, &ns, "w-made-one").await.is_none());
+    assert!(mark_of(&client, &ns, "w").await.is_none());
+    flow["suspend"] = json!(false);
+    create_flow(&client, &ns, "widgets", flow).await;
+    wait_widget(&client, &ns, "w", "Running").await;
+    assert!(config_map(&client, &ns, "w-made-one").await.is_some());
+}
