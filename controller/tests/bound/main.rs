@@ -4,7 +4,8 @@
 //! bound flow lets the objects go; a ServiceAccount that may not watch the kind fails the flow
 //! naming that right; `allNamespaces` needs a cluster-wide grant, then serves objects in any
 //! namespace. The attacks on bound flows (a squatted or planted child, an object too deep to
-//! decode, tenant data spliced into a shell) are in `adversarial/bound_flows.rs`.
+//! decode, tenant data spliced into a shell) are in `adversarial/bound_flows.rs`; flows recorded
+//! in their objects (`bind.record: Object`, no child flow) in `in_object.rs`.
 //!
 //! The controller runs with the chart's ClusterRole only (a token of a ServiceAccount bound to
 //! it, `pseudoflow_test_support::bound`): it holds no rights on the kind, so everything done to
@@ -18,6 +19,9 @@ use pseudoflow_controller::bind::child::child_name;
 use serde_json::{json, Value};
 
 use pseudoflow_test_support as common;
+
+/// The same, recorded in the objects (`bind.record: Object`).
+mod in_object;
 
 use common::bound::*;
 use common::{apply, create_flow, eventually, flows, wait_status};

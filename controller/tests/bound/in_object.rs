@@ -10,10 +10,8 @@ use kube::Client;
 use pseudoflow_controller::bind::served::mark_key;
 use serde_json::{json, Value};
 
-use pseudoflow_test_support as common;
-
-use common::bound::*;
-use common::{create_flow, eventually, flows, wait_status};
+use crate::common::bound::*;
+use crate::common::{create_flow, eventually, flows, wait_status};
 
 /// The widget flow of the bound-flow tests, recorded in the objects (without its `onDelete`,
 /// which a flow recorded in its objects cannot have).
