@@ -285,3 +285,33 @@ async fn a_suspended_flow_serves_nothing_until_resumed() {
     wait_widget(&client, &ns, "w", "Running").await;
     assert!(config_map(&client, &ns, "w-made-one").await.is_some());
 }
+
+/// A tenant's object whose data makes a step fail under a long `retry` (here an invalid name:
+/// four attempts, 15 s backoff doubling, about 105 s) would hold the bound flow's reconcile,
+/// and with it every other tenant's object, for as long as the retries last: an object's run
+/// recorded in memory is cut after `MAX_RUN_IN_OBJECT_SECONDS` (10 s) and fails naming the
+/// limit, so another tenant's object created just after is served within seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attack_an_object_whose_retries_last_cannot_hold_the_others() {
+    let (client, ns) = setup("inobj-hold", all_verbs()).await;
+    let mut flow = in_object_flow();
+    let made = flow["steps"][0].take();
+    flow["steps"][0] =
+        json!({"type": "retry", "attempts": 4, "backoffSeconds": 15, "steps": [made]});
+    create_flow(&client, &ns, "widgets", flow).await;
+    create_widget(&client, &ns, "slow", json!({"version": "NOT_A_NAME"})).await;
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let asked = std::time::Instant::now();
+    create_widget(&client, &ns, "other", json!({"version": "one"})).await;
+    eventually(25, "the other tenant's object served", || async {
+        widget_status(&client, &ns, "other").await["phase"] == "Running"
+    })
+    .await;
+    eprintln!("served {:?} after it was made", asked.elapsed());
+    let slow = wait_widget(&client, &ns, "slow", "Failed").await;
+    let message = slow["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("10 s") && message.contains("record: Child"),
+        "{slow:#}"
+    );
+}

@@ -19,6 +19,7 @@ use pseudoflow_walk::{includes, local, Action, Completion, RunPhase, StoredRun, 
 use serde_json::Value;
 
 use crate::in_controller::{self, InControllerSteps, Request, Seen};
+use crate::limits::MAX_RUN_IN_OBJECT_SECONDS;
 
 /// Most rounds of the walk one serve takes (a plan is bounded; this only stops a bug looping).
 const MAX_ROUNDS: usize = 10_000;
@@ -42,6 +43,37 @@ pub struct Runner<'a> {
     pub metrics: &'a crate::metrics::Metrics,
 }
 
+/// When an object's run must have ended, and what its failure says if it has not.
+struct Deadline {
+    at: tokio::time::Instant,
+    seconds: u64,
+}
+
+impl Deadline {
+    /// [`MAX_RUN_IN_OBJECT_SECONDS`], or the flow's `options.timeoutSeconds` if shorter.
+    fn of(compiled: &Compiled) -> Self {
+        let asked = compiled.spec.options.timeout_seconds.map(u64::from);
+        let seconds = asked.map_or(MAX_RUN_IN_OBJECT_SECONDS, |s| {
+            s.clamp(1, MAX_RUN_IN_OBJECT_SECONDS)
+        });
+        let at = tokio::time::Instant::now() + std::time::Duration::from_secs(seconds);
+        Deadline { at, seconds }
+    }
+
+    fn passed_by(&self, wait_seconds: u64) -> bool {
+        tokio::time::Instant::now() + std::time::Duration::from_secs(wait_seconds) >= self.at
+    }
+
+    fn message(&self) -> String {
+        let n = self.seconds;
+        format!(
+            "cut after {n} s: a flow recorded in its objects (bind.record: Object) runs each \
+             object within {n} s, in its own reconcile, so that one object cannot hold the \
+             others; longer work (waits, long retries) needs record: Child"
+        )
+    }
+}
+
 impl Runner<'_> {
     /// Runs `compiled` (from `spec`, kept so a failure's redaction spares what the spec
     /// says) to its end; returns the run (its state's phase, failure and variables).
@@ -53,6 +85,7 @@ impl Runner<'_> {
             ..Default::default()
         };
         let walker = Walker::new(&compiled.plan);
+        let deadline = Deadline::of(compiled);
         for _ in 0..MAX_ROUNDS {
             let out = walker.advance(&mut run.state, now());
             let starts: Vec<_> = out
@@ -70,13 +103,22 @@ impl Runner<'_> {
                 let Some(at) = out.wake_at else { break };
                 // A retry's backoff: no run waits for a person or a sleep here.
                 let wait = u64::try_from(at - now()).unwrap_or(0).clamp(1, 300);
+                if deadline.passed_by(wait) {
+                    walker.time_out(&mut run.state, &deadline.message());
+                    break;
+                }
                 tokio::time::sleep(std::time::Duration::from_secs(wait)).await;
                 continue;
+            }
+            if deadline.passed_by(0) {
+                walker.time_out(&mut run.state, &deadline.message());
+                break;
             }
             for (node_id, key, attempt) in starts {
                 let node = compiled.plan.node(node_id).expect("from the plan");
                 let began = std::time::Instant::now();
-                let c = self.start(compiled, &walker, &mut run, (node, key), attempt);
+                let at = (node, key.as_slice(), &deadline);
+                let c = self.start(compiled, &walker, &mut run, at, attempt);
                 let c = c.await;
                 if node.kind == pseudoflow_compiler::NodeKind::Action {
                     let key = format!("{}/{}", self.flow.namespace, self.flow.name);
@@ -96,7 +138,7 @@ impl Runner<'_> {
         compiled: &Compiled,
         walker: &Walker<'_>,
         run: &mut StoredRun,
-        (node, key): (&PlanNode, &[String]),
+        (node, key, deadline): (&PlanNode, &[String], &Deadline),
         attempt: u32,
     ) -> Completion {
         let sc = self.scope(compiled, walker, run, node, key);
@@ -116,7 +158,10 @@ impl Runner<'_> {
         }
         let result = match self.in_controller(compiled, run, node, key, attempt, &sc) {
             Ok((work, ended)) => {
-                let _ = ended.await;
+                if tokio::time::timeout_at(deadline.at, ended).await.is_err() {
+                    self.steps.abort(&work);
+                    return failed(format!("{}: {}", node.path, deadline.message()));
+                }
                 match self.steps.take(&work) {
                     Seen::Done(result, _) => *result,
                     _ => StepResult::failed(format!("{}: the step was stopped", node.path)),
