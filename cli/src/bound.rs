@@ -55,8 +55,10 @@ pub async fn render(k: &Kube, f: &DynamicObject, st: &PseudoFlowStatus) -> anyho
         out.push_str("no object of the kind matches yet\n");
     }
     let refused = st.bound.iter().flat_map(|b| &b.failures);
+    // Objects that could not be read: whether a failed one was served is not known.
+    let said = if unreadable { "failed" } else { "not served" };
     for r in refused.filter(|r| !served.contains(&r.object)) {
-        let _ = writeln!(out, "not served: {}: {}", r.object, r.message);
+        let _ = writeln!(out, "{said}: {}: {}", r.object, r.message);
     }
     Ok(out)
 }

@@ -653,19 +653,17 @@ async fn plan_exits_0_without_changes_and_2_on_errors() {
     assert_eq!(o.code, 2, "{}", o.stderr);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn plan_refuses_a_user_who_may_not_impersonate() {
-    let (client, ns) = namespace("pf-imp").await;
-    apply(&client, flow_doc(&ns, "f", json!([{"type": "apply", "manifests": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": ns}}}]))).await;
-    // A user with read access to flows but no impersonate right: ServiceAccount `viewer`.
-    apply(&client, json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "viewer", "namespace": ns}})).await;
-    apply(&client, json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "viewer", "namespace": ns},
+/// A kubeconfig for ServiceAccount `viewer` of `ns`, who may get and list flows there and
+/// nothing else (no impersonation, no other kind).
+async fn viewer_kubeconfig(client: &Client, ns: &str) -> PathBuf {
+    apply(client, json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "viewer", "namespace": ns}})).await;
+    apply(client, json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "viewer", "namespace": ns},
         "rules": [{"apiGroups": ["ops.example.com"], "resources": ["pseudoflows"], "verbs": ["get", "list"]}]})).await;
-    apply(&client, json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "viewer", "namespace": ns},
+    apply(client, json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "viewer", "namespace": ns},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "viewer"},
         "subjects": [{"kind": "ServiceAccount", "name": "viewer", "namespace": ns}]})).await;
     let req = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}});
-    let tr: Value = Api::<ServiceAccount>::namespaced(client.clone(), &ns)
+    let tr: Value = Api::<ServiceAccount>::namespaced(client.clone(), ns)
         .create_subresource("token", "viewer", &PostParams::default(), &req)
         .await
         .unwrap();
@@ -677,7 +675,15 @@ async fn plan_refuses_a_user_who_may_not_impersonate() {
     }
     let path = env().dir().join(format!("{ns}-viewer.kubeconfig"));
     std::fs::write(&path, serde_yaml::to_string(&kc).unwrap()).unwrap();
+    path
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_refuses_a_user_who_may_not_impersonate() {
+    let (client, ns) = namespace("pf-imp").await;
+    apply(&client, flow_doc(&ns, "f", json!([{"type": "apply", "manifests": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": ns}}}]))).await;
+    // A user with read access to flows but no impersonate right: ServiceAccount `viewer`.
+    let path = viewer_kubeconfig(&client, &ns).await;
     let o = pf_as(path.clone(), &["get", "f", "-n", &ns]).await;
     assert_eq!(o.code, 0, "the viewer may read the flow: {}", o.stderr);
     let started = Instant::now();
@@ -1350,6 +1356,31 @@ async fn get_of_a_bound_flow_recorded_in_its_objects_lists_them_from_the_objects
         "why it failed: {bad}"
     );
 
+    // A user who may read the flow but not list Things: a line naming the right, no crash.
+    let viewer = viewer_kubeconfig(&client, &ns).await;
+    let o = pf_as(viewer, &["get", "things", "-n", &ns]).await;
+    assert_eq!(o.code, 0, "the flow is still shown: {}", o.stderr);
+    let what = "things.cli.bind.example.com";
+    assert!(
+        o.stdout.contains(&format!(
+            "cannot list {what} in namespace {ns}: you lack the right to list {what}"
+        )),
+        "{}",
+        o.stdout
+    );
+    assert!(o.stdout.contains("2 Thing object(s)"), "{}", o.stdout);
+    assert!(
+        o.stdout
+            .contains(&format!("failed: {ns}/bad: spec.steps[0]")),
+        "the status's latest failures, not called unserved: {}",
+        o.stdout
+    );
+    assert!(!o.stdout.contains("not served"), "{}", o.stdout);
+    assert!(
+        !o.stdout.contains("no object of the kind matches yet"),
+        "{}",
+        o.stdout
+    );
     ctl.abort();
 }
 
