@@ -168,8 +168,25 @@ fn row(o: &DynamicObject, key: &str, flow_uid: &str, bind: &Bind, now: i64) -> O
         "Failed" => status["message"].as_str().unwrap_or_default().to_string(),
         _ => String::new(),
     };
-    let cells = [object_key(o), IN_OBJECT.into(), phase, last, message];
+    // Whoever may write the object's status writes these: no escape reaches the terminal.
+    let cells = [
+        object_key(o),
+        IN_OBJECT.into(),
+        printable(&phase),
+        last,
+        printable(&message),
+    ];
     ObjectRow { cells, served }
+}
+
+/// `s` with each control character (terminal escapes, newlines) written as `\u{..}`/`\n`.
+fn printable(s: &str) -> String {
+    s.chars()
+        .map(|c| match c {
+            c if c.is_control() => c.escape_default().to_string(),
+            c => c.to_string(),
+        })
+        .collect()
 }
 
 /// The phase the object's status shows: the flow's phase field, else its Ready condition's
@@ -281,6 +298,28 @@ mod tests {
         assert_eq!(object_phase(&st, "phase"), "Running", "no phase written");
         assert_eq!(object_phase(&json!({"state": "Failed"}), "state"), "Failed");
         assert_eq!(object_phase(&json!({}), "phase"), "Unknown");
+    }
+
+    /// Attack: whoever may write an object's status (or put text into a step's failure) writes
+    /// terminal escapes or a newline into its phase or message, to rewrite what the operator's
+    /// terminal shows (a fake row, a changed title).
+    #[test]
+    fn attack_control_characters_in_an_objects_status_are_shown_escaped() {
+        let key = mark_key("ops", "things");
+        let mark = json!({"f": "flow-1", "u": "obj-1"}).to_string();
+        let failed = json!({"phase": "Failed",
+            "message": "boom\u{1b}]0;owned\u{7}\nops/z   (in object)   Running"});
+        let odd = json!({"phase": "Running\u{1b}[2J"});
+        let rows = [failed, odd].map(|st| {
+            let o = object(json!({&key: mark.clone()}), st);
+            row(&o, &key, "flow-1", &bind(), 0).cells
+        });
+        for cell in rows.iter().flatten() {
+            assert!(!cell.chars().any(char::is_control), "{cell:?}");
+        }
+        let m = &rows[0][4];
+        assert!(m.starts_with("boom\\u{1b}]0;owned\\u{7}\\nops/z"), "{m}");
+        assert_eq!(rows[1][2], "Running\\u{1b}[2J");
     }
 
     #[test]
