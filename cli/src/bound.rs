@@ -1,16 +1,21 @@
 //! `get` of a flow bound to a kind (`spec.bind`): it runs no steps itself, so instead of a step
 //! tree it shows its objects, one row each (the object, the flow serving it, its latest run's
-//! phase, when, and why it failed), then the objects it could not serve.
+//! phase, when, and why it failed), then the objects it could not serve. A flow recorded in its
+//! objects (`bind.record: Object`) has no child flows: its rows come from the objects
+//! ([`crate::in_object`]).
 
 use std::fmt::Write as _;
 
 use kube::api::{DynamicObject, ListParams};
-use pseudoflow_crd::bind::{BOUND_TO_LABEL, OBJECT_ANNOTATION};
+use pseudoflow_crd::bind::{Bind, BindRecord, BOUND_TO_LABEL, OBJECT_ANNOTATION};
 use pseudoflow_crd::protocol::label_value;
 use pseudoflow_crd::PseudoFlowStatus;
 
 use crate::cluster::{flows, status, Kube};
 use crate::show::{header, human, phase, table};
+
+/// One row of the objects table: OBJECT, FLOW, PHASE, LAST RUN, MESSAGE.
+type Row = [String; 5];
 
 /// The bound flow `f` (its status `st`) and its objects, as `get` prints it.
 pub async fn render(k: &Kube, f: &DynamicObject, st: &PseudoFlowStatus) -> anyhow::Result<String> {
@@ -18,15 +23,6 @@ pub async fn render(k: &Kube, f: &DynamicObject, st: &PseudoFlowStatus) -> anyho
     let uid = f.metadata.uid.clone().unwrap_or_default();
     let now = k8s_openapi::jiff::Timestamp::now();
     let mut out = header(&k.namespace, &name, st, now);
-    let lp = ListParams::default().labels(&format!("{BOUND_TO_LABEL}={}", label_value(&name)));
-    let mut children: Vec<DynamicObject> = flows(&k.client, Some(&k.namespace))
-        .list(&lp)
-        .await?
-        .items
-        .into_iter()
-        .filter(|c| owned_by(c, &uid))
-        .collect();
-    children.sort_by_cached_key(object_of);
     let mut rows = vec![[
         "OBJECT".to_string(),
         "FLOW".into(),
@@ -34,6 +30,57 @@ pub async fn render(k: &Kube, f: &DynamicObject, st: &PseudoFlowStatus) -> anyho
         "LAST RUN".into(),
         "MESSAGE".into(),
     ]];
+    let bind = f.data["spec"]["bind"].clone();
+    let bind = serde_json::from_value::<Bind>(bind).ok();
+    let mut unreadable = false;
+    let served = match bind.filter(|b| b.record == BindRecord::Object) {
+        Some(b) => match crate::in_object::rows(&k.client, &k.namespace, &name, &uid, &b).await {
+            Ok(objects) => {
+                let served = objects.iter().filter(|o| o.served);
+                let served = served.map(|o| o.cells[0].clone()).collect();
+                rows.extend(objects.into_iter().map(|o| o.cells));
+                served
+            }
+            Err(line) => {
+                let _ = writeln!(out, "{line}");
+                unreadable = true;
+                Vec::new()
+            }
+        },
+        None => child_rows(k, &name, &uid, now, &mut rows).await?,
+    };
+    if rows.len() > 1 {
+        out.push_str(&table(&rows));
+    } else if !unreadable {
+        out.push_str("no object of the kind matches yet\n");
+    }
+    let refused = st.bound.iter().flat_map(|b| &b.failures);
+    // Objects that could not be read: whether a failed one was served is not known.
+    let said = if unreadable { "failed" } else { "not served" };
+    for r in refused.filter(|r| !served.contains(&r.object)) {
+        let _ = writeln!(out, "{said}: {}: {}", r.object, r.message);
+    }
+    Ok(out)
+}
+
+/// The rows of the bound flow `name` (uid `uid`)'s child flows, added to `rows`; returns the
+/// objects they serve.
+async fn child_rows(
+    k: &Kube,
+    name: &str,
+    uid: &str,
+    now: k8s_openapi::jiff::Timestamp,
+    rows: &mut Vec<Row>,
+) -> anyhow::Result<Vec<String>> {
+    let lp = ListParams::default().labels(&format!("{BOUND_TO_LABEL}={}", label_value(name)));
+    let mut children: Vec<DynamicObject> = flows(&k.client, Some(&k.namespace))
+        .list(&lp)
+        .await?
+        .items
+        .into_iter()
+        .filter(|c| owned_by(c, uid))
+        .collect();
+    children.sort_by_cached_key(object_of);
     for c in &children {
         let cs = status(c);
         let failed = matches!(phase(&cs).as_str(), "Failed" | "Aborted");
@@ -53,17 +100,7 @@ pub async fn render(k: &Kube, f: &DynamicObject, st: &PseudoFlowStatus) -> anyho
             },
         ]);
     }
-    if rows.len() > 1 {
-        out.push_str(&table(&rows));
-    } else {
-        out.push_str("no object of the kind matches yet\n");
-    }
-    let served: Vec<String> = children.iter().map(object_of).collect();
-    let refused = st.bound.iter().flat_map(|b| &b.failures);
-    for r in refused.filter(|r| !served.contains(&r.object)) {
-        let _ = writeln!(out, "not served: {}: {}", r.object, r.message);
-    }
-    Ok(out)
+    Ok(children.iter().map(object_of).collect())
 }
 
 /// `namespace/name` of the object child flow `c` serves.

@@ -12,6 +12,7 @@ mod bound;
 mod cluster;
 mod complete;
 mod get;
+mod in_object;
 mod logs;
 mod placement;
 mod plan;

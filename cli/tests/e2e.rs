@@ -653,19 +653,17 @@ async fn plan_exits_0_without_changes_and_2_on_errors() {
     assert_eq!(o.code, 2, "{}", o.stderr);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn plan_refuses_a_user_who_may_not_impersonate() {
-    let (client, ns) = namespace("pf-imp").await;
-    apply(&client, flow_doc(&ns, "f", json!([{"type": "apply", "manifests": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": ns}}}]))).await;
-    // A user with read access to flows but no impersonate right: ServiceAccount `viewer`.
-    apply(&client, json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "viewer", "namespace": ns}})).await;
-    apply(&client, json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "viewer", "namespace": ns},
+/// A kubeconfig for ServiceAccount `viewer` of `ns`, who may get and list flows there and
+/// nothing else (no impersonation, no other kind).
+async fn viewer_kubeconfig(client: &Client, ns: &str) -> PathBuf {
+    apply(client, json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "viewer", "namespace": ns}})).await;
+    apply(client, json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "viewer", "namespace": ns},
         "rules": [{"apiGroups": ["ops.example.com"], "resources": ["pseudoflows"], "verbs": ["get", "list"]}]})).await;
-    apply(&client, json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "viewer", "namespace": ns},
+    apply(client, json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "viewer", "namespace": ns},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "viewer"},
         "subjects": [{"kind": "ServiceAccount", "name": "viewer", "namespace": ns}]})).await;
     let req = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}});
-    let tr: Value = Api::<ServiceAccount>::namespaced(client.clone(), &ns)
+    let tr: Value = Api::<ServiceAccount>::namespaced(client.clone(), ns)
         .create_subresource("token", "viewer", &PostParams::default(), &req)
         .await
         .unwrap();
@@ -677,7 +675,15 @@ async fn plan_refuses_a_user_who_may_not_impersonate() {
     }
     let path = env().dir().join(format!("{ns}-viewer.kubeconfig"));
     std::fs::write(&path, serde_yaml::to_string(&kc).unwrap()).unwrap();
+    path
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_refuses_a_user_who_may_not_impersonate() {
+    let (client, ns) = namespace("pf-imp").await;
+    apply(&client, flow_doc(&ns, "f", json!([{"type": "apply", "manifests": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": ns}}}]))).await;
+    // A user with read access to flows but no impersonate right: ServiceAccount `viewer`.
+    let path = viewer_kubeconfig(&client, &ns).await;
     let o = pf_as(path.clone(), &["get", "f", "-n", &ns]).await;
     assert_eq!(o.code, 0, "the viewer may read the flow: {}", o.stderr);
     let started = Instant::now();
@@ -1197,11 +1203,14 @@ async fn get_and_logs_show_node_instances() {
     ctl.abort();
 }
 
-/// `get` of a flow bound to a kind: its objects, each with the flow serving it and its latest
-/// run (the failed one with why), instead of a step tree it does not have.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn get_of_a_bound_flow_lists_its_objects_with_their_runs() {
-    let (client, ns) = namespace("pf-bound").await;
+/// A namespace `prefix-…` with the kind `Thing`, rights on it for its ServiceAccount `flow`, a
+/// controller, and the flow `things` bound to it (`record`: `bind.record`, none: the default)
+/// serving one good object and one whose run fails (a version that is no valid name part).
+async fn things_served(
+    prefix: &str,
+    record: Option<&str>,
+) -> (Client, String, tokio::task::JoinHandle<()>) {
+    let (client, ns) = namespace(prefix).await;
     let things = TestKind::new("cli.bind.example.com", "Thing");
     things.install(&client, &ns).await;
     apply(
@@ -1226,9 +1235,11 @@ async fn get_of_a_bound_flow_lists_its_objects_with_their_runs() {
     let ctx = Context::new(client.clone(), IMAGE.into(), Arc::new(Metrics::default()))
         .with_config(config);
     let ctl = tokio::spawn(run_controller(Arc::new(ctx), Some(ns.clone())));
-    // A version that is no valid name part fails that object's run.
-    create_flow(&client, &ns, "things", json!({"serviceAccountName": "flow",
-        "bind": {"apiVersion": "cli.bind.example.com/v1", "kind": "Thing"},
+    let mut bind = json!({"apiVersion": "cli.bind.example.com/v1", "kind": "Thing"});
+    if let Some(r) = record {
+        bind["record"] = json!(r);
+    }
+    create_flow(&client, &ns, "things", json!({"serviceAccountName": "flow", "bind": bind,
         "steps": [{"type": "apply", "name": "made", "manifests": {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "${object.metadata.name}-${object.spec.version}", "namespace": ns}}}]}))
     .await;
@@ -1239,6 +1250,14 @@ async fn get_of_a_bound_flow_lists_its_objects_with_their_runs() {
         )
         .await;
     }
+    (client, ns, ctl)
+}
+
+/// `get` of a flow bound to a kind: its objects, each with the flow serving it and its latest
+/// run (the failed one with why), instead of a step tree it does not have.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_of_a_bound_flow_lists_its_objects_with_their_runs() {
+    let (client, ns, ctl) = things_served("pf-bound", None).await;
     pseudoflow_test_support::wait_status(&client, &ns, "things", 120, "both objects done", |st| {
         st["bound"]["running"] == 1 && st["bound"]["failed"] == 1
     })
@@ -1280,6 +1299,87 @@ async fn get_of_a_bound_flow_lists_its_objects_with_their_runs() {
     assert!(
         !good.contains("spec.steps"),
         "no message for a run that succeeded: {good}"
+    );
+    ctl.abort();
+}
+
+/// `get` of a flow bound to a kind and recorded in its objects (`bind.record: Object`): it has
+/// no child flow, so each object's row comes from the object itself (its status and this
+/// flow's served mark), and a served object that failed is a row, not a `not served` line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_of_a_bound_flow_recorded_in_its_objects_lists_them_from_the_objects() {
+    let (client, ns, ctl) = things_served("pf-inobj", Some("Object")).await;
+    pseudoflow_test_support::wait_status(&client, &ns, "things", 120, "both objects done", |st| {
+        st["bound"]["running"] == 1 && st["bound"]["failed"] == 1
+    })
+    .await;
+
+    let o = pf(&["list", "-n", &ns]).await;
+    let listed = o
+        .stdout
+        .lines()
+        .find(|l| l.contains(" things "))
+        .unwrap_or("");
+    assert!(listed.contains("1/2 objects"), "{}", o.stdout);
+
+    let o = pf(&["get", "things", "-n", &ns]).await;
+    println!("{}", o.stdout);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let out = &o.stdout;
+    assert!(
+        out.contains("2 Thing object(s): 1 Running, 0 Creating, 1 Failed"),
+        "{out}"
+    );
+    assert!(!out.contains("no object of the kind matches yet"), "{out}");
+    assert!(!out.contains("not served"), "both were served: {out}");
+    let row = |object: &str| {
+        let key = format!("{ns}/{object} ");
+        out.lines()
+            .find(|l| l.starts_with(&key))
+            .unwrap_or_else(|| panic!("no row for {object}: {out}"))
+            .to_string()
+    };
+    let good = row("good");
+    assert!(good.contains("(in object)"), "no child flow: {good}");
+    assert!(good.contains("Running") && good.contains("ago"), "{good}");
+    assert!(
+        !good.contains("spec.steps"),
+        "no message for a run that succeeded: {good}"
+    );
+    let bad = row("bad");
+    assert!(
+        bad.contains("(in object)") && bad.contains("Failed"),
+        "{bad}"
+    );
+    assert!(
+        bad.contains("spec.steps[0]") && bad.contains("bad-NOT_A_NAME"),
+        "why it failed: {bad}"
+    );
+
+    // A user who may read the flow but not list Things: a line naming the right, no crash.
+    let viewer = viewer_kubeconfig(&client, &ns).await;
+    let o = pf_as(viewer, &["get", "things", "-n", &ns]).await;
+    assert_eq!(o.code, 0, "the flow is still shown: {}", o.stderr);
+    let what = "things.cli.bind.example.com";
+    assert!(
+        o.stdout.contains(&format!(
+            "cannot list {what} in namespace {ns}: you lack the right to list {what}"
+        )),
+        "{}",
+        o.stdout
+    );
+    assert!(o.stdout.contains("2 Thing object(s)"), "{}", o.stdout);
+    assert!(
+        o.stdout
+            .contains(&format!("failed: {ns}/bad: spec.steps[0]")),
+        "the status's latest failures, not called unserved: {}",
+        o.stdout
+    );
+    assert!(!o.stdout.contains("not served"), "{}", o.stdout);
+    assert!(
+        !o.stdout.contains("no object of the kind matches yet"),
+        "{}",
+        o.stdout
     );
     ctl.abort();
 }
