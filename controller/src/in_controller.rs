@@ -3,9 +3,10 @@
 //!
 //! The work is the executor's own code (`pseudoflow_runtime::execute`) with a client that
 //! impersonates the flow's ServiceAccount, so a step can do exactly what it could do in its pod.
-//! Each step runs in a task of its own, bounded by a turn of [`MAX_STEPS_IN_CONTROLLER`] (and
-//! [`MAX_STEPS_IN_CONTROLLER_PER_FLOW`] per flow), and its result waits here until the flow's
-//! next reconcile folds it; its end wakes that flow. Nothing here is durable: a controller that
+//! Each step runs in a task of its own, making its calls under a work turn shared per flow, per
+//! namespace and across the controller, and waiting on a watch under a waiting place instead
+//! ([`crate::turns`]); its step timeout starts once it holds them. Its result waits here until
+//! the flow's next reconcile folds it; its end wakes that flow. Nothing here is durable: a controller that
 //! dies mid-step runs the step again after its restart, which is why only steps whose type says
 //! they are safe to repeat are placed here.
 
@@ -18,13 +19,14 @@ use kube::runtime::reflector::ObjectRef;
 use kube::Client;
 use pseudoflow_crd::protocol::{ExecutorInput, StepResult};
 use pseudoflow_crd::Step;
-use tokio::sync::{broadcast, oneshot, Semaphore};
+use pseudoflow_crd::StepKind;
+use pseudoflow_runtime::watch::{parking, Park};
+use tokio::sync::{broadcast, oneshot};
 use tokio::task::AbortHandle;
 
-use crate::limits::{
-    MAX_STEPS_IN_CONTROLLER, MAX_STEPS_IN_CONTROLLER_PER_FLOW, MAX_STEP_IN_CONTROLLER_SECONDS,
-};
+use crate::limits::MAX_STEP_IN_CONTROLLER_SECONDS;
 use crate::raw::RawFlow;
+use crate::turns::{Place, Turn, Turns};
 
 /// How long a finished step's result waits for its flow to fold it before it is dropped (the
 /// flow was deleted, or its run replaced).
@@ -55,7 +57,7 @@ pub struct Request {
     pub key: String,
     /// The flow's namespace and name, woken when the step ends.
     pub flow: (String, String),
-    /// The flow's uid: its steps share the flow's turns.
+    /// The flow's uid: its steps share the flow's turns (and the namespace's, `flow.0`).
     pub flow_uid: String,
     /// A client acting as the flow's ServiceAccount.
     pub client: Client,
@@ -67,8 +69,7 @@ pub struct Request {
 /// reconcile.
 pub struct InControllerSteps {
     entries: Arc<Mutex<HashMap<String, Entry>>>,
-    turns: Arc<Semaphore>,
-    flow_turns: Mutex<HashMap<String, Arc<Semaphore>>>,
+    turns: Arc<Turns>,
     wake: broadcast::Sender<(String, String)>,
 }
 
@@ -76,8 +77,7 @@ impl Default for InControllerSteps {
     fn default() -> Self {
         InControllerSteps {
             entries: Arc::default(),
-            turns: Arc::new(Semaphore::new(MAX_STEPS_IN_CONTROLLER)),
-            flow_turns: Mutex::default(),
+            turns: Arc::default(),
             wake: broadcast::channel(16 * 1024).0,
         }
     }
@@ -108,16 +108,13 @@ impl InControllerSteps {
     pub fn start(&self, req: Request) -> oneshot::Receiver<()> {
         let (tx, rx) = oneshot::channel();
         self.drop_unclaimed();
-        let flow_turns = self.flow_turns(&req.flow_uid);
         let (turns, wake, entries) = (self.turns.clone(), self.wake.clone(), self.entries.clone());
         let key = req.key.clone();
         // Held while spawning, so the task cannot record its end before it is recorded running.
         let mut held = self.entries.lock().expect("not poisoned");
         let task = tokio::spawn(async move {
-            let _flow_turn = flow_turns.acquire_owned().await;
-            let _turn = turns.acquire_owned().await;
-            let from = now_ms();
-            let result = run(req.client, req.input).await;
+            let who = (req.flow.0.as_str(), req.flow_uid.as_str());
+            let (from, result) = run(turns, who, req.client, req.input).await;
             let done = Entry::Done {
                 result: Box::new(result),
                 times: (from, now_ms()),
@@ -139,14 +136,14 @@ impl InControllerSteps {
         rx
     }
 
-    /// Another set of steps taking the same turns (global and per flow) as these: the bound
-    /// flows' reconciler runs its objects' steps in its own, so neither reconciler sees the
-    /// other's results, and together they still run at most [`MAX_STEPS_IN_CONTROLLER`].
+    /// Another set of steps taking the same turns and waiting places (per flow, per namespace
+    /// and global) as these: the bound flows' reconciler runs its objects' steps in its own, so
+    /// neither reconciler sees the other's results, and together they still run at most
+    /// [`crate::limits::MAX_STEPS_IN_CONTROLLER`].
     pub fn sharing_turns(&self) -> InControllerSteps {
         InControllerSteps {
             entries: Arc::default(),
             turns: self.turns.clone(),
-            flow_turns: Mutex::default(),
             wake: broadcast::channel(16).0,
         }
     }
@@ -163,16 +160,6 @@ impl InControllerSteps {
         crate::flow::wake_stream(self.wake.subscribe())
     }
 
-    fn flow_turns(&self, flow_uid: &str) -> Arc<Semaphore> {
-        let mut turns = self.flow_turns.lock().expect("not poisoned");
-        // A flow with no step running or waiting holds nothing.
-        turns.retain(|_, s| Arc::strong_count(s) > 1);
-        turns
-            .entry(flow_uid.to_string())
-            .or_insert_with(|| Arc::new(Semaphore::new(MAX_STEPS_IN_CONTROLLER_PER_FLOW)))
-            .clone()
-    }
-
     fn drop_unclaimed(&self) {
         let mut entries = self.entries.lock().expect("not poisoned");
         entries.retain(|_, e| match e {
@@ -182,31 +169,88 @@ impl InControllerSteps {
     }
 }
 
+/// What a step holds: a work turn while it makes calls, a waiting place once it waits.
+struct Held {
+    turn: Option<Turn>,
+    place: Option<Place>,
+}
+
+/// Whether a step of this type parks on a watch (a `waitFor`; a `delete` waiting for its object
+/// to go): it takes its waiting place before its work turn, so that neither wait counts against
+/// its timeout. Any other step that happens to watch (an `apply` of a CRD, until Established)
+/// takes its place when it parks.
+fn parks(step: &Step) -> bool {
+    matches!(step.kind, StepKind::WaitFor(_) | StepKind::Delete(_))
+}
+
 /// Runs one step with the executor's code, as `client`, within its timeout (or
-/// [`MAX_STEP_IN_CONTROLLER_SECONDS`]). Only a type that may run in the controller runs: any
-/// other fails without doing anything (the compiler never places one here).
-async fn run(client: Client, input: ExecutorInput) -> StepResult {
+/// [`MAX_STEP_IN_CONTROLLER_SECONDS`]) counted from when it holds its turn (the Unix ms
+/// returned with its result), for flow `(namespace, uid)`. Parked on a watch, it lets go of its
+/// work turn and holds a waiting place until it ends. Only a type that may run in the
+/// controller runs: any other fails without doing anything (the compiler never places one here).
+async fn run(
+    turns: Arc<Turns>,
+    (namespace, flow_uid): (&str, &str),
+    client: Client,
+    input: ExecutorInput,
+) -> (i64, StepResult) {
     let step: Step = match serde_json::from_value(input.step.clone()) {
         Ok(s) => s,
-        Err(e) => return StepResult::failed(format!("{}: step: {e}", input.path)),
+        Err(e) => {
+            return (
+                now_ms(),
+                StepResult::failed(format!("{}: step: {e}", input.path)),
+            )
+        }
     };
     if !step.kind.params().runs_in_controller() {
-        return StepResult::failed(format!(
+        let why = format!(
             "{}: a {} step does not run in the controller",
             input.path,
             step.kind.type_name()
-        ));
+        );
+        return (now_ms(), StepResult::failed(why));
     }
+    let place = match parks(&step) {
+        true => Some(turns.place(namespace).await),
+        false => None,
+    };
+    let turn = Some(turns.turn(namespace, flow_uid).await);
+    let held = Arc::new(Mutex::new(Held { turn, place }));
+    let park = park_with(held.clone(), turns, namespace.to_string());
+    let from = now_ms();
     // No node root and no program to enter one: nothing here acts on a node.
     let ctx =
         pseudoflow_runtime::ExecCtx::new(input, PathBuf::from("/nonexistent"), "false".into())
             .with_client(client);
     let limit = Duration::from_secs(MAX_STEP_IN_CONTROLLER_SECONDS);
-    match tokio::time::timeout(limit, pseudoflow_runtime::execute(&ctx, &step)).await {
+    let work = tokio::time::timeout(limit, pseudoflow_runtime::execute(&ctx, &step));
+    let result = match parking(park, work).await {
         Ok(Ok(result)) => result,
         Ok(Err(e)) => StepResult::failed(e.to_string()),
         Err(_) => StepResult::failed(format!("timed out after {}s", limit.as_secs())),
-    }
+    };
+    drop(held);
+    (from, result)
+}
+
+/// The step's [`Park`]: it gives back its work turn and, if it has none yet, waits for a
+/// waiting place (holding nothing meanwhile). A second call finds nothing to give back.
+fn park_with(held: Arc<Mutex<Held>>, turns: Arc<Turns>, namespace: String) -> Park {
+    Arc::new(move || {
+        let (held, turns, namespace) = (held.clone(), turns.clone(), namespace.clone());
+        Box::pin(async move {
+            let needs_place = {
+                let mut h = held.lock().expect("not poisoned");
+                h.turn = None;
+                h.place.is_none()
+            };
+            if needs_place {
+                let place = turns.place(&namespace).await;
+                held.lock().expect("not poisoned").place = Some(place);
+            }
+        })
+    })
 }
 
 fn now_ms() -> i64 {

@@ -32,9 +32,22 @@ pub const MAX_CONCURRENT_RECONCILES: u16 = 16;
 /// turn): bounds its memory and its load on the API server (docs/decisions.md#api-steps-in-the-controller).
 pub const MAX_STEPS_IN_CONTROLLER: usize = 64;
 
-/// Of those, how many one flow may run at once: a flow with a thousand parallel `waitFor`s
-/// waits for its own turns and cannot take every turn from the other flows.
+/// Of those, how many one namespace's flows may run at once (a quarter): one tenant's steps
+/// leave three quarters of the turns to the others, however many flows or objects it has
+/// (`turns.rs`).
+pub const MAX_STEPS_IN_CONTROLLER_PER_NAMESPACE: usize = MAX_STEPS_IN_CONTROLLER / 4;
+
+/// Of those, how many one flow may run at once: a flow with a thousand parallel steps
+/// waits for its own turns and cannot take every turn of its namespace from its other flows.
 pub const MAX_STEPS_IN_CONTROLLER_PER_FLOW: usize = 4;
+
+/// Steps parked on a watch in the controller at once (a `waitFor`, a `delete` waiting for its
+/// object to go), across all flows; a parked step holds no turn of the above, only one of these
+/// places: its memory and one watch request to the API server (the others wait for a place).
+pub const MAX_WAITS_IN_CONTROLLER: usize = 512;
+
+/// Of those, how many one namespace's steps may hold (a quarter, as for turns).
+pub const MAX_WAITS_IN_CONTROLLER_PER_NAMESPACE: usize = MAX_WAITS_IN_CONTROLLER / 4;
 
 /// Longest a step run in the controller may take when neither it nor its type sets a timeout.
 pub const MAX_STEP_IN_CONTROLLER_SECONDS: u64 = 3600;

@@ -1,6 +1,13 @@
 //! Waiting on one object by watching it (a fieldSelector on its name): the check runs on the
 //! initial list and on every change, never on a fixed timer. The caller's timeout bounds it.
+//!
+//! An embedder that rations its API work (the controller's turns, `controller/src/turns.rs`)
+//! runs a step inside [`parking`]: once the watch has judged its first listing and the step only
+//! waits, the embedder's [`Park`] runs, so a step parked on its watch need hold no work turn.
 
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
 use futures::StreamExt;
 use kube::api::{Api, DynamicObject};
 use kube::runtime::watcher::{self, Event};
@@ -9,6 +16,27 @@ use kube::runtime::WatchStreamExt;
 use crate::context::ExecCtx;
 use crate::error::{api_status, Call, StepError};
 use crate::readiness::Seen;
+
+/// What the embedder does when a step starts only waiting (its first listing judged not done):
+/// let go of what it holds for work, and take what it holds for waiting. Called once per watch
+/// (a step that waits for several objects in turn calls it again: it must then do nothing).
+pub type Park = Arc<dyn Fn() -> BoxFuture<'static, ()> + Send + Sync>;
+
+tokio::task_local! {
+    static PARK: Park;
+}
+
+/// Runs `work` with `park` called when it starts only waiting (see [`Park`]).
+pub async fn parking<F: std::future::Future>(park: Park, work: F) -> F::Output {
+    PARK.scope(park, work).await
+}
+
+/// Runs the embedder's [`Park`], if there is one (none in an executor pod).
+async fn park() {
+    if let Ok(p) = PARK.try_with(Arc::clone) {
+        p().await;
+    }
+}
 
 /// Watches object `name` until `check` (given the object, or None while it does not exist)
 /// says done; every verdict's note is recorded so a timeout can say what was last seen.
@@ -42,6 +70,7 @@ where
     }
     let mut stream = watcher::watcher(api, config).default_backoff().boxed();
     let mut listing: Option<Option<DynamicObject>> = None;
+    let mut parked = false;
     while let Some(event) = stream.next().await {
         let current = match event {
             Ok(Event::Init) => {
@@ -71,6 +100,11 @@ where
         ctx.note(seen.note.clone());
         if seen.done {
             return Ok(current);
+        }
+        // The listing is judged and no watch request is open yet: from here it only waits.
+        if !parked {
+            parked = true;
+            park().await;
         }
     }
     Err(StepError::failed("watch ended unexpectedly"))

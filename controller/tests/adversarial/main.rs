@@ -8,6 +8,7 @@ use pseudoflow_test_support as common;
 mod approvals;
 mod bound_flows;
 mod decoding;
+mod fair_turns;
 mod hijack;
 mod limits;
 mod memory;
