@@ -11,7 +11,7 @@ use pseudoflow_controller::bind::served::mark_key;
 use serde_json::{json, Value};
 
 use crate::common::bound::*;
-use crate::common::{create_flow, eventually, flows, wait_status};
+use crate::common::{create_flow, eventually, flows, wait_status, wait_until, Shown};
 
 /// The widget flow of the bound-flow tests, recorded in the objects (without its `onDelete`,
 /// which a flow recorded in its objects cannot have).
@@ -240,19 +240,21 @@ async fn switching_from_child_to_object_releases_the_child_and_the_finalizer() {
     let child = pseudoflow_controller::bind::child::child_name("widgets", &ns, "w");
     assert!(flows(&client, &ns).get_opt(&child).await.unwrap().is_some());
     create_flow(&client, &ns, "widgets", in_object_flow()).await;
-    eventually(60, "the child gone", || async {
+    let shown = [
+        Shown::object(widgets(&client, &ns), &ns, "w"),
+        Shown::flow(&client, &ns, "widgets"),
+        Shown::flow(&client, &ns, &child),
+    ];
+    wait_until(&client, "the child gone", 60, &shown, || async {
         flows(&client, &ns).get_opt(&child).await.unwrap().is_none()
     })
     .await;
-    eventually(
-        60,
-        "served in the object, without our finalizer",
-        || async {
-            let w = widgets(&client, &ns).get("w").await.unwrap();
-            let fins = w.metadata.finalizers.unwrap_or_default();
-            fins.is_empty() && mark_of(&client, &ns, "w").await.is_some()
-        },
-    )
+    let served = "served in the object (its mark), without our finalizer";
+    wait_until(&client, served, 60, &shown, || async {
+        let w = widgets(&client, &ns).get("w").await.unwrap();
+        let fins = w.metadata.finalizers.unwrap_or_default();
+        fins.is_empty() && mark_of(&client, &ns, "w").await.is_some()
+    })
     .await;
     flows(&client, &ns)
         .delete("widgets", &Default::default())

@@ -8,7 +8,8 @@ use serde_json::json;
 use crate::common::api::unix;
 use crate::common::shorthand::run_id_now;
 use crate::common::{
-    create_flow, event_time, flow_events, jobs, request_run, setup, step, wait_done, wait_status,
+    create_flow, event_time, flow_events, flows, jobs, request_run, setup, step, wait_done,
+    wait_until, Shown,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -70,7 +71,10 @@ async fn every_log_step_and_every_run_end_is_an_event_of_its_own() {
     assert_eq!(notes("Log").await, ["first", "second"]);
     request_run(&client, &ns, "chatty", "again").await;
     let second_id = run_id_now(&client, &ns, "chatty", "again").await;
-    wait_status(&client, &ns, "chatty", 60, "the second run done", |st| {
+    let shown = [Shown::flow(&client, &ns, "chatty")];
+    wait_until(&client, "the second run succeeded", 60, &shown, || async {
+        let f = flows(&client, &ns).get("chatty").await.unwrap();
+        let st = &f.data["status"];
         st["run"]["id"] == json!(second_id) && st["phase"] == "Succeeded"
     })
     .await;
