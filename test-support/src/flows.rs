@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Event;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::wait::{await_condition, conditions};
 use kube::Client;
@@ -81,7 +82,9 @@ pub fn step<'a>(status: &'a Value, path: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no status.steps entry for {path}: {status:#}"))
 }
 
-/// The core v1 Events about flow `name`, oldest first.
+/// The core v1 Events about flow `name`, oldest first by [`event_time`]: the order a user
+/// reads them in (`kubectl get events --sort-by=.eventTime`). The API lists Events by name,
+/// which says nothing of when they happened.
 pub async fn flow_events(client: &Client, ns: &str, name: &str) -> Vec<Event> {
     let mut items = Api::<Event>::namespaced(client.clone(), ns)
         .list(&ListParams::default().fields(&format!(
@@ -90,13 +93,17 @@ pub async fn flow_events(client: &Client, ns: &str, name: &str) -> Vec<Event> {
         .await
         .unwrap()
         .items;
-    items.sort_by_key(|e| {
-        e.event_time
-            .as_ref()
-            .map(|t| t.0)
-            .or_else(|| e.first_timestamp.as_ref().map(|t| t.0))
-    });
+    items.sort_by_key(event_time);
     items
+}
+
+/// When an Event first happened: its `eventTime` (microseconds; what events.k8s.io/v1 sets),
+/// else its `firstTimestamp` (seconds, core v1's).
+pub fn event_time(e: &Event) -> Option<Timestamp> {
+    e.event_time
+        .as_ref()
+        .map(|t| t.0)
+        .or_else(|| e.first_timestamp.as_ref().map(|t| t.0))
 }
 
 /// Sets the run annotation (`ops.example.com/run`) of flow `name`: a manual re-run.

@@ -6,7 +6,8 @@
 //! what one group of tests shares: the admission webhooks ([`admission`]), approval gates
 //! ([`approval`]), bound flows ([`bound`]), API-step fixtures ([`api`]), the seed's example
 //! flows ([`seed`]), the step options' shorthands ([`shorthand`]) and the chaos suite's harness
-//! ([`chaos`]).
+//! ([`chaos`]). A wait for a named condition that shows the objects and their Events when it
+//! times out: [`wait`].
 //! Every test binary names it `common` (`use pseudoflow_test_support as common;`).
 #![warn(missing_docs)]
 
@@ -26,6 +27,7 @@ pub mod kinds;
 mod namespace;
 pub mod seed;
 pub mod shorthand;
+pub mod wait;
 
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -43,6 +45,7 @@ pub use flows::*;
 pub use jobs::*;
 pub use kinds::TestKind;
 pub use namespace::FlowNamespace;
+pub use wait::{wait_until, Shown};
 
 /// Server-side applies one object.
 pub async fn apply(client: &Client, v: Value) {

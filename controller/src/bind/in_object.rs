@@ -88,12 +88,10 @@ impl Serving<'_> {
             Err(why) => return Ok(Some(format!("{name}: {why}"))),
         };
         self.outcome(&name, message.clone(), true);
-        if let Some(why) = self
-            .write_status(obj, &compiled, phase, message, &vars)
-            .await
-        {
-            return Ok(Some(why));
-        }
+        // Not written: an error, so the object is tried again soon (not a refusal, which
+        // waits for the next full pass, five minutes on).
+        self.write_status(obj, &compiled, phase, message, &vars)
+            .await?;
         let mut mark = Mark::of(flow.0, flow.1, &view, self.bind);
         mark.failed = phase != FlowPhase::Succeeded;
         self.mark(obj, &key, mark).await
@@ -130,7 +128,7 @@ impl Serving<'_> {
     }
 
     /// Writes the object's status for the run's end (as [`super::write_back`] does for a
-    /// child's run); returns why it could not be written (told as `StatusWriteFailed`).
+    /// child's run); an error if it could not be written (told as `StatusWriteFailed`).
     async fn write_status(
         &self,
         obj: &DynamicObject,
@@ -138,9 +136,11 @@ impl Serving<'_> {
         phase: FlowPhase,
         message: Option<String>,
         vars: &BTreeMap<String, Value>,
-    ) -> Option<String> {
+    ) -> Result<(), Error> {
         let spec = &compiled.spec;
-        let bound = spec.bound.as_ref().filter(|b| b.status.writes_anything())?;
+        let Some(bound) = spec.bound.as_ref().filter(|b| b.status.writes_anything()) else {
+            return Ok(());
+        };
         let ok = phase == FlowPhase::Succeeded;
         let fields = rendered_fields(self.r, spec, bound, ok, vars);
         let status = object_status(bound, Some(phase), message.as_deref(), fields);
@@ -149,12 +149,14 @@ impl Serving<'_> {
         let pp = PatchParams::default();
         let oname = obj.metadata.name.as_deref().unwrap_or_default();
         let patch = Patch::Merge(&patch);
-        let e = self.objects.patch_status(oname, &pp, &patch).await.err()?;
+        let Err(e) = self.objects.patch_status(oname, &pp, &patch).await else {
+            return Ok(());
+        };
         let why = format!("{}: writing its status: {e}", object::key(obj));
         self.r
             .publish(EventType::Warning, "StatusWriteFailed", &why)
             .await;
-        Some(why)
+        Err(e.into())
     }
 
     /// The run's phase and failure (naming the failed step's path), told as an Event naming

@@ -7,7 +7,7 @@
 use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -60,6 +60,8 @@ pub struct EventPublisher {
     instance: String,
     seen: Mutex<HashMap<u64, Seen>>,
     sequence: AtomicU64,
+    /// The last time handed out by [`EventPublisher::stamp`], in microseconds.
+    last_stamp: AtomicI64,
 }
 
 impl EventPublisher {
@@ -71,21 +73,57 @@ impl EventPublisher {
             instance: instance.unwrap_or_else(|| controller.to_string()),
             seen: Mutex::new(HashMap::new()),
             sequence: AtomicU64::new(0),
+            last_stamp: AtomicI64::new(0),
+        }
+    }
+
+    /// The time of an Event told now: the clock, but always after every time this publisher
+    /// handed out before (a microsecond later at least: what `eventTime` keeps). Events are
+    /// sent concurrently (`outcome::publish_soon`), so their time is taken here, in the order
+    /// they are told, not when each reaches the API: sorted by time, a run's Events then read
+    /// in the order its steps happened, with no tie for their random names to decide.
+    pub fn stamp(&self) -> Timestamp {
+        let now = Timestamp::now().as_microsecond();
+        let mut last = self.last_stamp.load(Ordering::Relaxed);
+        loop {
+            let next = now.max(last + 1);
+            match self.last_stamp.compare_exchange_weak(
+                last,
+                next,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    return Timestamp::from_microsecond(next).unwrap_or_else(|_| Timestamp::now())
+                }
+                Err(seen) => last = seen,
+            }
         }
     }
 
     /// Creates the Event, or counts it into the series of the same Event published within the
-    /// last six minutes.
+    /// last six minutes, at the time [`EventPublisher::stamp`] gives now.
     pub async fn publish(
         &self,
         ev: &NewEvent<'_>,
         about: &ObjectReference,
     ) -> Result<(), kube::Error> {
+        self.publish_at(ev, about, self.stamp()).await
+    }
+
+    /// [`EventPublisher::publish`], at time `at` (a [`EventPublisher::stamp`] taken when the
+    /// Event was told).
+    pub async fn publish_at(
+        &self,
+        ev: &NewEvent<'_>,
+        about: &ObjectReference,
+        at: Timestamp,
+    ) -> Result<(), kube::Error> {
         let ns = about.namespace.clone().unwrap_or_else(|| "default".into());
         let api: Api<Event> = Api::namespaced(self.client.clone(), &ns);
         let key = key_of(ev, about);
         if let Some((name, count)) = self.repeat(key) {
-            let series = json!({"series": {"count": count, "lastObservedTime": MicroTime(Timestamp::now())}});
+            let series = json!({"series": {"count": count, "lastObservedTime": MicroTime(at)}});
             match api
                 .patch(&name, &PatchParams::default(), &Patch::Merge(&series))
                 .await
@@ -96,7 +134,7 @@ impl EventPublisher {
                 Err(e) => return Err(e),
             }
         }
-        let event = self.event(ev, about);
+        let event = self.event(ev, about, at);
         let name = event.metadata.name.clone().unwrap_or_default();
         api.create(&PostParams::default(), &event).await?;
         self.remember(key, name);
@@ -136,9 +174,8 @@ impl EventPublisher {
         );
     }
 
-    fn event(&self, ev: &NewEvent<'_>, about: &ObjectReference) -> Event {
-        let now = Timestamp::now();
-        let unique = now.as_nanosecond() as u64 ^ self.sequence.fetch_add(1, Ordering::Relaxed);
+    fn event(&self, ev: &NewEvent<'_>, about: &ObjectReference, at: Timestamp) -> Event {
+        let unique = at.as_nanosecond() as u64 ^ self.sequence.fetch_add(1, Ordering::Relaxed);
         let base = about.name.as_deref().unwrap_or(&self.controller);
         Event {
             metadata: ObjectMeta {
@@ -146,7 +183,7 @@ impl EventPublisher {
                 namespace: about.namespace.clone(),
                 ..Default::default()
             },
-            event_time: Some(MicroTime(now)),
+            event_time: Some(MicroTime(at)),
             action: Some(ev.action.to_string()),
             reason: Some(ev.reason.to_string()),
             note: Some(ev.note.to_string()),
@@ -231,6 +268,16 @@ mod tests {
             assert_ne!(other, k);
             assert_eq!(p.repeat(other), None);
         }
+    }
+
+    #[tokio::test]
+    async fn every_stamp_is_later_than_the_one_before_even_within_one_microsecond() {
+        let p = publisher();
+        let stamps: Vec<Timestamp> = (0..10_000).map(|_| p.stamp()).collect();
+        assert!(stamps.windows(2).all(|w| w[0] < w[1]));
+        // Kept as eventTime (microseconds): still distinct.
+        let micros: Vec<i64> = stamps.iter().map(|t| t.as_microsecond()).collect();
+        assert!(micros.windows(2).all(|w| w[0] < w[1]));
     }
 
     #[tokio::test]

@@ -56,7 +56,9 @@ pub async fn publish(
     }
 }
 
-/// [`publish`], in a task of its own: the caller waits on the handle when it must.
+/// [`publish`], in a task of its own: the caller waits on the handle when it must. The
+/// Event's time is taken before the task starts, so Events told one after another keep that
+/// order in time however their tasks run.
 pub fn publish_soon(
     ctx: &Shared,
     about: ObjectReference,
@@ -66,6 +68,8 @@ pub fn publish_soon(
 ) -> tokio::task::JoinHandle<()> {
     let (note, action) = note_and_action(reason, note);
     let (events, reason) = (ctx.events.clone(), reason.to_string());
+    // Its time is now, when it is told: the task may reach the API after a later Event's.
+    let at = events.stamp();
     tokio::spawn(async move {
         let ev = NewEvent {
             type_: ty,
@@ -73,7 +77,7 @@ pub fn publish_soon(
             action: &action,
             note: &note,
         };
-        if let Err(e) = events.publish(&ev, &about).await {
+        if let Err(e) = events.publish_at(&ev, &about, at).await {
             warn!("event: {e}");
         }
     })

@@ -11,7 +11,7 @@ use pseudoflow_controller::bind::served::mark_key;
 use serde_json::{json, Value};
 
 use crate::common::bound::*;
-use crate::common::{create_flow, eventually, flows, wait_status};
+use crate::common::{create_flow, eventually, flows, wait_status, wait_until, Shown};
 
 /// The widget flow of the bound-flow tests, recorded in the objects (without its `onDelete`,
 /// which a flow recorded in its objects cannot have).
@@ -240,19 +240,21 @@ async fn switching_from_child_to_object_releases_the_child_and_the_finalizer() {
     let child = pseudoflow_controller::bind::child::child_name("widgets", &ns, "w");
     assert!(flows(&client, &ns).get_opt(&child).await.unwrap().is_some());
     create_flow(&client, &ns, "widgets", in_object_flow()).await;
-    eventually(60, "the child gone", || async {
+    let shown = [
+        Shown::object(widgets(&client, &ns), &ns, "w"),
+        Shown::flow(&client, &ns, "widgets"),
+        Shown::flow(&client, &ns, &child),
+    ];
+    wait_until(&client, "the child gone", 60, &shown, || async {
         flows(&client, &ns).get_opt(&child).await.unwrap().is_none()
     })
     .await;
-    eventually(
-        60,
-        "served in the object, without our finalizer",
-        || async {
-            let w = widgets(&client, &ns).get("w").await.unwrap();
-            let fins = w.metadata.finalizers.unwrap_or_default();
-            fins.is_empty() && mark_of(&client, &ns, "w").await.is_some()
-        },
-    )
+    let served = "served in the object (its mark), without our finalizer";
+    wait_until(&client, served, 60, &shown, || async {
+        let w = widgets(&client, &ns).get("w").await.unwrap();
+        let fins = w.metadata.finalizers.unwrap_or_default();
+        fins.is_empty() && mark_of(&client, &ns, "w").await.is_some()
+    })
     .await;
     flows(&client, &ns)
         .delete("widgets", &Default::default())
@@ -267,6 +269,54 @@ async fn switching_from_child_to_object_releases_the_child_and_the_finalizer() {
     })
     .await;
     assert!(widgets(&client, &ns).get_opt("w").await.unwrap().is_some());
+}
+
+/// A status write refused (here the flow's ServiceAccount lost `widgets/status` after the
+/// watch started; under load, a timeout or a 429 does the same) is told as
+/// `StatusWriteFailed`, and the object is tried again within seconds (`RETRY_OBJECT`), not at
+/// the next full pass five minutes later: nothing else wakes the bound flow for an object that
+/// does not change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_whose_status_write_failed_is_served_again_soon() {
+    let (client, ns) = setup("inobj-status", all_verbs()).await;
+    create_flow(&client, &ns, "widgets", in_object_flow()).await;
+    create_widget(&client, &ns, "first", json!({"version": "one"})).await;
+    wait_widget(&client, &ns, "first", "Running").await;
+    let role = |rules: Value| {
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "flow", "namespace": ns}, "rules": rules})
+    };
+    let mut without_status = flow_rules(all_verbs());
+    without_status.as_array_mut().unwrap().remove(1);
+    crate::common::apply(&client, role(without_status)).await;
+    create_widget(&client, &ns, "w", json!({"version": "one"})).await;
+    let shown = [
+        Shown::object(widgets(&client, &ns), &ns, "w"),
+        Shown::flow(&client, &ns, "widgets"),
+    ];
+    wait_until(&client, "StatusWriteFailed told", 60, &shown, || async {
+        crate::common::flow_events(&client, &ns, "widgets")
+            .await
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("StatusWriteFailed"))
+    })
+    .await;
+    assert!(
+        mark_of(&client, &ns, "w").await.is_none(),
+        "not marked served"
+    );
+    crate::common::apply(&client, role(flow_rules(all_verbs()))).await;
+    wait_until(
+        &client,
+        "served again, its status written",
+        30,
+        &shown,
+        || async {
+            widget_status(&client, &ns, "w").await["phase"] == "Running"
+                && mark_of(&client, &ns, "w").await.is_some()
+        },
+    )
+    .await;
 }
 
 /// A suspended flow starts no run for an object (as a child's would hold); resumed, it serves it.

@@ -8,7 +8,8 @@ use serde_json::json;
 use crate::common::api::unix;
 use crate::common::shorthand::run_id_now;
 use crate::common::{
-    create_flow, flow_events, jobs, request_run, setup, step, wait_done, wait_status,
+    create_flow, event_time, flow_events, flows, jobs, request_run, setup, step, wait_done,
+    wait_until, Shown,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -70,7 +71,10 @@ async fn every_log_step_and_every_run_end_is_an_event_of_its_own() {
     assert_eq!(notes("Log").await, ["first", "second"]);
     request_run(&client, &ns, "chatty", "again").await;
     let second_id = run_id_now(&client, &ns, "chatty", "again").await;
-    wait_status(&client, &ns, "chatty", 60, "the second run done", |st| {
+    let shown = [Shown::flow(&client, &ns, "chatty")];
+    wait_until(&client, "the second run succeeded", 60, &shown, || async {
+        let f = flows(&client, &ns).get("chatty").await.unwrap();
+        let st = &f.data["status"];
         st["run"]["id"] == json!(second_id) && st["phase"] == "Succeeded"
     })
     .await;
@@ -80,6 +84,37 @@ async fn every_log_step_and_every_run_end_is_an_event_of_its_own() {
             format!("run {} succeeded", first["run"]["id"].as_str().unwrap()),
             format!("run {second_id} succeeded")
         ]
+    );
+    ctl.abort();
+}
+
+/// The Events of steps done in one reconcile read in step order by their time, as `kubectl
+/// events` (or `kubectl get events --sort-by=.eventTime`) orders them: each Event's time is
+/// taken when its step is told, in order, and no two share a time (a tie would leave the order
+/// to the Events' names, which are random). Twelve `log` steps run in one reconcile, whose
+/// Events are sent concurrently.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_events_of_one_reconcile_read_in_step_order_by_their_time() {
+    let (client, ns, ctl) = setup("ev-order", json!([]), json!([])).await;
+    let said: Vec<String> = (1..=12).map(|i| format!("line {i:02}")).collect();
+    let steps: Vec<_> = said
+        .iter()
+        .map(|m| json!({"type": "log", "message": m}))
+        .collect();
+    create_flow(&client, &ns, "many", json!({"steps": steps})).await;
+    let status = wait_done(&client, &ns, "many", 60).await;
+    assert_eq!(status["phase"], "Succeeded", "{status:#}");
+    let logs: Vec<_> = flow_events(&client, &ns, "many")
+        .await
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("Log"))
+        .collect();
+    let told: Vec<_> = logs.iter().filter_map(|e| e.message.clone()).collect();
+    assert_eq!(told, said, "{logs:#?}");
+    let times: Vec<_> = logs.iter().map(event_time).collect();
+    assert!(
+        times.windows(2).all(|w| w[0] < w[1]),
+        "every Event at a time of its own: {times:?}"
     );
     ctl.abort();
 }
