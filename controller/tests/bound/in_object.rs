@@ -315,3 +315,157 @@ async fn attack_an_object_whose_retries_last_cannot_hold_the_others() {
         "{slow:#}"
     );
 }
+
+/// The in-object flow with a first step that fails until ConfigMap `<widget>-needed` exists (it
+/// labels it), retried under `bind.retry` = `retry`.
+fn needing_flow(retry: Value) -> Value {
+    let mut flow = in_object_flow();
+    flow["bind"]["retry"] = retry;
+    let needs = json!({"type": "setLabel", "name": "needs",
+        "target": {"kind": "ConfigMap", "name": "${object.metadata.name}-needed"},
+        "labels": {"seen": "yes"}});
+    flow["steps"].as_array_mut().unwrap().insert(0, needs);
+    flow
+}
+
+/// The Events whose object is widget `name` (what `kubectl describe widget <name>` lists):
+/// (type, reason, note, count).
+async fn events_on(
+    client: &Client,
+    ns: &str,
+    kind: &str,
+    name: &str,
+) -> Vec<(String, String, String, i32)> {
+    let api = Api::<k8s_openapi::api::core::v1::Event>::namespaced(client.clone(), ns);
+    let lp = ListParams::default().fields(&format!(
+        "involvedObject.kind={kind},involvedObject.name={name}"
+    ));
+    let list = api.list(&lp).await.unwrap();
+    list.items
+        .into_iter()
+        .map(|e| {
+            let series = e.series.as_ref().and_then(|s| s.count);
+            let count = series.or(e.count).unwrap_or(1);
+            (
+                e.type_.unwrap_or_default(),
+                e.reason.unwrap_or_default(),
+                e.message.unwrap_or_default(),
+                count,
+            )
+        })
+        .collect()
+}
+
+/// A failed object is tried again with capped exponential backoff (here 2 s doubling to 4 s),
+/// its status naming the next attempt, until what its step needs appears: then it succeeds
+/// without the object having changed (still generation 1, and the run is still the create's).
+/// What happened is told on the object itself (`kubectl describe widget w`): each failure as
+/// one folded `ObjectFailed` series, then `ObjectServed`; nothing of it on the bound flow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_object_is_retried_with_backoff_until_what_it_needs_appears() {
+    let (client, ns) = setup("inobj-retry", all_verbs()).await;
+    let retry = json!({"backoffSeconds": 2, "maxBackoffSeconds": 4});
+    create_flow(&client, &ns, "widgets", needing_flow(retry)).await;
+    create_widget(&client, &ns, "w", json!({"version": "one"})).await;
+    let first = wait_widget(&client, &ns, "w", "Failed").await;
+    let message = first["message"].as_str().unwrap_or_default().to_string();
+    assert!(message.starts_with("spec.steps[0]"), "{first:#}");
+    assert!(
+        message.contains("next attempt at ") && message.contains("(in 2 s)"),
+        "the status names the next attempt: {first:#}"
+    );
+    // Tried again, the wait doubling up to its cap, though the object did not change.
+    eventually(40, "tried again at the capped backoff", || async {
+        let s = widget_status(&client, &ns, "w").await;
+        let m = s["message"].as_str().unwrap_or_default();
+        m.contains("attempt 3 failed") && m.contains("(in 4 s)")
+    })
+    .await;
+    let failed = events_on(&client, &ns, "Widget", "w").await;
+    let series: Vec<_> = failed
+        .iter()
+        .filter(|(t, r, _, _)| t == "Warning" && r == "ObjectFailed")
+        .collect();
+    assert_eq!(series.len(), 1, "one folded series: {failed:?}");
+    assert!(series[0].3 >= 2, "repeats counted: {failed:?}");
+    assert!(series[0].2.contains("spec.steps[0]"), "{failed:?}");
+    // What it needs appears: the next attempt succeeds.
+    let cms = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), &ns);
+    let needed = serde_json::from_value(json!({"metadata": {"name": "w-needed"}})).unwrap();
+    cms.create(&Default::default(), &needed).await.unwrap();
+    let done = wait_widget(&client, &ns, "w", "Running").await;
+    assert!(done.get("message").is_none_or(Value::is_null), "{done:#}");
+    let w = widgets(&client, &ns).get("w").await.unwrap();
+    assert_eq!(w.metadata.generation, Some(1), "the object never changed");
+    let made = config_map(&client, &ns, "w-made-one").await.expect("made");
+    assert_eq!(
+        made["event"], "create",
+        "a retry runs with its run's trigger"
+    );
+    assert!(config_map(&client, &ns, "w-created").await.is_some());
+    eventually(30, "ObjectServed on the object", || async {
+        let evs = events_on(&client, &ns, "Widget", "w").await;
+        evs.iter()
+            .any(|(t, r, _, _)| t == "Normal" && r == "ObjectServed")
+    })
+    .await;
+    let on_flow = events_on(&client, &ns, "PseudoFlow", "widgets").await;
+    assert!(
+        on_flow.iter().all(|(_, r, _, _)| !r.starts_with("Object")),
+        "the object's Events are on the object: {on_flow:?}"
+    );
+}
+
+/// A failure that no attempt can mend (the step cannot be rendered from this object: it names
+/// a field the object does not have) is permanent: the status says it is not retried, and it
+/// is not, until the object changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permanent_failure_is_not_retried_until_the_object_changes() {
+    let (client, ns) = setup("inobj-permanent", all_verbs()).await;
+    let retry = json!({"backoffSeconds": 1, "maxBackoffSeconds": 1});
+    create_flow(&client, &ns, "widgets", needing_flow(retry)).await;
+    let cms = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), &ns);
+    let needed = serde_json::from_value(json!({"metadata": {"name": "w-needed"}})).unwrap();
+    cms.create(&Default::default(), &needed).await.unwrap();
+    create_widget(&client, &ns, "w", json!({"colour": "red"})).await;
+    let failed = wait_widget(&client, &ns, "w", "Failed").await;
+    let message = failed["message"].as_str().unwrap_or_default();
+    assert!(message.starts_with("spec.steps[1]"), "{failed:#}");
+    assert!(message.contains("not retried"), "{failed:#}");
+    let mark = mark_of(&client, &ns, "w").await;
+    tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+    assert_eq!(mark_of(&client, &ns, "w").await, mark, "not run again");
+    assert_eq!(
+        widget_status(&client, &ns, "w").await,
+        failed,
+        "not run again"
+    );
+    let evs = events_on(&client, &ns, "Widget", "w").await;
+    let failures: Vec<_> = evs.iter().filter(|e| e.1 == "ObjectFailed").collect();
+    assert_eq!(failures.len(), 1, "{evs:?}");
+    assert_eq!(failures[0].3, 1, "told once: {evs:?}");
+    // Changed, it runs again (and succeeds).
+    let patch = json!({"spec": {"version": "one"}});
+    widgets(&client, &ns)
+        .patch("w", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    wait_widget(&client, &ns, "w", "Running").await;
+}
+
+/// `bind.retry` is validated with a path-naming error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backoff_over_its_cap_is_refused_naming_the_field() {
+    let (client, ns) = setup("inobj-retry-bad", all_verbs()).await;
+    let retry = json!({"backoffSeconds": 30, "maxBackoffSeconds": 10});
+    create_flow(&client, &ns, "widgets", needing_flow(retry)).await;
+    let status = wait_status(&client, &ns, "widgets", 60, "invalid", |s| {
+        s["reason"] == "InvalidSpec"
+    })
+    .await;
+    let message = status["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("spec.bind.retry.maxBackoffSeconds"),
+        "{status:#}"
+    );
+}
