@@ -469,3 +469,70 @@ async fn a_backoff_over_its_cap_is_refused_naming_the_field() {
         "{status:#}"
     );
 }
+
+/// A controller for namespace `ns` (as `setup` starts one), whose task can be stopped.
+async fn start_controller(client: &Client, ns: &str) -> tokio::task::JoinHandle<()> {
+    use pseudoflow_controller::{metrics::Metrics, run_controller, Context};
+    use std::sync::Arc;
+    let config = controller_config(client, ns).await;
+    let ctl = Client::try_from(config.clone()).unwrap();
+    let ctx = Context::new(
+        ctl,
+        crate::common::IMAGE.into(),
+        Arc::new(Metrics::default()),
+    );
+    let ctx = Arc::new(ctx.with_config(config));
+    tokio::spawn(run_controller(ctx, Some(ns.to_string())))
+}
+
+/// The served mark's retry fields: (failures in a row, when the last failed).
+async fn retry_of(client: &Client, ns: &str, name: &str) -> (u64, i64) {
+    let raw = mark_of(client, ns, name).await.unwrap_or_default();
+    let m: Value = serde_json::from_str(&raw).unwrap_or_default();
+    (m["n"].as_u64().unwrap_or(0), m["t"].as_i64().unwrap_or(0))
+}
+
+/// The retry schedule lives in the object's served mark: a controller restarted between two
+/// attempts (its memory gone) tries the object again when its backoff is due, not at once and
+/// not never, and it succeeds once what it needs appears.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_survives_a_controller_restart_and_keeps_its_backoff() {
+    let client = crate::common::env().client().await.unwrap();
+    crate::common::install_crd(&client).await;
+    crate::common::apply(&client, widget().crd()).await;
+    let ns = crate::common::FlowNamespace::new("inobj-restart")
+        .rules(flow_rules(all_verbs()))
+        .create(crate::common::env(), &client)
+        .await;
+    wait_served(&client, &ns).await;
+    let first = start_controller(&client, &ns).await;
+    let retry = json!({"backoffSeconds": 6, "maxBackoffSeconds": 6});
+    create_flow(&client, &ns, "widgets", needing_flow(retry)).await;
+    create_widget(&client, &ns, "w", json!({"version": "one"})).await;
+    eventually(60, "the first failure marked", || async {
+        retry_of(&client, &ns, "w").await.0 == 1
+    })
+    .await;
+    first.abort();
+    let _ = first.await;
+    let (_, failed_at) = retry_of(&client, &ns, "w").await;
+    let _second = start_controller(&client, &ns).await;
+    eventually(60, "tried again by the new controller", || async {
+        retry_of(&client, &ns, "w").await.0 == 2
+    })
+    .await;
+    let (_, again_at) = retry_of(&client, &ns, "w").await;
+    assert!(
+        again_at - failed_at >= 6,
+        "not before its backoff: failed at {failed_at}, again at {again_at}"
+    );
+    let cms = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), &ns);
+    let needed = serde_json::from_value(json!({"metadata": {"name": "w-needed"}})).unwrap();
+    cms.create(&Default::default(), &needed).await.unwrap();
+    wait_widget(&client, &ns, "w", "Running").await;
+    assert_eq!(
+        retry_of(&client, &ns, "w").await,
+        (0, 0),
+        "served: no retry left"
+    );
+}
