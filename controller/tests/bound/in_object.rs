@@ -536,3 +536,43 @@ async fn a_retry_survives_a_controller_restart_and_keeps_its_backoff() {
         "served: no retry left"
     );
 }
+
+/// `if` and `when` in a flow recorded in its objects: the controller reads the condition's
+/// object as the flow's ServiceAccount (no pod) and runs `then` or `else`, and the step a
+/// `when` guards only when it holds; a missing object counts as a missing path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn if_and_when_are_evaluated_in_the_controller() {
+    let (client, ns) = setup("inobj-if", all_verbs()).await;
+    let cm = |suffix: &str| {
+        json!({"type": "apply", "manifests": format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ${{object.metadata.name}}-{suffix}\n"
+        )})
+    };
+    let condition = json!({"resource": {"kind": "ConfigMap",
+        "name": "${object.metadata.name}-switch"},
+        "jsonPath": ".data.on", "op": "equals", "value": "yes"});
+    let mut flow = in_object_flow();
+    flow["steps"] = json!([
+        {"type": "if", "condition": condition, "then": [cm("then")], "else": [cm("else")]},
+        {"type": "when", "condition": condition},
+        cm("guarded"),
+    ]);
+    let cms = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), &ns);
+    let switch = json!({"metadata": {"name": "on-switch"}, "data": {"on": "yes"}});
+    let switch = serde_json::from_value(switch).unwrap();
+    cms.create(&Default::default(), &switch).await.unwrap();
+    create_flow(&client, &ns, "widgets", flow).await;
+    create_widget(&client, &ns, "on", json!({"version": "one"})).await;
+    create_widget(&client, &ns, "off", json!({"version": "one"})).await;
+    wait_widget(&client, &ns, "on", "Running").await;
+    wait_widget(&client, &ns, "off", "Running").await;
+    let exists = |name: &'static str| {
+        let client = client.clone();
+        let ns = ns.clone();
+        async move { config_map(&client, &ns, name).await.is_some() }
+    };
+    assert!(exists("on-then").await && !exists("on-else").await);
+    assert!(exists("on-guarded").await, "the when held");
+    assert!(exists("off-else").await && !exists("off-then").await);
+    assert!(!exists("off-guarded").await, "the when did not hold");
+}

@@ -159,6 +159,11 @@ impl Runner<'_> {
             }
             return (res.completion.into(), true);
         }
+        if matches!(node.kind, pseudoflow_compiler::NodeKind::Condition) {
+            return self
+                .condition(compiled, run, (node, key, deadline), attempt, &sc)
+                .await;
+        }
         if node.in_controller.is_none() {
             // The compiler refuses such a flow; never a pod from here.
             let why = format!("{}: bind.record: Object runs no step in a pod", node.path);
@@ -194,6 +199,65 @@ impl Runner<'_> {
             items: None,
         };
         (c, cannot_mend)
+    }
+
+    /// Evaluates an `if`/`when` condition here, as the executor's pod would (one read of one
+    /// object as the flow's ServiceAccount and its jsonPath test, `pseudoflow_runtime`), within
+    /// the run's deadline; returns what the walker is told and whether a failure is permanent
+    /// (the condition could not be rendered). A single GET: it takes no in-controller turn.
+    async fn condition(
+        &self,
+        compiled: &Compiled,
+        run: &mut StoredRun,
+        (node, key, deadline): (&PlanNode, &[String], &Deadline),
+        attempt: u32,
+        sc: &Scope,
+    ) -> (Completion, bool) {
+        let quoting = compiled.spec.quoting();
+        let step = match prepare_payload(self.engine, node, sc, quoting) {
+            Ok((step, _)) => step,
+            Err(e) => return (failed(e.to_string()), true),
+        };
+        let inst = NodeInstance {
+            flow: &self.flow,
+            run_id: &run.run_id,
+            node,
+            instance: key,
+            attempt,
+            step,
+            target_node: None,
+            artifacts: &[],
+            segment: Vec::new(),
+            changed_before: false,
+            run_secret: None,
+        };
+        let mut input = in_controller_input(&inst);
+        input.task = pseudoflow_crd::protocol::Task::Condition;
+        let parsed: pseudoflow_crd::Step = match serde_json::from_value(input.step.clone()) {
+            Ok(s) => s,
+            Err(e) => return (failed(format!("{}: step: {e}", node.path)), true),
+        };
+        let nowhere = std::path::PathBuf::from("/nonexistent");
+        let ctx = pseudoflow_runtime::ExecCtx::new(input, nowhere, "false".into())
+            .with_client(self.client.clone());
+        let read = pseudoflow_runtime::execute(&ctx, &parsed);
+        let result = match tokio::time::timeout_at(deadline.at, read).await {
+            Err(_) => {
+                let why = format!("{}: {}", node.path, deadline.message());
+                return (failed(why), false);
+            }
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => StepResult::failed(e.to_string()),
+        };
+        let result = crate::redact::failure(run, result);
+        let c = Completion {
+            ok: result.ok,
+            changed: result.changed,
+            message: result.message,
+            condition: result.condition,
+            items: None,
+        };
+        (c, false)
     }
 
     /// Starts the instance's API step in the controller; returns its key and its end.
