@@ -6,7 +6,8 @@
 //! object's steps in its memory, in one reconcile, and a controller killed midway runs them
 //! again. So every step must be one the controller runs itself and that is safe to repeat
 //! ([`crate::placement`]), and nothing may wait for a person or for time (v1: no `approval`,
-//! no `sleep`), read a condition in a pod, touch a node or fetch steps at run time.
+//! no `sleep`), touch a node or fetch steps at run time. An `if`/`when` condition (one read of
+//! one object) is evaluated by the controller.
 
 use pseudoflow_crd::bind::BindRecord;
 use pseudoflow_crd::steps::Placement;
@@ -74,7 +75,9 @@ pub(crate) fn check(spec: &PseudoFlowSpec, plan: &Plan, diags: &mut Diagnostics)
 fn ineligible(n: &PlanNode) -> Option<&'static str> {
     match &n.kind {
         NodeKind::Action => action_ineligible(n),
-        NodeKind::Condition => Some("its condition is read in a pod"),
+        // One GET of one object and a jsonPath test: the controller reads it as the flow's
+        // ServiceAccount (bind/in_object/run.rs), no pod needed.
+        NodeKind::Condition => None,
         NodeKind::LoopStart {
             over: LoopOver::Nodes { .. },
             ..
@@ -161,6 +164,15 @@ mod tests {
         assert_eq!(e.len(), 2, "{e:?}");
         assert!(e[0].contains("spec.steps[0]: (approval)") && e[0].contains("decision"));
         assert!(e[1].contains("spec.steps[1]: (sleep)") && e[1].ends_with("it waits"));
+    }
+
+    #[test]
+    fn if_and_when_conditions_are_read_by_the_controller() {
+        let cond = json!({"resource": {"kind": "ConfigMap", "name": "x"},
+            "jsonPath": ".data.on", "op": "equals", "value": "yes"});
+        let steps = json!([{"type": "when", "condition": cond}, cm("a"),
+            {"type": "if", "condition": cond, "then": [cm("b")], "else": [cm("c")]}]);
+        assert_eq!(errors(steps, json!({})), Vec::<String>::new());
     }
 
     #[test]

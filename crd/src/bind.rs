@@ -72,6 +72,85 @@ pub struct Bind {
     /// (docs/decisions.md#bound-flows-recorded-in-the-object).
     #[serde(default, skip_serializing_if = "BindRecord::is_child")]
     pub record: BindRecord,
+    /// With `record: Object`: how a failed object is tried again (capped exponential backoff,
+    /// as a kopf handler that raised is retried); default 10 s doubling to 300 s. A failure
+    /// no attempt can mend (the step cannot be rendered from the object) is not retried.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<BindRetry>,
+}
+
+/// Default first wait before a failed object is tried again (`bind.retry.backoffSeconds`).
+pub const DEFAULT_RETRY_BACKOFF_SECONDS: u32 = 10;
+/// Default longest wait between two attempts (`bind.retry.maxBackoffSeconds`).
+pub const DEFAULT_RETRY_MAX_BACKOFF_SECONDS: u32 = 300;
+/// Largest `bind.retry` wait: a day.
+pub const MAX_RETRY_BACKOFF_SECONDS: u32 = 86_400;
+
+/// How a flow recorded in its objects tries a failed object again: after `backoffSeconds`,
+/// then twice as long after each further failure, never longer than `maxBackoffSeconds`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BindRetry {
+    /// The wait after the first failure (seconds).
+    #[serde(default = "default_backoff")]
+    #[schemars(range(min = 1, max = MAX_RETRY_BACKOFF_SECONDS))]
+    pub backoff_seconds: u32,
+    /// The longest wait between two attempts (seconds); at least `backoffSeconds`.
+    #[serde(default = "default_max_backoff")]
+    #[schemars(range(min = 1, max = MAX_RETRY_BACKOFF_SECONDS))]
+    pub max_backoff_seconds: u32,
+}
+
+fn default_backoff() -> u32 {
+    DEFAULT_RETRY_BACKOFF_SECONDS
+}
+
+fn default_max_backoff() -> u32 {
+    DEFAULT_RETRY_MAX_BACKOFF_SECONDS
+}
+
+impl Default for BindRetry {
+    fn default() -> Self {
+        BindRetry {
+            backoff_seconds: DEFAULT_RETRY_BACKOFF_SECONDS,
+            max_backoff_seconds: DEFAULT_RETRY_MAX_BACKOFF_SECONDS,
+        }
+    }
+}
+
+impl BindRetry {
+    /// The wait after `failures` failures in a row (1: the first), in seconds.
+    pub fn backoff(&self, failures: u32) -> u64 {
+        let base = u64::from(self.backoff_seconds.max(1));
+        let doublings = failures.saturating_sub(1).min(32);
+        let wait = base.saturating_mul(1u64 << doublings);
+        wait.min(u64::from(
+            self.max_backoff_seconds.max(self.backoff_seconds),
+        ))
+    }
+
+    fn validate(&self, ctx: &mut Ctx) {
+        for (field, v) in [
+            ("backoffSeconds", self.backoff_seconds),
+            ("maxBackoffSeconds", self.max_backoff_seconds),
+        ] {
+            if !(1..=MAX_RETRY_BACKOFF_SECONDS).contains(&v) {
+                ctx.error(
+                    field,
+                    format!("{v} is not between 1 and {MAX_RETRY_BACKOFF_SECONDS}"),
+                );
+            }
+        }
+        if self.max_backoff_seconds < self.backoff_seconds {
+            ctx.error(
+                "maxBackoffSeconds",
+                format!(
+                    "{} is less than backoffSeconds ({})",
+                    self.max_backoff_seconds, self.backoff_seconds
+                ),
+            );
+        }
+    }
 }
 
 /// Where a bound flow records each object's run (see [`Bind::record`]).
@@ -217,6 +296,16 @@ impl Bind {
             r.validate(&mut ctx.at(&format!("related[{i}]")), self.all_namespaces);
         }
         self.status.validate(&mut ctx.at("status"));
+        if let Some(retry) = &self.retry {
+            if self.record == BindRecord::Child {
+                ctx.error(
+                    "retry",
+                    "only bind.record: Object retries a failed object; a child flow's steps \
+                     are retried by retry steps",
+                );
+            }
+            retry.validate(&mut ctx.at("retry"));
+        }
         if self.record == BindRecord::Object && !self.related.is_empty() {
             ctx.error(
                 "related",
@@ -319,6 +408,31 @@ mod tests {
             .errors()
             .map(|d| format!("{}: {}", d.path, d.message))
             .collect()
+    }
+
+    #[test]
+    fn retry_backs_off_doubling_to_its_cap_and_is_validated_at_its_path() {
+        let r = BindRetry::default();
+        let waits: Vec<u64> = (1..=7).map(|n| r.backoff(n)).collect();
+        assert_eq!(waits, [10, 20, 40, 80, 160, 300, 300]);
+        assert_eq!(r.backoff(u32::MAX), 300, "no overflow");
+        let base = json!({"apiVersion": "example.com/v1", "kind": "Gadget", "record": "Object"});
+        let mut ok = base.clone();
+        ok["retry"] = json!({"backoffSeconds": 2});
+        assert!(problems(ok.clone()).is_empty(), "{:?}", problems(ok));
+        let mut bad = base.clone();
+        bad["retry"] = json!({"backoffSeconds": 30, "maxBackoffSeconds": 10});
+        assert_eq!(
+            problems(bad),
+            ["spec.bind.retry.maxBackoffSeconds: 10 is less than backoffSeconds (30)"]
+        );
+        let mut zero = base.clone();
+        zero["retry"] = json!({"backoffSeconds": 0});
+        assert!(problems(zero)[0].starts_with("spec.bind.retry.backoffSeconds: 0 is not"));
+        let mut child = base;
+        child["record"] = json!("Child");
+        child["retry"] = json!({});
+        assert!(problems(child)[0].starts_with("spec.bind.retry: only bind.record: Object"));
     }
 
     #[test]

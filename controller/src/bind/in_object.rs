@@ -8,10 +8,12 @@
 //! Every call is made as the flow's ServiceAccount.
 
 pub mod outcomes;
+pub mod retry;
 pub mod run;
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use pseudoflow_compiler::compile::{compile, FlowId};
 use pseudoflow_compiler::lower::FlowRef;
@@ -27,6 +29,7 @@ use super::{object, Binder};
 use crate::flow::events::EventType;
 use crate::flow::status::failure_message;
 use crate::flow::{Error, Reconciling};
+use retry::Next;
 
 /// One bound flow serving one object in the object.
 pub(crate) struct Serving<'a> {
@@ -43,27 +46,49 @@ pub(crate) struct Serving<'a> {
 }
 
 impl Serving<'_> {
-    /// Serves `obj`: runs it if it changed since its mark; returns why it cannot be served.
+    /// Serves `obj`: runs it if it changed since its mark or a retry of its failed run is due
+    /// ([`retry`]); returns why it cannot be served.
     pub async fn serve(&self, obj: &DynamicObject) -> Result<Option<String>, Error> {
         let view = object::view(obj);
         let key = served::mark_key(self.parent.namespace, self.parent.name);
         let uid = obj.metadata.uid.as_deref().unwrap_or_default();
         let annotations = obj.metadata.annotations.as_ref();
-        let mark = annotations
-            .and_then(|a| a.get(&key))
-            .and_then(|raw| Mark::decode(raw, uid));
+        let raw = annotations.and_then(|a| a.get(&key)).map(String::as_str);
+        let mark = raw.and_then(|raw| Mark::decode(raw, uid));
         let flow = (self.parent.uid, self.parent.generation);
         let name = object::key(obj);
-        let Some(trigger) = served::trigger(mark.as_ref(), flow, &view, self.bind) else {
-            // Unchanged: what its last serve saw counts, known here or told by its mark.
-            let failed = mark.is_some_and(|m| m.failed);
-            let failure = failed.then(|| "its last run failed (see its status)".to_string());
-            self.outcome(&name, failure, false);
-            return Ok(None);
-        };
+        let changed = served::trigger(mark.as_ref(), flow, &view, self.bind);
+        let policy = self.bind.retry.unwrap_or_default();
+        let outcomes = &self.r.own.outcomes;
+        let known = outcomes.scheduled(self.parent.uid, &name);
+        let known = known.filter(|s| s.uid == uid);
+        let now = retry_now();
+        let (trigger, failures) =
+            match retry::next(&policy, raw, mark.as_ref(), changed, known.as_ref(), now) {
+                Next::Run { trigger, failures } => (trigger, failures),
+                Next::Wait(due) => {
+                    if let (None, Some(m), Some(raw)) = (&known, &mark, raw) {
+                        // Known from its mark alone (this process restarted): kept, so that
+                        // it is served when due.
+                        let s = self.schedule(obj, m.failures, due, m.retry_trigger.clone(), raw);
+                        outcomes.schedule(self.parent.uid, &name, Some(s));
+                    }
+                    let failure = "its last run failed (see its status)".to_string();
+                    self.outcome(&name, Some(failure), false);
+                    return Ok(None);
+                }
+                Next::Nothing => {
+                    // Unchanged: what its last serve saw counts, known here or told by its mark.
+                    let failed = mark.is_some_and(|m| m.failed);
+                    let failure = failed.then(|| "its last run failed (see its status)".into());
+                    self.outcome(&name, failure, false);
+                    return Ok(None);
+                }
+            };
         if self.parent.spec["suspend"] == Value::Bool(true) {
             // No new run while suspended (a child's would hold); unmarked, the object is
-            // served once the flow is resumed.
+            // served once the flow is resumed (its generation moved: every object runs).
+            outcomes.schedule(self.parent.uid, &name, None);
             return Ok(None);
         }
         let made = child::child_flow(
@@ -80,21 +105,124 @@ impl Serving<'_> {
         };
         let compiled = match compile(&id, &made["spec"]) {
             Ok(c) => c,
+            // Permanent: the flow is refused as a whole (InvalidSpec); nothing to retry.
             Err(d) => return Ok(Some(format!("{name}: the flow does not compile: {d}"))),
         };
-        let ran = self.run(&compiled, &made["spec"], view.clone(), trigger);
-        let (phase, message, vars) = match ran.await {
-            Ok(ran) => self.ended(&compiled, &ran, &name).await,
+        let ran = self.run(&compiled, &made["spec"], view.clone(), trigger.clone());
+        let ((phase, message, vars), permanent) = match ran.await {
+            Ok((ran, permanent)) => (self.ended(&compiled, &ran), permanent),
             Err(why) => return Ok(Some(format!("{name}: {why}"))),
         };
+        let ended_at = retry_now();
+        let failed = phase != FlowPhase::Succeeded;
+        let failures = if failed {
+            failures.saturating_add(1)
+        } else {
+            0
+        };
+        let message = message.map(|m| {
+            let next = retry::told(&policy, failures, permanent, ended_at);
+            format!("{m}; {next}")
+        });
+        self.tell(obj, message.as_deref(), permanent).await;
         self.outcome(&name, message.clone(), true);
-        // Not written: an error, so the object is tried again soon (not a refusal, which
-        // waits for the next full pass, five minutes on).
-        self.write_status(obj, &compiled, phase, message, &vars)
-            .await?;
+        if let Err(e) = self
+            .write_status(obj, &compiled, phase, message, &vars)
+            .await
+        {
+            // Unrecorded: an error, so the object is tried again soon (not a refusal, which
+            // waits for the next full pass, five minutes on), and at the latest when a backoff
+            // from now is due.
+            let n = failures.max(1);
+            let due = retry::due(&policy, n, ended_at);
+            let s = self.schedule(obj, n, due, Some(trigger), raw.unwrap_or_default());
+            outcomes.schedule(self.parent.uid, &name, Some(s));
+            return Err(e);
+        }
         let mut mark = Mark::of(flow.0, flow.1, &view, self.bind);
-        mark.failed = phase != FlowPhase::Succeeded;
-        self.mark(obj, &key, mark).await
+        mark.failed = failed;
+        if failed {
+            mark.failures = failures;
+            mark.failed_at = ended_at;
+            mark.permanent = permanent;
+            mark.retry_trigger = Some(trigger.clone());
+        }
+        let encoded = mark.encode();
+        let refusal = self.mark(obj, &key, &encoded).await?;
+        let schedule = (failed && !permanent).then(|| {
+            let due = retry::due(&policy, failures, ended_at);
+            self.schedule(obj, failures, due, Some(trigger), &encoded)
+        });
+        outcomes.schedule(self.parent.uid, &name, schedule);
+        Ok(refusal)
+    }
+
+    /// The retry schedule of `obj`, due at `due` after `failures` failures in a row, for the
+    /// mark `raw`.
+    fn schedule(
+        &self,
+        obj: &DynamicObject,
+        failures: u32,
+        due: i64,
+        trigger: Option<Value>,
+        raw: &str,
+    ) -> retry::Schedule {
+        let m = &obj.metadata;
+        retry::Schedule {
+            object: (
+                m.namespace.clone().unwrap_or_default(),
+                m.name.clone().unwrap_or_default(),
+            ),
+            uid: m.uid.clone().unwrap_or_default(),
+            failures,
+            due,
+            trigger: trigger.unwrap_or_else(|| json!({"event": "update", "changed": []})),
+            mark: retry::digest(raw),
+            held: 0,
+        }
+    }
+
+    /// Tells the run's end on the object itself (`kubectl describe` shows it), under the
+    /// flow's `options.events`: `ObjectServed`, or `ObjectFailed` with the failure (as its
+    /// status says it, redacted) and whether it is tried again. The note names no attempt or
+    /// time, so that the failures of one retried object fold into one counted series.
+    async fn tell(&self, obj: &DynamicObject, failure: Option<&str>, permanent: bool) {
+        let about = self.about(obj);
+        let flow = format!("flow {}/{}", self.parent.namespace, self.parent.name);
+        let Some(failure) = failure else {
+            let note = format!("served by {flow}");
+            let r = self.r;
+            r.publish_about(about, EventType::Normal, "ObjectServed", &note)
+                .await;
+            return;
+        };
+        // The status's text up to the retry's time, which changes at each attempt.
+        let cause = failure
+            .rsplit_once("; attempt ")
+            .map_or(failure, |(c, _)| c);
+        let cause = cause.rsplit_once("; not retried").map_or(cause, |(c, _)| c);
+        let then = if permanent {
+            "not retried until the object changes"
+        } else {
+            "tried again with backoff (its status says when)"
+        };
+        let note = format!("{flow}: {cause}; {then}");
+        let r = self.r;
+        r.publish_about(about, EventType::Warning, "ObjectFailed", &note)
+            .await;
+    }
+
+    /// A reference to the served object, for its Events.
+    fn about(&self, obj: &DynamicObject) -> ObjectReference {
+        let m = &obj.metadata;
+        ObjectReference {
+            api_version: Some(self.bind.api_version.clone()),
+            kind: Some(self.bind.kind.clone()),
+            name: m.name.clone(),
+            namespace: m.namespace.clone(),
+            uid: m.uid.clone(),
+            ..Default::default()
+        }
     }
 
     /// The object's run, to its end, as the flow's ServiceAccount (Err: no client for it).
@@ -104,7 +232,7 @@ impl Serving<'_> {
         spec: &Value,
         object: Value,
         trigger: Value,
-    ) -> Result<StoredRun, String> {
+    ) -> Result<(StoredRun, bool), String> {
         let sa = compiled.spec.service_account_name.as_deref();
         let sa = sa.unwrap_or("default").to_string();
         let ns = self.parent.namespace;
@@ -153,26 +281,23 @@ impl Serving<'_> {
             return Ok(());
         };
         let why = format!("{}: writing its status: {e}", object::key(obj));
+        let about = self.about(obj);
         self.r
-            .publish(EventType::Warning, "StatusWriteFailed", &why)
+            .publish_about(about, EventType::Warning, "StatusWriteFailed", &why)
             .await;
         Err(e.into())
     }
 
-    /// The run's phase and failure (naming the failed step's path), told as an Event naming
-    /// the object and counted.
-    async fn ended(
+    /// The run's phase and failure (naming the failed step's path), counted.
+    fn ended(
         &self,
         compiled: &pseudoflow_compiler::Compiled,
         ran: &StoredRun,
-        name: &str,
     ) -> (FlowPhase, Option<String>, BTreeMap<String, Value>) {
         let r = self.r;
         let vars = ran.vars.clone();
         if ran.state.phase == RunPhase::Succeeded {
             r.ctx.metrics.run_finished(&r.key(), "Succeeded");
-            let note = format!("{name}: served");
-            r.publish(EventType::Normal, "ObjectServed", &note).await;
             return (FlowPhase::Succeeded, None, vars);
         }
         r.ctx.metrics.run_finished(&r.key(), "Failed");
@@ -180,8 +305,6 @@ impl Serving<'_> {
         let message = failure
             .map(|f| failure_message(&compiled.plan, f))
             .unwrap_or_else(|| "the run did not end".into());
-        let note = format!("{name}: {message}");
-        r.publish(EventType::Warning, "ObjectFailed", &note).await;
         (FlowPhase::Failed, Some(message), vars)
     }
 
@@ -203,9 +326,9 @@ impl Serving<'_> {
         &self,
         obj: &DynamicObject,
         key: &str,
-        mark: Mark,
+        mark: &str,
     ) -> Result<Option<String>, Error> {
-        let patch = json!({"metadata": {"annotations": {key: Value::String(mark.encode())}}});
+        let patch = json!({"metadata": {"annotations": {key: mark}}});
         let oname = obj.metadata.name.as_deref().unwrap_or_default();
         let pp = PatchParams::default();
         match self.objects.patch(oname, &pp, &Patch::Merge(&patch)).await {
@@ -215,4 +338,37 @@ impl Serving<'_> {
             Err(e) => Err(e.into()),
         }
     }
+}
+
+/// The objects (namespace, name) of the bound flow `r` whose retry is due now (none for a flow
+/// recorded in children, which keeps no schedule).
+pub(crate) fn retries_due(r: &Reconciling<'_, Binder>) -> Vec<(String, String)> {
+    let policy = retry_policy(r);
+    let hold = |failures: u32| i64::try_from(policy.backoff(failures)).unwrap_or(i64::MAX / 2);
+    r.own.outcomes.due(r.uid, retry_now(), Some(&hold)).0
+}
+
+/// The bound flow's `bind.retry` (its default when absent).
+fn retry_policy(r: &Reconciling<'_, Binder>) -> pseudoflow_crd::bind::BindRetry {
+    let retry = r.flow.data.pointer("/spec/bind/retry").cloned();
+    retry
+        .and_then(|v| serde_json::from_value(v).ok())
+        .unwrap_or_default()
+}
+
+/// How soon the bound flow `r` must be reconciled for its next retry (a day when none).
+pub(crate) fn next_retry(r: &Reconciling<'_, Binder>) -> std::time::Duration {
+    let now = retry_now();
+    let (due, next) = r.own.outcomes.due(r.uid, now, None);
+    let secs = match (due.is_empty(), next) {
+        (false, _) => 1,
+        (true, Some(at)) => u64::try_from(at - now).unwrap_or(1).max(1),
+        (true, None) => 86_400,
+    };
+    std::time::Duration::from_secs(secs)
+}
+
+/// Now, in the Unix seconds retries are scheduled in.
+fn retry_now() -> i64 {
+    k8s_openapi::jiff::Timestamp::now().as_second()
 }

@@ -76,11 +76,16 @@ pub(crate) async fn reconcile_parent(
                 return Ok(Action::requeue(RETRY_REFUSED));
             }
         },
-        Pass::Changed(objects) => (
-            binding.serve_changed(objects).await,
-            pending.summary_due(r.uid),
-        ),
+        Pass::Changed(mut objects) => {
+            // And the failed objects (recorded in themselves) whose retry is due.
+            objects.extend(in_object::retries_due(r));
+            (
+                binding.serve_changed(objects).await,
+                pending.summary_due(r.uid),
+            )
+        }
     };
+    let again = again.min(in_object::next_retry(r));
     if let Err(wait) = summary_due {
         // Summed up less than a second ago: a later reconcile does it.
         return Ok(Action::requeue(again.min(wait)));

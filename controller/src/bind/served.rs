@@ -64,6 +64,27 @@ pub struct Mark {
     /// Whether the run failed (the bound flow's summary counts it after a restart).
     #[serde(rename = "x", default, skip_serializing_if = "std::ops::Not::not")]
     pub failed: bool,
+    /// Failed runs in a row since the object last changed (the retry's backoff grows with it).
+    #[serde(rename = "n", default, skip_serializing_if = "is_zero")]
+    pub failures: u32,
+    /// When the last of them ended (Unix seconds): the next attempt is due a backoff after.
+    #[serde(rename = "t", default, skip_serializing_if = "is_zero_i64")]
+    pub failed_at: i64,
+    /// The failure cannot be mended by trying again (the step cannot be rendered from the
+    /// object): no retry until the object changes.
+    #[serde(rename = "p", default, skip_serializing_if = "std::ops::Not::not")]
+    pub permanent: bool,
+    /// What started the failed run (`${trigger}`), which its retries are run with.
+    #[serde(rename = "r", default, skip_serializing_if = "Option::is_none")]
+    pub retry_trigger: Option<Value>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+fn is_zero_i64(n: &i64) -> bool {
+    *n == 0
 }
 
 fn digest(v: &Value) -> String {
@@ -106,6 +127,10 @@ impl Mark {
             fields: Some(fields),
             watched,
             failed: false,
+            failures: 0,
+            failed_at: 0,
+            permanent: false,
+            retry_trigger: None,
         }
     }
 
@@ -115,10 +140,18 @@ impl Mark {
         if full.len() <= MAX_MARK_BYTES {
             return full;
         }
-        let cut = Mark {
+        let mut cut = Mark {
             fields: None,
             ..self.clone()
         };
+        let cut_text = serde_json::to_string(&cut).expect("a mark serialises");
+        if cut_text.len() <= MAX_MARK_BYTES {
+            return cut_text;
+        }
+        // The retry's trigger names too many paths: its retries are told of none.
+        if let Some(t) = cut.retry_trigger.as_mut() {
+            t["changed"] = json!([]);
+        }
         serde_json::to_string(&cut).expect("a mark serialises")
     }
 

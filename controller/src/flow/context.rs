@@ -146,6 +146,25 @@ impl<'a, Own> Reconciling<'a, Own> {
             return;
         }
         let about = self.flow.object_ref(&flow_resource());
+        self.publish_about(about, ty, reason, note).await;
+    }
+
+    /// [`Reconciling::publish`], about another object than the flow: an object a flow
+    /// recorded in its objects served (`kubectl describe` of that object shows it), under the
+    /// flow's `options.events`.
+    pub async fn publish_about(
+        &self,
+        about: k8s_openapi::api::core::v1::ObjectReference,
+        ty: EventType,
+        reason: &str,
+        note: &str,
+    ) {
+        if !self
+            .event_policy()
+            .publishes(ty == EventType::Warning, reason)
+        {
+            return;
+        }
         let sending = outcome::publish_soon(self.ctx, about, ty, reason, note);
         self.publishing.lock().expect("not poisoned").push(sending);
     }

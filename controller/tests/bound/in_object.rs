@@ -273,7 +273,7 @@ async fn switching_from_child_to_object_releases_the_child_and_the_finalizer() {
 
 /// A status write refused (here the flow's ServiceAccount lost `widgets/status` after the
 /// watch started; under load, a timeout or a 429 does the same) is told as
-/// `StatusWriteFailed`, and the object is tried again within seconds (`RETRY_OBJECT`), not at
+/// `StatusWriteFailed` on the object, and the object is tried again within seconds (`RETRY_OBJECT`), not at
 /// the next full pass five minutes later: nothing else wakes the bound flow for an object that
 /// does not change.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -294,11 +294,11 @@ async fn an_object_whose_status_write_failed_is_served_again_soon() {
         Shown::object(widgets(&client, &ns), &ns, "w"),
         Shown::flow(&client, &ns, "widgets"),
     ];
-    wait_until(&client, "StatusWriteFailed told", 60, &shown, || async {
-        crate::common::flow_events(&client, &ns, "widgets")
+    wait_until(&client, "StatusWriteFailed told on the object", 60, &shown, || async {
+        events_on(&client, &ns, "Widget", "w")
             .await
             .iter()
-            .any(|e| e.reason.as_deref() == Some("StatusWriteFailed"))
+            .any(|(t, r, _, _)| t == "Warning" && r == "StatusWriteFailed")
     })
     .await;
     assert!(
@@ -364,4 +364,265 @@ async fn attack_an_object_whose_retries_last_cannot_hold_the_others() {
         message.contains("10 s") && message.contains("record: Child"),
         "{slow:#}"
     );
+}
+
+/// The in-object flow with a first step that fails until ConfigMap `<widget>-needed` exists (it
+/// labels it), retried under `bind.retry` = `retry`.
+fn needing_flow(retry: Value) -> Value {
+    let mut flow = in_object_flow();
+    flow["bind"]["retry"] = retry;
+    let needs = json!({"type": "setLabel", "name": "needs",
+        "target": {"kind": "ConfigMap", "name": "${object.metadata.name}-needed"},
+        "labels": {"seen": "yes"}});
+    flow["steps"].as_array_mut().unwrap().insert(0, needs);
+    flow
+}
+
+/// The Events whose object is widget `name` (what `kubectl describe widget <name>` lists):
+/// (type, reason, note, count).
+async fn events_on(
+    client: &Client,
+    ns: &str,
+    kind: &str,
+    name: &str,
+) -> Vec<(String, String, String, i32)> {
+    let api = Api::<k8s_openapi::api::core::v1::Event>::namespaced(client.clone(), ns);
+    let lp = ListParams::default().fields(&format!(
+        "involvedObject.kind={kind},involvedObject.name={name}"
+    ));
+    let list = api.list(&lp).await.unwrap();
+    list.items
+        .into_iter()
+        .map(|e| {
+            let series = e.series.as_ref().and_then(|s| s.count);
+            let count = series.or(e.count).unwrap_or(1);
+            (
+                e.type_.unwrap_or_default(),
+                e.reason.unwrap_or_default(),
+                e.message.unwrap_or_default(),
+                count,
+            )
+        })
+        .collect()
+}
+
+/// A failed object is tried again with capped exponential backoff (here 2 s doubling to 4 s),
+/// its status naming the next attempt, until what its step needs appears: then it succeeds
+/// without the object having changed (still generation 1, and the run is still the create's).
+/// What happened is told on the object itself (`kubectl describe widget w`): each failure as
+/// one folded `ObjectFailed` series, then `ObjectServed`; nothing of it on the bound flow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_object_is_retried_with_backoff_until_what_it_needs_appears() {
+    let (client, ns) = setup("inobj-retry", all_verbs()).await;
+    let retry = json!({"backoffSeconds": 2, "maxBackoffSeconds": 4});
+    create_flow(&client, &ns, "widgets", needing_flow(retry)).await;
+    create_widget(&client, &ns, "w", json!({"version": "one"})).await;
+    let first = wait_widget(&client, &ns, "w", "Failed").await;
+    let message = first["message"].as_str().unwrap_or_default().to_string();
+    assert!(message.starts_with("spec.steps[0]"), "{first:#}");
+    assert!(
+        message.contains("next attempt at ") && message.contains("(in 2 s)"),
+        "the status names the next attempt: {first:#}"
+    );
+    // Tried again, the wait doubling up to its cap, though the object did not change.
+    eventually(40, "tried again at the capped backoff", || async {
+        let s = widget_status(&client, &ns, "w").await;
+        let m = s["message"].as_str().unwrap_or_default();
+        m.contains("attempt 3 failed") && m.contains("(in 4 s)")
+    })
+    .await;
+    let failed = events_on(&client, &ns, "Widget", "w").await;
+    let series: Vec<_> = failed
+        .iter()
+        .filter(|(t, r, _, _)| t == "Warning" && r == "ObjectFailed")
+        .collect();
+    assert_eq!(series.len(), 1, "one folded series: {failed:?}");
+    assert!(series[0].3 >= 2, "repeats counted: {failed:?}");
+    assert!(series[0].2.contains("spec.steps[0]"), "{failed:?}");
+    // What it needs appears: the next attempt succeeds.
+    let cms = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), &ns);
+    let needed = serde_json::from_value(json!({"metadata": {"name": "w-needed"}})).unwrap();
+    cms.create(&Default::default(), &needed).await.unwrap();
+    let done = wait_widget(&client, &ns, "w", "Running").await;
+    assert!(done.get("message").is_none_or(Value::is_null), "{done:#}");
+    let w = widgets(&client, &ns).get("w").await.unwrap();
+    assert_eq!(w.metadata.generation, Some(1), "the object never changed");
+    let made = config_map(&client, &ns, "w-made-one").await.expect("made");
+    assert_eq!(
+        made["event"], "create",
+        "a retry runs with its run's trigger"
+    );
+    assert!(config_map(&client, &ns, "w-created").await.is_some());
+    eventually(30, "ObjectServed on the object", || async {
+        let evs = events_on(&client, &ns, "Widget", "w").await;
+        evs.iter()
+            .any(|(t, r, _, _)| t == "Normal" && r == "ObjectServed")
+    })
+    .await;
+    let on_flow = events_on(&client, &ns, "PseudoFlow", "widgets").await;
+    assert!(
+        on_flow.iter().all(|(_, r, _, _)| !r.starts_with("Object")),
+        "the object's Events are on the object: {on_flow:?}"
+    );
+}
+
+/// A failure that no attempt can mend (the step cannot be rendered from this object: it names
+/// a field the object does not have) is permanent: the status says it is not retried, and it
+/// is not, until the object changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permanent_failure_is_not_retried_until_the_object_changes() {
+    let (client, ns) = setup("inobj-permanent", all_verbs()).await;
+    let retry = json!({"backoffSeconds": 1, "maxBackoffSeconds": 1});
+    create_flow(&client, &ns, "widgets", needing_flow(retry)).await;
+    let cms = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), &ns);
+    let needed = serde_json::from_value(json!({"metadata": {"name": "w-needed"}})).unwrap();
+    cms.create(&Default::default(), &needed).await.unwrap();
+    create_widget(&client, &ns, "w", json!({"colour": "red"})).await;
+    let failed = wait_widget(&client, &ns, "w", "Failed").await;
+    let message = failed["message"].as_str().unwrap_or_default();
+    assert!(message.starts_with("spec.steps[1]"), "{failed:#}");
+    assert!(message.contains("not retried"), "{failed:#}");
+    let mark = mark_of(&client, &ns, "w").await;
+    tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+    assert_eq!(mark_of(&client, &ns, "w").await, mark, "not run again");
+    assert_eq!(
+        widget_status(&client, &ns, "w").await,
+        failed,
+        "not run again"
+    );
+    let evs = events_on(&client, &ns, "Widget", "w").await;
+    let failures: Vec<_> = evs.iter().filter(|e| e.1 == "ObjectFailed").collect();
+    assert_eq!(failures.len(), 1, "{evs:?}");
+    assert_eq!(failures[0].3, 1, "told once: {evs:?}");
+    // Changed, it runs again (and succeeds).
+    let patch = json!({"spec": {"version": "one"}});
+    widgets(&client, &ns)
+        .patch("w", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    wait_widget(&client, &ns, "w", "Running").await;
+}
+
+/// `bind.retry` is validated with a path-naming error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backoff_over_its_cap_is_refused_naming_the_field() {
+    let (client, ns) = setup("inobj-retry-bad", all_verbs()).await;
+    let retry = json!({"backoffSeconds": 30, "maxBackoffSeconds": 10});
+    create_flow(&client, &ns, "widgets", needing_flow(retry)).await;
+    let status = wait_status(&client, &ns, "widgets", 60, "invalid", |s| {
+        s["reason"] == "InvalidSpec"
+    })
+    .await;
+    let message = status["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("spec.bind.retry.maxBackoffSeconds"),
+        "{status:#}"
+    );
+}
+
+/// A controller for namespace `ns` (as `setup` starts one), whose task can be stopped.
+async fn start_controller(client: &Client, ns: &str) -> tokio::task::JoinHandle<()> {
+    use pseudoflow_controller::{metrics::Metrics, run_controller, Context};
+    use std::sync::Arc;
+    let config = controller_config(client, ns).await;
+    let ctl = Client::try_from(config.clone()).unwrap();
+    let ctx = Context::new(
+        ctl,
+        crate::common::IMAGE.into(),
+        Arc::new(Metrics::default()),
+    );
+    let ctx = Arc::new(ctx.with_config(config));
+    tokio::spawn(run_controller(ctx, Some(ns.to_string())))
+}
+
+/// The served mark's retry fields: (failures in a row, when the last failed).
+async fn retry_of(client: &Client, ns: &str, name: &str) -> (u64, i64) {
+    let raw = mark_of(client, ns, name).await.unwrap_or_default();
+    let m: Value = serde_json::from_str(&raw).unwrap_or_default();
+    (m["n"].as_u64().unwrap_or(0), m["t"].as_i64().unwrap_or(0))
+}
+
+/// The retry schedule lives in the object's served mark: a controller restarted between two
+/// attempts (its memory gone) tries the object again when its backoff is due, not at once and
+/// not never, and it succeeds once what it needs appears.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_survives_a_controller_restart_and_keeps_its_backoff() {
+    let client = crate::common::env().client().await.unwrap();
+    crate::common::install_crd(&client).await;
+    crate::common::apply(&client, widget().crd()).await;
+    let ns = crate::common::FlowNamespace::new("inobj-restart")
+        .rules(flow_rules(all_verbs()))
+        .create(crate::common::env(), &client)
+        .await;
+    wait_served(&client, &ns).await;
+    let first = start_controller(&client, &ns).await;
+    let retry = json!({"backoffSeconds": 6, "maxBackoffSeconds": 6});
+    create_flow(&client, &ns, "widgets", needing_flow(retry)).await;
+    create_widget(&client, &ns, "w", json!({"version": "one"})).await;
+    eventually(60, "the first failure marked", || async {
+        retry_of(&client, &ns, "w").await.0 == 1
+    })
+    .await;
+    first.abort();
+    let _ = first.await;
+    let (_, failed_at) = retry_of(&client, &ns, "w").await;
+    let _second = start_controller(&client, &ns).await;
+    eventually(60, "tried again by the new controller", || async {
+        retry_of(&client, &ns, "w").await.0 == 2
+    })
+    .await;
+    let (_, again_at) = retry_of(&client, &ns, "w").await;
+    assert!(
+        again_at - failed_at >= 6,
+        "not before its backoff: failed at {failed_at}, again at {again_at}"
+    );
+    let cms = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), &ns);
+    let needed = serde_json::from_value(json!({"metadata": {"name": "w-needed"}})).unwrap();
+    cms.create(&Default::default(), &needed).await.unwrap();
+    wait_widget(&client, &ns, "w", "Running").await;
+    assert_eq!(
+        retry_of(&client, &ns, "w").await,
+        (0, 0),
+        "served: no retry left"
+    );
+}
+
+/// `if` and `when` in a flow recorded in its objects: the controller reads the condition's
+/// object as the flow's ServiceAccount (no pod) and runs `then` or `else`, and the step a
+/// `when` guards only when it holds; a missing object counts as a missing path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn if_and_when_are_evaluated_in_the_controller() {
+    let (client, ns) = setup("inobj-if", all_verbs()).await;
+    let cm = |suffix: &str| {
+        json!({"type": "apply", "manifests": format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ${{object.metadata.name}}-{suffix}\n"
+        )})
+    };
+    let condition = json!({"resource": {"kind": "ConfigMap",
+        "name": "${object.metadata.name}-switch"},
+        "jsonPath": ".data.on", "op": "equals", "value": "yes"});
+    let mut flow = in_object_flow();
+    flow["steps"] = json!([
+        {"type": "if", "condition": condition, "then": [cm("then")], "else": [cm("else")]},
+        {"type": "when", "condition": condition},
+        cm("guarded"),
+    ]);
+    let cms = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), &ns);
+    let switch = json!({"metadata": {"name": "on-switch"}, "data": {"on": "yes"}});
+    let switch = serde_json::from_value(switch).unwrap();
+    cms.create(&Default::default(), &switch).await.unwrap();
+    create_flow(&client, &ns, "widgets", flow).await;
+    create_widget(&client, &ns, "on", json!({"version": "one"})).await;
+    create_widget(&client, &ns, "off", json!({"version": "one"})).await;
+    wait_widget(&client, &ns, "on", "Running").await;
+    wait_widget(&client, &ns, "off", "Running").await;
+    let exists = |name: &'static str| {
+        let client = client.clone();
+        let ns = ns.clone();
+        async move { config_map(&client, &ns, name).await.is_some() }
+    };
+    assert!(exists("on-then").await && !exists("on-else").await);
+    assert!(exists("on-guarded").await, "the when held");
+    assert!(exists("off-else").await && !exists("off-then").await);
+    assert!(!exists("off-guarded").await, "the when did not hold");
 }

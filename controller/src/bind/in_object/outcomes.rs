@@ -2,13 +2,17 @@
 //! (there is no child to count): per object, whether its latest run failed and why. Kept in
 //! memory, one small entry per object (its key and a failure message cut to 512 characters),
 //! dropped when the object goes or the flow is released; after a restart, each object's entry
-//! comes back from its own status at the next full pass.
+//! comes back from its own status at the next full pass. Also each failing object's retry
+//! schedule ([`super::retry::Schedule`]), so a reconcile serves the objects whose attempt is due
+//! and is requeued for the next one.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 use pseudoflow_crd::bind::MAX_FAILURES_SHOWN;
 use pseudoflow_crd::status::{BoundFailure, BoundSummary};
+
+use super::retry::Schedule;
 
 /// One object's latest run: its failure (None: it succeeded) and when it ended (Unix seconds).
 #[derive(Debug, Clone, PartialEq)]
@@ -19,9 +23,13 @@ pub struct Outcome {
     pub at: i64,
 }
 
-/// The outcomes of every flow recorded in its objects, by flow uid, then object key.
+/// The outcomes of every flow recorded in its objects, by flow uid, then object key; and the
+/// retry schedules of its failing objects, the same way.
 #[derive(Default)]
-pub struct Outcomes(Mutex<HashMap<String, BTreeMap<String, Outcome>>>);
+pub struct Outcomes(
+    Mutex<HashMap<String, BTreeMap<String, Outcome>>>,
+    Mutex<HashMap<String, BTreeMap<String, Schedule>>>,
+);
 
 impl Outcomes {
     /// Records object `object`'s latest outcome for flow `flow` (None: the object left).
@@ -35,8 +43,59 @@ impl Outcomes {
             }
             None => {
                 of_flow.remove(&object);
+                drop(all);
+                self.schedule(flow, &object, None);
             }
         }
+    }
+
+    /// Sets (or with None, drops) object `object`'s retry schedule for flow `flow`.
+    pub fn schedule(&self, flow: &str, object: &str, schedule: Option<Schedule>) {
+        let mut all = self.1.lock().expect("not poisoned");
+        match schedule {
+            Some(s) => {
+                all.entry(flow.to_string())
+                    .or_default()
+                    .insert(object.to_string(), s);
+            }
+            None => {
+                if let Some(of_flow) = all.get_mut(flow) {
+                    of_flow.remove(object);
+                }
+            }
+        }
+    }
+
+    /// Object `object`'s retry schedule for flow `flow`, if it is failing.
+    pub fn scheduled(&self, flow: &str, object: &str) -> Option<Schedule> {
+        let all = self.1.lock().expect("not poisoned");
+        all.get(flow)?.get(object).cloned()
+    }
+
+    /// The objects (namespace, name) of flow `flow` whose retry is due at `now`, and when the
+    /// next of the others is (Unix seconds). With `hold_for`, those listed are not listed again
+    /// before that many seconds per their backoff (`hold_for(failures)`) have passed.
+    pub fn due(
+        &self,
+        flow: &str,
+        now: i64,
+        hold_for: Option<&dyn Fn(u32) -> i64>,
+    ) -> (Vec<(String, String)>, Option<i64>) {
+        let mut all = self.1.lock().expect("not poisoned");
+        let mut due = Vec::new();
+        let mut next: Option<i64> = None;
+        for s in all.get_mut(flow).into_iter().flat_map(|f| f.values_mut()) {
+            let at = s.due.max(s.held);
+            if at <= now {
+                due.push(s.object.clone());
+                if let Some(hold) = hold_for {
+                    s.held = now.saturating_add(hold(s.failures));
+                }
+            } else {
+                next = Some(next.map_or(at, |n| n.min(at)));
+            }
+        }
+        (due, next)
     }
 
     /// Records `outcome` for `object` unless one is known already.
@@ -51,6 +110,7 @@ impl Outcomes {
     /// Forgets flow `flow` (released).
     pub fn forget(&self, flow: &str) {
         self.0.lock().expect("not poisoned").remove(flow);
+        self.1.lock().expect("not poisoned").remove(flow);
     }
 
     /// The summary of flow `flow`'s objects, with `refused` (object, why) counted as failed.
@@ -141,6 +201,49 @@ mod tests {
         assert_eq!(o.summary("f", &[]).objects, 2);
         o.forget("f");
         assert_eq!(o.summary("f", &[]), BoundSummary::default());
+        assert_eq!(o.due("f", 0, None), (vec![], None));
         assert_eq!(o.summary("g", &[]).failed, 1);
+    }
+}
+
+#[cfg(test)]
+mod schedule_tests {
+    use super::*;
+
+    fn at(name: &str, due: i64) -> Schedule {
+        Schedule {
+            object: ("ns".into(), name.into()),
+            uid: format!("u-{name}"),
+            failures: 1,
+            due,
+            trigger: serde_json::json!({}),
+            mark: String::new(),
+            held: 0,
+        }
+    }
+
+    #[test]
+    fn due_objects_are_listed_and_the_next_one_is_named_until_they_leave() {
+        let o = Outcomes::default();
+        o.schedule("f", "ns/a", Some(at("a", 10)));
+        o.schedule("f", "ns/b", Some(at("b", 20)));
+        o.schedule("f", "ns/c", Some(at("c", 30)));
+        o.schedule("g", "ns/x", Some(at("x", 1)));
+        let hold: &dyn Fn(u32) -> i64 = &|_| 100;
+        let a = vec![("ns".to_string(), "a".to_string())];
+        assert_eq!(o.due("f", 15, Some(hold)), (a, Some(20)));
+        assert_eq!(
+            o.due("f", 15, None),
+            (vec![], Some(20)),
+            "held after handed out"
+        );
+        assert_eq!(o.due("f", 115, None).0.len(), 3, "until its hold ends");
+        o.schedule("f", "ns/a", None);
+        o.record("f", "ns/b".into(), None);
+        assert_eq!(o.due("f", 15, None), (vec![], Some(30)));
+        assert_eq!(o.scheduled("f", "ns/c").map(|s| s.due), Some(30));
+        o.forget("f");
+        assert_eq!(o.due("f", 100, None), (vec![], None));
+        assert_eq!(o.due("g", 100, None).0.len(), 1);
     }
 }

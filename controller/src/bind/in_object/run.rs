@@ -76,8 +76,10 @@ impl Deadline {
 
 impl Runner<'_> {
     /// Runs `compiled` (from `spec`, kept so a failure's redaction spares what the spec
-    /// says) to its end; returns the run (its state's phase, failure and variables).
-    pub async fn run(&self, compiled: &Compiled, spec: &Value, run_id: &str) -> StoredRun {
+    /// says) to its end; returns the run (its state's phase, failure and variables) and
+    /// whether its last failure is permanent: a step that could not be rendered from the
+    /// object and the run's variables (an expression or a payload that no retry can mend).
+    pub async fn run(&self, compiled: &Compiled, spec: &Value, run_id: &str) -> (StoredRun, bool) {
         let mut run = StoredRun {
             run_id: run_id.to_string(),
             started_at: now(),
@@ -86,6 +88,7 @@ impl Runner<'_> {
         };
         let walker = Walker::new(&compiled.plan);
         let deadline = Deadline::of(compiled);
+        let mut permanent = false;
         for _ in 0..MAX_ROUNDS {
             let out = walker.advance(&mut run.state, now());
             let starts: Vec<_> = out
@@ -105,6 +108,7 @@ impl Runner<'_> {
                 let wait = u64::try_from(at - now()).unwrap_or(0).clamp(1, 300);
                 if deadline.passed_by(wait) {
                     walker.time_out(&mut run.state, &deadline.message());
+                    permanent = false;
                     break;
                 }
                 tokio::time::sleep(std::time::Duration::from_secs(wait)).await;
@@ -112,6 +116,7 @@ impl Runner<'_> {
             }
             if deadline.passed_by(0) {
                 walker.time_out(&mut run.state, &deadline.message());
+                permanent = false;
                 break;
             }
             for (node_id, key, attempt) in starts {
@@ -119,7 +124,10 @@ impl Runner<'_> {
                 let began = std::time::Instant::now();
                 let at = (node, key.as_slice(), &deadline);
                 let c = self.start(compiled, &walker, &mut run, at, attempt);
-                let c = c.await;
+                let (c, cannot_mend) = c.await;
+                if !c.ok {
+                    permanent = cannot_mend;
+                }
                 if node.kind == pseudoflow_compiler::NodeKind::Action {
                     let key = format!("{}/{}", self.flow.namespace, self.flow.name);
                     let took = began.elapsed().as_secs_f64();
@@ -129,10 +137,11 @@ impl Runner<'_> {
             }
         }
         run.finished_at = Some(now());
-        run
+        (run, permanent)
     }
 
-    /// Does one instance's work; returns what the walker is told.
+    /// Does one instance's work; returns what the walker is told, and whether a failure is
+    /// one no retry can mend (the step could not be rendered).
     async fn start(
         &self,
         compiled: &Compiled,
@@ -140,46 +149,115 @@ impl Runner<'_> {
         run: &mut StoredRun,
         (node, key, deadline): (&PlanNode, &[String], &Deadline),
         attempt: u32,
-    ) -> Completion {
+    ) -> (Completion, bool) {
         let sc = self.scope(compiled, walker, run, node, key);
         if task_of(node).is_none() {
+            // Controller-local work is expressions only: what fails them fails them again.
             let res = local::run(self.engine, node, &sc);
             if let Some((k, v)) = res.var {
                 run.vars.insert(k, v);
             }
-            return res.completion.into();
+            return (res.completion.into(), true);
+        }
+        if matches!(node.kind, pseudoflow_compiler::NodeKind::Condition) {
+            return self
+                .condition(compiled, run, (node, key, deadline), attempt, &sc)
+                .await;
         }
         if node.in_controller.is_none() {
             // The compiler refuses such a flow; never a pod from here.
-            return failed(format!(
-                "{}: bind.record: Object runs no step in a pod",
-                node.path
-            ));
+            let why = format!("{}: bind.record: Object runs no step in a pod", node.path);
+            return (failed(why), true);
         }
+        let mut cannot_mend = false;
         let result = match self.in_controller(compiled, run, node, key, attempt, &sc) {
             Ok((work, ended)) => {
                 if tokio::time::timeout_at(deadline.at, ended).await.is_err() {
                     self.steps.abort(&work);
-                    return failed(format!("{}: {}", node.path, deadline.message()));
+                    let why = format!("{}: {}", node.path, deadline.message());
+                    return (failed(why), false);
                 }
                 match self.steps.take(&work) {
                     Seen::Done(result, _) => *result,
                     _ => StepResult::failed(format!("{}: the step was stopped", node.path)),
                 }
             }
-            Err(why) => StepResult::failed(why),
+            Err(why) => {
+                cannot_mend = true;
+                StepResult::failed(why)
+            }
         };
         let result = crate::redact::failure(run, result);
         for (k, v) in &result.vars {
             merge_var(&mut run.vars, k, v.clone());
         }
-        Completion {
+        let c = Completion {
             ok: result.ok,
             changed: result.changed,
             message: result.message,
             condition: result.condition,
             items: None,
-        }
+        };
+        (c, cannot_mend)
+    }
+
+    /// Evaluates an `if`/`when` condition here, as the executor's pod would (one read of one
+    /// object as the flow's ServiceAccount and its jsonPath test, `pseudoflow_runtime`), within
+    /// the run's deadline; returns what the walker is told and whether a failure is permanent
+    /// (the condition could not be rendered). A single GET: it takes no in-controller turn.
+    async fn condition(
+        &self,
+        compiled: &Compiled,
+        run: &mut StoredRun,
+        (node, key, deadline): (&PlanNode, &[String], &Deadline),
+        attempt: u32,
+        sc: &Scope,
+    ) -> (Completion, bool) {
+        let quoting = compiled.spec.quoting();
+        let step = match prepare_payload(self.engine, node, sc, quoting) {
+            Ok((step, _)) => step,
+            Err(e) => return (failed(e.to_string()), true),
+        };
+        let inst = NodeInstance {
+            flow: &self.flow,
+            run_id: &run.run_id,
+            node,
+            instance: key,
+            attempt,
+            step,
+            target_node: None,
+            artifacts: &[],
+            segment: Vec::new(),
+            changed_before: false,
+            run_secret: None,
+        };
+        let mut input = in_controller_input(&inst);
+        input.task = pseudoflow_crd::protocol::Task::Condition;
+        let parsed: pseudoflow_crd::Step = match serde_json::from_value(input.step.clone()) {
+            Ok(s) => s,
+            Err(e) => return (failed(format!("{}: step: {e}", node.path)), true),
+        };
+        let nowhere = std::path::PathBuf::from("/nonexistent");
+        let ctx = pseudoflow_runtime::ExecCtx::new(input, nowhere, "false".into())
+            .with_client(self.client.clone());
+        let read = pseudoflow_runtime::execute(&ctx, &parsed);
+        let result = match tokio::time::timeout_at(deadline.at, read).await {
+            Err(_) => {
+                let why = format!("{}: {}", node.path, deadline.message());
+                return (failed(why), false);
+            }
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => StepResult::failed(e.to_string()),
+        };
+        let result = crate::redact::failure(run, result);
+        let c = Completion {
+            ok: result.ok,
+            changed: result.changed,
+            message: result.message,
+            condition: result.condition,
+            items: None,
+        };
+        (c, false)
     }
 
     /// Starts the instance's API step in the controller; returns its key and its end.
