@@ -142,8 +142,32 @@ pub fn for_flow(
     );
     if deleting {
         d.start = Some(trigger);
+    } else if d.start.is_none() {
+        // A run asked for now on a scheduled flow (`kubectl pf run`): a new run annotation value.
+        d.start = manual_run(spec, trigger, stored).map(Some);
     }
     d
+}
+
+/// The run annotation's value, if it asks a scheduled flow (not suspended, not a library) for a
+/// run now, as `kubectl create job --from` does for a CronJob: a value neither the stored run
+/// started from nor saw when it started (a retry keeps its run's). Every run records the value it
+/// saw, so each value starts one run; with no run yet, any value does. An unscheduled flow's
+/// value is its runs' trigger already ([`decide`]).
+pub fn manual_run(
+    spec: &PseudoFlowSpec,
+    trigger: Option<String>,
+    stored: Option<&StoredRun>,
+) -> Option<String> {
+    let scheduled = matches!(spec.parsed_schedule(), Some(Ok(_)));
+    if !scheduled || spec.suspend || spec.include_only {
+        return None;
+    }
+    let value = trigger?;
+    let seen = stored.is_some_and(|s| {
+        s.run_token.as_deref() == Some(value.as_str()) || s.trigger.as_deref() == Some(&value)
+    });
+    (!seen).then_some(value)
 }
 
 impl Decision {
@@ -350,6 +374,38 @@ mod tests {
         let d = decide(&s, Some("ignored".into()), true, Some(NOW - 30), 0, NOW);
         assert_eq!(d.start, None);
         assert_eq!(d.last, Some(NOW - 30));
+    }
+
+    #[test]
+    fn a_new_run_value_starts_a_scheduled_flow_now_once() {
+        let scheduled = spec(Some("* * * * *"), ConcurrencyPolicy::Allow, false);
+        let v = || Some("now-1".to_string());
+        assert_eq!(manual_run(&scheduled, v(), None), v(), "no run yet");
+        assert_eq!(manual_run(&scheduled, None, None), None);
+        let mut slot = StoredRun {
+            trigger: Some("schedule 2026-01-05T10:07:00Z".into()),
+            ..Default::default()
+        };
+        assert_eq!(manual_run(&scheduled, v(), Some(&slot)), v(), "new value");
+        slot.run_token = v();
+        assert_eq!(
+            manual_run(&scheduled, v(), Some(&slot)),
+            None,
+            "seen when the slot's run started"
+        );
+        let manual = StoredRun {
+            trigger: v(),
+            ..Default::default()
+        };
+        assert_eq!(
+            manual_run(&scheduled, v(), Some(&manual)),
+            None,
+            "its own run"
+        );
+        let suspended = spec(Some("* * * * *"), ConcurrencyPolicy::Allow, true);
+        assert_eq!(manual_run(&suspended, v(), None), None);
+        let unscheduled = spec(None, ConcurrencyPolicy::Allow, false);
+        assert_eq!(manual_run(&unscheduled, v(), None), None, "decide() has it");
     }
 
     #[test]
