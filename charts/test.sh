@@ -7,11 +7,30 @@ cd "$(dirname "$0")"
 bash install-tools.sh >/dev/null
 HELM="${XDG_CACHE_HOME:-$HOME/.cache}/pseudoflow/tools/helm"
 CHART=pseudoflow-operator
+# The Prometheus Operator's kinds render only where the cluster serves them (helm template: --api-versions).
+PROM=(--api-versions monitoring.coreos.com/v1/ServiceMonitor --api-versions monitoring.coreos.com/v1/PrometheusRule)
 ALL=(--set metrics.serviceMonitor.enabled=true --set metrics.prometheusRule.enabled=true --set metrics.dashboard.enabled=true --set executorExample.enabled=true --set-json 'watchNamespaces=["a","b"]' --set-json 'nodeSteps.namespaces=["node-ops","infra"]' --set admissionPolicy.enabled=true --set-json 'admissionPolicy.serviceAccounts=["flow","kube-system/node-ops"]' --set-json 'admissionPolicy.namespaceSelector={"matchLabels":{"tenant":"yes"}}' --set-json 'executor={"priorityClassName":"ops-high","imagePullSecrets":[{"name":"regcred"}]}' --set history.successfulRuns=5)
 "$HELM" lint "$CHART" "${ALL[@]}"
 out="$(mktemp -d)"
-"$HELM" template pf "$CHART" --namespace pseudoflow-system "${ALL[@]}" > "$out/all.yaml"
+"$HELM" template pf "$CHART" --namespace pseudoflow-system "${PROM[@]}" "${ALL[@]}" > "$out/all.yaml"
 "$HELM" template pf "$CHART" --namespace pseudoflow-system > "$out/defaults.yaml"
+# On a cluster without the Prometheus Operator: both switches on, no capability.
+"$HELM" template pf "$CHART" --namespace pseudoflow-system --set metrics.serviceMonitor.enabled=true --set metrics.prometheusRule.enabled=true > "$out/no-prometheus.yaml"
+"$HELM" template pf "$CHART" --namespace pseudoflow-system --set crds.keep=false > "$out/no-keep.yaml"
+python3 - "$out/defaults.yaml" "$out/no-prometheus.yaml" "$out/no-keep.yaml" "$out/all.yaml" <<'PY'
+import sys, yaml
+def load(p): return [d for d in yaml.safe_load_all(open(p)) if d]
+def crd(docs): return next(d for d in docs if d["kind"] == "CustomResourceDefinition")
+defaults, no_prom, no_keep, all_on = (load(p) for p in sys.argv[1:5])
+# The CRD survives helm uninstall by default (crds.keep), and only then.
+assert crd(defaults)["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}, crd(defaults)["metadata"]
+assert "annotations" not in crd(no_keep)["metadata"], crd(no_keep)["metadata"]
+# Without the Prometheus Operator's CRDs the chart still renders, without its kinds.
+kinds = {d["kind"] for d in no_prom}
+assert not kinds & {"ServiceMonitor", "PrometheusRule"}, kinds
+assert "Deployment" in kinds and "CustomResourceDefinition" in kinds, kinds
+assert {"ServiceMonitor", "PrometheusRule"} <= {d["kind"] for d in all_on}, "rendered where the cluster serves them"
+PY
 "$HELM" template pf "$CHART" --namespace pseudoflow-system --set-json 'nodeSteps.namespaces=[]' > "$out/no-node-steps.yaml"
 "$HELM" template pf "$CHART" --namespace pseudoflow-system --set webhook.certManager.enabled=true > "$out/cert-manager.yaml"
 "$HELM" template pf "$CHART" --namespace pseudoflow-system --set networkPolicy.enabled=false --set webhook.clientAuth.unauthenticatedApprovals=true > "$out/no-policy.yaml"

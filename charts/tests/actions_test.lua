@@ -50,10 +50,10 @@ local ok, all = run("discovery.lua", flow(nil))
 local names = {}
 for n, a in pairs(all) do names[#names + 1] = n; assert(a.displayName and a.iconClass) end
 table.sort(names)
-check("discovery lists the six actions", table.concat(names, ",") == "approve,reject,resume,retry,retry-from-failed,suspend", table.concat(names, ","))
+check("discovery lists the seven actions", table.concat(names, ",") == "approve,reject,resume,retry,retry-from-failed,stop,suspend", table.concat(names, ","))
 expect("no status yet", flow(nil), "retry,suspend")
-expect("one approval waits", flow(waiting("go")), "approve,reject,suspend")
-expect("two approvals wait", flow(waiting("a", "b")), "suspend")
+expect("one approval waits", flow(waiting("go")), "approve,reject,stop,suspend")
+expect("two approvals wait", flow(waiting("a", "b")), "stop,suspend")
 expect("failed", flow({phase = "Failed", run = {id = "r1", generation = 1}}), "retry,retry-from-failed,suspend")
 expect("aborted", flow({phase = "Aborted", run = {id = "r1", generation = 1}}), "retry,retry-from-failed,suspend")
 expect("succeeded", flow({phase = "Succeeded", run = {id = "r1", generation = 1}}), "retry,suspend")
@@ -82,6 +82,12 @@ local ok2, out2 = run("retry/action.lua", flow({phase = "Failed"}, nil, {["ops.e
 check("retry differs from the value already there", ok2 and out2.metadata.annotations["ops.example.com/run"] ~= value, out2)
 local ok3, err3 = run("retry/action.lua", flow(waiting("go")))
 check("retry refused while a run goes", not ok3 and err3:find("is Running", 1, true), err3)
+
+-- stop: names the running run in ops.example.com/stop; refused when none runs.
+local ok, out = run("stop/action.lua", flow(waiting("go")))
+check("stop names the running run", ok and out.metadata.annotations["ops.example.com/stop"] == "r1" and out.status.phase == "Running", out)
+local ok2, err2 = run("stop/action.lua", flow({phase = "Succeeded", run = {id = "r1", generation = 1}}))
+check("stop refused with no run running", not ok2 and err2:find("nothing to stop", 1, true), err2)
 
 -- retry-from-failed: a fresh ops.example.com/retry token, an old retry-from removed.
 local ok, out = run("retry-from-failed/action.lua", flow({phase = "Failed", run = {id = "r1", generation = 1}}, nil, {["ops.example.com/retry-from"] = "finish"}))

@@ -18,6 +18,16 @@ check("invalid spec", {metadata = {generation = 1}, status = {observedGeneration
 check("timed out", {metadata = {generation = 1}, status = {observedGeneration = 1, phase = "Failed", reason = "Timeout"}}, "Degraded", "Timeout")
 check("aborted by Replace", {metadata = {generation = 4}, status = {observedGeneration = 4, phase = "Aborted"}}, "Degraded", "Aborted")
 check("pending (queued by Forbid)", {metadata = {generation = 1}, status = {observedGeneration = 1, phase = "Pending"}}, "Progressing", nil)
+-- Flows with no run that will not start one by themselves, as the controller writes them
+-- (reconcile/schedule.rs idle(); controller/tests/argocd_health.rs feeds the real objects).
+local function idle(reason, message, spec)
+  return {metadata = {generation = 1}, spec = spec, status = {observedGeneration = 1, phase = "Pending", reason = reason, message = message}}
+end
+check("library flow (includeOnly)", idle("IncludeOnly", "included only: its steps run in the flows that include it (includeFlow), never on their own", {includeOnly = true}), "Healthy", "IncludeOnly: included only")
+check("scheduled flow before its first slot", idle("WaitingForSchedule", "waiting for the schedule: next run at 2026-01-05T10:08:00Z", {schedule = "* * * * *"}), "Healthy", "WaitingForSchedule")
+check("flow created suspended", idle("Suspended", "suspended: no run starts while spec.suspend is true", {suspend = true}), "Healthy", "Suspended: suspended")
+check("schedule with no further slot", idle("ScheduleEnded", "the schedule has no further slot", {schedule = "0 0 29 2 *"}), "Healthy", "ScheduleEnded")
+check("running run held by suspend is not settled", {metadata = {generation = 1}, spec = {suspend = true}, status = {observedGeneration = 1, phase = "Running", reason = "Suspended", message = "suspended: 1/3 steps done"}}, "Progressing", "Suspended")
 -- A re-run asked for in git (ops.example.com/run) does not bump the generation: Progressing until
 -- the controller's current run carries that trigger, then as its phase says.
 local function rerun(asked, run, phase, spec)
@@ -32,7 +42,8 @@ check("re-run succeeded", rerun("2", {id = "b", generation = 2, trigger = "2"}, 
 check("re-run failed", rerun("2", {id = "b", generation = 2, trigger = "2"}, "Failed"), "Degraded", nil)
 check("re-run on a suspended flow", rerun("2", {id = "a", generation = 2, trigger = "1"}, "Succeeded", {suspend = true}), "Progressing", "suspended")
 check("scheduled flow: trigger is the slot", rerun("2", {id = "a", generation = 2, trigger = "schedule 2026-01-01T00:00:00Z"}, "Succeeded", {schedule = "0 * * * *"}), "Healthy", nil)
-check("library flow never runs", rerun("2", {id = "a", generation = 2, trigger = "1"}, "Succeeded", {includeOnly = true}), "Healthy", nil)
+check("library flow: a run annotation asks for nothing", {metadata = {generation = 2, annotations = {["ops.example.com/run"] = "2"}}, spec = {includeOnly = true},
+      status = {observedGeneration = 2, phase = "Pending", reason = "IncludeOnly", message = "included only"}}, "Healthy", "IncludeOnly")
 check("retry of the re-run succeeded (a retry keeps the trigger)", rerun("2", {id = "c", generation = 2, trigger = "2", retryOf = "b"}, "Succeeded"), "Healthy", nil)
 check("re-run asked after a retry", rerun("3", {id = "c", generation = 2, trigger = "2", retryOf = "b"}, "Succeeded"), "Progressing", "re-run 3")
 check("annotation but invalid spec (no run)", {metadata = {generation = 1, annotations = {["ops.example.com/run"] = "2"}}, status = {observedGeneration = 1, phase = "Failed", reason = "InvalidSpec", message = "spec.steps[0]: bad"}}, "Degraded", "InvalidSpec")

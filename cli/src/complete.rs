@@ -74,9 +74,8 @@ pub async fn complete(args: &[String]) -> Vec<String> {
                     .collect()
             }
             ["completion"] => out = ["bash", "zsh", "fish"].map(String::from).to_vec(),
-            ["get" | "logs" | "plan" | "retry" | "suspend" | "resume" | "approve" | "reject"] => {
-                out = flow_names(&g).await
-            }
+            ["get" | "logs" | "plan" | "retry" | "run" | "stop" | "suspend" | "resume"
+            | "approve" | "reject"] => out = flow_names(&g).await,
             ["logs", flow] => out = step_names(&g, flow).await,
             _ => {}
         },

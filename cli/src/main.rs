@@ -17,6 +17,7 @@ mod logs;
 mod placement;
 mod plan;
 mod retry;
+mod runs;
 mod show;
 mod suspend;
 
@@ -112,6 +113,21 @@ enum Verb {
         /// Restart at this step (name or path) and run it and every step after it again.
         #[arg(long)]
         from: Option<String>,
+    },
+    /// Start a run now (a fresh `ops.example.com/run` value), also of a scheduled flow, as
+    /// `kubectl create job --from` does for a CronJob.
+    Run {
+        /// The flow's name.
+        name: String,
+    },
+    /// End a running run now: its running Jobs deleted, no further step started (no onError),
+    /// the run Aborted (`ops.example.com/stop` set to the run's id).
+    Stop {
+        /// The flow's name.
+        name: String,
+        /// The run to stop (default: the current run, which must be running).
+        #[arg(long)]
+        run: Option<String>,
     },
     /// Set `spec.suspend`: no new run starts, and a running run holds (its running steps finish).
     Suspend {
@@ -216,6 +232,16 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         Verb::Retry { name, from } => {
             let k = cluster::connect(g, None).await?;
             retry::retry(&k, &name, from.as_deref()).await?;
+            Ok(0)
+        }
+        Verb::Run { name } => {
+            let k = cluster::connect(g, None).await?;
+            runs::run(&k, &name).await?;
+            Ok(0)
+        }
+        Verb::Stop { name, run } => {
+            let k = cluster::connect(g, None).await?;
+            runs::stop(&k, &name, run.as_deref()).await?;
             Ok(0)
         }
         Verb::Suspend { name } => {

@@ -1,7 +1,9 @@
 //! The Argo CD health check (`charts/pseudoflow-operator/argocd/health.lua`) against statuses the
 //! controller really wrote on testenv: a succeeded, a failed, an invalid and a running flow are
 //! read back from the API server and handed to the Lua script as Argo CD would (`obj`), run by
-//! `lua5.4` (installed by `charts/install-tools.sh`).
+//! `lua5.4` (installed by `charts/install-tools.sh`). A library flow, a scheduled flow before its
+//! first slot and a flow created suspended are read back as the controller left them (phase
+//! `Pending`, a reason saying why) and must be Healthy: settled, so a later sync wave starts.
 
 use std::path::Path;
 use std::process::Command;
@@ -237,4 +239,63 @@ async fn argocd_health_matches_what_the_controller_reports() {
     .unwrap()
     .unwrap();
     assert_eq!(health(&object(&client, &ns, "denied").await).0, "Degraded");
+}
+
+/// Issue #43 item 2: flows with no run that will not start one by themselves are Healthy, from
+/// the status the controller really writes for each (never Progressing forever).
+#[tokio::test]
+async fn argocd_health_of_flows_that_wait_for_nothing_is_healthy() {
+    let (client, ns) = setup("argocd-idle").await;
+    let log = json!([{"type": "log", "message": "x"}]);
+    create_flow(
+        &client,
+        &ns,
+        "library",
+        json!({"serviceAccountName": "flow", "includeOnly": true, "steps": log}),
+    )
+    .await;
+    // Yearly, on a date far from now: its first slot is months away.
+    create_flow(
+        &client,
+        &ns,
+        "nightly",
+        json!({"serviceAccountName": "flow", "schedule": "0 0 1 1 *", "steps": log}),
+    )
+    .await;
+    create_flow(
+        &client,
+        &ns,
+        "held",
+        json!({"serviceAccountName": "flow", "suspend": true, "steps": log}),
+    )
+    .await;
+    for (name, reason, said) in [
+        ("library", "IncludeOnly", "included only"),
+        ("nightly", "WaitingForSchedule", "waiting for the schedule"),
+        ("held", "Suspended", "suspended"),
+    ] {
+        let status = common::wait_status(&client, &ns, name, 60, reason, |s| {
+            s["phase"] == "Pending" && s["reason"] == reason
+        })
+        .await;
+        assert!(status["run"].is_null(), "{name} has no run: {status:#}");
+        let (health, message) = health(&object(&client, &ns, name).await);
+        assert_eq!(health, "Healthy", "{name}: {message}");
+        assert!(
+            message.starts_with(&format!("{reason}: {said}")),
+            "{name}: {message}"
+        );
+    }
+    // Resumed, the suspended flow runs; until its run ends it is Progressing again, then Healthy.
+    let flows: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &flow_resource());
+    flows
+        .patch(
+            "held",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"suspend": false}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(wait_done(&client, &ns, "held").await["phase"], "Succeeded");
+    assert_eq!(health(&object(&client, &ns, "held").await).0, "Healthy");
 }

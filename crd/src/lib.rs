@@ -43,6 +43,9 @@ pub const GROUP: &str = "ops.example.com";
 pub const VERSION: &str = "v1alpha1";
 /// Annotation whose change of value starts a new run (manual re-run).
 pub const RUN_ANNOTATION: &str = "ops.example.com/run";
+/// Annotation naming a run (its id, `status.run.id`) to end now: its running Jobs deleted, no
+/// further step started, the run `Aborted` (`kubectl pf stop`).
+pub const STOP_ANNOTATION: &str = "ops.example.com/stop";
 /// Annotation whose change of value retries the last run: a new run that keeps the steps that
 /// succeeded (their outputs restored) and restarts at the failed step (`kubectl pf retry`).
 pub const RETRY_ANNOTATION: &str = "ops.example.com/retry";

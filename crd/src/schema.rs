@@ -392,9 +392,15 @@ pub fn describe(v: &Value) -> String {
 }
 
 /// The chart's `templates/crd-pseudoflow.yaml`: the same CRD behind `crds.install`, with any
-/// `{{` escaped so Helm does not read the schema's text as template code.
+/// `{{` escaped so Helm does not read the schema's text as template code. With `crds.keep` (the
+/// default) it carries `helm.sh/resource-policy: keep`, so `helm uninstall` leaves the CRD, and
+/// with it every flow, in place (as cert-manager's `crds.keep`); `helm upgrade` still updates it.
 pub fn crd_chart_template() -> String {
+    const NAME: &str = "metadata:\n  name: pseudoflows.ops.example.com\n";
+    const KEEP: &str = "{{- if .Values.crds.keep }}\n  annotations:\n    helm.sh/resource-policy: keep\n{{- end }}\n";
     let body = crd_yaml().replace("{{", "{{ \"{{\" }}");
+    assert!(body.contains(NAME), "the CRD's metadata is its name only");
+    let body = body.replacen(NAME, &format!("{NAME}{KEEP}"), 1);
     format!("{{{{- if .Values.crds.install }}}}\n{body}{{{{- end }}}}\n")
 }
 

@@ -69,6 +69,12 @@ fn rendered_chart_passes_server_side_dry_run() {
             "metrics.dashboard.enabled=true",
             "--set",
             "executorExample.enabled=true",
+            // helm template knows no cluster: say the Prometheus Operator's kinds are served
+            // (the chart renders them only then).
+            "--api-versions",
+            "monitoring.coreos.com/v1/ServiceMonitor",
+            "--api-versions",
+            "monitoring.coreos.com/v1/PrometheusRule",
         ])
         .output()
         .unwrap();

@@ -15,6 +15,9 @@
 //! Both revisions run the same controller build (the one under test): the controller crossing an
 //! upgrade is covered by run state kept in the API (docs/install.md); what this test changes is
 //! the CRD, the only part of the chart that decides how a stored flow reads.
+//!
+//! Last, `helm uninstall` keeps the CRD and both flows (`crds.keep`), and `helm install` of the
+//! same release adopts the kept CRD.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -108,8 +111,8 @@ fn values(env: &TestEnv) -> Vec<String> {
     args
 }
 
-/// `helm VERB RELEASE CHART` against the test cluster, with `values`.
-fn helm(env: &TestEnv, verb: &str, chart: &Path, values: &[String]) {
+/// `helm VERB RELEASE CHART` against the test cluster, with `values`; what it printed.
+fn helm(env: &TestEnv, verb: &str, chart: &Path, values: &[String]) -> String {
     let out = Command::new(common::helm::binary())
         .args([verb, RELEASE])
         .arg(chart)
@@ -124,6 +127,7 @@ fn helm(env: &TestEnv, verb: &str, chart: &Path, values: &[String]) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// The flows of [`NS`] read through `version`.
@@ -252,7 +256,8 @@ async fn install_before_and_start(env: &TestEnv, client: &Client, values: &[Stri
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn helm_upgrade_to_v1beta1_under_a_running_flow_keeps_it_raw_and_needs_no_migration() {
+async fn helm_upgrade_to_v1beta1_under_a_running_flow_keeps_it_raw_needs_no_migration_and_uninstall_keeps_the_crd(
+) {
     let env = env();
     let client = env.client().await.unwrap();
     let values = values(env);
@@ -310,6 +315,86 @@ async fn helm_upgrade_to_v1beta1_under_a_running_flow_keeps_it_raw_and_needs_no_
     after_the_upgrade_v1beta1_is_stored_quoted(&client).await;
     let (_, stored) = crd_versions(&client).await;
     assert_eq!(stored, ["v1alpha1"]);
+
+    uninstall_keeps_the_crd_and_the_flows(env, &client, &values).await;
+}
+
+/// `helm uninstall` (issue #43 item 3): the CRD carries `helm.sh/resource-policy: keep`
+/// (`crds.keep`, the default), so it and both flows, with their status, stay; the release's own
+/// objects go. A second `helm install` of the same release adopts the kept CRD.
+async fn uninstall_keeps_the_crd_and_the_flows(env: &TestEnv, client: &Client, values: &[String]) {
+    let out = Command::new(common::helm::binary())
+        .args(["uninstall", RELEASE, "--namespace", RELEASE, "--kubeconfig"])
+        .arg(env.kubeconfig_path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "helm uninstall: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let crds = Api::<CustomResourceDefinition>::all(client.clone());
+    let crd = crds
+        .get(CRD)
+        .await
+        .expect("the CRD outlives helm uninstall");
+    assert!(
+        crd.metadata.deletion_timestamp.is_none(),
+        "the CRD is not being deleted"
+    );
+    assert_eq!(
+        crd.metadata.annotations.unwrap_or_default()["helm.sh/resource-policy"],
+        "keep"
+    );
+    let flows = common::flows(client, NS);
+    for name in ["before", "after"] {
+        let f = flows
+            .get(name)
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(f.metadata.deletion_timestamp.is_none(), "{name} is kept");
+        assert_eq!(
+            f.data["status"]["phase"], "Succeeded",
+            "{name}: {:#}",
+            f.data
+        );
+    }
+    // The release's own objects are gone (the controller's Deployment is).
+    let deployments =
+        Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(client.clone(), RELEASE);
+    common::eventually(60, "the controller's Deployment deleted", || async {
+        deployments
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    })
+    .await;
+    // Installing the release again adopts the kept CRD (helm refuses a CRD it may not own). With
+    // the ServiceMonitor and PrometheusRule asked for on this cluster, which does not serve the
+    // Prometheus Operator's kinds: installed without them, and the notes say so.
+    let mut again = values.to_vec();
+    for kind in ["serviceMonitor", "prometheusRule"] {
+        again.extend(["--set".to_string(), format!("metrics.{kind}.enabled=true")]);
+    }
+    let notes = helm(
+        env,
+        "install",
+        &repo().join("charts/pseudoflow-operator"),
+        &again,
+    );
+    for kind in ["ServiceMonitor", "PrometheusRule"] {
+        let said = format!(
+            "The {kind} was not installed: this cluster does not serve monitoring.coreos.com/v1"
+        );
+        assert!(notes.contains(&said), "{notes}");
+    }
+    assert_eq!(
+        flows.list(&Default::default()).await.unwrap().items.len(),
+        2
+    );
 }
 
 /// A flow created as `v1beta1` after the upgrade: stored `quoted`, the same read through

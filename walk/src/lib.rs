@@ -31,6 +31,9 @@ use crate::limits::{bounded, MAX_INSTANCES, MAX_INSTANCE_MESSAGE_CHARS};
 
 /// The pseudo node id a run-level timeout is recorded under in [`RunState::failure`].
 pub const RUN_TIMEOUT: &str = "run-timeout";
+/// The pseudo node id a run stopped on request (`ops.example.com/stop`, `kubectl pf stop`) is
+/// recorded under in [`RunState::failure`]: the run reads `Aborted`, not `Failed`.
+pub const RUN_STOPPED: &str = "run-stopped";
 
 /// Something the reconcile loop must do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -587,6 +590,17 @@ impl<'p> Walker<'p> {
         let mut out = Outcome::default();
         if state.phase == RunPhase::Running {
             self.fail_run(state, RUN_TIMEOUT, &[], message, &mut out);
+        }
+        out
+    }
+
+    /// Ends a running run because it was asked to stop: running instances are aborted (their
+    /// Jobs must be deleted), nothing else starts (no `onError`/`finally` step either: a stop
+    /// ends the run now). Recorded under [`RUN_STOPPED`], so the run reads Aborted.
+    pub fn stop(&self, state: &mut RunState, message: &str) -> Outcome {
+        let mut out = Outcome::default();
+        if state.phase == RunPhase::Running {
+            self.fail_run(state, RUN_STOPPED, &[], message, &mut out);
         }
         out
     }

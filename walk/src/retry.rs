@@ -69,6 +69,7 @@ pub fn retry_run(plan: &Plan, ended: &StoredRun, request: Request) -> Result<Sto
         retry_of: Some(ended.run_id.clone()),
         retried_from: Some(restarted_at),
         retry_token: Some(request.token.to_string()),
+        run_token: ended.run_token.clone(),
         previous: ended.with_previous(vec![ended.ended(StopCause::Replaced, request.now)]),
         ..Default::default()
     };

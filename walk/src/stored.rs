@@ -80,6 +80,10 @@ pub struct StoredRun {
     /// started, started it, or was refused while it ran): only a new value retries.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_token: Option<String>,
+    /// The `ops.example.com/run` value on the flow when this run started (a retry keeps its
+    /// run's): on a scheduled flow only another value starts a run now (`kubectl pf run`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_token: Option<String>,
     /// How the runs before this one ended, newest first (`status.previousRuns`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub previous: Vec<EndedRun>,
@@ -104,6 +108,9 @@ impl StoredRun {
             RunPhase::Running => (FlowPhase::Running, "Running"),
             RunPhase::Succeeded => (FlowPhase::Succeeded, "Succeeded"),
             RunPhase::Failed if cause == Some(super::RUN_TIMEOUT) => (FlowPhase::Failed, "Timeout"),
+            RunPhase::Failed if cause == Some(super::RUN_STOPPED) => {
+                (FlowPhase::Aborted, "Aborted")
+            }
             RunPhase::Failed if cause == Some(RUN_STATE_TOO_LARGE) => {
                 (FlowPhase::Failed, "RunStateTooLarge")
             }

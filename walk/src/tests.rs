@@ -543,6 +543,40 @@ fn a_run_timeout_fails_the_run_and_aborts_what_runs() {
 }
 
 #[test]
+fn a_stopped_run_is_aborted_and_starts_nothing_not_even_on_error() {
+    let c = plan(json!([
+        apply_step("a"),
+        {"type": "onError", "steps": [apply_step("undo")]},
+        apply_step("b")
+    ]));
+    let w = Walker::new(&c.plan);
+    let mut s = RunState::default();
+    w.advance(&mut s, 0);
+    let o = w.stop(&mut s, "stopped");
+    assert_eq!(aborted(&o), ["s0"]);
+    assert_eq!(
+        s.failure,
+        Some((RUN_STOPPED.to_string(), "stopped".to_string()))
+    );
+    let run = StoredRun {
+        state: s.clone(),
+        ..Default::default()
+    };
+    assert_eq!(
+        run.outcome(),
+        (pseudoflow_crd::FlowPhase::Aborted, "Aborted")
+    );
+    assert!(
+        started(&w.advance(&mut s, 1)).is_empty(),
+        "nothing starts after a stop, onError included"
+    );
+    assert!(
+        w.stop(&mut s, "again").actions.is_empty(),
+        "an ended run is not stopped twice"
+    );
+}
+
+#[test]
 fn a_loop_whose_items_would_pass_the_instance_limit_fails_without_starting_any() {
     // 25 body steps: the most items one loop may take (1000) would make 25,000 instances.
     let body: Vec<Value> = (0..25).map(|i| apply_step(&format!("a{i}"))).collect();

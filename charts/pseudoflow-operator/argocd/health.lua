@@ -6,6 +6,12 @@
 -- current run's status.run.trigger (a retry keeps the trigger of the run it retries). Scheduled
 -- flows (their runs' triggers are schedule slots) and library flows (includeOnly: they never
 -- run) are not compared; a suspended flow's re-run waits for resume and says so.
+-- A flow with no run that will not get one by itself is settled, so Healthy (a later sync wave
+-- starts): the controller writes Pending with reason IncludeOnly (a library), Suspended (created
+-- suspended), WaitingForSchedule (before its first slot) or ScheduleEnded. Not Argo CD's
+-- Suspended: a sync wave waits on it as on Progressing. Any other Pending (a queued run) is
+-- Progressing.
+local settled = {IncludeOnly = true, Suspended = true, WaitingForSchedule = true, ScheduleEnded = true}
 local hs = {}
 if obj.status == nil or obj.status.phase == nil then
   hs.status = "Progressing"
@@ -33,7 +39,7 @@ if asked ~= nil and run ~= nil and run.trigger ~= asked
   return hs
 end
 local phase = obj.status.phase
-if phase == "Succeeded" then
+if phase == "Succeeded" or (phase == "Pending" and settled[obj.status.reason]) then
   hs.status = "Healthy"
 elseif phase == "Failed" or phase == "Aborted" then
   hs.status = "Degraded"

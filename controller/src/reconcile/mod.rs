@@ -22,6 +22,7 @@ pub mod seal;
 mod select;
 mod size;
 mod start;
+mod stop;
 pub mod store;
 mod timing;
 

@@ -11,7 +11,7 @@ use pseudoflow_crd::bind::{OBJECT_VAR, TRIGGER_VAR};
 use pseudoflow_crd::protocol::result::{IncludedDocument, StepResult};
 use pseudoflow_crd::status::ApprovalRecord;
 use pseudoflow_crd::steps::Placement;
-use pseudoflow_crd::{PseudoFlowSpec, StepKind, RUN_ANNOTATION};
+use pseudoflow_crd::{FlowPhase, PseudoFlowSpec, StepKind, RUN_ANNOTATION};
 use pseudoflow_walk::{includes, local};
 use serde_json::Value;
 use tracing::{info, warn};
@@ -107,6 +107,11 @@ pub(super) async fn advance_run(
     if deadline.is_some_and(|d| r.now >= d) {
         let msg = timed_out_message(timeout.unwrap_or_default());
         let out = walker.time_out(&mut run.state, &msg);
+        d.abort(run, &out.actions).await;
+    }
+    // ops.example.com/stop naming this run: Aborted, running Jobs deleted, nothing more starts.
+    if super::stop::requested(r, run, deleting) {
+        let out = walker.stop(&mut run.state, &super::stop::message());
         d.abort(run, &out.actions).await;
     }
     let wake = d.drive(run).await?;
@@ -719,8 +724,9 @@ pub(super) async fn finish_if_done(r: &Reconcile<'_>, plan: &Plan, run: &mut Sto
     }
     run.reported = true;
     run.finished_at = Some(r.now);
-    let (status, ty) = match run.state.phase {
-        RunPhase::Succeeded => ("Succeeded", EventType::Normal),
+    let (status, ty) = match run.outcome().0 {
+        FlowPhase::Succeeded => ("Succeeded", EventType::Normal),
+        FlowPhase::Aborted => ("Aborted", EventType::Normal),
         _ => ("Failed", EventType::Warning),
     };
     r.ctx.metrics.run_finished(&r.key(), status);

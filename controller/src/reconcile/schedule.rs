@@ -142,8 +142,32 @@ pub fn for_flow(
     );
     if deleting {
         d.start = Some(trigger);
+    } else if d.start.is_none() {
+        // A run asked for now on a scheduled flow (`kubectl pf run`): a new run annotation value.
+        d.start = manual_run(spec, trigger, stored).map(Some);
     }
     d
+}
+
+/// The run annotation's value, if it asks a scheduled flow (not suspended, not a library) for a
+/// run now, as `kubectl create job --from` does for a CronJob: a value neither the stored run
+/// started from nor saw when it started (a retry keeps its run's). Every run records the value it
+/// saw, so each value starts one run; with no run yet, any value does. An unscheduled flow's
+/// value is its runs' trigger already ([`decide`]).
+pub fn manual_run(
+    spec: &PseudoFlowSpec,
+    trigger: Option<String>,
+    stored: Option<&StoredRun>,
+) -> Option<String> {
+    let scheduled = matches!(spec.parsed_schedule(), Some(Ok(_)));
+    if !scheduled || spec.suspend || spec.include_only {
+        return None;
+    }
+    let value = trigger?;
+    let seen = stored.is_some_and(|s| {
+        s.run_token.as_deref() == Some(value.as_str()) || s.trigger.as_deref() == Some(&value)
+    });
+    (!seen).then_some(value)
 }
 
 impl Decision {
@@ -181,20 +205,45 @@ pub fn stamp(status: &mut PseudoFlowStatus, d: &Decision) {
     status.next_schedule_time = d.next.map(time);
 }
 
-/// Status of a flow with no run at all yet: waiting for its first slot, or suspended.
+/// Why a flow with no run is `Pending` (`status.reason`): each is settled, nothing is under way,
+/// so GitOps health reads it as Healthy rather than waiting forever (docs/gitops.md).
+pub mod idle_reason {
+    /// A library for `includeFlow` (`spec.includeOnly`): it never runs on its own.
+    pub const INCLUDE_ONLY: &str = "IncludeOnly";
+    /// Created (or left) suspended before any run: no run starts while `spec.suspend` is true.
+    pub const SUSPENDED: &str = "Suspended";
+    /// A scheduled flow before its first slot.
+    pub const WAITING_FOR_SCHEDULE: &str = "WaitingForSchedule";
+    /// A scheduled flow whose schedule has no further slot.
+    pub const SCHEDULE_ENDED: &str = "ScheduleEnded";
+}
+
+/// Status of a flow with no run at all yet: a library, suspended, or waiting for its first slot;
+/// its reason says which (see [`idle_reason`]).
 pub fn idle(spec: &PseudoFlowSpec, d: &Decision, generation: i64) -> PseudoFlowStatus {
-    let message = match d.next {
-        _ if spec.include_only => {
+    let (reason, message) = match d.next {
+        _ if spec.include_only => (
+            idle_reason::INCLUDE_ONLY,
             "included only: its steps run in the flows that include it (includeFlow), never on their own"
-                .to_string()
-        }
-        _ if spec.suspend => "suspended: no run starts while spec.suspend is true".to_string(),
-        Some(next) => format!("waiting for the schedule: next run at {}", time(next).0),
-        None => "the schedule has no further slot".to_string(),
+                .to_string(),
+        ),
+        _ if spec.suspend => (
+            idle_reason::SUSPENDED,
+            "suspended: no run starts while spec.suspend is true".to_string(),
+        ),
+        Some(next) => (
+            idle_reason::WAITING_FOR_SCHEDULE,
+            format!("waiting for the schedule: next run at {}", time(next).0),
+        ),
+        None => (
+            idle_reason::SCHEDULE_ENDED,
+            "the schedule has no further slot".to_string(),
+        ),
     };
     let mut status = PseudoFlowStatus {
         observed_generation: Some(generation),
         phase: Some(FlowPhase::Pending),
+        reason: Some(reason.to_string()),
         message: Some(message),
         ..Default::default()
     };
@@ -325,6 +374,66 @@ mod tests {
         let d = decide(&s, Some("ignored".into()), true, Some(NOW - 30), 0, NOW);
         assert_eq!(d.start, None);
         assert_eq!(d.last, Some(NOW - 30));
+    }
+
+    #[test]
+    fn a_new_run_value_starts_a_scheduled_flow_now_once() {
+        let scheduled = spec(Some("* * * * *"), ConcurrencyPolicy::Allow, false);
+        let v = || Some("now-1".to_string());
+        assert_eq!(manual_run(&scheduled, v(), None), v(), "no run yet");
+        assert_eq!(manual_run(&scheduled, None, None), None);
+        let mut slot = StoredRun {
+            trigger: Some("schedule 2026-01-05T10:07:00Z".into()),
+            ..Default::default()
+        };
+        assert_eq!(manual_run(&scheduled, v(), Some(&slot)), v(), "new value");
+        slot.run_token = v();
+        assert_eq!(
+            manual_run(&scheduled, v(), Some(&slot)),
+            None,
+            "seen when the slot's run started"
+        );
+        let manual = StoredRun {
+            trigger: v(),
+            ..Default::default()
+        };
+        assert_eq!(
+            manual_run(&scheduled, v(), Some(&manual)),
+            None,
+            "its own run"
+        );
+        let suspended = spec(Some("* * * * *"), ConcurrencyPolicy::Allow, true);
+        assert_eq!(manual_run(&suspended, v(), None), None);
+        let unscheduled = spec(None, ConcurrencyPolicy::Allow, false);
+        assert_eq!(manual_run(&unscheduled, v(), None), None, "decide() has it");
+    }
+
+    #[test]
+    fn an_idle_flow_says_why_it_is_pending() {
+        let idle_of = |s: &PseudoFlowSpec, next: Option<i64>| {
+            let d = Decision {
+                start: None,
+                last: None,
+                next,
+                skipped: None,
+                missed: None,
+            };
+            let st = idle(s, &d, 3);
+            assert_eq!(st.phase, Some(FlowPhase::Pending));
+            assert_eq!(st.observed_generation, Some(3));
+            st.reason.unwrap()
+        };
+        let mut library = spec(None, ConcurrencyPolicy::Allow, false);
+        library.include_only = true;
+        assert_eq!(idle_of(&library, None), idle_reason::INCLUDE_ONLY);
+        let suspended = spec(Some("* * * * *"), ConcurrencyPolicy::Allow, true);
+        assert_eq!(idle_of(&suspended, None), idle_reason::SUSPENDED);
+        let scheduled = spec(Some("* * * * *"), ConcurrencyPolicy::Allow, false);
+        assert_eq!(
+            idle_of(&scheduled, Some(NOW)),
+            idle_reason::WAITING_FOR_SCHEDULE
+        );
+        assert_eq!(idle_of(&scheduled, None), idle_reason::SCHEDULE_ENDED);
     }
 
     #[test]

@@ -7,8 +7,10 @@ use std::time::Duration;
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, ListParams};
 use kube::runtime::controller::Action;
+use kube::ResourceExt;
 use pseudoflow_compiler::lower::launches_jobs;
 use pseudoflow_compiler::Compiled;
+use pseudoflow_crd::RUN_ANNOTATION;
 use pseudoflow_walk::select::{select, wanted_id};
 use pseudoflow_walk::StoredRun;
 
@@ -51,6 +53,8 @@ impl Reconcile<'_> {
                 let mut run = new_run(&id, generation, trigger, &self.raw_spec, r.now);
                 // A retry value already there when a run starts is not a request to retry it.
                 run.retry_token = retry::token(r);
+                // So a scheduled flow starts a run now only for a new run annotation value.
+                run.run_token = r.flow.annotations().get(RUN_ANNOTATION).cloned();
                 run
             }
             (None, Some(stored)) => stored.clone(),

@@ -331,3 +331,142 @@ async fn replace_aborts_the_running_run_and_deletes_its_jobs() {
     assert!(previous["finishedAt"].is_string(), "{status:#}");
     ctl.abort();
 }
+
+/// `ops.example.com/stop` naming the running run (what `kubectl pf stop` sets): its Job deleted,
+/// its next step never started, the run Aborted (reason Aborted, Ready False); under Forbid the
+/// run queued behind it then starts, and the stopped run is told in previousRuns. A stop naming a
+/// run that already ended does nothing to the next one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_annotation_aborts_the_named_running_run_and_the_queued_one_starts() {
+    let (client, ns, ctl) = setup("stop", json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch", "create", "patch"]}]), json!([])).await;
+    let spec = json!({"serviceAccountName": "flow", "options": {"concurrencyPolicy": "Forbid"}, "steps": [
+        {"name": "gate", "type": "waitFor", "isolate": true, "resource": {"kind": "ConfigMap", "name": "gate", "namespace": ns}, "condition": "Exist", "timeoutSeconds": 300},
+        {"name": "after", "type": "apply", "manifests": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "after", "namespace": ns}}}
+    ]});
+    create_flow(&client, &ns, "stopped", spec.clone()).await;
+    let api = flows(&client, &ns);
+    let running = |o: Option<&DynamicObject>| {
+        o.is_some_and(|f| f.data["status"]["steps"][0]["phase"] == "Running")
+    };
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        await_condition(api.clone(), "stopped", running),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let first = api.get("stopped").await.unwrap().data["status"]["run"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // A second run asked for: queued behind the first (Forbid).
+    crate::common::request_run(&client, &ns, "stopped", "2").await;
+    crate::common::wait_status(&client, &ns, "stopped", 30, "a queued run", |s| {
+        s["queuedRun"].is_object()
+    })
+    .await;
+    let stop = |id: String| json!({"metadata": {"annotations": {"ops.example.com/stop": id}}});
+    api.patch(
+        "stopped",
+        &Default::default(),
+        &kube::api::Patch::Merge(stop(first.clone())),
+    )
+    .await
+    .unwrap();
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    let first_jobs = || async {
+        jobs.list(&ListParams::default().labels(&format!("ops.example.com/run={first}")))
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|j| j.metadata.deletion_timestamp.is_none())
+            .count()
+    };
+    crate::common::eventually(30, "the stopped run's Job deleted", || async {
+        first_jobs().await == 0
+    })
+    .await;
+    // The queued run starts and waits at the gate in turn; the gate opened, it ends well.
+    let second =
+        crate::common::wait_status(&client, &ns, "stopped", 30, "the queued run running", |s| {
+            s["run"]["trigger"] == "2" && s["phase"] == "Running"
+        })
+        .await;
+    let previous = &second["previousRuns"][0];
+    assert_eq!(previous["id"], json!(first), "{second:#}");
+    assert_eq!(
+        (previous["phase"].as_str(), previous["reason"].as_str()),
+        (Some("Aborted"), Some("Aborted")),
+        "{second:#}"
+    );
+    apply(&client, json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "gate", "namespace": ns}})).await;
+    let done = wait_done(&client, &ns, "stopped", 60).await;
+    assert_eq!(
+        done["phase"], "Succeeded",
+        "the stop named the first run only: {done:#}"
+    );
+    assert_eq!(done["run"]["trigger"], "2", "{done:#}");
+    ctl.abort();
+}
+
+/// The status a stop leaves while it is the current run: Aborted, reason Aborted, Ready False
+/// with reason Aborted, the running step Aborted; no new run starts from the stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_run_reads_aborted_with_ready_false() {
+    let (client, ns, ctl) = setup("stopst", json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch", "create"]}]), json!([])).await;
+    create_flow(&client, &ns, "halted", json!({"serviceAccountName": "flow", "steps": [
+        {"name": "gate", "type": "waitFor", "resource": {"kind": "ConfigMap", "name": "gate", "namespace": ns}, "condition": "Exist", "timeoutSeconds": 300},
+        {"name": "never", "type": "log", "message": "not reached"}
+    ]})).await;
+    let st = crate::common::wait_status(&client, &ns, "halted", 60, "running", |s| {
+        s["steps"][0]["phase"] == "Running"
+    })
+    .await;
+    let run = st["run"]["id"].as_str().unwrap().to_string();
+    let api = flows(&client, &ns);
+    api.patch(
+        "halted",
+        &Default::default(),
+        &kube::api::Patch::Merge(
+            json!({"metadata": {"annotations": {"ops.example.com/stop": run}}}),
+        ),
+    )
+    .await
+    .unwrap();
+    let st = crate::common::wait_status(&client, &ns, "halted", 30, "Aborted", |s| {
+        s["phase"] == "Aborted"
+    })
+    .await;
+    assert_eq!(st["reason"], "Aborted", "{st:#}");
+    assert_eq!(st["run"]["id"], run.as_str(), "{st:#}");
+    let ready = st["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (ready["status"].as_str(), ready["reason"].as_str()),
+        (Some("False"), Some("Aborted")),
+        "{st:#}"
+    );
+    assert_eq!(st["steps"][0]["phase"], "Aborted", "{st:#}");
+    assert!(
+        st["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["name"] != "never" || s["phase"] == "Pending"),
+        "{st:#}"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let later = api.get("halted").await.unwrap().data["status"].clone();
+    assert_eq!(
+        (later["phase"].as_str(), later["run"]["id"].as_str()),
+        (Some("Aborted"), Some(run.as_str())),
+        "{later:#}"
+    );
+    ctl.abort();
+}

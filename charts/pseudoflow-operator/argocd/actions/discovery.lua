@@ -1,7 +1,8 @@
 -- Argo CD action discovery for ops.example.com/PseudoFlow: which actions the flow offers now.
 -- approve/reject: exactly one approval step waits (the actions name it; with several waiting, use
 -- `kubectl pf approve NAME STEP`). retry: a new run of the whole flow once no run is going.
--- retry-from-failed: the last run failed or was stopped. suspend/resume: spec.suspend.
+-- retry-from-failed: the last run failed or was stopped. stop: a run is running.
+-- suspend/resume: spec.suspend.
 local actions = {}
 local status = obj.status or {}
 local spec = obj.spec or {}
@@ -18,6 +19,7 @@ actions["approve"] = {["disabled"] = waiting ~= 1, ["iconClass"] = "fa fa-fw fa-
 actions["reject"] = {["disabled"] = waiting ~= 1, ["iconClass"] = "fa fa-fw fa-times", ["displayName"] = "Reject the waiting step"}
 actions["retry"] = {["disabled"] = going or library, ["iconClass"] = "fa fa-fw fa-redo", ["displayName"] = "Run again"}
 actions["retry-from-failed"] = {["disabled"] = status.run == nil or not (phase == "Failed" or phase == "Aborted"), ["iconClass"] = "fa fa-fw fa-redo", ["displayName"] = "Retry from the failed step"}
+actions["stop"] = {["disabled"] = phase ~= "Running" or status.run == nil, ["iconClass"] = "fa fa-fw fa-stop-circle", ["displayName"] = "Stop the running run"}
 actions["suspend"] = {["disabled"] = spec.suspend == true, ["iconClass"] = "fa fa-fw fa-pause-circle", ["displayName"] = "Suspend"}
 actions["resume"] = {["disabled"] = spec.suspend ~= true, ["iconClass"] = "fa fa-fw fa-play-circle", ["displayName"] = "Resume"}
 return actions
