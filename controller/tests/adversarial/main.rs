@@ -12,6 +12,7 @@ mod hijack;
 mod limits;
 mod memory;
 mod node_optin;
+mod own_kinds;
 mod run_state;
 mod secret_values;
 mod secrets;
