@@ -11,6 +11,7 @@ mod decoding;
 mod hijack;
 mod limits;
 mod memory;
+mod metrics_port;
 mod node_optin;
 mod own_kinds;
 mod run_state;
