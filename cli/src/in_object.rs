@@ -11,6 +11,7 @@ use pseudoflow_crd::protocol::names::{bounded_name, stable_hash};
 use pseudoflow_crd::selector::Selector;
 use serde_json::Value;
 
+use crate::escape::printable;
 use crate::show::human;
 
 /// Prefix of every served mark (as the controller's `bind::served::SERVED_PREFIX`).
@@ -177,16 +178,6 @@ fn row(o: &DynamicObject, key: &str, flow_uid: &str, bind: &Bind, now: i64) -> O
         printable(&message),
     ];
     ObjectRow { cells, served }
-}
-
-/// `s` with each control character (terminal escapes, newlines) written as `\u{..}`/`\n`.
-fn printable(s: &str) -> String {
-    s.chars()
-        .map(|c| match c {
-            c if c.is_control() => c.escape_default().to_string(),
-            c => c.to_string(),
-        })
-        .collect()
 }
 
 /// The phase the object's status shows: the flow's phase field, else its Ready condition's

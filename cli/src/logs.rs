@@ -16,6 +16,7 @@ use pseudoflow_crd::PseudoFlowStatus;
 use serde_json::Value;
 
 use crate::cluster::{flow, status, Kube};
+use crate::escape::printable;
 use crate::get::{annotation, job_pods, run_jobs};
 
 /// One pod's lines, attributed to steps.
@@ -262,7 +263,7 @@ fn print_in_controller(
             continue;
         }
         *told = 1;
-        let label = round.labels.get(&s.id).cloned().unwrap_or(s.id.clone());
+        let label = printable(round.labels.get(&s.id).unwrap_or(&s.id));
         outln!(
             "[{label}] ran inside the controller ({}): no pod, so no log; its outcome: `kubectl pf get {name}` and the flow's Events",
             placed.why
@@ -287,13 +288,20 @@ fn print_lines(pod: &PodLines, instance: &str, seen: usize, round: &Round) -> us
             .get(node)
             .cloned()
             .unwrap_or_else(|| node.clone());
-        if instance.is_empty() {
-            outln!("[{label}] {line}");
-        } else {
-            outln!("[{label} {instance}] {line}");
-        }
+        outln!("{}", log_line(&label, instance, line));
     }
     pod.lines.len()
+}
+
+/// One printed log line: `[step] line` or `[step instance] line`, control characters escaped
+/// ([`printable`]): a step's output and a JSON log's decoded `\u001b` are others' text.
+fn log_line(label: &str, instance: &str, line: &str) -> String {
+    let (label, line) = (printable(label), printable(line));
+    if instance.is_empty() {
+        format!("[{label}] {line}")
+    } else {
+        format!("[{label} {}] {line}", printable(instance))
+    }
 }
 
 #[cfg(test)]
@@ -318,5 +326,24 @@ mod tests {
             "INFO segment step starting node=s1 path=spec.steps[1]"
         );
         assert_eq!(lines[3].1, "plain output of s1");
+    }
+
+    #[test]
+    fn attack_control_characters_in_a_log_line_are_printed_escaped() {
+        // A step's output, or its pod's JSON log decoding `\u001b`, reaches the terminal.
+        let log =
+            r#"{"level":"INFO","fields":{"message":"x\u001b[2J\u001b]0;owned\u0007","node":"s0"}}"#;
+        let decoded = &attribute("s0", log).lines[0].1;
+        assert!(
+            decoded.contains('\u{1b}'),
+            "the JSON log decodes the escape: {decoded:?}"
+        );
+        let printed = log_line("step\u{1b}[31m", "node\n1", decoded);
+        assert!(!printed.chars().any(char::is_control), "{printed:?}");
+        assert_eq!(
+            printed,
+            "[step\\u{1b}[31m node\\n1] INFO x\\u{1b}[2J\\u{1b}]0;owned\\u{7} node=s0"
+        );
+        assert_eq!(log_line("s", "", "plain"), "[s] plain");
     }
 }

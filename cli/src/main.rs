@@ -11,6 +11,7 @@ mod approve;
 mod bound;
 mod cluster;
 mod complete;
+mod escape;
 mod get;
 mod in_object;
 mod logs;

@@ -270,8 +270,22 @@ impl Bind {
     pub fn validate(&self, ctx: &mut Ctx) {
         check_type(ctx, &self.api_version, &self.kind, "Database");
         let k = &self.kind;
-        if self.group_version() == ("ops.example.com", "v1alpha1") && k == "PseudoFlow" {
-            ctx.error("kind", "a flow cannot be bound to PseudoFlows");
+        let group = self.group_version().0;
+        if group == crate::GROUP {
+            // Every version: a flow serving flows makes, holds and overwrites other flows.
+            ctx.error(
+                "apiVersion",
+                "a flow cannot be bound to the ops.example.com group (PseudoFlows, in any \
+                 version): the controller writes those objects, and a flow serving them would \
+                 create, hold (finalizers) and overwrite other flows",
+            );
+        }
+        if group == "batch" && k == "Job" {
+            ctx.error(
+                "kind",
+                "a flow cannot be bound to Jobs: the controller makes them for runs, and a flow \
+                 serving them would hold and answer its own steps' Jobs",
+            );
         }
         if self.group_version().0.is_empty() && k == "Secret" {
             // The object view is copied into each child flow's spec, which `view` reads: a
@@ -536,8 +550,34 @@ mod tests {
     }
 
     #[test]
-    fn a_flow_cannot_bind_to_flows() {
-        let p = problems(json!({"apiVersion": "ops.example.com/v1alpha1", "kind": "PseudoFlow"}));
-        assert_eq!(p, ["spec.bind.kind: a flow cannot be bound to PseudoFlows"]);
+    fn a_flow_cannot_bind_to_flows_of_any_version_nor_any_kind_of_their_group() {
+        for v in ["v1alpha1", "v1beta1", "v2"] {
+            for kind in ["PseudoFlow", "Anything"] {
+                let p =
+                    problems(json!({"apiVersion": format!("ops.example.com/{v}"), "kind": kind}));
+                assert_eq!(p.len(), 1, "{v} {kind}: {p:?}");
+                assert!(
+                    p[0].starts_with(
+                        "spec.bind.apiVersion: a flow cannot be bound to the ops.example.com group"
+                    ),
+                    "{p:?}"
+                );
+            }
+        }
+        // The same kind name in another group is someone else's.
+        assert!(problems(json!({"apiVersion": "example.com/v1", "kind": "PseudoFlow"})).is_empty());
+    }
+
+    #[test]
+    fn a_flow_cannot_bind_to_the_jobs_the_controller_makes() {
+        for v in ["v1", "v2"] {
+            let p = problems(json!({"apiVersion": format!("batch/{v}"), "kind": "Job"}));
+            assert_eq!(p.len(), 1, "{p:?}");
+            assert!(
+                p[0].starts_with("spec.bind.kind: a flow cannot be bound to Jobs"),
+                "{p:?}"
+            );
+        }
+        assert!(problems(json!({"apiVersion": "batch/v1", "kind": "CronJob"})).is_empty());
     }
 }

@@ -14,7 +14,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams
 use kube::discovery::ApiResource;
 use kube::runtime::controller::Action;
 use pseudoflow_crd::bind::{Bind, BindRecord, BIND_FINALIZER, BOUND_TO_LABEL, RELEASED_ANNOTATION};
-use pseudoflow_crd::selector::Selector;
+use pseudoflow_crd::selector::{Requirement, Selector};
 use pseudoflow_crd::status::BoundSummary;
 use pseudoflow_crd::{FlowPhase, PseudoFlowSpec, PseudoFlowStatus};
 use serde_json::{json, Value};
@@ -30,6 +30,7 @@ use super::Binder;
 use super::{access, decode, in_object, object, pages, watch};
 use crate::flow::events::EventType;
 use crate::flow::{finalizer, outcome, status, Error, Reconciling};
+use crate::labels::{MANAGED_BY, MANAGED_BY_KEY};
 
 mod changed;
 
@@ -108,6 +109,12 @@ pub(crate) async fn reconcile_parent(
     Ok(Action::requeue(again))
 }
 
+/// The requirement that keeps what the operator's runs write (labelled
+/// `app.kubernetes.io/managed-by=pseudoflow`) out of every binding.
+fn not_written_by_runs() -> Requirement {
+    Requirement::NotEquals(MANAGED_BY_KEY.into(), MANAGED_BY.into())
+}
+
 /// A bound flow's binding, opened for one reconcile.
 struct Binding<'a> {
     r: &'a Reconciling<'a, Binder>,
@@ -178,10 +185,13 @@ impl<'a> Binding<'a> {
             }
         }
         let related_kinds = open_related(r, &client, bind, &who).await?;
-        let selector = match &bind.selector {
+        let mut selector = match &bind.selector {
             Some(s) => s.parse().map_err(|e| e.to_string())?,
             None => Selector(vec![]),
         };
+        // Never what runs write (result and journal ConfigMaps, executor pods): served, each
+        // would start a run writing more of them (docs/decisions.md#what-a-flow-cannot-bind-to).
+        selector.0.push(not_written_by_runs());
         Ok(Binding {
             related_kinds,
             r,

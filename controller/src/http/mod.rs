@@ -10,6 +10,7 @@
 
 pub mod bounds;
 pub mod client_auth;
+pub mod plain;
 mod server;
 pub mod tls;
 
@@ -147,10 +148,11 @@ pub async fn serve_metrics(
     serve_plain(addr, router(state)).await
 }
 
-/// Serves `router` over plain HTTP on `addr` until the process stops.
+/// Serves `router` over plain HTTP on `addr` until the process stops, bounded as
+/// [`plain`] says (connections in all and per peer, header timer, connection age).
 pub async fn serve_plain(addr: SocketAddr, router: Router) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
-    axum::serve(listener, router).await
+    plain::serve(listener, router).await
 }
 
 /// Where the webhook's serving certificate comes from.

@@ -713,6 +713,150 @@ async fn the_secret_sync_controller_of_seed_002_follows_its_source_and_deletes_i
     ctl.abort();
 }
 
+/// Seed 002's flow and RBAC in `ns` (targets `team-a`/`team-b` renamed to `ns-a`/`ns-b`; `ns-c`
+/// exists with no right granted there), the source Secret, and a controller; the SecSynch API.
+async fn secret_sync_setup(
+    prefix: &str,
+) -> (
+    kube::Client,
+    String,
+    Api<DynamicObject>,
+    tokio::task::JoinHandle<()>,
+) {
+    let (client, ns) = prepare(prefix, json!([]), json!([])).await;
+    let synchs = install_seed_crd(&client, &ns, "secret-sync-crd.yaml", SECSYNCH_KIND).await;
+    let (a, b, c) = (format!("{ns}-a"), format!("{ns}-b"), format!("{ns}-c"));
+    for target in [&a, &b, &c] {
+        apply(
+            &client,
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": target}}),
+        )
+        .await;
+    }
+    let renames = [("team-a", a.as_str()), ("team-b", b.as_str())];
+    for doc in documents_renamed("rbac/secret-sync.yaml", &ns, &renames) {
+        apply_value(&client, doc, None).await.unwrap();
+    }
+    apply(&client, registry_credentials(&ns, "c3luYy1jYW5hcnk=")).await;
+    let ctl = start_controller(&client, &ns);
+    apply(
+        &client,
+        documents_renamed("secret-sync.yaml", &ns, &renames).remove(0),
+    )
+    .await;
+    (client, ns, synchs, ctl)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secsynch_neither_overwrites_nor_deletes_a_same_named_secret_it_did_not_copy() {
+    use k8s_openapi::api::core::v1::Secret;
+    let (client, ns, synchs, ctl) = secret_sync_setup("kopf-theirs").await;
+    let (a, b) = (format!("{ns}-a"), format!("{ns}-b"));
+    // Someone else's Secret, already there under the copy's name (and type).
+    let theirs: Secret = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "registry-credentials", "namespace": a},
+        "type": "kubernetes.io/dockerconfigjson",
+        "stringData": {".dockerconfigjson": "{\"auths\":{\"theirs\":{}}}"}}))
+    .unwrap();
+    let in_a: Api<Secret> = Api::namespaced(client.clone(), &a);
+    let pp = kube::api::PostParams {
+        field_manager: Some("team-a-admin".into()),
+        ..Default::default()
+    };
+    let before = in_a.create(&pp, &theirs).await.unwrap();
+    // b first: the loop stops at the namespace whose Secret is not its own.
+    apply(&client, secsynch(&ns, "secretsync-a", &[&b, &a])).await;
+    eventually(90, "secretsync-a settled", || async {
+        let ready = ready_of(&synchs, "secretsync-a").await;
+        ready["status"] == "True" || ready["reason"] == "Failed"
+    })
+    .await;
+    let unchanged = |s: Option<Secret>| {
+        s.is_some_and(|s| {
+            s.metadata.uid == before.metadata.uid
+                && s.metadata.resource_version == before.metadata.resource_version
+                && s.data.unwrap_or_default()[".dockerconfigjson"].0
+                    == br#"{"auths":{"theirs":{}}}"#
+        })
+    };
+    assert!(
+        unchanged(in_a.get_opt("registry-credentials").await.unwrap()),
+        "their Secret was overwritten"
+    );
+    let ready = ready_of(&synchs, "secretsync-a").await;
+    let message = ready["message"].as_str().unwrap_or_default();
+    assert_eq!(ready["status"], "False", "{ready:#}");
+    assert!(
+        message.contains(&format!("{a}/registry-credentials"))
+            && message.contains("team-a-admin")
+            && message.contains("not overwritten"),
+        "the status names the owner in the way: {ready:#}"
+    );
+    // The namespace holding no one else's Secret gets its copy.
+    let in_b: Api<Secret> = Api::namespaced(client.clone(), &b);
+    eventually(60, "the copy in b", || async {
+        in_b.get_opt("registry-credentials")
+            .await
+            .unwrap()
+            .is_some()
+    })
+    .await;
+    // Deleted, the SecSynch takes its own copy with it and leaves theirs.
+    synchs
+        .delete("secretsync-a", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(90, "secretsync-a is gone", || async {
+        synchs.get_opt("secretsync-a").await.unwrap().is_none()
+    })
+    .await;
+    assert!(
+        in_b.get_opt("registry-credentials")
+            .await
+            .unwrap()
+            .is_none(),
+        "its own copy is deleted"
+    );
+    assert!(
+        unchanged(in_a.get_opt("registry-credentials").await.unwrap()),
+        "their Secret was deleted or changed"
+    );
+    ctl.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secsynch_naming_a_namespace_it_may_not_write_is_deleted_with_a_warning() {
+    let (client, ns, synchs, ctl) = secret_sync_setup("kopf-unwritable").await;
+    let c = format!("{ns}-c");
+    apply(&client, secsynch(&ns, "escape", &[&c])).await;
+    eventually(90, "escape failed", || async {
+        ready_of(&synchs, "escape").await["status"] == "False"
+    })
+    .await;
+    synchs
+        .delete("escape", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(90, "escape is gone", || async {
+        synchs.get_opt("escape").await.unwrap().is_none()
+    })
+    .await;
+    let child = child_name("secret-sync", &ns, "escape");
+    let events = flow_events(&client, &ns, &child).await;
+    let warned = events.iter().any(|e| {
+        e.type_.as_deref() == Some("Warning")
+            && e.message
+                .as_deref()
+                .is_some_and(|m| m.contains("onDelete") && m.contains(c.as_str()))
+    });
+    let told: Vec<_> = events
+        .iter()
+        .map(|e| format!("{:?} {:?}: {:?}", e.type_, e.reason, e.message))
+        .collect();
+    assert!(warned, "a Warning names the delete that failed: {told:#?}");
+    ctl.abort();
+}
+
 const BUNDLE_KIND: (&str, &str, &str, &str) = ("operator.werf.dev", "v1", "Bundle", "bundles");
 
 /// A Bundle in the seed's format, naming the bundle ConfigMap by `repo`, values in `env` and,

@@ -21,7 +21,9 @@ pub const MAX_COPY_TARGETS: usize = 100;
 pub struct CopyStep {
     /// The object whose data is copied.
     pub from: CopySource,
-    /// Where it is written (server-side apply); each target gets the source's name unless named.
+    /// Where it is written; each target gets the source's name unless named. Each copy is
+    /// marked `ops.example.com/copied-by: <flow namespace>/<flow name>`; an object of the same
+    /// name without this flow's mark is never overwritten: the step fails naming its owner.
     #[schemars(length(min = 1, max = MAX_COPY_TARGETS))]
     pub to: Vec<CopyTarget>,
     /// Only these keys (default: every key), each optionally renamed with `as`.

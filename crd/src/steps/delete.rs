@@ -13,6 +13,10 @@ use crate::common::ObjectRef;
 pub struct DeleteStep {
     /// The object to delete; `apiVersion` may be left out for well-known kinds.
     pub target: ObjectRef,
+    /// Delete it only if it is a copy this flow's `copy` made (its `ops.example.com/copied-by`
+    /// names this flow); anything else is left where it is, and the step says whose it is.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub only_copies: bool,
 }
 
 impl StepParams for DeleteStep {

@@ -3,7 +3,7 @@
 //! process's memory between the read and the writes: the result and every note name keys and
 //! objects, never a value.
 
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::ApiResource;
 use pseudoflow_crd::protocol::StepResult;
 use pseudoflow_crd::steps::copy::{CopyKind, CopyStep};
@@ -15,8 +15,8 @@ use crate::error::{is_not_found, Call, StepError};
 
 /// The field manager of copied objects.
 const FIELD_MANAGER: &str = "pseudoflow-copy";
-/// Annotation on every copy naming its source (`namespace/name`).
-pub const COPIED_FROM: &str = "ops.example.com/copied-from";
+pub use super::copy_mark::COPIED_FROM;
+use super::copy_mark::{self, COPIED_BY};
 
 /// The data fields a kind keeps its keys in.
 fn data_fields(kind: CopyKind) -> &'static [&'static str] {
@@ -66,6 +66,8 @@ pub async fn run(ctx: &ExecCtx, step: &CopyStep) -> Result<StepResult, StepError
         ))
     })?;
     let keys = count_keys(&data);
+    let source = format!("{src_ns}/{src_name}");
+    let mark = copy_mark::mark(ctx);
     let mut changed = Vec::new();
     for t in &step.to {
         let name = t.name.as_deref().unwrap_or(src_name);
@@ -75,7 +77,7 @@ pub async fn run(ctx: &ExecCtx, step: &CopyStep) -> Result<StepResult, StepError
             "apiVersion": "v1",
             "kind": format!("{kind:?}"),
             "metadata": {"name": name, "namespace": t.namespace,
-                "annotations": {COPIED_FROM: format!("{src_ns}/{src_name}")}},
+                "annotations": {COPIED_FROM: source, COPIED_BY: mark}},
         });
         body.as_object_mut().unwrap().extend(data.clone());
         let target: Api<DynamicObject> = Api::namespaced_with(client.clone(), &t.namespace, &ar);
@@ -83,11 +85,36 @@ pub async fn run(ctx: &ExecCtx, step: &CopyStep) -> Result<StepResult, StepError
             Ok(o) => o,
             Err(e) => return Err(ctx.api_err(e, call("get", kind, name, &t.namespace))),
         };
-        let params = PatchParams::apply(FIELD_MANAGER).force();
-        let after = target
-            .patch(name, &params, &Patch::Apply(&body))
-            .await
-            .map_err(|e| ctx.api_err(e, call("patch", kind, name, &t.namespace)))?;
+        let after = match &before {
+            // Created, never applied over: one made meanwhile by someone else is not taken.
+            None => {
+                let params = PostParams {
+                    field_manager: Some(FIELD_MANAGER.into()),
+                    ..Default::default()
+                };
+                let obj: DynamicObject = serde_json::from_value(body)
+                    .map_err(|e| StepError::failed(format!("{}: {e}", ctx.input.path)))?;
+                target
+                    .create(&params, &obj)
+                    .await
+                    .map_err(|e| ctx.api_err(e, call("create", kind, name, &t.namespace)))?
+            }
+            Some(b) if copy_mark::is_ours(&b.metadata, &mark, Some(&source)) => {
+                let params = PatchParams::apply(FIELD_MANAGER).force();
+                target
+                    .patch(name, &params, &Patch::Apply(&body))
+                    .await
+                    .map_err(|e| ctx.api_err(e, call("patch", kind, name, &t.namespace)))?
+            }
+            Some(b) => {
+                return Err(StepError::failed(format!(
+                    "{}: {kind:?} {}/{name} is not this flow's copy ({}): not overwritten",
+                    ctx.input.path,
+                    t.namespace,
+                    copy_mark::owner(&b.metadata)
+                )));
+            }
+        };
         let same =
             before.is_some_and(|b| b.metadata.resource_version == after.metadata.resource_version);
         ctx.note(format!(

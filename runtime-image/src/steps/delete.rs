@@ -1,10 +1,11 @@
 //! `delete`: foreground deletion of one object, then a watch until it is gone. An object that
 //! is already gone is a success with `changed: false`, so re-runs are idempotent.
 
-use kube::api::DeleteParams;
+use kube::api::{DeleteParams, Preconditions};
 use pseudoflow_crd::protocol::StepResult;
 use pseudoflow_crd::steps::delete::DeleteStep;
 
+use super::copy_mark;
 use crate::api;
 use crate::context::ExecCtx;
 use crate::error::{is_not_found, StepError};
@@ -15,11 +16,64 @@ pub async fn run(ctx: &ExecCtx, step: &DeleteStep) -> Result<StepResult, StepErr
     let t = &step.target;
     let api_version = api::api_version_for(t.api_version.as_deref(), &t.kind)?;
     api::require_name("target.name", &t.name)?;
-    let label = delete_object(ctx, &api_version, &t.kind, &t.name, t.namespace.as_deref()).await?;
+    let ns = t.namespace.as_deref();
+    let precondition = if step.only_copies {
+        match own_copy(ctx, &api_version, &t.kind, &t.name, ns).await? {
+            Copy::Gone => None,
+            Copy::Ours(p) => Some(p),
+            Copy::Theirs(label, owner) => {
+                let msg = format!("{label} left in place: not this flow's copy ({owner})");
+                return Ok(StepResult::succeeded(false, msg));
+            }
+        }
+    } else {
+        None
+    };
+    let label = match (step.only_copies, precondition) {
+        (true, None) => None,
+        (_, p) => delete_object_if(ctx, &api_version, &t.kind, &t.name, ns, p).await?,
+    };
     Ok(match label {
         Some(l) => StepResult::succeeded(true, format!("deleted {l}")),
         None => StepResult::succeeded(false, format!("{} {} was already gone", t.kind, t.name)),
     })
+}
+
+/// What a `delete` with `onlyCopies` found under the target's name.
+enum Copy {
+    Gone,
+    /// This flow's copy: deleted only as it was read (uid and resourceVersion).
+    Ours(Preconditions),
+    /// Someone else's: its label and owner.
+    Theirs(String, String),
+}
+
+/// Reads the target to tell whether it is this flow's copy.
+async fn own_copy(
+    ctx: &ExecCtx,
+    api_version: &str,
+    kind: &str,
+    name: &str,
+    namespace: Option<&str>,
+) -> Result<Copy, StepError> {
+    let Some(r) = api::resolve_opt(ctx, api_version, kind, false).await? else {
+        return Ok(Copy::Gone);
+    };
+    let ns = api::namespace_for(ctx, &r, namespace);
+    let api = api::api_for(ctx, &r, ns.as_deref()).await?;
+    let obj = match api.get_opt(name).await {
+        Ok(Some(o)) => o,
+        Ok(None) => return Ok(Copy::Gone),
+        Err(e) => return Err(ctx.api_err(e, api::call("get", &r, name, ns.as_deref()))),
+    };
+    if copy_mark::is_ours(&obj.metadata, &copy_mark::mark(ctx), None) {
+        return Ok(Copy::Ours(Preconditions {
+            uid: obj.metadata.uid.clone(),
+            resource_version: obj.metadata.resource_version.clone(),
+        }));
+    }
+    let label = api::display(kind, ns.as_deref(), name);
+    Ok(Copy::Theirs(label, copy_mark::owner(&obj.metadata)))
 }
 
 /// Deletes an object (foreground) and waits until it is gone; None when it was already gone.
@@ -30,12 +84,28 @@ pub async fn delete_object(
     name: &str,
     namespace: Option<&str>,
 ) -> Result<Option<String>, StepError> {
+    delete_object_if(ctx, api_version, kind, name, namespace, None).await
+}
+
+/// [`delete_object`], only if the object still meets `precondition`.
+async fn delete_object_if(
+    ctx: &ExecCtx,
+    api_version: &str,
+    kind: &str,
+    name: &str,
+    namespace: Option<&str>,
+    precondition: Option<Preconditions>,
+) -> Result<Option<String>, StepError> {
     let Some(r) = api::resolve_opt(ctx, api_version, kind, false).await? else {
         return Ok(None);
     };
     let ns = api::namespace_for(ctx, &r, namespace);
     let api = api::api_for(ctx, &r, ns.as_deref()).await?;
-    let uid = match api.delete(name, &DeleteParams::foreground()).await {
+    let params = DeleteParams {
+        preconditions: precondition,
+        ..DeleteParams::foreground()
+    };
+    let uid = match api.delete(name, &params).await {
         Ok(either) => either.left().and_then(|o| o.metadata.uid),
         Err(e) if is_not_found(&e) => return Ok(None),
         Err(e) => return Err(ctx.api_err(e, api::call("delete", &r, name, ns.as_deref()))),

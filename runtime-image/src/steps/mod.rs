@@ -5,6 +5,7 @@
 pub mod apply;
 pub mod artifacts;
 pub mod copy;
+pub mod copy_mark;
 pub mod cordon;
 pub mod delete;
 pub mod drain;
