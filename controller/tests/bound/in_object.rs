@@ -294,12 +294,18 @@ async fn an_object_whose_status_write_failed_is_served_again_soon() {
         Shown::object(widgets(&client, &ns), &ns, "w"),
         Shown::flow(&client, &ns, "widgets"),
     ];
-    wait_until(&client, "StatusWriteFailed told on the object", 60, &shown, || async {
-        events_on(&client, &ns, "Widget", "w")
-            .await
-            .iter()
-            .any(|(t, r, _, _)| t == "Warning" && r == "StatusWriteFailed")
-    })
+    wait_until(
+        &client,
+        "StatusWriteFailed told on the object",
+        60,
+        &shown,
+        || async {
+            events_on(&client, &ns, "Widget", "w")
+                .await
+                .iter()
+                .any(|(t, r, _, _)| t == "Warning" && r == "StatusWriteFailed")
+        },
+    )
     .await;
     assert!(
         mark_of(&client, &ns, "w").await.is_none(),
