@@ -45,6 +45,15 @@ macro_rules! step_registry {
                 }
             }
 
+            /// What `kubectl pf plan` does with a step of type `tag` ([`StepParams::plan_as`]);
+            /// None for a name that is no step type.
+            pub fn plan_as(tag: &str) -> Option<PlanAs> {
+                match tag {
+                    $($tag => Some(<$module::$params as StepParams>::plan_as()),)*
+                    _ => None,
+                }
+            }
+
             /// The generated schema of one step type's parameters (without the common fields).
             pub fn params_schema(tag: &str) -> Option<Schema> {
                 let settings = SchemaSettings::openapi3().with(|s| {
