@@ -26,7 +26,6 @@ const CRATES: &[&str] = &[
 const KNOWN: &[&[&str]] = &[
     &["crd:step", "crd:step_schema", "crd:steps"],
     &["crd:steps::approval", "crd:validate"],
-    &["controller:bind::claim", "controller:bind::object"],
     &[
         "controller:reconcile::on_delete",
         "controller:reconcile::store",
