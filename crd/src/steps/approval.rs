@@ -85,7 +85,7 @@ fn collect(list: &[Value], path: &str, seen: &mut BTreeMap<String, String>, ctx:
                 }
             }
         }
-        for (field, nested) in crate::validate::nested_lists(ty, raw) {
+        for (field, nested) in crate::step_schema::nested_lists(ty, raw) {
             collect(nested, &format!("{here}.{field}"), seen, ctx);
         }
     }
