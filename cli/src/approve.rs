@@ -6,14 +6,10 @@
 //! (409) if the flow changed before it landed.
 
 use kube::api::{DynamicObject, Patch, PatchParams};
+use pseudoflow_crd::{APPROVE_ANNOTATION, REJECT_ANNOTATION};
 use serde_json::{json, Value};
 
 use crate::cluster::{flow, flows, status, Kube};
-
-/// The annotation that approves the approval step it names.
-pub const APPROVE: &str = "ops.example.com/approve";
-/// The annotation that rejects the approval step it names.
-pub const REJECT: &str = "ops.example.com/reject";
 
 /// A merge patch setting (or, with null, removing) annotation `key`, applied only to the flow
 /// as it was at `resource_version` (else the API server answers 409 Conflict).
@@ -66,7 +62,11 @@ pub async fn decide(
              {waiting}; nothing {verb}"
         );
     }
-    let key = if approve { APPROVE } else { REJECT };
+    let key = if approve {
+        APPROVE_ANNOTATION
+    } else {
+        REJECT_ANNOTATION
+    };
     let already = current
         .metadata
         .annotations

@@ -9,7 +9,9 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::runtime::{watcher, WatchStreamExt};
 use pseudoflow_crd::protocol::journal::{journal_name, Entry, JOURNAL_KEY};
-use pseudoflow_crd::protocol::{label_value, LABEL_FLOW, LABEL_RUN};
+use pseudoflow_crd::protocol::{
+    label_value, ATTEMPT_ANNOTATION, INSTANCE_ANNOTATION, LABEL_FLOW, LABEL_RUN, NODE_ID_ANNOTATION,
+};
 use pseudoflow_crd::{PseudoFlowStatus, StepStatus};
 
 use crate::cluster::{flow, flows, status, Kube};
@@ -88,7 +90,7 @@ pub async fn run_jobs(
         )
     });
     for j in jobs {
-        let id = annotation(&j, "ops.example.com/node-id");
+        let id = annotation(&j, NODE_ID_ANNOTATION);
         out.entry(id).or_default().push(j);
     }
     Ok(out)
@@ -237,8 +239,8 @@ async fn job_row(
     indent: &str,
     now: k8s_openapi::jiff::Timestamp,
 ) -> anyhow::Result<Row> {
-    let inst = annotation(j, "ops.example.com/instance");
-    let attempt = annotation(j, "ops.example.com/attempt");
+    let inst = annotation(j, INSTANCE_ANNOTATION);
+    let attempt = annotation(j, ATTEMPT_ANNOTATION);
     Ok([
         format!(
             "{indent}  └ {}",

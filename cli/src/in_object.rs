@@ -7,27 +7,17 @@ use kube::api::{Api, DynamicObject, ListParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::{pinned_kind, ApiResource, Scope};
 use pseudoflow_crd::bind::Bind;
-use pseudoflow_crd::protocol::names::{bounded_name, stable_hash};
+use pseudoflow_crd::protocol::served::mark_key;
 use pseudoflow_crd::selector::Selector;
 use serde_json::Value;
 
 use crate::escape::printable;
 use crate::show::human;
 
-/// Prefix of every served mark (as the controller's `bind::served::SERVED_PREFIX`).
-const SERVED_PREFIX: &str = "served.ops.example.com/";
 /// Items per LIST request, as the controller reads the objects.
 const PAGE: u32 = 100;
 /// What the FLOW column shows: there is no child flow.
 pub const IN_OBJECT: &str = "(in object)";
-
-/// The annotation bound flow `flow` (in `ns`) marks its objects with; the same derivation as
-/// the controller's `bind::served::mark_key` (a unit test holds them equal), re-derived here so
-/// the plugin does not depend on the controller.
-pub fn mark_key(ns: &str, flow: &str) -> String {
-    let name = bounded_name(&format!("flow-{flow}"), stable_hash(&[ns, flow]), 63);
-    format!("{SERVED_PREFIX}{name}")
-}
 
 /// One object's row: OBJECT, FLOW, PHASE, LAST RUN, MESSAGE; and whether this flow served it.
 pub struct ObjectRow {
@@ -234,16 +224,6 @@ mod tests {
                 "lastTransitionTime": "2026-01-01T00:00:00Z"},
             {"type": "Degraded", "status": "True", "reason": "Failed",
                 "lastTransitionTime": "2026-01-01T00:00:10Z"}]})
-    }
-
-    #[test]
-    fn the_mark_key_is_the_controllers() {
-        for (ns, flow) in [("ops", "things"), ("a", &"long-name".repeat(10))] {
-            assert_eq!(
-                mark_key(ns, flow),
-                pseudoflow_controller::bind::served::mark_key(ns, flow)
-            );
-        }
     }
 
     #[test]

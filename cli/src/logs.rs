@@ -12,6 +12,7 @@ use anyhow::bail;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, LogParams};
+use pseudoflow_crd::protocol::{INSTANCE_ANNOTATION, NODE_ID_ANNOTATION};
 use pseudoflow_crd::PseudoFlowStatus;
 use serde_json::Value;
 
@@ -184,10 +185,10 @@ async fn ordered_jobs(
     ordered.sort_by_key(|j| {
         (
             order
-                .get(&annotation(j, "ops.example.com/node-id"))
+                .get(&annotation(j, NODE_ID_ANNOTATION))
                 .copied()
                 .unwrap_or(usize::MAX),
-            annotation(j, "ops.example.com/instance"),
+            annotation(j, INSTANCE_ANNOTATION),
             j.metadata.name.clone(),
         )
     });
@@ -216,8 +217,8 @@ async fn print_jobs(
 ) -> anyhow::Result<bool> {
     let mut all_done = true;
     for j in jobs {
-        let head = annotation(j, "ops.example.com/node-id");
-        let instance = annotation(j, "ops.example.com/instance");
+        let head = annotation(j, NODE_ID_ANNOTATION);
+        let instance = annotation(j, INSTANCE_ANNOTATION);
         let job = j.metadata.name.clone().unwrap_or_default();
         for p in job_pods(k, &job).await? {
             let pod = p.metadata.name.clone().unwrap_or_default();

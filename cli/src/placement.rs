@@ -1,11 +1,12 @@
 //! Which steps of a flow ran inside the controller, with no pod and so no log: the controller's
 //! bookkeeping steps (`log`, `sleep`, `eval`, `approval`) and, for a flow bound to a kind or one
-//! with `options.apiSteps: Controller`, its repeatable API steps (the compiler's rule,
-//! `compiler/src/placement.rs`). `kubectl pf logs` says so for such a step instead of printing
+//! with `options.apiSteps: Controller`, its repeatable API steps (the rule the compiler marks
+//! them by, `crd`'s `ApiStepsIn`). `kubectl pf logs` says so for such a step instead of printing
 //! nothing, as if its pod had been lost.
 
+use pseudoflow_crd::api_steps::ApiStepsIn;
 use pseudoflow_crd::steps::Placement;
-use pseudoflow_crd::{Step, StepStatus};
+use pseudoflow_crd::{PseudoFlowSpec, Step, StepStatus};
 use serde_json::Value;
 
 /// A step that ran in the controller.
@@ -21,28 +22,16 @@ pub struct InController {
 pub fn ran_in_controller(flow: &Value, s: &StepStatus) -> Option<InController> {
     let (step, in_node_context) = step_at(flow, &s.path)?;
     let step: Step = serde_json::from_value(step.clone()).ok()?;
-    let params = step.kind.params();
-    match params.placement(in_node_context) {
-        Placement::Controller => Some(InController {
+    let placement = step.kind.params().placement(in_node_context);
+    if placement == Placement::Controller {
+        return Some(InController {
             api: false,
             why: "the controller does this step's work itself",
-        }),
-        Placement::Api if !step.isolate && params.runs_in_controller() => {
-            api_steps_in_controller(&flow["spec"]).map(|why| InController { api: true, why })
-        }
-        _ => None,
+        });
     }
-}
-
-/// Whether the flow's repeatable API steps run in the controller (`ApiStepsIn::of`).
-fn api_steps_in_controller(spec: &Value) -> Option<&'static str> {
-    match spec["options"]["apiSteps"].as_str().unwrap_or("Auto") {
-        "Controller" => Some("options.apiSteps: Controller"),
-        "Auto" if !spec["bind"].is_null() || !spec["bound"].is_null() => {
-            Some("API steps of a bound flow run in the controller")
-        }
-        _ => None,
-    }
+    let spec: PseudoFlowSpec = serde_json::from_value(flow["spec"].clone()).ok()?;
+    let why = ApiStepsIn::of(&spec).runs(&step, placement)?;
+    Some(InController { api: true, why })
 }
 
 /// The step at `path` (`spec.steps[1].steps[0]`) in `flow`, and whether it is inside a
@@ -86,19 +75,21 @@ mod tests {
         assert_eq!(ran_in_controller(&plain, &status("spec.steps[0]")), None);
         let log = ran_in_controller(&plain, &status("spec.steps[1]")).unwrap();
         assert!(!log.api, "{log:?}");
-        let bound = flow(json!({"bound": {}, "steps": [apply.clone()]}));
+        let bound_to = json!({"object": {}, "trigger": {}, "plural": "widgets"});
+        let bound = flow(json!({"bound": bound_to, "steps": [apply.clone()]}));
         assert_eq!(
             ran_in_controller(&bound, &status("spec.steps[0]")),
             Some(InController {
                 api: true,
-                why: "API steps of a bound flow run in the controller"
+                why: "bound flow"
             })
         );
         let mut isolated = apply.clone();
         isolated["isolate"] = json!(true);
-        let bound = flow(json!({"bound": {}, "steps": [isolated]}));
+        let bound = flow(json!({"bound": bound_to, "steps": [isolated]}));
         assert_eq!(ran_in_controller(&bound, &status("spec.steps[0]")), None);
-        let jobs = flow(json!({"bound": {}, "options": {"apiSteps": "Job"}, "steps": [apply]}));
+        let jobs =
+            flow(json!({"bound": bound_to, "options": {"apiSteps": "Job"}, "steps": [apply]}));
         assert_eq!(ran_in_controller(&jobs, &status("spec.steps[0]")), None);
         assert_eq!(ran_in_controller(&jobs, &status("spec.steps[7]")), None);
     }

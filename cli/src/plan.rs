@@ -19,31 +19,18 @@ use kube::Client;
 use serde_json::{json, Value};
 use similar::TextDiff;
 
+use pseudoflow_crd::protocol::FIELD_MANAGER;
+use pseudoflow_crd::steps::registry::plan_as;
+use pseudoflow_crd::steps::{Nesting, PlanAs, Preview};
+
 use crate::cluster;
 use crate::Global;
 
-/// The field manager the executor applies with (runtime-image/src/steps/apply.rs).
-const FIELD_MANAGER: &str = "pseudoflow";
-
-/// Node-step types: listed per target node, not previewed.
-const NODE_STEPS: &[&str] = &[
-    "configFile",
-    "patchFile",
-    "execNode",
-    "cordon",
-    "drain",
-    "uncordon",
-];
-
-/// Steps that change objects but are not previewed by this version.
-const NOT_PREVIEWED: &[(&str, &str)] = &[
-    ("include", "its manifests are fetched at run time"),
-    ("includeFlow", "it runs another flow"),
-    (
-        "patchLabel",
-        "its labels come from a variable set at run time",
-    ),
-];
+/// What plan does with a step of type `ty` (the type's own `StepParams::plan_as`); a name that
+/// is no step type changes nothing plan could show.
+fn planned_as(ty: &str) -> PlanAs {
+    plan_as(ty).unwrap_or(PlanAs::NoChange)
+}
 
 /// Where the plan stands.
 #[derive(Default)]
@@ -581,7 +568,7 @@ impl Planner {
                 let path = format!("{base}[{i}]");
                 // `when` guards the step after it.
                 let this_cond = guard.take();
-                if step["type"] == "when" {
+                if planned_as(step["type"].as_str().unwrap_or("")) == PlanAs::GuardsNext {
                     guard = Some(format!("the when at {path} holds at run time"));
                 }
                 self.step(step, &path, nodes, this_cond.as_deref().or(cond))
@@ -601,7 +588,7 @@ impl Planner {
     ) {
         let ty = step["type"].as_str().unwrap_or("?").to_string();
         self.note_runtime_vars(step, path, &ty);
-        if ty == "parallel" {
+        if planned_as(&ty) == PlanAs::Nested(Nesting::Branches) {
             return self.parallel(step, path, nodes, cond).await;
         }
         if self.compound(step, path, &ty, nodes, cond).await {
@@ -658,16 +645,22 @@ impl Planner {
         if nested.is_empty() {
             return false;
         }
-        let loop_nodes = if ty == "loopNodes" {
+        let nesting = match planned_as(ty) {
+            PlanAs::Nested(n) => Some(n),
+            _ => None,
+        };
+        let loop_nodes = if nesting == Some(Nesting::EachNode) {
             Some(self.nodes(&step["selector"]).await)
         } else {
             None
         };
-        let why = match ty {
-            "if" => Some(format!("the if at {path} takes this branch at run time")),
-            "loop" => Some(format!("the items of loop {path}")),
-            "onError" => Some(format!("a step before the onError at {path} fails")),
-            _ => None,
+        let why = match nesting {
+            Some(Nesting::Branch) => {
+                Some(format!("the {ty} at {path} takes this branch at run time"))
+            }
+            Some(Nesting::Items) => Some(format!("the items of {ty} {path}")),
+            Some(Nesting::OnError) => Some(format!("a step before the {ty} at {path} fails")),
+            Some(Nesting::Always | Nesting::EachNode | Nesting::Branches) | None => None,
         };
         for (key, list) in nested {
             let inner_nodes = loop_nodes.as_deref().or(nodes);
@@ -687,9 +680,13 @@ impl Planner {
         ty: &str,
         nodes: Option<&[String]>,
     ) -> bool {
-        let on_nodes =
-            ty == "deleteFile" && (nodes.is_some() || step.get("nodeSelector").is_some());
-        if !NODE_STEPS.contains(&ty) && !on_nodes {
+        let node_context = nodes.is_some() || step.get("nodeSelector").is_some();
+        let on_nodes = match planned_as(ty) {
+            PlanAs::OnNodes => true,
+            PlanAs::OnNodesInNodeContext(_) => node_context,
+            _ => false,
+        };
+        if !on_nodes {
             return false;
         }
         let targets = match (nodes, step.get("nodeSelector")) {
@@ -711,15 +708,13 @@ impl Planner {
     /// A step that may change objects: previewed by dry-run when its input is known now,
     /// otherwise reported as undetermined with the reason. Other steps change no object.
     async fn object_step(&mut self, step: &Value, path: &str, ty: &str, cond: Option<&str>) {
-        if let Some((_, why)) = NOT_PREVIEWED.iter().find(|(t, _)| *t == ty) {
-            return self.undetermined(path, ty, why);
-        }
-        if !matches!(
-            ty,
-            "apply" | "applyFile" | "delete" | "deleteFile" | "setLabel" | "removeLabel" | "copy"
-        ) {
-            return; // changes no object (waitFor, exec, log, sleep, eval, ...)
-        }
+        let preview = match planned_as(ty) {
+            PlanAs::Undetermined(why) => return self.undetermined(path, ty, why),
+            PlanAs::Preview(p) | PlanAs::OnNodesInNodeContext(p) => p,
+            // Changes no object (waitFor, exec, log, sleep, eval, ...); the others are walked or
+            // listed before this.
+            PlanAs::NoChange | PlanAs::Nested(_) | PlanAs::GuardsNext | PlanAs::OnNodes => return,
+        };
         if let Some(c) = cond {
             self.undetermined(path, ty, &format!("it runs only if {c}"));
             return;
@@ -728,20 +723,21 @@ impl Planner {
             Ok(s) => s,
             Err(why) => return self.undetermined(path, ty, &why),
         };
-        match ty {
-            "apply" => self.apply_step(path, ty, &step).await,
-            "applyFile" | "deleteFile" => self.file_step(path, ty, &step).await,
-            "delete" => self.delete_step(path, ty, &step).await,
-            "setLabel" => {
+        match preview {
+            Preview::Apply => self.apply_step(path, ty, &step).await,
+            Preview::ApplyFile | Preview::DeleteFile => {
+                self.file_step(path, ty, &step, preview).await
+            }
+            Preview::Delete => self.delete_step(path, ty, &step).await,
+            Preview::SetLabel => {
                 let patch = json!({"metadata": {"labels": step["labels"]}});
                 self.label(path, ty, &step, patch).await
             }
-            "removeLabel" => {
+            Preview::RemoveLabel => {
                 let patch = remove_labels_patch(&step);
                 self.label(path, ty, &step, patch).await
             }
-            "copy" => self.copy(path, ty, &step).await,
-            _ => {}
+            Preview::Copy => self.copy(path, ty, &step).await,
         }
     }
 
@@ -759,7 +755,7 @@ impl Planner {
 
     /// An `applyFile` or `deleteFile` step: the objects of an artifact file, each applied or
     /// deleted by dry-run. A file plan cannot read, or one using run-time values, is undetermined.
-    async fn file_step(&mut self, path: &str, ty: &str, step: &Value) {
+    async fn file_step(&mut self, path: &str, ty: &str, step: &Value, preview: Preview) {
         let file = step["path"].as_str().unwrap_or("");
         let body = match self.artifact(file).await {
             Ok(b) => b,
@@ -780,7 +776,7 @@ impl Planner {
             Err(why) => return self.undetermined(path, ty, &format!("{file} {why}")),
         };
         for o in objs {
-            if ty == "applyFile" {
+            if preview == Preview::ApplyFile {
                 self.apply_object(path, ty, o).await;
             } else {
                 self.delete_object(

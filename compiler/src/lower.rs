@@ -14,9 +14,10 @@ use pseudoflow_crd::steps::Placement;
 use serde_json::{json, Value};
 
 pub use pseudoflow_crd::protocol::{
-    ExecutorInput, FlowRef, SegmentStep, Task, EXECUTOR_DIR, INPUT_DIGEST_ANNOTATION,
-    INPUT_DIGEST_ENV, INPUT_DIR, INPUT_KEY, INPUT_SECRET_TYPE, JOB_NAME_ENV, LABEL_APP_NAME,
-    LABEL_FLOW, LABEL_MANAGED_BY, LABEL_NODE, LABEL_RUN, MANAGED_BY,
+    ExecutorInput, FlowRef, SegmentStep, Task, ATTEMPT_ANNOTATION, EXECUTOR_DIR,
+    INPUT_DIGEST_ANNOTATION, INPUT_DIGEST_ENV, INPUT_DIR, INPUT_KEY, INPUT_SECRET_TYPE,
+    INSTANCE_ANNOTATION, JOB_NAME_ENV, LABEL_APP_NAME, LABEL_FLOW, LABEL_MANAGED_BY, LABEL_NODE,
+    LABEL_RUN, MANAGED_BY, NODE_ID_ANNOTATION, STEP_PATH_ANNOTATION,
 };
 
 use crate::names::{content_digest, job_name, label_value};
@@ -272,10 +273,10 @@ fn object_metadata(inst: &NodeInstance, name: &str, labels: &Value, digest: &str
     let node = inst.node;
     let annotations = json!({
         INPUT_DIGEST_ANNOTATION: digest,
-        "ops.example.com/node-id": node.id,
-        "ops.example.com/step-path": node.path,
-        "ops.example.com/instance": inst.instance.join("/"),
-        "ops.example.com/attempt": inst.attempt.to_string(),
+        NODE_ID_ANNOTATION: node.id,
+        STEP_PATH_ANNOTATION: node.path,
+        INSTANCE_ANNOTATION: inst.instance.join("/"),
+        ATTEMPT_ANNOTATION: inst.attempt.to_string(),
     });
     let owner = json!([{
         "apiVersion": "ops.example.com/v1alpha1",

@@ -1,6 +1,7 @@
 //! Which API steps the controller runs itself instead of launching an executor Job: a
 //! placement the compiler decides, so `pseudoflow-compile` shows it per step with its reason
-//! (docs/decisions.md#api-steps-in-the-controller).
+//! (docs/decisions.md#api-steps-in-the-controller). The rule itself is `crd`'s
+//! ([`ApiStepsIn`]), so `kubectl pf logs` explains a step without a pod by the same one.
 //!
 //! A Job costs a pod start (about 3 s on a real node) and a turn of kube-controller-manager's
 //! rate-limited Job controller; a flow bound to a kind replaces a hand-written operator whose
@@ -11,49 +12,19 @@
 //! impersonates the flow's ServiceAccount, never with its own rights.
 
 use petgraph::graph::DiGraph;
-use pseudoflow_crd::steps::Placement;
-use pseudoflow_crd::{ApiSteps, PseudoFlowSpec};
+pub use pseudoflow_crd::api_steps::ApiStepsIn;
 
 use crate::plan::{EdgeKind, NodeKind, PlanNode};
 
-/// Where a flow's repeatable API steps run, with the reason `pseudoflow-compile` shows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ApiStepsIn {
-    /// In executor Jobs (every step a Job, as before).
-    Jobs,
-    /// In the controller, for the reason given.
-    Controller(&'static str),
-}
-
-impl ApiStepsIn {
-    /// What `spec.options.apiSteps` decides for this flow: Auto runs them in the controller
-    /// for a flow bound to a kind (the flow the controller makes per object, and the bound
-    /// flow whose steps those are).
-    pub fn of(spec: &PseudoFlowSpec) -> Self {
-        match spec.options.api_steps {
-            ApiSteps::Job => ApiStepsIn::Jobs,
-            ApiSteps::Controller => ApiStepsIn::Controller("options.apiSteps: Controller"),
-            ApiSteps::Auto if spec.bind.is_some() || spec.bound.is_some() => {
-                ApiStepsIn::Controller("bound flow")
-            }
-            ApiSteps::Auto => ApiStepsIn::Jobs,
-        }
-    }
-}
-
-/// Marks every step of `g` the controller runs itself (`PlanNode::in_controller`).
+/// Marks every step of `g` the controller runs itself (`PlanNode::in_controller`), by the rule
+/// `crd` holds for the compiler and `kubectl pf` alike ([`ApiStepsIn::runs`]).
 pub(crate) fn mark_in_controller(g: &mut DiGraph<PlanNode, EdgeKind>, api_steps: ApiStepsIn) {
-    let ApiStepsIn::Controller(reason) = api_steps else {
-        return;
-    };
     for i in g.node_indices() {
         let n = &mut g[i];
-        let eligible = n.kind == NodeKind::Action
-            && n.placement == Placement::Api
-            && n.step
-                .as_ref()
-                .is_some_and(|s| !s.isolate && s.kind.params().runs_in_controller());
-        if eligible {
+        if n.kind != NodeKind::Action {
+            continue;
+        }
+        if let Some(reason) = n.step.as_ref().and_then(|s| api_steps.runs(s, n.placement)) {
             n.in_controller = Some(reason.to_string());
         }
     }

@@ -14,9 +14,8 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::ByteString;
 use kube::api::{Api, ObjectMeta, PostParams};
 use pseudoflow_crd::protocol::names::{mac_hex, mac_ok};
+use pseudoflow_crd::{APPROVE_ANNOTATION, REJECT_ANNOTATION};
 use serde::{Deserialize, Serialize};
-
-pub use crate::webhook::approval::{APPROVE, REJECT};
 
 /// The time now in unix milliseconds, as stamps and waiting steps record it.
 pub fn now_ms() -> i64 {
@@ -129,8 +128,8 @@ impl Decision {
     /// The annotation that makes this decision.
     pub fn annotation(self) -> &'static str {
         match self {
-            Decision::Approve => APPROVE,
-            Decision::Reject => REJECT,
+            Decision::Approve => APPROVE_ANNOTATION,
+            Decision::Reject => REJECT_ANNOTATION,
         }
     }
 }
@@ -224,10 +223,14 @@ pub struct Waiting<'a> {
 /// annotation still names the step (removing it withdraws the decision).
 pub fn verdict(key: Option<&Key>, annotations: &BTreeMap<String, String>, w: Waiting) -> Verdict {
     let names = |k: &str| annotations.get(k).is_some_and(|v| v == w.step);
-    if !names(APPROVE) && !names(REJECT) {
+    if !names(APPROVE_ANNOTATION) && !names(REJECT_ANNOTATION) {
         return Verdict::Undecided;
     }
-    let set = if names(APPROVE) { APPROVE } else { REJECT };
+    let set = if names(APPROVE_ANNOTATION) {
+        APPROVE_ANNOTATION
+    } else {
+        REJECT_ANNOTATION
+    };
     let ignored = |why: &str| Verdict::Ignored(format!("{set}={} not accepted: {why}", w.step));
     let Some(key) = key else {
         return ignored("the controller has no approval key");
@@ -290,10 +293,16 @@ mod tests {
     fn a_signed_stamp_for_this_step_and_run_decides() {
         let key = Key::random();
         let s = stamp(Decision::Approve, "gate", "r2", 100);
-        let a = ann(&[(APPROVE, "gate"), (APPROVED_BY, &s.sign(&key, "team", "f"))]);
+        let a = ann(&[
+            (APPROVE_ANNOTATION, "gate"),
+            (APPROVED_BY, &s.sign(&key, "team", "f")),
+        ]);
         assert_eq!(verdict(Some(&key), &a, W), Verdict::Decided(s));
         let r = stamp(Decision::Reject, "gate", "r2", 150);
-        let a = ann(&[(REJECT, "gate"), (APPROVED_BY, &r.sign(&key, "team", "f"))]);
+        let a = ann(&[
+            (REJECT_ANNOTATION, "gate"),
+            (APPROVED_BY, &r.sign(&key, "team", "f")),
+        ]);
         assert_eq!(verdict(Some(&key), &a, W), Verdict::Decided(r));
     }
 
@@ -304,35 +313,50 @@ mod tests {
         let ignored =
             |a: &BTreeMap<String, String>| matches!(verdict(Some(&key), a, W), Verdict::Ignored(_));
         // No stamp; a stamp signed with another key; one altered after signing.
-        assert!(ignored(&ann(&[(APPROVE, "gate")])));
+        assert!(ignored(&ann(&[(APPROVE_ANNOTATION, "gate")])));
         let other = ok.sign(&Key::random(), "team", "f");
-        assert!(ignored(&ann(&[(APPROVE, "gate"), (APPROVED_BY, &other)])));
+        assert!(ignored(&ann(&[
+            (APPROVE_ANNOTATION, "gate"),
+            (APPROVED_BY, &other)
+        ])));
         let altered = ok
             .sign(&key, "team", "f")
             .replace("\"boss\"", "\"mallory\"");
-        assert!(ignored(&ann(&[(APPROVE, "gate"), (APPROVED_BY, &altered)])));
+        assert!(ignored(&ann(&[
+            (APPROVE_ANNOTATION, "gate"),
+            (APPROVED_BY, &altered)
+        ])));
         // Copied from another flow.
         let copied = ok.sign(&key, "team", "g");
-        assert!(ignored(&ann(&[(APPROVE, "gate"), (APPROVED_BY, &copied)])));
+        assert!(ignored(&ann(&[
+            (APPROVE_ANNOTATION, "gate"),
+            (APPROVED_BY, &copied)
+        ])));
         // From an earlier run, or before the step began waiting.
         for s in [
             stamp(Decision::Approve, "gate", "r1", 100),
             stamp(Decision::Approve, "gate", "r2", 99),
         ] {
-            let a = ann(&[(APPROVE, "gate"), (APPROVED_BY, &s.sign(&key, "team", "f"))]);
+            let a = ann(&[
+                (APPROVE_ANNOTATION, "gate"),
+                (APPROVED_BY, &s.sign(&key, "team", "f")),
+            ]);
             assert!(ignored(&a));
         }
         // A stamp for another step, or a reject stamp beside an approve annotation.
         let other_step = stamp(Decision::Approve, "other", "r2", 100).sign(&key, "team", "f");
         assert!(ignored(&ann(&[
-            (APPROVE, "gate"),
+            (APPROVE_ANNOTATION, "gate"),
             (APPROVED_BY, &other_step)
         ])));
         let rej = stamp(Decision::Reject, "gate", "r2", 100).sign(&key, "team", "f");
-        assert!(ignored(&ann(&[(APPROVE, "gate"), (APPROVED_BY, &rej)])));
+        assert!(ignored(&ann(&[
+            (APPROVE_ANNOTATION, "gate"),
+            (APPROVED_BY, &rej)
+        ])));
         // Without a key nothing is accepted.
         let a = ann(&[
-            (APPROVE, "gate"),
+            (APPROVE_ANNOTATION, "gate"),
             (APPROVED_BY, &ok.sign(&key, "team", "f")),
         ]);
         assert!(matches!(verdict(None, &a, W), Verdict::Ignored(_)));
@@ -345,7 +369,7 @@ mod tests {
         // Withdrawn: the stamp stays, the annotation is gone.
         let a = ann(&[(APPROVED_BY, &s)]);
         assert_eq!(verdict(Some(&key), &a, W), Verdict::Undecided);
-        let a = ann(&[(APPROVE, "other")]);
+        let a = ann(&[(APPROVE_ANNOTATION, "other")]);
         assert_eq!(verdict(Some(&key), &a, W), Verdict::Undecided);
     }
 

@@ -17,6 +17,10 @@ pub const BOUND_TO_LABEL: &str = "ops.example.com/bound-to";
 /// Annotation on a child flow: `namespace/name` of the object it serves (what `kubectl pf get`
 /// of the bound flow shows for it).
 pub const OBJECT_ANNOTATION: &str = "ops.example.com/bound-object";
+/// Prefix of the annotation an object names its child flow's UID by (one per bound flow): the
+/// controller's proof a child is the bound flow's own (`controller/src/bind/claim.rs`); left out
+/// of `${object}`, as the served mark is.
+pub const CHILD_MARK_PREFIX: &str = "child.ops.example.com/";
 /// Finalizer a bound flow holds while it has put finalizers on objects, so deleting it removes them.
 pub const BIND_FINALIZER: &str = "ops.example.com/bind";
 /// Annotation on a child flow the bound flow released (it is being deleted): the child's

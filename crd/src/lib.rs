@@ -5,6 +5,7 @@
 //! its semantic validation; [`steps::registry`] is the one list that ties them together.
 #![warn(missing_docs)]
 
+pub mod api_steps;
 pub mod bind;
 pub mod check;
 pub mod common;
@@ -52,3 +53,10 @@ pub const RETRY_ANNOTATION: &str = "ops.example.com/retry";
 /// With [`RETRY_ANNOTATION`]: the step (name or path) the retry restarts at, instead of the
 /// failed one; it and every step after it run again.
 pub const RETRY_FROM_ANNOTATION: &str = "ops.example.com/retry-from";
+/// Annotation approving the waiting `approval` step it names (`kubectl pf approve`); only a
+/// user with the `approve` verb may set it, and the controller acts on it only with the
+/// mutating webhook's stamp.
+pub const APPROVE_ANNOTATION: &str = "ops.example.com/approve";
+/// Annotation rejecting the waiting `approval` step it names (the run fails), under the same
+/// rules as [`APPROVE_ANNOTATION`].
+pub const REJECT_ANNOTATION: &str = "ops.example.com/reject";

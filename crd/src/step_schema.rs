@@ -342,3 +342,23 @@ pub(crate) fn nested_fields(ty: &str) -> Vec<(String, &'static str)> {
         })
         .unwrap_or_default()
 }
+
+/// Nested raw step lists of a step, with their field paths (`then`, `steps[1]`).
+pub(crate) fn nested_lists<'v>(ty: &str, raw: &'v Value) -> Vec<(String, &'v [Value])> {
+    let mut out = Vec::new();
+    for (field, kind) in nested_fields(ty) {
+        let Some(list) = raw.get(&field).and_then(Value::as_array) else {
+            continue;
+        };
+        if kind == "branches" {
+            for (b, branch) in list.iter().enumerate() {
+                if let Some(steps) = branch.as_array() {
+                    out.push((format!("{field}[{b}]"), steps.as_slice()));
+                }
+            }
+        } else {
+            out.push((field.clone(), list.as_slice()));
+        }
+    }
+    out
+}

@@ -11,7 +11,7 @@ use crate::check::Ctx;
 use crate::diagnostics::Diagnostics;
 use crate::spec::PseudoFlowSpec;
 use crate::step::Step;
-use crate::step_schema::nested_fields;
+use crate::step_schema::{nested_fields, nested_lists};
 use crate::steps::registry;
 use crate::text::is_dns_subdomain;
 
@@ -229,26 +229,6 @@ pub fn without_nested_steps(raw: &Value) -> Value {
         })
         .collect();
     Value::Object(shallow)
-}
-
-/// Nested raw step lists of a step, with their field paths (`then`, `steps[1]`).
-pub(crate) fn nested_lists<'v>(ty: &str, raw: &'v Value) -> Vec<(String, &'v [Value])> {
-    let mut out = Vec::new();
-    for (field, kind) in nested_fields(ty) {
-        let Some(list) = raw.get(&field).and_then(Value::as_array) else {
-            continue;
-        };
-        if kind == "branches" {
-            for (b, branch) in list.iter().enumerate() {
-                if let Some(steps) = branch.as_array() {
-                    out.push((format!("{field}[{b}]"), steps.as_slice()));
-                }
-            }
-        } else {
-            out.push((field.clone(), list.as_slice()));
-        }
-    }
-    out
 }
 
 /// Registered step type names, for hints.

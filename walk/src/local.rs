@@ -84,13 +84,53 @@ pub fn run(engine: &Engine, node: &PlanNode, scope: &Scope) -> LocalOutcome {
             let text = engine.render_template(&t.template, scope, &at);
             set_var(&t.output, text.map(Value::String))
         }
+        (_, None) => not_here(node),
         // The types the controller does not run here: Jobs, waits the walker keeps, structure.
-        // `tests/registry.rs` fails for a controller-placed type that ends up in this arm.
-        _ => done(failed(format!(
-            "{} ({}) has no controller-side implementation",
-            node.id, node.step_type
-        ))),
+        // Listed, not `_`, so a new step type does not compile until someone decides where it
+        // runs; `tests/registry.rs` fails for a controller-placed type that ends up here.
+        (
+            _,
+            Some(
+                StepKind::Template(_)
+                | StepKind::Sleep(_)
+                | StepKind::Apply(_)
+                | StepKind::Delete(_)
+                | StepKind::ApplyFile(_)
+                | StepKind::DeleteFile(_)
+                | StepKind::Include(_)
+                | StepKind::If(_)
+                | StepKind::When(_)
+                | StepKind::Exec(_)
+                | StepKind::ExecNode(_)
+                | StepKind::ConfigFile(_)
+                | StepKind::PatchFile(_)
+                | StepKind::Script(_)
+                | StepKind::SetLabel(_)
+                | StepKind::RemoveLabel(_)
+                | StepKind::PatchLabel(_)
+                | StepKind::Loop(_)
+                | StepKind::LoopNodes(_)
+                | StepKind::Parallel(_)
+                | StepKind::WaitFor(_)
+                | StepKind::Retry(_)
+                | StepKind::OnError(_)
+                | StepKind::IncludeFlow(_)
+                | StepKind::Copy(_)
+                | StepKind::Cordon(_)
+                | StepKind::Drain(_)
+                | StepKind::Uncordon(_)
+                | StepKind::Approval(_),
+            ),
+        ) => not_here(node),
     }
+}
+
+/// A node the controller has no implementation of here fails, naming it.
+fn not_here(node: &PlanNode) -> LocalOutcome {
+    done(failed(format!(
+        "{} ({}) has no controller-side implementation",
+        node.id, node.step_type
+    )))
 }
 
 /// An outcome that only completes.

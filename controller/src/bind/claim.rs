@@ -7,17 +7,15 @@
 //! flow planted under a child's name is never named by the object, and is never adopted.
 
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use pseudoflow_crd::bind::CHILD_MARK_PREFIX;
 use serde_json::json;
-
-/// Prefix of the annotation an object names its child flow's UID by (one per bound flow).
-pub const MARK_PREFIX: &str = "child.ops.example.com/";
 
 /// The annotation on each object naming the UID of bound flow `parent`'s child for it:
 /// `child.ops.example.com/flow-<parent>-<hash>` (the finalizer's name, under another prefix).
 pub fn mark_key(ns: &str, parent: &str) -> String {
     let fin = super::object::finalizer_name(ns, parent);
     let name = fin.split_once('/').map(|(_, n)| n).unwrap_or(&fin);
-    format!("{MARK_PREFIX}{name}")
+    format!("{CHILD_MARK_PREFIX}{name}")
 }
 
 /// How a child flow found under an object's child name stands to that object.

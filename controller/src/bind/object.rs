@@ -67,7 +67,7 @@ pub fn view(obj: &DynamicObject) -> Value {
         // marks naming their child (`claim`) are theirs, not the object's.
         .filter(|(k, _)| {
             k != "kubectl.kubernetes.io/last-applied-configuration"
-                && !k.starts_with(super::claim::MARK_PREFIX)
+                && !k.starts_with(pseudoflow_crd::bind::CHILD_MARK_PREFIX)
                 && !k.starts_with(super::served::SERVED_PREFIX)
         })
         .collect();

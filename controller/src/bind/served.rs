@@ -11,26 +11,18 @@
 
 use std::collections::BTreeMap;
 
-use pseudoflow_compiler::names::{bounded_name, stable_hash};
 use pseudoflow_crd::bind::Bind;
 use pseudoflow_crd::jsonpath::JsonPath;
 use pseudoflow_crd::protocol::names::sha256_hex;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-/// Prefix of every served mark (left out of `${object}`, as the child marks are).
-pub const SERVED_PREFIX: &str = "served.ops.example.com/";
+pub use pseudoflow_crd::protocol::served::{mark_key, SERVED_PREFIX};
 /// Largest mark written with its digests; a larger one is written without, and the next serve
 /// counts every top-level field as changed.
 pub const MAX_MARK_BYTES: usize = 8 * 1024;
 /// Hex characters kept of each field's SHA-256 (64 bits).
 const DIGEST_CHARS: usize = 16;
-
-/// The annotation bound flow `flow` (in `ns`) marks its objects with.
-pub fn mark_key(ns: &str, flow: &str) -> String {
-    let name = bounded_name(&format!("flow-{flow}"), stable_hash(&[ns, flow]), 63);
-    format!("{SERVED_PREFIX}{name}")
-}
 
 /// One field's digest: a string for a top-level field that is not an object, else one per key.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -5,6 +5,22 @@
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::json;
 
+/// The finalizer the controller puts on flows with `onDelete` steps; their run-state Secret
+/// carries it too (`reconcile/on_delete.rs` sets it, `reconcile/store.rs` keeps the Secret by
+/// it), so both name it here rather than each other.
+pub const ON_DELETE: &str = "ops.example.com/on-delete";
+
+/// Whether the flow's run state must outlive a foreground deletion of the flow: it carries
+/// [`ON_DELETE`], or (not yet deleted) its spec has onDelete steps the next reconcile will hold
+/// it for. Read raw, before the finalizer is written back into this snapshot.
+pub fn holds_state(flow: &DynamicObject) -> bool {
+    let steps = flow.data["spec"]["onDelete"]
+        .as_array()
+        .is_some_and(|s| !s.is_empty());
+    let bound = !flow.data["spec"]["bind"].is_null() || crate::flow::released(flow);
+    has(flow, ON_DELETE) || (flow.metadata.deletion_timestamp.is_none() && steps && !bound)
+}
+
 /// Whether `obj` (a flow, or an object of a bound kind) carries the finalizer `name`.
 pub fn has(obj: &DynamicObject, name: &str) -> bool {
     obj.metadata

@@ -6,11 +6,9 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::ResourceExt;
 use serde_json::json;
 
+pub use crate::flow::finalizer::ON_DELETE;
 use crate::flow::finalizer::{has, set_named};
 use crate::raw::RawFlow;
-
-/// The finalizer the controller puts on flows with `onDelete` steps.
-pub const ON_DELETE: &str = "ops.example.com/on-delete";
 
 /// Whether the flow carries [`ON_DELETE`].
 pub fn present(flow: &DynamicObject) -> bool {
@@ -20,17 +18,6 @@ pub fn present(flow: &DynamicObject) -> bool {
 /// Adds (`on`) or removes [`ON_DELETE`].
 pub async fn set(api: &Api<DynamicObject>, flow: &DynamicObject, on: bool) -> kube::Result<()> {
     set_named(api, flow, ON_DELETE, on).await
-}
-
-/// Whether the flow's run state must outlive a foreground deletion of the flow: it carries
-/// [`ON_DELETE`], or (not yet deleted) its spec has onDelete steps the next reconcile will hold
-/// it for. Read raw, before the finalizer is written back into this snapshot.
-pub fn holds_state(flow: &DynamicObject) -> bool {
-    let steps = flow.data["spec"]["onDelete"]
-        .as_array()
-        .is_some_and(|s| !s.is_empty());
-    let bound = !flow.data["spec"]["bind"].is_null() || crate::flow::released(flow);
-    present(flow) || (flow.metadata.deletion_timestamp.is_none() && steps && !bound)
 }
 
 /// Removes [`ON_DELETE`] (the onDelete steps succeeded, or there are none to run), after
@@ -96,6 +83,7 @@ mod tests {
     /// about to hold it for; never for bound or released flows, nor once deleted without it.
     #[test]
     fn the_run_state_is_held_while_on_delete_steps_may_run() {
+        use crate::flow::finalizer::holds_state;
         let base = |meta: serde_json::Value, spec: serde_json::Value| {
             flow(
                 json!({"apiVersion": "ops.example.com/v1alpha1", "kind": "PseudoFlow",

@@ -13,6 +13,7 @@ use kube::api::{Api, DynamicObject, PostParams};
 use kube::Resource;
 
 use super::seal::{self, Owner};
+use crate::flow::finalizer::{holds_state, ON_DELETE};
 
 const KEY: &str = "run.json";
 /// The field holding the state's sequence number (decimal).
@@ -166,7 +167,7 @@ pub async fn release(client: &kube::Client, ns: &str, flow: &str) -> kube::Resul
         return Ok(());
     };
     let current = secret.metadata.finalizers.clone().unwrap_or_default();
-    let ours = super::on_delete::ON_DELETE;
+    let ours = ON_DELETE;
     if !current.iter().any(|f| f == ours) {
         return Ok(());
     }
@@ -215,8 +216,8 @@ pub async fn save(
     // finalizer keeps the Secret until the controller lets the flow go ([`release`]).
     // It does not block the flow's deletion meanwhile: the garbage collector must finish its
     // foreground pass (see `finalizer::foreground_pending`) while the Secret stays.
-    if super::on_delete::holds_state(flow) {
-        secret.metadata.finalizers = Some(vec![super::on_delete::ON_DELETE.to_string()]);
+    if holds_state(flow) {
+        secret.metadata.finalizers = Some(vec![ON_DELETE.to_string()]);
         owner.block_owner_deletion = Some(false);
     }
     secret.metadata.owner_references = Some(vec![owner]);

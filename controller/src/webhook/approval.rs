@@ -14,11 +14,8 @@ use k8s_openapi::api::authorization::v1::{
 use kube::api::{Api, PostParams};
 use kube::core::admission::{AdmissionRequest, Operation};
 use kube::core::DynamicObject;
+use pseudoflow_crd::{APPROVE_ANNOTATION, REJECT_ANNOTATION};
 
-/// The annotation that approves the approval step it names.
-pub const APPROVE: &str = "ops.example.com/approve";
-/// The annotation that rejects the approval step it names (the run fails).
-pub const REJECT: &str = "ops.example.com/reject";
 /// The verb a user needs on `pseudoflows` to approve or reject.
 pub const VERB: &str = "approve";
 
@@ -38,7 +35,7 @@ pub fn decisions(req: &AdmissionRequest<DynamicObject>) -> Vec<(&'static str, St
         Operation::Update => annotations(req.old_object.as_ref()),
         _ => BTreeMap::new(),
     };
-    [APPROVE, REJECT]
+    [APPROVE_ANNOTATION, REJECT_ANNOTATION]
         .into_iter()
         .filter_map(|k| {
             let v = new.get(k)?;
@@ -85,7 +82,11 @@ pub async fn authorize(
     if answer.status.as_ref().is_some_and(|s| s.allowed) {
         return Ok(());
     }
-    let action = if *key == APPROVE { "approve" } else { "reject" };
+    let action = if *key == APPROVE_ANNOTATION {
+        "approve"
+    } else {
+        "reject"
+    };
     Err(format!(
         "{who} may not {action} step {step:?} of PseudoFlow {:?}: setting {key} needs the \
          \"{VERB}\" verb on pseudoflows.ops.example.com in namespace {namespace:?} (edit rights \
@@ -125,29 +126,48 @@ mod tests {
 
     #[test]
     fn a_create_already_carrying_an_approval_is_a_decision() {
-        let r = req("CREATE", json!({APPROVE: "gate"}), None, None);
-        assert_eq!(decisions(&r), vec![(APPROVE, "gate".to_string())]);
+        let r = req("CREATE", json!({APPROVE_ANNOTATION: "gate"}), None, None);
+        assert_eq!(
+            decisions(&r),
+            vec![(APPROVE_ANNOTATION, "gate".to_string())]
+        );
     }
 
     #[test]
     fn setting_or_changing_is_a_decision_keeping_or_removing_is_not() {
-        let set = req("UPDATE", json!({REJECT: "gate"}), Some(json!({})), None);
-        assert_eq!(decisions(&set), vec![(REJECT, "gate".to_string())]);
-        let changed = req(
+        let set = req(
             "UPDATE",
-            json!({APPROVE: "b"}),
-            Some(json!({APPROVE: "a"})),
+            json!({REJECT_ANNOTATION: "gate"}),
+            Some(json!({})),
             None,
         );
-        assert_eq!(decisions(&changed), vec![(APPROVE, "b".to_string())]);
+        assert_eq!(
+            decisions(&set),
+            vec![(REJECT_ANNOTATION, "gate".to_string())]
+        );
+        let changed = req(
+            "UPDATE",
+            json!({APPROVE_ANNOTATION: "b"}),
+            Some(json!({APPROVE_ANNOTATION: "a"})),
+            None,
+        );
+        assert_eq!(
+            decisions(&changed),
+            vec![(APPROVE_ANNOTATION, "b".to_string())]
+        );
         let kept = req(
             "UPDATE",
-            json!({APPROVE: "a", "x": "1"}),
-            Some(json!({APPROVE: "a"})),
+            json!({APPROVE_ANNOTATION: "a", "x": "1"}),
+            Some(json!({APPROVE_ANNOTATION: "a"})),
             None,
         );
         assert!(decisions(&kept).is_empty());
-        let removed = req("UPDATE", json!({}), Some(json!({APPROVE: "a"})), None);
+        let removed = req(
+            "UPDATE",
+            json!({}),
+            Some(json!({APPROVE_ANNOTATION: "a"})),
+            None,
+        );
         assert!(decisions(&removed).is_empty());
         let other = req(
             "UPDATE",
@@ -160,10 +180,16 @@ mod tests {
 
     #[test]
     fn deletes_and_status_are_not_decisions() {
-        assert!(decisions(&req("DELETE", json!({APPROVE: "a"}), Some(json!({})), None)).is_empty());
+        assert!(decisions(&req(
+            "DELETE",
+            json!({APPROVE_ANNOTATION: "a"}),
+            Some(json!({})),
+            None
+        ))
+        .is_empty());
         assert!(decisions(&req(
             "UPDATE",
-            json!({APPROVE: "a"}),
+            json!({APPROVE_ANNOTATION: "a"}),
             Some(json!({})),
             Some("status")
         ))

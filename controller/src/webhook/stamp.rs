@@ -11,9 +11,10 @@ use axum::extract::State;
 use axum::Json;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use kube::core::DynamicObject;
+use pseudoflow_crd::APPROVE_ANNOTATION;
 use serde_json::{json, Value};
 
-use super::approval::{decisions, APPROVE};
+use super::approval::decisions;
 use crate::approval::{Decision, Key, Stamp, APPROVED_BY};
 
 /// `POST /mutate`: an AdmissionReview in, the same with its response (and patch) out. 404 when
@@ -103,7 +104,7 @@ pub fn stamp_patch(
         .and_then(Value::as_str)
         .unwrap_or_default();
     let stamp = Stamp {
-        decision: if annotation_key == APPROVE {
+        decision: if annotation_key == APPROVE_ANNOTATION {
             Decision::Approve
         } else {
             Decision::Reject
@@ -128,7 +129,7 @@ pub fn stamp_patch(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::webhook::approval::REJECT;
+    use pseudoflow_crd::REJECT_ANNOTATION;
 
     fn req(op: &str, ann: Value, old_ann: Option<Value>) -> AdmissionRequest<DynamicObject> {
         let obj = |a: Value| {
@@ -161,7 +162,11 @@ mod tests {
     #[test]
     fn a_decision_is_stamped_with_the_user_groups_time_and_run() {
         let key = Key::random();
-        let r = req("UPDATE", json!({APPROVE: "gate"}), Some(json!({})));
+        let r = req(
+            "UPDATE",
+            json!({APPROVE_ANNOTATION: "gate"}),
+            Some(json!({})),
+        );
         let patch = stamp_patch(&r, Some(&key), 1000).unwrap().unwrap();
         let stamp = Stamp::verify(&key, "team", "f", &stamped(&patch)).unwrap();
         assert_eq!(
@@ -178,7 +183,7 @@ mod tests {
         // A client's own stamp sent with the decision is replaced.
         let r = req(
             "UPDATE",
-            json!({REJECT: "gate", APPROVED_BY: "{\"forged\":1}"}),
+            json!({REJECT_ANNOTATION: "gate", APPROVED_BY: "{\"forged\":1}"}),
             Some(json!({})),
         );
         let patch = stamp_patch(&r, Some(&key), 1000).unwrap().unwrap();
@@ -191,8 +196,8 @@ mod tests {
         let key = Key::random();
         for (new, old) in [
             (
-                json!({APPROVE: "gate", APPROVED_BY: "x"}),
-                json!({APPROVE: "gate"}),
+                json!({APPROVE_ANNOTATION: "gate", APPROVED_BY: "x"}),
+                json!({APPROVE_ANNOTATION: "gate"}),
             ),
             (json!({APPROVED_BY: "y"}), json!({APPROVED_BY: "x"})),
         ] {
@@ -207,14 +212,14 @@ mod tests {
         assert!(stamp_patch(&r, Some(&key), 1).is_err());
         let removed = req(
             "UPDATE",
-            json!({APPROVE: "gate"}),
-            Some(json!({APPROVE: "gate", APPROVED_BY: "x"})),
+            json!({APPROVE_ANNOTATION: "gate"}),
+            Some(json!({APPROVE_ANNOTATION: "gate", APPROVED_BY: "x"})),
         );
         assert_eq!(stamp_patch(&removed, Some(&key), 1), Ok(None));
         let unchanged = req(
             "UPDATE",
-            json!({APPROVE: "gate", APPROVED_BY: "x", "team": "a"}),
-            Some(json!({APPROVE: "gate", APPROVED_BY: "x"})),
+            json!({APPROVE_ANNOTATION: "gate", APPROVED_BY: "x", "team": "a"}),
+            Some(json!({APPROVE_ANNOTATION: "gate", APPROVED_BY: "x"})),
         );
         assert_eq!(stamp_patch(&unchanged, Some(&key), 1), Ok(None));
     }
@@ -223,11 +228,15 @@ mod tests {
     fn two_decisions_at_once_or_no_key_are_refused() {
         let both = req(
             "UPDATE",
-            json!({APPROVE: "gate", REJECT: "gate"}),
+            json!({APPROVE_ANNOTATION: "gate", REJECT_ANNOTATION: "gate"}),
             Some(json!({})),
         );
         assert!(stamp_patch(&both, Some(&Key::random()), 1).is_err());
-        let one = req("UPDATE", json!({APPROVE: "gate"}), Some(json!({})));
+        let one = req(
+            "UPDATE",
+            json!({APPROVE_ANNOTATION: "gate"}),
+            Some(json!({})),
+        );
         assert!(stamp_patch(&one, None, 1)
             .unwrap_err()
             .contains("no approval key"));

@@ -1,7 +1,8 @@
 //! The contract between the controller and `pseudoflow-step`, the executor: the input document
 //! it receives ([`ExecutorInput`]), the result it reports ([`StepResult`]), the labels,
 //! annotations and environment both rely on, and the helpers both must compute identically
-//! (label values, digests, include classification). It lives here, not in the compiler, so the
+//! (label values, digests, include classification); and the served mark's key, which the
+//! controller writes and `kubectl pf get` reads. It lives here, not in the compiler, so the
 //! executor depends on the resource types only — no DAG, no template engine.
 
 pub mod included;
@@ -10,6 +11,7 @@ pub mod journal;
 pub mod names;
 pub mod result;
 pub mod sealed;
+pub mod served;
 
 pub use included::{classify, Classified, ClassifyError};
 pub use input::{ExecutorInput, FlowRef, SegmentStep, Task, BODY_VARS};
@@ -28,6 +30,18 @@ pub const LABEL_FLOW: &str = "ops.example.com/flow";
 pub const LABEL_RUN: &str = "ops.example.com/run";
 /// Label: the DAG node a Job executes.
 pub const LABEL_NODE: &str = "ops.example.com/node";
+/// Annotation on an executor Job (and its input Secret): the DAG node it runs (`kubectl pf`
+/// finds a step's Jobs, and its logs, by it).
+pub const NODE_ID_ANNOTATION: &str = "ops.example.com/node-id";
+/// Annotation on an executor Job: the step's path in the flow (`spec.steps[2].then[0]`).
+pub const STEP_PATH_ANNOTATION: &str = "ops.example.com/step-path";
+/// Annotation on an executor Job: the loop instance it runs (item keys joined by `/`).
+pub const INSTANCE_ANNOTATION: &str = "ops.example.com/instance";
+/// Annotation on an executor Job: which attempt of its step it is (retries count up).
+pub const ATTEMPT_ANNOTATION: &str = "ops.example.com/attempt";
+/// Field manager of the executor's server-side applies (and of `kubectl pf plan`'s dry-runs of
+/// them, so a plan shows what the executor's apply would).
+pub const FIELD_MANAGER: &str = "pseudoflow";
 /// Where the executor finds its input inside the pod.
 pub const INPUT_DIR: &str = "/etc/pseudoflow/input";
 /// Key of the input document in the input Secret.

@@ -5,7 +5,7 @@ use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{Placement, StepParams};
+use super::{Placement, PlanAs, Preview, StepParams};
 use crate::check::Ctx;
 
 /// Applies `manifests` with field manager `pseudoflow`.
@@ -27,6 +27,10 @@ fn manifests_schema(_: &mut SchemaGenerator) -> Schema {
 impl StepParams for ApplyStep {
     fn placement(&self, _: bool) -> Placement {
         Placement::Api
+    }
+
+    fn plan_as() -> PlanAs {
+        PlanAs::Preview(Preview::Apply)
     }
 
     fn runs_in_controller(&self) -> bool {

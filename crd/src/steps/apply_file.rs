@@ -3,7 +3,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{Placement, StepParams};
+use super::{Placement, PlanAs, Preview, StepParams};
 use crate::check::Ctx;
 
 /// Applies the objects in the artifact file `path`.
@@ -19,6 +19,10 @@ pub struct ApplyFileStep {
 impl StepParams for ApplyFileStep {
     fn placement(&self, _: bool) -> Placement {
         Placement::Api
+    }
+
+    fn plan_as() -> PlanAs {
+        PlanAs::Preview(Preview::ApplyFile)
     }
 
     fn validate(&self, ctx: &mut Ctx) {

@@ -10,7 +10,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{Placement, StepParams};
+use super::{Placement, PlanAs, StepParams};
 use crate::check::Ctx;
 
 /// Waits until a user allowed to `approve` pseudoflows approves or rejects the step.
@@ -42,6 +42,10 @@ pub struct ApprovalStep {
 impl StepParams for ApprovalStep {
     fn placement(&self, _: bool) -> Placement {
         Placement::Controller
+    }
+
+    fn plan_as() -> PlanAs {
+        PlanAs::NoChange
     }
 
     fn awaits_decision(&self) -> bool {
@@ -81,7 +85,7 @@ fn collect(list: &[Value], path: &str, seen: &mut BTreeMap<String, String>, ctx:
                 }
             }
         }
-        for (field, nested) in crate::validate::nested_lists(ty, raw) {
+        for (field, nested) in crate::step_schema::nested_lists(ty, raw) {
             collect(nested, &format!("{here}.{field}"), seen, ctx);
         }
     }

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{Placement, StepParams};
+use super::{Placement, PlanAs, Preview, StepParams};
 use crate::check::Ctx;
 use crate::text::{is_dns_label, is_dns_subdomain};
 
@@ -111,6 +111,10 @@ fn templated(s: &str) -> bool {
 impl StepParams for CopyStep {
     fn placement(&self, _: bool) -> Placement {
         Placement::Api
+    }
+
+    fn plan_as() -> PlanAs {
+        PlanAs::Preview(Preview::Copy)
     }
 
     fn runs_in_controller(&self) -> bool {

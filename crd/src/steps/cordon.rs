@@ -5,7 +5,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{Placement, StepParams};
+use super::{Placement, PlanAs, StepParams};
 use crate::check::Ctx;
 
 /// The annotation naming the flow (`<namespace>/<flow>`) whose cordon holds the node closed.
@@ -25,6 +25,10 @@ pub struct CordonStep {
 impl StepParams for CordonStep {
     fn placement(&self, _: bool) -> Placement {
         Placement::Api
+    }
+
+    fn plan_as() -> PlanAs {
+        PlanAs::OnNodes
     }
 
     fn validate(&self, ctx: &mut Ctx) {

@@ -3,7 +3,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{Placement, StepParams};
+use super::{Placement, PlanAs, Preview, StepParams};
 use crate::check::Ctx;
 use crate::common::ObjectRef;
 
@@ -22,6 +22,10 @@ pub struct DeleteStep {
 impl StepParams for DeleteStep {
     fn placement(&self, _: bool) -> Placement {
         Placement::Api
+    }
+
+    fn plan_as() -> PlanAs {
+        PlanAs::Preview(Preview::Delete)
     }
 
     fn runs_in_controller(&self) -> bool {

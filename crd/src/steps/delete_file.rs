@@ -4,7 +4,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{check_node_path, check_node_selector, Placement, StepParams};
+use super::{check_node_path, check_node_selector, Placement, PlanAs, Preview, StepParams};
 use crate::check::Ctx;
 use crate::common::RunOn;
 use crate::selector::LabelSelector;
@@ -37,6 +37,10 @@ impl StepParams for DeleteFileStep {
         } else {
             Placement::Api
         }
+    }
+
+    fn plan_as() -> PlanAs {
+        PlanAs::OnNodesInNodeContext(Preview::DeleteFile)
     }
 
     fn validate(&self, ctx: &mut Ctx) {

@@ -7,7 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::cordon::check_node_name;
-use super::{Placement, StepParams};
+use super::{Placement, PlanAs, StepParams};
 use crate::check::Ctx;
 
 /// Default `timeoutSeconds` of a drain (evictions blocked by a budget are retried this long).
@@ -61,6 +61,10 @@ pub struct DrainStep {
 impl StepParams for DrainStep {
     fn placement(&self, _: bool) -> Placement {
         Placement::Api
+    }
+
+    fn plan_as() -> PlanAs {
+        PlanAs::OnNodes
     }
 
     fn default_timeout_seconds(&self) -> Option<u32> {

@@ -4,7 +4,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{Placement, StepParams};
+use super::{Placement, PlanAs, StepParams};
 use crate::check::Ctx;
 
 /// Evaluates `expression` (inside it, `${name}` means the variable `name`) into `var`.
@@ -20,6 +20,10 @@ pub struct EvalStep {
 impl StepParams for EvalStep {
     fn placement(&self, _: bool) -> Placement {
         Placement::Controller
+    }
+
+    fn plan_as() -> PlanAs {
+        PlanAs::NoChange
     }
 
     fn validate(&self, ctx: &mut Ctx) {

@@ -7,7 +7,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{Placement, StepParams};
+use super::{Placement, PlanAs, StepParams};
 use crate::check::Ctx;
 
 /// Runs `cmd` with `sh -c`; stdout (one trailing newline trimmed) goes to `var`.
@@ -46,6 +46,10 @@ pub struct ExecStep {
 impl StepParams for ExecStep {
     fn placement(&self, _: bool) -> Placement {
         Placement::Api
+    }
+
+    fn plan_as() -> PlanAs {
+        PlanAs::NoChange
     }
 
     fn validate(&self, ctx: &mut Ctx) {

@@ -3,7 +3,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{Placement, StepParams};
+use super::{Nesting, Placement, PlanAs, StepParams};
 use crate::check::Ctx;
 use crate::common::{nested_steps_schema, Condition};
 use crate::step::Step;
@@ -26,6 +26,10 @@ pub struct IfStep {
 impl StepParams for IfStep {
     fn placement(&self, _: bool) -> Placement {
         Placement::Structure
+    }
+
+    fn plan_as() -> PlanAs {
+        PlanAs::Nested(Nesting::Branch)
     }
 
     fn validate(&self, ctx: &mut Ctx) {

@@ -4,7 +4,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{Placement, StepParams};
+use super::{Placement, PlanAs, StepParams};
 use crate::check::Ctx;
 use crate::text::is_dns_subdomain;
 
@@ -76,6 +76,10 @@ pub struct IncludeStep {
 impl StepParams for IncludeStep {
     fn placement(&self, _: bool) -> Placement {
         Placement::Structure
+    }
+
+    fn plan_as() -> PlanAs {
+        PlanAs::Undetermined("its manifests are fetched at run time")
     }
 
     fn validate(&self, ctx: &mut Ctx) {

@@ -3,7 +3,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{Placement, StepParams};
+use super::{Placement, PlanAs, StepParams};
 use crate::check::Ctx;
 use crate::text::is_dns_label;
 
@@ -37,6 +37,10 @@ impl StepParams for IncludeFlowStep {
 
     fn placement(&self, _: bool) -> Placement {
         Placement::Structure
+    }
+
+    fn plan_as() -> PlanAs {
+        PlanAs::Undetermined("it runs another flow")
     }
 
     fn validate(&self, ctx: &mut Ctx) {

@@ -3,7 +3,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{Placement, StepParams};
+use super::{Placement, PlanAs, StepParams};
 
 /// Records `message` as a Normal Event on the flow.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -16,5 +16,9 @@ pub struct LogStep {
 impl StepParams for LogStep {
     fn placement(&self, _: bool) -> Placement {
         Placement::Controller
+    }
+
+    fn plan_as() -> PlanAs {
+        PlanAs::NoChange
     }
 }

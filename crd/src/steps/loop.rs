@@ -5,7 +5,7 @@ use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{Placement, StepParams};
+use super::{Nesting, Placement, PlanAs, StepParams};
 use crate::check::Ctx;
 use crate::common::nested_steps_schema;
 use crate::step::Step;
@@ -43,6 +43,10 @@ impl StepParams for LoopStep {
 
     fn placement(&self, _: bool) -> Placement {
         Placement::Structure
+    }
+
+    fn plan_as() -> PlanAs {
+        PlanAs::Nested(Nesting::Items)
     }
 
     fn validate(&self, ctx: &mut Ctx) {

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::drain::DrainPods;
 use super::wait_for::WaitForStep;
-use super::{Placement, StepParams};
+use super::{Nesting, Placement, PlanAs, StepParams};
 use crate::check::Ctx;
 use crate::common::nested_steps_schema;
 use crate::selector::LabelSelector;
@@ -74,6 +74,10 @@ impl StepParams for LoopNodesStep {
 
     fn placement(&self, _: bool) -> Placement {
         Placement::Structure
+    }
+
+    fn plan_as() -> PlanAs {
+        PlanAs::Nested(Nesting::EachNode)
     }
 
     fn validate(&self, ctx: &mut Ctx) {

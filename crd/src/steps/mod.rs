@@ -2,13 +2,16 @@
 //! ([`Placement`]) and the checks a schema cannot express. The `step_registry!` list below is
 //! the single list that ties a `type:` name to its module (and generates [`registry`]). Adding a
 //! leaf step type is its new file here plus one line in that list; the executor or the
-//! controller then runs it (docs/architecture.md, "Adding a step type": four files in all).
+//! controller then runs it (docs/architecture.md, "Adding a step type": five files in all).
 
 use crate::check::Ctx;
 use crate::step::Step;
 
 #[macro_use]
 mod registry_macro;
+mod plan_as;
+
+pub use plan_as::{Nesting, PlanAs, Preview};
 
 // The one list of step types: one line per type, which declares its module (see
 // `registry_macro.rs`). Its order is `STEP_TYPES`' order, which the CRD's enum and
@@ -65,6 +68,12 @@ pub enum Placement {
 pub trait StepParams {
     /// Where the work runs; `in_node_context` is true inside `loopNodes`.
     fn placement(&self, in_node_context: bool) -> Placement;
+
+    /// What `kubectl pf plan` does with a step of this type (previews it, lists it per node,
+    /// walks its nested steps, ...). Required, so a new type decides it where it is defined.
+    fn plan_as() -> PlanAs
+    where
+        Self: Sized;
 
     /// Semantic checks beyond the schema, reported through `ctx` (paths relative to the step).
     fn validate(&self, _ctx: &mut Ctx) {}

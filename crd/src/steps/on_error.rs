@@ -4,7 +4,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{Placement, StepParams};
+use super::{Nesting, Placement, PlanAs, StepParams};
 use crate::common::nested_steps_schema;
 use crate::step::Step;
 
@@ -20,6 +20,10 @@ pub struct OnErrorStep {
 impl StepParams for OnErrorStep {
     fn placement(&self, _: bool) -> Placement {
         Placement::Structure
+    }
+
+    fn plan_as() -> PlanAs {
+        PlanAs::Nested(Nesting::OnError)
     }
 
     fn children(&self) -> Vec<(String, &[Step])> {

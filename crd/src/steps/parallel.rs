@@ -4,7 +4,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{Placement, StepParams};
+use super::{Nesting, Placement, PlanAs, StepParams};
 use crate::check::Ctx;
 use crate::common::nested_branches_schema;
 use crate::step::Step;
@@ -32,6 +32,10 @@ impl StepParams for ParallelStep {
 
     fn placement(&self, _: bool) -> Placement {
         Placement::Structure
+    }
+
+    fn plan_as() -> PlanAs {
+        PlanAs::Nested(Nesting::Branches)
     }
 
     fn validate(&self, ctx: &mut Ctx) {

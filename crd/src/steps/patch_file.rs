@@ -4,7 +4,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{check_node_path, check_node_selector, Placement, StepParams};
+use super::{check_node_path, check_node_selector, Placement, PlanAs, StepParams};
 use crate::check::Ctx;
 use crate::common::RunOn;
 use crate::selector::LabelSelector;
@@ -30,6 +30,10 @@ pub struct PatchFileStep {
 impl StepParams for PatchFileStep {
     fn placement(&self, _: bool) -> Placement {
         Placement::Node
+    }
+
+    fn plan_as() -> PlanAs {
+        PlanAs::OnNodes
     }
 
     fn validate(&self, ctx: &mut Ctx) {

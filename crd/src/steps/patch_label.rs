@@ -4,7 +4,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{Placement, StepParams};
+use super::{Placement, PlanAs, StepParams};
 use crate::check::Ctx;
 use crate::common::Target;
 
@@ -21,6 +21,10 @@ pub struct PatchLabelStep {
 impl StepParams for PatchLabelStep {
     fn placement(&self, _: bool) -> Placement {
         Placement::Api
+    }
+
+    fn plan_as() -> PlanAs {
+        PlanAs::Undetermined("its labels come from a variable set at run time")
     }
 
     fn runs_in_controller(&self) -> bool {

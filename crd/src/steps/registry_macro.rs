@@ -3,9 +3,9 @@
 //! to its parameter struct; the macro derives the [`StepKind`](super::registry::StepKind) enum,
 //! the list of names, the per-type schema lookup and the dispatch to [`StepParams`](super::StepParams),
 //! in the generated module `steps::registry`. Each side that runs steps has one registration
-//! point of its own, with a `_` arm for the types it does not run (see docs/architecture.md,
-//! "Adding a step type"): the executor's `runtime-image/src/steps/mod.rs::work` and the
-//! controller's `walk/src/local.rs::run`; tests hold them to the types placed on their side.
+//! point of its own, exhaustive, with an explicit arm for the types it does not run (see
+//! docs/architecture.md, "Adding a step type"): the executor's `runtime-image/src/steps/mod.rs::work`
+//! and the controller's `walk/src/local.rs::run`; tests hold them to the types placed on their side.
 
 macro_rules! step_registry {
     ($($variant:ident => $module:ident :: $params:ident = $tag:literal,)*) => {
@@ -42,6 +42,15 @@ macro_rules! step_registry {
                 /// The step's parameters as the common trait.
                 pub fn params(&self) -> &dyn StepParams {
                     match self { $(Self::$variant(p) => p,)* }
+                }
+            }
+
+            /// What `kubectl pf plan` does with a step of type `tag` ([`StepParams::plan_as`]);
+            /// None for a name that is no step type.
+            pub fn plan_as(tag: &str) -> Option<PlanAs> {
+                match tag {
+                    $($tag => Some(<$module::$params as StepParams>::plan_as()),)*
+                    _ => None,
                 }
             }
 

@@ -3,7 +3,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{Placement, StepParams};
+use super::{Placement, PlanAs, Preview, StepParams};
 use crate::check::Ctx;
 use crate::common::Target;
 use crate::selector::Selector;
@@ -21,6 +21,10 @@ pub struct RemoveLabelStep {
 impl StepParams for RemoveLabelStep {
     fn placement(&self, _: bool) -> Placement {
         Placement::Api
+    }
+
+    fn plan_as() -> PlanAs {
+        PlanAs::Preview(Preview::RemoveLabel)
     }
 
     fn runs_in_controller(&self) -> bool {

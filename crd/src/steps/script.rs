@@ -4,7 +4,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{check_node_selector, Placement, StepParams};
+use super::{check_node_selector, Placement, PlanAs, StepParams};
 use crate::check::Ctx;
 use crate::common::RunOn;
 use crate::selector::LabelSelector;
@@ -43,6 +43,10 @@ impl StepParams for ScriptStep {
         } else {
             Placement::Api
         }
+    }
+
+    fn plan_as() -> PlanAs {
+        PlanAs::NoChange
     }
 
     fn validate(&self, ctx: &mut Ctx) {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{Placement, StepParams};
+use super::{Placement, PlanAs, Preview, StepParams};
 use crate::check::Ctx;
 use crate::common::Target;
 use crate::selector::Selector;
@@ -23,6 +23,10 @@ pub struct SetLabelStep {
 impl StepParams for SetLabelStep {
     fn placement(&self, _: bool) -> Placement {
         Placement::Api
+    }
+
+    fn plan_as() -> PlanAs {
+        PlanAs::Preview(Preview::SetLabel)
     }
 
     fn runs_in_controller(&self) -> bool {

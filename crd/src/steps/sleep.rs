@@ -3,7 +3,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{Placement, StepParams};
+use super::{Placement, PlanAs, StepParams};
 
 /// Longest accepted sleep; longer waits belong in `waitFor` or a CronJob.
 pub const MAX_SLEEP_SECONDS: u32 = 24 * 3600;
@@ -20,6 +20,10 @@ pub struct SleepStep {
 impl StepParams for SleepStep {
     fn placement(&self, _: bool) -> Placement {
         Placement::Controller
+    }
+
+    fn plan_as() -> PlanAs {
+        PlanAs::NoChange
     }
 
     fn waits_seconds(&self) -> Option<u32> {

@@ -6,7 +6,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{check_node_path, check_node_selector, Placement, StepParams};
+use super::{check_node_path, check_node_selector, Placement, PlanAs, StepParams};
 use crate::check::Ctx;
 use crate::common::RunOn;
 use crate::selector::LabelSelector;
@@ -41,6 +41,10 @@ impl StepParams for TemplateStep {
         } else {
             Placement::Controller
         }
+    }
+
+    fn plan_as() -> PlanAs {
+        PlanAs::NoChange
     }
 
     fn validate(&self, ctx: &mut Ctx) {

@@ -6,7 +6,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::cordon::check_node_name;
-use super::{Placement, StepParams};
+use super::{Placement, PlanAs, StepParams};
 use crate::check::Ctx;
 
 /// Marks `node` schedulable again if its cordon carries this flow's mark.
@@ -20,6 +20,10 @@ pub struct UncordonStep {
 impl StepParams for UncordonStep {
     fn placement(&self, _: bool) -> Placement {
         Placement::Api
+    }
+
+    fn plan_as() -> PlanAs {
+        PlanAs::OnNodes
     }
 
     fn validate(&self, ctx: &mut Ctx) {

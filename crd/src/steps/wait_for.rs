@@ -3,7 +3,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{Placement, StepParams};
+use super::{Placement, PlanAs, StepParams};
 use crate::check::Ctx;
 use crate::common::{ObjectRef, Op};
 
@@ -63,6 +63,10 @@ pub struct WaitForStep {
 impl StepParams for WaitForStep {
     fn placement(&self, _: bool) -> Placement {
         Placement::Api
+    }
+
+    fn plan_as() -> PlanAs {
+        PlanAs::NoChange
     }
 
     fn runs_in_controller(&self) -> bool {

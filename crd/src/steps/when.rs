@@ -3,7 +3,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{Placement, StepParams};
+use super::{Placement, PlanAs, StepParams};
 use crate::check::Ctx;
 use crate::common::Condition;
 
@@ -18,6 +18,10 @@ pub struct WhenStep {
 impl StepParams for WhenStep {
     fn placement(&self, _: bool) -> Placement {
         Placement::Structure
+    }
+
+    fn plan_as() -> PlanAs {
+        PlanAs::GuardsNext
     }
 
     fn validate(&self, ctx: &mut Ctx) {

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
-use pseudoflow_crd::protocol::StepResult;
+use pseudoflow_crd::protocol::{StepResult, FIELD_MANAGER};
 use pseudoflow_crd::steps::apply::{manifest_objects, ApplyStep};
 use serde_json::Value;
 
@@ -14,8 +14,6 @@ use crate::context::ExecCtx;
 use crate::error::StepError;
 use crate::readiness::{condition, Seen};
 
-/// Field manager of every server-side apply.
-pub const FIELD_MANAGER: &str = "pseudoflow";
 /// How long an applied CRD may take to become Established before its kind is used.
 const CRD_ESTABLISH_TIMEOUT: Duration = Duration::from_secs(60);
 

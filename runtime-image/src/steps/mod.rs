@@ -96,7 +96,23 @@ pub fn work<'a>(ctx: &'a ExecCtx, step: &'a Step) -> Option<Work<'a>> {
                 .insert(s.output.clone(), Value::String(s.template.clone()));
             Ok(r)
         }),
-        _ => return None,
+        // Not the executor's: the controller does these itself (`walk/src/local.rs`, its
+        // timers and approvals), an include's fetch is a task of its own (`tasks/include.rs`),
+        // and structural steps only shape the DAG. Listed, not `_`, so a new step type does
+        // not compile until someone decides where it runs.
+        StepKind::Log(_)
+        | StepKind::Sleep(_)
+        | StepKind::Eval(_)
+        | StepKind::Approval(_)
+        | StepKind::Include(_)
+        | StepKind::IncludeFlow(_)
+        | StepKind::If(_)
+        | StepKind::When(_)
+        | StepKind::Loop(_)
+        | StepKind::LoopNodes(_)
+        | StepKind::Parallel(_)
+        | StepKind::Retry(_)
+        | StepKind::OnError(_) => return None,
     })
 }
 
