@@ -45,6 +45,18 @@ pub(crate) struct Serving<'a> {
     pub objects: Api<DynamicObject>,
 }
 
+/// An object whose run is due: what its serve read, and what its run starts from.
+struct Due<'a> {
+    /// The object as its run and mark see it ([`object::view`]).
+    view: Value,
+    /// The annotation key of this flow's served mark, and the mark found there.
+    key: String,
+    raw: Option<&'a str>,
+    /// `${trigger}`, and the failed runs in a row before this one.
+    trigger: Value,
+    failures: u32,
+}
+
 impl Serving<'_> {
     /// Serves `obj`: runs it if it changed since its mark or a retry of its failed run is due
     /// ([`retry`]); returns why it cannot be served.
@@ -91,12 +103,32 @@ impl Serving<'_> {
             outcomes.schedule(self.parent.uid, &name, None);
             return Ok(None);
         }
+        let due = Due {
+            view,
+            key,
+            raw,
+            trigger,
+            failures,
+        };
+        self.run_and_record(obj, due).await
+    }
+
+    /// Runs `obj` (its run is due), then records the outcome: its status, Events, its served
+    /// mark (with the retry schedule of a failed run) and what the flow's summary counts.
+    async fn run_and_record(
+        &self,
+        obj: &DynamicObject,
+        it: Due<'_>,
+    ) -> Result<Option<String>, Error> {
+        let name = object::key(obj);
+        let policy = self.bind.retry.unwrap_or_default();
+        let outcomes = &self.r.own.outcomes;
         let made = child::child_flow(
             &self.parent,
             self.parent.name,
             self.plural,
-            &view,
-            &trigger,
+            &it.view,
+            &it.trigger,
             &BTreeMap::new(),
         );
         let id = FlowId {
@@ -108,7 +140,12 @@ impl Serving<'_> {
             // Permanent: the flow is refused as a whole (InvalidSpec); nothing to retry.
             Err(d) => return Ok(Some(format!("{name}: the flow does not compile: {d}"))),
         };
-        let ran = self.run(&compiled, &made["spec"], view.clone(), trigger.clone());
+        let ran = self.run(
+            &compiled,
+            &made["spec"],
+            it.view.clone(),
+            it.trigger.clone(),
+        );
         let ((phase, message, vars), permanent) = match ran.await {
             Ok((ran, permanent)) => (self.ended(&compiled, &ran), permanent),
             Err(why) => return Ok(Some(format!("{name}: {why}"))),
@@ -116,7 +153,7 @@ impl Serving<'_> {
         let ended_at = retry_now();
         let failed = phase != FlowPhase::Succeeded;
         let failures = if failed {
-            failures.saturating_add(1)
+            it.failures.saturating_add(1)
         } else {
             0
         };
@@ -135,23 +172,24 @@ impl Serving<'_> {
             // from now is due.
             let n = failures.max(1);
             let due = retry::due(&policy, n, ended_at);
-            let s = self.schedule(obj, n, due, Some(trigger), raw.unwrap_or_default());
+            let raw = it.raw.unwrap_or_default();
+            let s = self.schedule(obj, n, due, Some(it.trigger), raw);
             outcomes.schedule(self.parent.uid, &name, Some(s));
             return Err(e);
         }
-        let mut mark = Mark::of(flow.0, flow.1, &view, self.bind);
+        let mut mark = Mark::of(self.parent.uid, self.parent.generation, &it.view, self.bind);
         mark.failed = failed;
         if failed {
             mark.failures = failures;
             mark.failed_at = ended_at;
             mark.permanent = permanent;
-            mark.retry_trigger = Some(trigger.clone());
+            mark.retry_trigger = Some(it.trigger.clone());
         }
         let encoded = mark.encode();
-        let refusal = self.mark(obj, &key, &encoded).await?;
+        let refusal = self.mark(obj, &it.key, &encoded).await?;
         let schedule = (failed && !permanent).then(|| {
             let due = retry::due(&policy, failures, ended_at);
-            self.schedule(obj, failures, due, Some(trigger), &encoded)
+            self.schedule(obj, failures, due, Some(it.trigger), &encoded)
         });
         outcomes.schedule(self.parent.uid, &name, schedule);
         Ok(refusal)

@@ -81,40 +81,13 @@ pub async fn run(ctx: &ExecCtx, step: &CopyStep) -> Result<StepResult, StepError
         });
         body.as_object_mut().unwrap().extend(data.clone());
         let target: Api<DynamicObject> = Api::namespaced_with(client.clone(), &t.namespace, &ar);
-        let before = match target.get_opt(name).await {
-            Ok(o) => o,
-            Err(e) => return Err(ctx.api_err(e, call("get", kind, name, &t.namespace))),
+        let to = Target {
+            api: &target,
+            kind,
+            name,
+            namespace: &t.namespace,
         };
-        let after = match &before {
-            // Created, never applied over: one made meanwhile by someone else is not taken.
-            None => {
-                let params = PostParams {
-                    field_manager: Some(FIELD_MANAGER.into()),
-                    ..Default::default()
-                };
-                let obj: DynamicObject = serde_json::from_value(body)
-                    .map_err(|e| StepError::failed(format!("{}: {e}", ctx.input.path)))?;
-                target
-                    .create(&params, &obj)
-                    .await
-                    .map_err(|e| ctx.api_err(e, call("create", kind, name, &t.namespace)))?
-            }
-            Some(b) if copy_mark::is_ours(&b.metadata, &mark, Some(&source)) => {
-                let params = PatchParams::apply(FIELD_MANAGER).force();
-                target
-                    .patch(name, &params, &Patch::Apply(&body))
-                    .await
-                    .map_err(|e| ctx.api_err(e, call("patch", kind, name, &t.namespace)))?
-            }
-            Some(b) => {
-                return Err(StepError::failed(format!(
-                    "{}: {kind:?} {}/{name} is not this flow's copy ({}): not overwritten",
-                    ctx.input.path,
-                    t.namespace,
-                    copy_mark::owner(&b.metadata)
-                )));
-            }
-        };
+        let (before, after) = write_copy(ctx, &to, body, &mark, &source).await?;
         let same =
             before.is_some_and(|b| b.metadata.resource_version == after.metadata.resource_version);
         ctx.note(format!(
@@ -125,6 +98,67 @@ pub async fn run(ctx: &ExecCtx, step: &CopyStep) -> Result<StepResult, StepError
             changed.push(format!("{}/{name}", t.namespace));
         }
     }
+    let message = summary(step, keys, &source, changed.len());
+    Ok(StepResult::succeeded(!changed.is_empty(), message))
+}
+
+/// One object a copy is written to.
+struct Target<'a> {
+    api: &'a Api<DynamicObject>,
+    kind: CopyKind,
+    name: &'a str,
+    namespace: &'a str,
+}
+
+/// Writes `body` to `to`: created when missing (never applied over, so one made meanwhile by
+/// someone else is not taken), applied over only a copy carrying this flow's `mark`, refused
+/// otherwise naming whose it is. Returns the object before (if any) and after.
+async fn write_copy(
+    ctx: &ExecCtx,
+    to: &Target<'_>,
+    body: serde_json::Value,
+    mark: &str,
+    source: &str,
+) -> Result<(Option<DynamicObject>, DynamicObject), StepError> {
+    let (kind, name, ns) = (to.kind, to.name, to.namespace);
+    let before = match to.api.get_opt(name).await {
+        Ok(o) => o,
+        Err(e) => return Err(ctx.api_err(e, call("get", kind, name, ns))),
+    };
+    let after = match &before {
+        None => {
+            let params = PostParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..Default::default()
+            };
+            let obj: DynamicObject = serde_json::from_value(body)
+                .map_err(|e| StepError::failed(format!("{}: {e}", ctx.input.path)))?;
+            to.api
+                .create(&params, &obj)
+                .await
+                .map_err(|e| ctx.api_err(e, call("create", kind, name, ns)))?
+        }
+        Some(b) if copy_mark::is_ours(&b.metadata, mark, Some(source)) => {
+            let params = PatchParams::apply(FIELD_MANAGER).force();
+            to.api
+                .patch(name, &params, &Patch::Apply(&body))
+                .await
+                .map_err(|e| ctx.api_err(e, call("patch", kind, name, ns)))?
+        }
+        Some(b) => {
+            return Err(StepError::failed(format!(
+                "{}: {kind:?} {ns}/{name} is not this flow's copy ({}): not overwritten",
+                ctx.input.path,
+                copy_mark::owner(&b.metadata)
+            )));
+        }
+    };
+    Ok((before, after))
+}
+
+/// The step's message: which keys of `source` went to how many objects, how many changed.
+fn summary(step: &CopyStep, keys: usize, source: &str, changed: usize) -> String {
+    let kind = step.from.kind;
     let renamed: Vec<String> = step
         .keys
         .iter()
@@ -138,12 +172,10 @@ pub async fn run(ctx: &ExecCtx, step: &CopyStep) -> Result<StepResult, StepError
     } else {
         format!("keys {}", renamed.join(", "))
     };
-    let message = format!(
-        "copied {which} of {kind:?} {src_ns}/{src_name} to {} object(s) ({} changed)",
-        step.to.len(),
-        changed.len()
-    );
-    Ok(StepResult::succeeded(!changed.is_empty(), message))
+    format!(
+        "copied {which} of {kind:?} {source} to {} object(s) ({changed} changed)",
+        step.to.len()
+    )
 }
 
 /// The data fields to write (`data`, `binaryData`, a Secret's `type`), with only the selected
