@@ -218,20 +218,7 @@ impl Runner<'_> {
             Ok((step, _)) => step,
             Err(e) => return (failed(e.to_string()), true),
         };
-        let inst = NodeInstance {
-            flow: &self.flow,
-            run_id: &run.run_id,
-            node,
-            instance: key,
-            attempt,
-            step,
-            target_node: None,
-            artifacts: &[],
-            segment: Vec::new(),
-            changed_before: false,
-            run_secret: None,
-        };
-        let mut input = in_controller_input(&inst);
+        let mut input = self.input(run, (node, key), attempt, step);
         input.task = pseudoflow_crd::protocol::Task::Condition;
         let parsed: pseudoflow_crd::Step = match serde_json::from_value(input.step.clone()) {
             Ok(s) => s,
@@ -260,6 +247,29 @@ impl Runner<'_> {
         (c, false)
     }
 
+    /// The executor input of one instance of `node` run in the controller (no node, no pod).
+    fn input(
+        &self,
+        run: &StoredRun,
+        (node, key): (&PlanNode, &[String]),
+        attempt: u32,
+        step: Value,
+    ) -> pseudoflow_crd::protocol::ExecutorInput {
+        in_controller_input(&NodeInstance {
+            flow: &self.flow,
+            run_id: &run.run_id,
+            node,
+            instance: key,
+            attempt,
+            step,
+            target_node: None,
+            artifacts: &[],
+            segment: Vec::new(),
+            changed_before: false,
+            run_secret: None,
+        })
+    }
+
     /// Starts the instance's API step in the controller; returns its key and its end.
     fn in_controller(
         &self,
@@ -273,20 +283,7 @@ impl Runner<'_> {
         let quoting = compiled.spec.quoting();
         let (step, _) =
             prepare_payload(self.engine, node, sc, quoting).map_err(|e| e.to_string())?;
-        let inst = NodeInstance {
-            flow: &self.flow,
-            run_id: &run.run_id,
-            node,
-            instance: key,
-            attempt,
-            step,
-            target_node: None,
-            artifacts: &[],
-            segment: Vec::new(),
-            changed_before: false,
-            run_secret: None,
-        };
-        let input = in_controller_input(&inst);
+        let input = self.input(run, (node, key), attempt, step);
         let job = job_name(&self.flow.name, &run.run_id, &node.id, key, attempt.max(1));
         let work = in_controller::key(&self.flow.uid, &job);
         let req = Request {
