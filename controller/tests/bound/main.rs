@@ -588,14 +588,15 @@ async fn all_namespaces_needs_a_cluster_wide_grant_then_serves_objects_anywhere(
         json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": other}}),
     )
     .await;
-    create_widget(&client, &other, "far", json!({"version": "one"})).await;
-    create_flow(
-        &client,
-        &ns,
-        "widgets",
-        widget_flow(json!({"allNamespaces": true})),
-    )
-    .await;
+    // Every test of this binary shares the cluster and the Widget kind: a flow serving widgets
+    // in every namespace must select only this test's, or it serves (and writes the status of)
+    // the widgets of tests running beside it.
+    let mut far = widget().object(&other, "far", json!({"version": "one"}));
+    far["metadata"]["labels"] = json!({"test": ns});
+    apply(&client, far).await;
+    let only_this_test = json!({"allNamespaces": true,
+        "selector": {"matchLabels": {"test": ns}}});
+    create_flow(&client, &ns, "widgets", widget_flow(only_this_test)).await;
     let status = wait_status(&client, &ns, "widgets", 60, "refused", |s| {
         s["phase"] == "Failed"
     })
