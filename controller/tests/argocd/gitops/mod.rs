@@ -211,6 +211,17 @@ pub fn flow_health(status: &Value, name: &str) -> String {
 /// The Application's status after Argo CD compared it with git once more (refreshed now).
 pub async fn compared_again(client: &Client, ns: &str) -> Value {
     let before = app_status(client, ns).await["reconciledAt"].clone();
+    // `reconciledAt` has whole seconds: a comparison ending in the second of the one before
+    // would look like no comparison at all (nothing else makes an idle Application compare
+    // again within the wait). Asking in a later second makes any new one tell.
+    let last = before
+        .as_str()
+        .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok());
+    if let Some(last) = last {
+        while k8s_openapi::jiff::Timestamp::now().as_second() <= last.as_second() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
     refresh(client, ns).await;
     wait_app(
         client,
