@@ -15,7 +15,7 @@ use pseudoflow_testenv::apply::apply_value;
 use serde_json::{json, Value};
 
 use crate::common::api::eventually;
-use crate::common::{apply, flow_events, prepare, start_controller};
+use crate::common::{apply, flow_events, prepare, start_controller, wait_until, Shown};
 
 fn example(path: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -123,6 +123,24 @@ async fn phase_of(databases: &Api<DynamicObject>, name: &str) -> String {
         .to_string()
 }
 
+/// What a wait on Database `name` shows when it times out: the Database, its child flow, its
+/// pod and its credentials (each with its Events).
+fn database_shown(
+    client: &kube::Client,
+    databases: &Api<DynamicObject>,
+    ns: &str,
+    name: &str,
+) -> Vec<Shown> {
+    let pods = ApiResource::erase::<Pod>(&());
+    let pods = Api::<DynamicObject>::namespaced_with(client.clone(), ns, &pods);
+    vec![
+        Shown::object(databases.clone(), ns, name),
+        Shown::flow(client, ns, &child_name("database", ns, name)),
+        Shown::flow(client, ns, "database"),
+        Shown::object(pods, ns, &format!("{name}-pod")),
+    ]
+}
+
 /// The image and the first env var's name of `<name>-pod`, once it exists.
 async fn database_pod(pods: &Api<Pod>, name: &str) -> (String, String, Pod) {
     let pod = pods.get(&format!("{name}-pod")).await.unwrap();
@@ -155,7 +173,8 @@ async fn the_database_operator_of_seed_001_serves_every_database_object() {
     }
     for name in ["postgres-test", "mysql-dev"] {
         let what = format!("{name} Running");
-        eventually(120, &what, || async {
+        let shown = database_shown(&client, &databases, &ns, name);
+        wait_until(&client, &what, 120, &shown, || async {
             phase_of(&databases, name).await == "Running"
         })
         .await;
