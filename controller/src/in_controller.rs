@@ -103,10 +103,11 @@ impl InControllerSteps {
         }
     }
 
-    /// Starts the step; the receiver fires when it ended (its result is then [`Self::take`]n)
-    /// and the flow is woken.
-    pub fn start(&self, req: Request) -> oneshot::Receiver<()> {
+    /// Starts the step; [`Started::ended`] fires when it ended (its result is then
+    /// [`Self::take`]n) and the flow is woken.
+    pub fn start(&self, req: Request) -> Started {
         let (tx, rx) = oneshot::channel();
+        let (held_tx, held_rx) = oneshot::channel();
         self.drop_unclaimed();
         let (turns, wake, entries) = (self.turns.clone(), self.wake.clone(), self.entries.clone());
         let key = req.key.clone();
@@ -114,7 +115,7 @@ impl InControllerSteps {
         let mut held = self.entries.lock().expect("not poisoned");
         let task = tokio::spawn(async move {
             let who = (req.flow.0.as_str(), req.flow_uid.as_str());
-            let (from, result) = run(turns, who, req.client, req.input).await;
+            let (from, result) = run(turns, who, held_tx, req.client, req.input).await;
             let done = Entry::Done {
                 result: Box::new(result),
                 times: (from, now_ms()),
@@ -133,7 +134,16 @@ impl InControllerSteps {
             }
         });
         held.insert(key, Entry::Running(task.abort_handle()));
-        rx
+        Started {
+            held: held_rx,
+            ended: rx,
+        }
+    }
+
+    /// The shares its steps take: what a caller (or a test standing for other tenants' work)
+    /// holds to see how a run behaves when every turn is taken.
+    pub fn turns(&self) -> &Arc<Turns> {
+        &self.turns
     }
 
     /// Another set of steps taking the same turns and waiting places (per flow, per namespace
@@ -169,6 +179,16 @@ impl InControllerSteps {
     }
 }
 
+/// A step just started: when it holds its shares, and when it ended.
+pub struct Started {
+    /// Fires once the step holds its work turn (and its waiting place, if it parks): the time
+    /// before it is queuing for a share, which counts against no limit of its run. Dropped
+    /// unfired if the step ended before (it could not be read) or was stopped.
+    pub held: oneshot::Receiver<()>,
+    /// Fires when the step ended.
+    pub ended: oneshot::Receiver<()>,
+}
+
 /// What a step holds: a work turn while it makes calls, a waiting place once it waits.
 struct Held {
     turn: Option<Turn>,
@@ -191,6 +211,7 @@ fn parks(step: &Step) -> bool {
 async fn run(
     turns: Arc<Turns>,
     (namespace, flow_uid): (&str, &str),
+    held_tx: oneshot::Sender<()>,
     client: Client,
     input: ExecutorInput,
 ) -> (i64, StepResult) {
@@ -216,6 +237,8 @@ async fn run(
         false => None,
     };
     let turn = Some(turns.turn(namespace, flow_uid).await);
+    // Nobody listening (a plain flow's step, whose timeout starts below anyway) is fine.
+    let _ = held_tx.send(());
     let held = Arc::new(Mutex::new(Held { turn, place }));
     let park = park_with(held.clone(), turns, namespace.to_string());
     let from = now_ms();

@@ -372,6 +372,44 @@ async fn attack_an_object_whose_retries_last_cannot_hold_the_others() {
     );
 }
 
+/// Time an object's run spends queuing for a share of the controller's turns is not its own
+/// time: with every work turn of the namespace held (as other flows' steps there would hold
+/// them) for twice as long as the flow gives each object (`options.timeoutSeconds: 2`), the
+/// object waits, then is served once turns are free, instead of failing "cut after 2 s".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn time_queued_for_a_turn_never_counts_against_an_objects_run() {
+    use pseudoflow_controller::limits::MAX_STEPS_IN_CONTROLLER_PER_NAMESPACE;
+    let (client, ns, ctx) = setup_with_context("inobj-queued", all_verbs()).await;
+    let turns = ctx.binder.in_controller.turns().clone();
+    let mut others = Vec::new();
+    for i in 0..MAX_STEPS_IN_CONTROLLER_PER_NAMESPACE {
+        others.push(turns.turn(&ns, &format!("another-flow-{i}")).await);
+    }
+    let mut flow = in_object_flow();
+    flow["options"] = json!({"timeoutSeconds": 2});
+    create_flow(&client, &ns, "widgets", flow).await;
+    create_widget(&client, &ns, "w", json!({"version": "one"})).await;
+    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+    assert!(
+        widget_status(&client, &ns, "w").await.is_null(),
+        "nothing ran and nothing failed while every turn was taken"
+    );
+    assert!(config_map(&client, &ns, "w-made-one").await.is_none());
+    drop(others);
+    let status = wait_widget(&client, &ns, "w", "Running").await;
+    assert!(
+        status.get("message").is_none_or(Value::is_null),
+        "{status:#}"
+    );
+    assert!(config_map(&client, &ns, "w-made-one").await.is_some());
+    let told = events_on(&client, &ns, "Widget", "w").await;
+    assert!(
+        told.iter()
+            .all(|(_, reason, _, _)| reason != "ObjectFailed"),
+        "served at its first attempt, never cut: {told:?}"
+    );
+}
+
 /// The in-object flow with a first step that fails until ConfigMap `<widget>-needed` exists (it
 /// labels it), retried under `bind.retry` = `retry`.
 fn needing_flow(retry: Value) -> Value {

@@ -6,6 +6,8 @@
 //! (`pseudoflow_compiler::record`).
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use pseudoflow_compiler::expr::{prepare_payload, Scope};
 use pseudoflow_compiler::lower::{in_controller_input, task_of, FlowRef, NodeInstance};
@@ -43,10 +45,15 @@ pub struct Runner<'a> {
     pub metrics: &'a crate::metrics::Metrics,
 }
 
-/// When an object's run must have ended, and what its failure says if it has not.
+/// When an object's run must have ended, and what its failure says if it has not. Time its
+/// steps spent queuing for a share of the controller's turns is not the run's: it moves the
+/// deadline on ([`Deadline::queued`]), so that other tenants' work can delay a run but never
+/// fail it (docs/decisions.md#api-steps-in-the-controller).
 struct Deadline {
-    at: tokio::time::Instant,
+    from: tokio::time::Instant,
     seconds: u64,
+    /// Milliseconds queued for turns so far.
+    queued_ms: AtomicU64,
 }
 
 impl Deadline {
@@ -56,12 +63,31 @@ impl Deadline {
         let seconds = asked.map_or(MAX_RUN_IN_OBJECT_SECONDS, |s| {
             s.clamp(1, MAX_RUN_IN_OBJECT_SECONDS)
         });
-        let at = tokio::time::Instant::now() + std::time::Duration::from_secs(seconds);
-        Deadline { at, seconds }
+        Self::after(seconds)
+    }
+
+    fn after(seconds: u64) -> Self {
+        Deadline {
+            from: tokio::time::Instant::now(),
+            seconds,
+            queued_ms: AtomicU64::new(0),
+        }
+    }
+
+    /// The instant the run is cut at.
+    fn at(&self) -> tokio::time::Instant {
+        let queued = Duration::from_millis(self.queued_ms.load(Ordering::Relaxed));
+        self.from + Duration::from_secs(self.seconds) + queued
+    }
+
+    /// A step of the run queued `took` for its turn: the deadline moves on by as much.
+    fn queued(&self, took: Duration) {
+        let ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX);
+        self.queued_ms.fetch_add(ms, Ordering::Relaxed);
     }
 
     fn passed_by(&self, wait_seconds: u64) -> bool {
-        tokio::time::Instant::now() + std::time::Duration::from_secs(wait_seconds) >= self.at
+        tokio::time::Instant::now() + Duration::from_secs(wait_seconds) >= self.at()
     }
 
     fn message(&self) -> String {
@@ -111,7 +137,7 @@ impl Runner<'_> {
                     permanent = false;
                     break;
                 }
-                tokio::time::sleep(std::time::Duration::from_secs(wait)).await;
+                tokio::time::sleep(Duration::from_secs(wait)).await;
                 continue;
             }
             if deadline.passed_by(0) {
@@ -171,8 +197,15 @@ impl Runner<'_> {
         }
         let mut cannot_mend = false;
         let result = match self.in_controller(compiled, run, node, key, attempt, &sc) {
-            Ok((work, ended)) => {
-                if tokio::time::timeout_at(deadline.at, ended).await.is_err() {
+            Ok((work, started)) => {
+                let queuing = tokio::time::Instant::now();
+                // Unfired (dropped) only if the step ended before it held a turn.
+                let _ = started.held.await;
+                deadline.queued(queuing.elapsed());
+                if tokio::time::timeout_at(deadline.at(), started.ended)
+                    .await
+                    .is_err()
+                {
                     self.steps.abort(&work);
                     let why = format!("{}: {}", node.path, deadline.message());
                     return (failed(why), false);
@@ -228,7 +261,7 @@ impl Runner<'_> {
         let ctx = pseudoflow_runtime::ExecCtx::new(input, nowhere, "false".into())
             .with_client(self.client.clone());
         let read = pseudoflow_runtime::execute(&ctx, &parsed);
-        let result = match tokio::time::timeout_at(deadline.at, read).await {
+        let result = match tokio::time::timeout_at(deadline.at(), read).await {
             Err(_) => {
                 let why = format!("{}: {}", node.path, deadline.message());
                 return (failed(why), false);
@@ -279,7 +312,7 @@ impl Runner<'_> {
         key: &[String],
         attempt: u32,
         sc: &Scope,
-    ) -> Result<(String, tokio::sync::oneshot::Receiver<()>), String> {
+    ) -> Result<(String, in_controller::Started), String> {
         let quoting = compiled.spec.quoting();
         let (step, _) =
             prepare_payload(self.engine, node, sc, quoting).map_err(|e| e.to_string())?;
@@ -330,4 +363,21 @@ fn failed(message: String) -> Completion {
 
 fn now() -> i64 {
     k8s_openapi::jiff::Timestamp::now().as_second()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_queued_for_a_turn_moves_the_deadline_on() {
+        let deadline = Deadline::after(10);
+        assert_eq!(deadline.at(), deadline.from + Duration::from_secs(10));
+        assert!(deadline.passed_by(10) && !deadline.passed_by(8));
+        deadline.queued(Duration::from_secs(5));
+        deadline.queued(Duration::from_millis(500));
+        assert_eq!(deadline.at(), deadline.from + Duration::from_millis(15_500));
+        assert!(!deadline.passed_by(14), "5.5 s queued are not the run's");
+        assert!(deadline.passed_by(16), "its own 10 s still end it");
+    }
 }

@@ -63,7 +63,7 @@ impl Driving<'_> {
             .publish(EventType::Normal, "StepStarted", &note)
             .await;
         self.narrator.told(&node.id, key);
-        let ended = steps.start(req);
+        let ended = steps.start(req).ended;
         let wait = Duration::from_millis(STEP_IN_CONTROLLER_WAIT_MS);
         // The receiver is let go before the last look: a step ending after it wakes the flow.
         let _ = tokio::time::timeout(wait, ended).await;
