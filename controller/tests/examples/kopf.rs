@@ -205,11 +205,17 @@ async fn the_database_operator_of_seed_001_serves_every_database_object() {
         .and_then(|v| v.secret_key_ref.as_ref())
         .unwrap();
     assert_eq!(secret_ref.name, "postgres-test-credentials");
-    let (image, env, _) = database_pod(&pods, "mysql-dev").await;
+    let (image, env, mysql) = database_pod(&pods, "mysql-dev").await;
     assert_eq!(
         (image.as_str(), env.as_str()),
         ("mysql:8.0", "MYSQL_ROOT_PASSWORD")
     );
+    // Running is the database serving, not a moment of it: both pods still run.
+    let (_, _, postgres) = database_pod(&pods, "postgres-test").await;
+    for pod in [&postgres, &mysql] {
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        assert_eq!(phase, Some("Running"), "{:#?}", pod.status);
+    }
     let flow = crate::common::wait_status(&client, &ns, "database", 60, "both Running", |st| {
         st["bound"]["running"] == 2
     })
