@@ -57,7 +57,7 @@ pub enum LeaderError {
 
 /// What a candidate should do with the Lease as it is now.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
+pub enum LeaseDecision {
     /// No Lease yet: create it holding it.
     Create,
     /// Free or expired: take it over.
@@ -69,16 +69,16 @@ pub enum Decision {
 }
 
 /// The pure rule (unit-tested): who may hold `lease` at `now`.
-pub fn decide(lease: Option<&LeaseSpec>, me: &str, now: Timestamp) -> Decision {
+pub fn decide(lease: Option<&LeaseSpec>, me: &str, now: Timestamp) -> LeaseDecision {
     let Some(spec) = lease else {
-        return Decision::Create;
+        return LeaseDecision::Create;
     };
     let holder = spec.holder_identity.as_deref().unwrap_or_default();
     if holder == me {
-        return Decision::Renew;
+        return LeaseDecision::Renew;
     }
     if holder.is_empty() {
-        return Decision::TakeOver;
+        return LeaseDecision::TakeOver;
     }
     let renewed = spec
         .renew_time
@@ -92,12 +92,12 @@ pub fn decide(lease: Option<&LeaseSpec>, me: &str, now: Timestamp) -> Decision {
                 .checked_add(k8s_openapi::jiff::SignedDuration::from_secs(duration))
                 .unwrap_or(t);
             if until <= now {
-                Decision::TakeOver
+                LeaseDecision::TakeOver
             } else {
-                Decision::Wait(until)
+                LeaseDecision::Wait(until)
             }
         }
-        None => Decision::TakeOver,
+        None => LeaseDecision::TakeOver,
     }
 }
 
@@ -130,8 +130,8 @@ pub async fn try_hold(client: &Client, cfg: &LeaseConfig) -> Result<bool, Leader
         now,
     );
     let result = match (decision, current) {
-        (Decision::Wait(_), _) => return Ok(false),
-        (Decision::Create, _) => {
+        (LeaseDecision::Wait(_), _) => return Ok(false),
+        (LeaseDecision::Create, _) => {
             let lease = Lease {
                 metadata: kube::api::ObjectMeta {
                     name: Some(cfg.name.clone()),
@@ -241,24 +241,30 @@ mod tests {
 
     #[test]
     fn a_missing_lease_is_created_and_ours_is_renewed() {
-        assert_eq!(decide(None, "a", at(0)), Decision::Create);
-        assert_eq!(decide(Some(&spec("a", 0)), "a", at(100)), Decision::Renew);
+        assert_eq!(decide(None, "a", at(0)), LeaseDecision::Create);
+        assert_eq!(
+            decide(Some(&spec("a", 0)), "a", at(100)),
+            LeaseDecision::Renew
+        );
     }
 
     #[test]
     fn another_holder_keeps_it_for_the_lease_duration_after_renewing() {
         assert_eq!(
             decide(Some(&spec("b", 0)), "a", at(14)),
-            Decision::Wait(at(15))
+            LeaseDecision::Wait(at(15))
         );
-        assert_eq!(decide(Some(&spec("b", 0)), "a", at(15)), Decision::TakeOver);
+        assert_eq!(
+            decide(Some(&spec("b", 0)), "a", at(15)),
+            LeaseDecision::TakeOver
+        );
     }
 
     #[test]
     fn a_released_lease_is_free_at_once() {
         let mut released = spec("b", 0);
         released.holder_identity = None;
-        assert_eq!(decide(Some(&released), "a", at(1)), Decision::TakeOver);
+        assert_eq!(decide(Some(&released), "a", at(1)), LeaseDecision::TakeOver);
     }
 
     #[test]

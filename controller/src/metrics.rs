@@ -37,7 +37,7 @@ pub struct StepSeen {
 
 /// What this process has seen of one step instance.
 #[derive(Debug, Clone)]
-struct Watched {
+struct StepWatched {
     step_type: String,
     /// When it started (unix seconds, sub-second when this process saw it start).
     start: f64,
@@ -56,7 +56,7 @@ pub struct Metrics {
     /// deletion arrived must not bring their series back.
     gone: Mutex<BTreeMap<String, String>>,
     /// Per flow: the step instances of its current runs.
-    clock: Mutex<BTreeMap<String, BTreeMap<String, Watched>>>,
+    clock: Mutex<BTreeMap<String, BTreeMap<String, StepWatched>>>,
     reconcile_errors: Mutex<BTreeMap<&'static str, u64>>,
 }
 
@@ -89,7 +89,7 @@ impl Metrics {
             let w = match before.remove(&s.id) {
                 Some(w) => w,
                 // Seen within a second of its recorded start: this reconcile started it.
-                None => Watched {
+                None => StepWatched {
                     step_type: s.step_type.clone(),
                     start: if now - recorded < 1.0 { now } else { recorded },
                     finished: false,
@@ -106,7 +106,7 @@ impl Metrics {
                         (end - s.started_at) as f64
                     };
                     ended.push((w.step_type.clone(), took.max(0.0)));
-                    Watched {
+                    StepWatched {
                         finished: true,
                         ..w
                     }

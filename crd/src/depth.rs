@@ -19,10 +19,10 @@ use crate::text::join;
 /// One segment of a path, linked to its parent in the walk's arena.
 struct Crumb<'a> {
     parent: Option<usize>,
-    seg: Seg<'a>,
+    seg: DepthSeg<'a>,
 }
 
-enum Seg<'a> {
+enum DepthSeg<'a> {
     Root(&'a str),
     Key(&'a str),
     Index(usize),
@@ -53,7 +53,7 @@ struct Visit<'a> {
 pub fn check_depth(spec: &Value, root: &str, diags: &mut Diagnostics) -> bool {
     let mut crumbs = vec![Crumb {
         parent: None,
-        seg: Seg::Root(root),
+        seg: DepthSeg::Root(root),
     }];
     let mut stack = vec![Visit {
         value: spec,
@@ -85,7 +85,7 @@ pub fn check_depth(spec: &Value, root: &str, diags: &mut Diagnostics) -> bool {
                 for (i, item) in items.iter().enumerate() {
                     crumbs.push(Crumb {
                         parent: Some(crumb),
-                        seg: Seg::Index(i),
+                        seg: DepthSeg::Index(i),
                     });
                     let role = item_role(role, item);
                     stack.push(Visit {
@@ -107,7 +107,7 @@ pub fn check_depth(spec: &Value, root: &str, diags: &mut Diagnostics) -> bool {
                 for (key, v) in fields {
                     crumbs.push(Crumb {
                         parent: Some(crumb),
-                        seg: Seg::Key(key),
+                        seg: DepthSeg::Key(key),
                     });
                     let kind = nested.iter().find(|(f, _)| f == key).map(|(_, k)| *k);
                     let role = field_role(role, key, kind, v);
@@ -167,9 +167,9 @@ fn render(crumbs: &[Crumb], mut at: usize) -> String {
     let mut out = String::new();
     for seg in segs.into_iter().rev() {
         match seg {
-            Seg::Root(r) => out.push_str(r),
-            Seg::Key(k) => out = join(&out, k),
-            Seg::Index(i) => out.push_str(&format!("[{i}]")),
+            DepthSeg::Root(r) => out.push_str(r),
+            DepthSeg::Key(k) => out = join(&out, k),
+            DepthSeg::Index(i) => out.push_str(&format!("[{i}]")),
         }
     }
     out

@@ -81,8 +81,8 @@ pub struct Completion {
     pub items: Option<Vec<(String, Value)>>,
 }
 
-impl From<crate::local::Completion> for Completion {
-    fn from(local: crate::local::Completion) -> Self {
+impl From<crate::local::LocalCompletion> for Completion {
+    fn from(local: crate::local::LocalCompletion) -> Self {
         Completion {
             ok: local.ok,
             message: local.message,

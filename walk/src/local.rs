@@ -11,7 +11,7 @@ use pseudoflow_compiler::plan::{LoopOver, NodeKind, PlanNode};
 
 /// How a controller-local node ended: what the walker is told.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Completion {
+pub struct LocalCompletion {
     /// Whether it succeeded.
     pub ok: bool,
     /// What happened (the `log` text, the count of a loop's items, or why it failed).
@@ -24,23 +24,23 @@ pub struct Completion {
 #[derive(Debug, Clone, PartialEq)]
 pub struct LocalOutcome {
     /// How it ended.
-    pub completion: Completion,
+    pub completion: LocalCompletion,
     /// A variable to set.
     pub var: Option<(String, Value)>,
     /// A message to publish as an Event (for `log`).
     pub event: Option<String>,
 }
 
-fn ok(message: String) -> Completion {
-    Completion {
+fn ok(message: String) -> LocalCompletion {
+    LocalCompletion {
         ok: true,
         message,
         ..Default::default()
     }
 }
 
-fn failed(message: String) -> Completion {
-    Completion {
+fn failed(message: String) -> LocalCompletion {
+    LocalCompletion {
         ok: false,
         message,
         ..Default::default()
@@ -134,7 +134,7 @@ fn not_here(node: &PlanNode) -> LocalOutcome {
 }
 
 /// An outcome that only completes.
-fn done(completion: Completion) -> LocalOutcome {
+fn done(completion: LocalCompletion) -> LocalOutcome {
     LocalOutcome {
         completion,
         var: None,
@@ -160,7 +160,7 @@ fn set_var<E: std::fmt::Display>(name: &str, value: Result<Value, E>) -> LocalOu
 
 /// A `loop`'s items (`forEach`: a literal list, or an expression giving one), bounded by
 /// [`MAX_LOOP_ITEMS`]: the walker starts one body instance per item.
-fn loop_items(engine: &Engine, node: &PlanNode, items: &Value, scope: &Scope) -> Completion {
+fn loop_items(engine: &Engine, node: &PlanNode, items: &Value, scope: &Scope) -> LocalCompletion {
     let evaluated = match items {
         Value::String(s) => engine
             .substitute_str(s, scope, &format!("{}.forEach", node.path))
@@ -168,7 +168,7 @@ fn loop_items(engine: &Engine, node: &PlanNode, items: &Value, scope: &Scope) ->
         other => Ok(other.clone()),
     };
     match evaluated {
-        Ok(Value::Array(list)) if list.len() <= MAX_LOOP_ITEMS => Completion {
+        Ok(Value::Array(list)) if list.len() <= MAX_LOOP_ITEMS => LocalCompletion {
             ok: true,
             message: format!("{} items", list.len()),
             items: Some(

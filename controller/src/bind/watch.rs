@@ -24,24 +24,24 @@ use crate::raw::RawFlow;
 type Subscribers = Arc<Mutex<BTreeMap<String, (String, String)>>>;
 
 /// One running watch: its task, the refusal the API last gave it, and whom it wakes.
-struct Shared {
+struct RunningWatch {
     task: tokio::task::JoinHandle<()>,
     refused: Arc<Mutex<Option<String>>>,
     subscribers: Subscribers,
 }
 
 #[derive(Default)]
-struct State {
+struct WatchTable {
     /// What each subscriber key watches (to move it when that changes).
     subscribed: HashMap<String, String>,
     /// The running watches, by what they watch.
-    running: HashMap<String, Shared>,
+    running: HashMap<String, RunningWatch>,
 }
 
 /// The watches of all bound flows, and the channel their events wake bound flows through
 /// (each controller loop subscribes: [`Watches::wakes`]).
 pub struct Watches {
-    state: Mutex<State>,
+    state: Mutex<WatchTable>,
     wake: broadcast::Sender<(String, String)>,
     /// Which objects each bound flow has not served since they changed ([`Pending`]).
     pub pending: Arc<Pending>,
@@ -124,7 +124,7 @@ impl Watches {
             subscribers.clone(),
             refused.clone(),
         ));
-        let shared = Shared {
+        let shared = RunningWatch {
             task,
             refused,
             subscribers,
@@ -173,7 +173,7 @@ impl Watches {
 }
 
 /// Takes subscriber `key` off its watch; the watch stops when it was the last.
-fn unsubscribe(state: &mut State, key: &str) {
+fn unsubscribe(state: &mut WatchTable, key: &str) {
     let Some(what) = state.subscribed.remove(key) else {
         return;
     };

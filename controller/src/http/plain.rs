@@ -36,7 +36,7 @@ pub struct Places {
 
 /// One connection's place, given back when dropped.
 #[derive(Debug)]
-pub struct Place {
+pub struct ConnectionPlace {
     _all: OwnedSemaphorePermit,
     peer: IpAddr,
     per_peer: Arc<Mutex<HashMap<IpAddr, usize>>>,
@@ -53,7 +53,7 @@ impl Places {
     }
 
     /// A place for a connection from `peer`, or None when the server or that peer is full.
-    pub fn take(&self, peer: IpAddr) -> Option<Place> {
+    pub fn take(&self, peer: IpAddr) -> Option<ConnectionPlace> {
         let all = self.all.clone().try_acquire_owned().ok()?;
         let mut counts = self.per_peer.lock().expect("not poisoned");
         let n = counts.entry(peer).or_insert(0);
@@ -61,7 +61,7 @@ impl Places {
             return None;
         }
         *n += 1;
-        Some(Place {
+        Some(ConnectionPlace {
             _all: all,
             peer,
             per_peer: self.per_peer.clone(),
@@ -69,7 +69,7 @@ impl Places {
     }
 }
 
-impl Drop for Place {
+impl Drop for ConnectionPlace {
     fn drop(&mut self) {
         let mut counts = self.per_peer.lock().expect("not poisoned");
         if let Some(n) = counts.get_mut(&self.peer) {

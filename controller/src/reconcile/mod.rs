@@ -179,7 +179,7 @@ impl Reconcile<'_> {
         plan: &Plan,
         run: &StoredRun,
         queued: Option<&str>,
-        sched: &schedule::Decision,
+        sched: &schedule::ScheduleDecision,
     ) -> Result<PseudoFlowStatus, Error> {
         // Whoever sees the phase sees the Events that led to it.
         self.told().await;

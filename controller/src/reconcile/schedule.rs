@@ -41,7 +41,7 @@ pub fn due(s: &Schedule, last: Option<i64>, created: i64, now: i64, deadline: Op
 
 /// What this reconcile does about new runs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Decision {
+pub struct ScheduleDecision {
     /// Start a new run with this trigger; `None`: only drive the stored run, if any.
     pub start: Option<Option<String>>,
     /// `status.lastScheduleTime` after this reconcile.
@@ -64,26 +64,26 @@ pub fn decide(
     last: Option<i64>,
     created: i64,
     now: i64,
-) -> Decision {
+) -> ScheduleDecision {
     if spec.include_only {
         // A library for includeFlow: it never runs on its own.
-        return Decision::default();
+        return ScheduleDecision::default();
     }
     let schedule = match spec.parsed_schedule() {
-        None if spec.suspend => return Decision::default(),
+        None if spec.suspend => return ScheduleDecision::default(),
         None => {
-            return Decision {
+            return ScheduleDecision {
                 start: Some(trigger),
-                ..Decision::default()
+                ..ScheduleDecision::default()
             }
         }
         // The validator rejects a schedule that does not parse; nothing starts from one.
-        Some(Err(_)) => return Decision::default(),
+        Some(Err(_)) => return ScheduleDecision::default(),
         Some(Ok(s)) => s,
     };
-    let mut d = Decision {
+    let mut d = ScheduleDecision {
         last,
-        ..Decision::default()
+        ..ScheduleDecision::default()
     };
     if spec.suspend {
         return d;
@@ -122,7 +122,7 @@ pub fn for_flow(
     stored: Option<&StoredRun>,
     previous: &Value,
     deleting: bool,
-) -> Decision {
+) -> ScheduleDecision {
     let (flow, now) = (r.flow, r.now);
     let trigger = flow.annotations().get(RUN_ANNOTATION).cloned();
     // A run stored before runs kept their spec, of an older generation, is never driven again
@@ -170,7 +170,7 @@ pub fn manual_run(
     (!seen).then_some(value)
 }
 
-impl Decision {
+impl ScheduleDecision {
     /// The Event note for a slot missed past `startingDeadlineSeconds`, if one was.
     pub fn missed_note(&self, deadline: Option<u32>) -> Option<String> {
         let slot = self.missed?;
@@ -200,7 +200,7 @@ pub fn last_of(previous: &Value) -> Option<i64> {
 }
 
 /// Writes the decision's times into a status.
-pub fn stamp(status: &mut PseudoFlowStatus, d: &Decision) {
+pub fn stamp(status: &mut PseudoFlowStatus, d: &ScheduleDecision) {
     status.last_schedule_time = d.last.map(time);
     status.next_schedule_time = d.next.map(time);
 }
@@ -220,7 +220,7 @@ pub mod idle_reason {
 
 /// Status of a flow with no run at all yet: a library, suspended, or waiting for its first slot;
 /// its reason says which (see [`idle_reason`]).
-pub fn idle(spec: &PseudoFlowSpec, d: &Decision, generation: i64) -> PseudoFlowStatus {
+pub fn idle(spec: &PseudoFlowSpec, d: &ScheduleDecision, generation: i64) -> PseudoFlowStatus {
     let (reason, message) = match d.next {
         _ if spec.include_only => (
             idle_reason::INCLUDE_ONLY,
@@ -411,7 +411,7 @@ mod tests {
     #[test]
     fn an_idle_flow_says_why_it_is_pending() {
         let idle_of = |s: &PseudoFlowSpec, next: Option<i64>| {
-            let d = Decision {
+            let d = ScheduleDecision {
                 start: None,
                 last: None,
                 next,

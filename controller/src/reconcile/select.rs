@@ -39,7 +39,7 @@ impl Reconcile<'_> {
         compiled: &Compiled,
         stored: Option<StoredRun>,
         rv: Option<String>,
-        sched: &schedule::Decision,
+        sched: &schedule::ScheduleDecision,
     ) -> Result<Selected, Error> {
         let (r, generation, deleting) = (self, self.generation, self.deleting);
         if let Some(note) = sched.missed_note(compiled.spec.starting_deadline_seconds) {
@@ -107,7 +107,7 @@ impl Reconcile<'_> {
         run: &StoredRun,
         wanted: &StoredRun,
         rv: Option<String>,
-        sched: &schedule::Decision,
+        sched: &schedule::ScheduleDecision,
     ) -> Result<Action, Error> {
         let r = self;
         if r.jobs_running(&run.run_id).await? {

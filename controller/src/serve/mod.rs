@@ -38,7 +38,7 @@ use dispatch::reconcile_flow;
 use pseudoflow_walk::depth::TooDeep;
 
 /// What one controller's reconciles share.
-struct Shared {
+struct LoopState {
     ctx: Arc<Context>,
     backoff: Backoff,
 }
@@ -51,7 +51,7 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: Option<String>) {
         scoped(&ctx, &namespace),
     );
     let children: Api<RawFlow> = scoped(&ctx, &namespace);
-    let shared = Arc::new(Shared {
+    let shared = Arc::new(LoopState {
         ctx: ctx.clone(),
         backoff: Backoff::default(),
     });
@@ -151,7 +151,7 @@ fn node_watch(
 fn flow_events(
     flows: Api<RawFlow>,
     namespace: Option<String>,
-    on_event: Arc<Shared>,
+    on_event: Arc<LoopState>,
 ) -> impl futures::Stream<Item = Result<watcher::Event<RawFlow>, watcher::Error>> + Send + 'static {
     // Ready once the flows were listed: told by the watch's own InitDone, not by waiting on the
     // store beside the Controller (kube-runtime's store readiness wakes only its last waiter,
@@ -284,7 +284,7 @@ fn serve_childs_object(ctx: &Context, child: &RawFlow) {
 }
 
 /// Failed reconciles of one flow are retried ever less often; others keep their pace.
-fn error_policy(flow: Arc<RawFlow>, err: &Error, shared: Arc<Shared>) -> Action {
+fn error_policy(flow: Arc<RawFlow>, err: &Error, shared: Arc<LoopState>) -> Action {
     let key = key_of(&flow);
     let delay = shared.backoff.failed(&key);
     shared.ctx.shared.metrics.reconcile_failed(err.label());
@@ -300,7 +300,7 @@ fn key_of(flow: &RawFlow) -> String {
     )
 }
 
-async fn reconcile(flow: Arc<RawFlow>, shared: Arc<Shared>) -> Result<Action, Error> {
+async fn reconcile(flow: Arc<RawFlow>, shared: Arc<LoopState>) -> Result<Action, Error> {
     let key = key_of(&flow);
     let span = info_span!("flow", flow = %key);
     let ctx = &shared.ctx;
