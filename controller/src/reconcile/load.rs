@@ -1,6 +1,7 @@
 //! Reading and writing a flow's stored run (its run-state Secret, sealed and numbered: see
 //! [`super::seal`]), and the Failed status that says what to do when it cannot be trusted.
 
+use pseudoflow_crd::RUN_ANNOTATION;
 use pseudoflow_walk::StoredRun;
 
 use super::{seal, store, Reconcile};
@@ -72,6 +73,29 @@ async fn unreadable_run_state(r: &Reconcile<'_>, why: &str) -> Result<(), Error>
     let unreadable = status::failed_with("RunStateUnreadable", &message);
     r.told().await;
     outcome::patch_status(flows, r.flow_id.name, status::to_patch(&unreadable)).await?;
+    Ok(())
+}
+
+/// Fails the flow `RunStateMissing`: the state of run `id`, which status says ran, was deleted
+/// (the `edit` role may delete Secrets). Starting it again would repeat every step it ran, so
+/// the user decides: a new run annotation value (`kubectl pf run`) or a spec change starts a
+/// new run.
+pub(super) async fn missing_run_state(r: &Reconcile<'_>, id: &str) -> Result<(), Error> {
+    let (flows, previous) = (&r.flows, &r.previous);
+    let message = format!(
+        "the stored state of run {id} (Secret {}) was deleted: the run is not started again, \
+         which would repeat its steps; `kubectl pf run {}` (a new {RUN_ANNOTATION} annotation \
+         value) or a change of the flow starts a new run",
+        store::name(r.flow_id.name),
+        r.flow_id.name,
+    );
+    if previous["reason"] != "RunStateMissing" {
+        r.publish(EventType::Warning, "RunStateMissing", &message)
+            .await;
+    }
+    let missing = status::failed_with("RunStateMissing", &message);
+    r.told().await;
+    outcome::patch_status(flows, r.flow_id.name, status::to_patch(&missing)).await?;
     Ok(())
 }
 

@@ -15,7 +15,7 @@ use pseudoflow_walk::select::{select, wanted_id};
 use pseudoflow_walk::StoredRun;
 
 use super::start::{give_secrets, new_run, requeue_at};
-use super::{observe, plan_of, retry, schedule, Reconcile};
+use super::{load, observe, plan_of, retry, schedule, Reconcile};
 use crate::flow::events::EventType;
 use crate::flow::{outcome, status, Error};
 
@@ -44,6 +44,13 @@ impl Reconcile<'_> {
         let (r, generation, deleting) = (self, self.generation, self.deleting);
         if let Some(note) = sched.missed_note(compiled.spec.starting_deadline_seconds) {
             r.publish(EventType::Warning, "ScheduleMissed", &note).await;
+        }
+        if let (None, None, Some(trigger)) = (&stored, &rv, &sched.start) {
+            let id = wanted_id(r.uid, generation, trigger.as_deref(), deleting);
+            if self.state_deleted_of(&id) {
+                load::missing_run_state(r, &id).await?;
+                return Ok(Selected::Done(Action::await_change()));
+            }
         }
         // A new ops.example.com/retry value replaces the ended run with its retry.
         let stored = retry::apply(r, stored, deleting).await?;
@@ -98,6 +105,19 @@ impl Reconcile<'_> {
             queued,
             rv,
         })
+    }
+
+    /// Whether run `id` is the one status says ran, and its stored state (some was stored: the
+    /// sequence is above 0) is gone: someone deleted the run-state Secret. That run is not run
+    /// again from scratch (its steps would repeat); only a new run (a new run annotation
+    /// value, a spec change) starts afresh. Deleting a state the controller refused
+    /// (`RunStateTampered`, `RunStateUnreadable`) is the documented way out, so it is no
+    /// reason to stop.
+    fn state_deleted_of(&self, id: &str) -> bool {
+        let previous = &self.previous;
+        let refused = ["RunStateTampered", "RunStateUnreadable"];
+        let was_refused = refused.iter().any(|r| previous["reason"] == *r);
+        self.own.sequences.get(self.uid) > 0 && previous["run"]["id"] == id && !was_refused
     }
 
     /// A run of an older spec that was not kept with it, queued behind: wait for its Jobs, then

@@ -41,7 +41,8 @@ pub fn name(flow: &str) -> String {
 /// What [`load`] found under the flow's run-state name.
 #[derive(Debug)]
 pub enum Loaded {
-    /// Nothing: the first run (or its state was deleted: a new run starts).
+    /// Nothing: the first run, or its state was deleted (a new run starts only if it is not the
+    /// run status says ran: `select`).
     Nothing,
     /// This flow object's run, sealed by the controller, with the resourceVersion a save must
     /// name and its sequence number.

@@ -278,3 +278,58 @@ async fn an_editor_putting_back_an_older_state_of_the_controllers_is_refused() {
     let message = status["message"].as_str().unwrap_or_default();
     assert!(message.contains("older state"), "{message}");
 }
+
+/// A namespace editor deletes a finished flow's run-state Secret (the `edit` role may): the
+/// controller does not run that run again from scratch — its steps would repeat — but fails the
+/// flow `RunStateMissing`, saying how to start a new run; a new run annotation value (what
+/// `kubectl pf run` sets) then runs the flow anew.
+#[tokio::test]
+async fn an_editor_deleting_a_finished_runs_state_does_not_make_it_run_again() {
+    let (client, ns, mallory) = setup("rs-delete").await;
+    let steps = json!([{"type": "apply", "manifests": [manifest(&ns, "made")]}]);
+    let spec = json!({"serviceAccountName": "flow", "options": {"apiSteps": "Controller"},
+        "steps": steps});
+    create_flow(&client, &ns, "once", spec).await;
+    wait_status(&client, &ns, "once", 60, "Succeeded", |s| {
+        s["phase"] == "Succeeded"
+    })
+    .await;
+    // What the run made is gone; were the run started again, it would be made again.
+    Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), &ns)
+        .delete("made", &Default::default())
+        .await
+        .unwrap();
+    let secret = run_state(&mallory, &ns).await;
+    let name = secret.metadata.name.clone().unwrap();
+    Api::<Secret>::namespaced(mallory.clone(), &ns)
+        .delete(&name, &Default::default())
+        .await
+        .expect("the edit role may delete Secrets");
+    poke(&client, &ns, "once", "1").await;
+    let status = wait_status(&client, &ns, "once", 60, "RunStateMissing", |s| {
+        s["reason"] == "RunStateMissing"
+    })
+    .await;
+    let message = status["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&name) && message.contains("kubectl pf run once"),
+        "{status:#}"
+    );
+    poke(&client, &ns, "once", "2").await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        config_map(&client, &ns, "made").await.is_none(),
+        "the run was not run again"
+    );
+    // A new run, asked for.
+    let patch = json!({"metadata": {"annotations": {"ops.example.com/run": "again"}}});
+    flows(&client, &ns)
+        .patch("once", &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .unwrap();
+    wait_status(&client, &ns, "once", 60, "the new run Succeeded", |s| {
+        s["phase"] == "Succeeded" && s["run"]["trigger"] == "again"
+    })
+    .await;
+    assert!(config_map(&client, &ns, "made").await.is_some());
+}
