@@ -65,7 +65,7 @@ pub struct Binder {
     written: Mutex<HashMap<String, u64>>,
     /// Per `<bound flow uid>/<child>/<related key>`: what that related object was when last
     /// looked at (its content only as a digest, never kept in any object).
-    related: Mutex<HashMap<String, related::Seen>>,
+    related: Mutex<HashMap<String, related::RelatedSeen>>,
 }
 
 impl Binder {
@@ -78,12 +78,12 @@ impl Binder {
     }
 
     /// What a related object was when last looked at (see [`related::changed`]).
-    pub fn remembered(&self, key: &str) -> Option<related::Seen> {
+    pub fn remembered(&self, key: &str) -> Option<related::RelatedSeen> {
         self.related.lock().expect("not poisoned").get(key).cloned()
     }
 
     /// Remembers what a related object is now.
-    pub fn remember(&self, key: String, seen: related::Seen) {
+    pub fn remember(&self, key: String, seen: related::RelatedSeen) {
         self.related.lock().expect("not poisoned").insert(key, seen);
     }
 

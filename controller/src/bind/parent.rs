@@ -23,7 +23,7 @@ use tracing::info;
 use super::child::{self, Parent, FLOW_GENERATION_ANNOTATION, OBJECT_ANNOTATION};
 use super::claim::{self, Standing};
 use super::pending::Pass;
-use super::related::{self, Seen};
+use super::related::{self, RelatedSeen};
 use super::summary::{self, Refused};
 use super::watched::Watched;
 use super::Binder;
@@ -477,7 +477,7 @@ impl<'a> Binding<'a> {
         name: &str,
         child: &DynamicObject,
         trigger: Option<Value>,
-        seen: &[(String, Seen)],
+        seen: &[(String, RelatedSeen)],
     ) -> Option<Value> {
         let recorded: BTreeMap<String, String> =
             serde_json::from_value(child.data["spec"]["bound"]["related"].clone())
@@ -500,7 +500,7 @@ impl<'a> Binding<'a> {
     async fn related_now(
         &self,
         view: &Value,
-    ) -> Result<Result<Vec<(String, Seen)>, String>, Error> {
+    ) -> Result<Result<Vec<(String, RelatedSeen)>, String>, Error> {
         if self.bind.related.is_empty() {
             return Ok(Ok(vec![]));
         }
@@ -536,7 +536,7 @@ impl<'a> Binding<'a> {
                 .and_then(|o| o.metadata.resource_version.clone())
                 .unwrap_or_default();
             let digest = related::content_digest(found.as_ref());
-            out.push((res.key, Seen { version, digest }));
+            out.push((res.key, RelatedSeen { version, digest }));
         }
         Ok(Ok(out))
     }
@@ -550,7 +550,7 @@ impl<'a> Binding<'a> {
         format!("{}/{child}/{key}", self.r.uid)
     }
 
-    fn remember(&self, child: &str, seen: &[(String, Seen)]) {
+    fn remember(&self, child: &str, seen: &[(String, RelatedSeen)]) {
         for (key, s) in seen {
             let memo = self.memo_key(child, key);
             self.r.own.remember(memo, s.clone());

@@ -113,7 +113,7 @@ pub fn content_digest(obj: Option<&DynamicObject>) -> u64 {
 
 /// What one related object is now: its resourceVersion ("" when absent) and content digest.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Seen {
+pub struct RelatedSeen {
     /// Its resourceVersion ("" when absent).
     pub version: String,
     /// Its [`content_digest`].
@@ -127,8 +127,8 @@ pub struct Seen {
 pub fn changed(
     recorded: &BTreeMap<String, String>,
     key: &str,
-    now: &Seen,
-    remembered: Option<&Seen>,
+    now: &RelatedSeen,
+    remembered: Option<&RelatedSeen>,
 ) -> bool {
     let Some(version) = recorded.get(key) else {
         // Not recorded: the reference is new (a spec change, which runs anyway) or the object
@@ -226,7 +226,7 @@ mod tests {
     #[test]
     fn a_new_version_is_a_change_only_when_the_content_changed_or_is_unknown() {
         let recorded: BTreeMap<String, String> = [("Secret/s".to_string(), "7".to_string())].into();
-        let seen = |version: &str, digest| Seen {
+        let seen = |version: &str, digest| RelatedSeen {
             version: version.into(),
             digest,
         };

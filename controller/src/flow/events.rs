@@ -47,7 +47,7 @@ pub struct NewEvent<'a> {
 }
 
 /// An Event already published, to fold repeats into.
-struct Seen {
+struct PublishedEvent {
     name: String,
     count: i32,
     at: Instant,
@@ -58,7 +58,7 @@ pub struct EventPublisher {
     client: Client,
     controller: String,
     instance: String,
-    seen: Mutex<HashMap<u64, Seen>>,
+    seen: Mutex<HashMap<u64, PublishedEvent>>,
     sequence: AtomicU64,
     /// The last time handed out by [`EventPublisher::stamp`], in microseconds.
     last_stamp: AtomicI64,
@@ -166,7 +166,7 @@ impl EventPublisher {
         }
         seen.insert(
             key,
-            Seen {
+            PublishedEvent {
                 name,
                 count: 1,
                 at: Instant::now(),

@@ -18,7 +18,7 @@ use pseudoflow_walk::{RunPhase, StoredRun};
 
 /// The slot a schedule wants started now, if any.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Due {
+pub enum SlotDue {
     /// Start a run for this slot.
     Start(i64),
     /// This slot was missed by more than `startingDeadlineSeconds`: it does not start.
@@ -28,14 +28,20 @@ pub enum Due {
 }
 
 /// The due slot: the latest slot after `last` (or after the flow's creation), up to `now`.
-pub fn due(s: &Schedule, last: Option<i64>, created: i64, now: i64, deadline: Option<u32>) -> Due {
+pub fn due(
+    s: &Schedule,
+    last: Option<i64>,
+    created: i64,
+    now: i64,
+    deadline: Option<u32>,
+) -> SlotDue {
     let since = last.unwrap_or(created);
     match s.latest_until(now) {
         Some(slot) if slot > since => match deadline {
-            Some(d) if now - slot > i64::from(d) => Due::TooLate(slot),
-            _ => Due::Start(slot),
+            Some(d) if now - slot > i64::from(d) => SlotDue::TooLate(slot),
+            _ => SlotDue::Start(slot),
         },
-        _ => Due::Wait,
+        _ => SlotDue::Wait,
     }
 }
 
@@ -96,7 +102,7 @@ pub fn decide(
         now,
         spec.starting_deadline_seconds,
     ) {
-        Due::Start(slot) => {
+        SlotDue::Start(slot) => {
             d.last = Some(slot);
             if running && spec.options.concurrency_policy == ConcurrencyPolicy::Forbid {
                 d.skipped = Some(slot);
@@ -104,12 +110,12 @@ pub fn decide(
                 d.start = Some(Some(format!("schedule {}", time(slot).0)));
             }
         }
-        Due::TooLate(slot) => {
+        SlotDue::TooLate(slot) => {
             // Served, so it is told once, not at every reconcile until the next slot.
             d.last = Some(slot);
             d.missed = Some(slot);
         }
-        Due::Wait => {}
+        SlotDue::Wait => {}
     }
     d
 }
@@ -275,8 +281,8 @@ mod tests {
     #[test]
     fn nothing_is_due_before_the_first_slot_after_creation() {
         let s = every_minute();
-        assert_eq!(due(&s, None, NOW - 20, NOW, None), Due::Wait);
-        assert_eq!(due(&s, None, NOW - 31, NOW, None), Due::Start(NOW - 30));
+        assert_eq!(due(&s, None, NOW - 20, NOW, None), SlotDue::Wait);
+        assert_eq!(due(&s, None, NOW - 31, NOW, None), SlotDue::Start(NOW - 30));
     }
 
     #[test]
@@ -284,16 +290,19 @@ mod tests {
         let s = every_minute();
         // Down for ten minutes: one run, for the latest slot, not ten.
         let last = NOW - 30 - 600;
-        assert_eq!(due(&s, Some(last), 0, NOW, None), Due::Start(NOW - 30));
+        assert_eq!(due(&s, Some(last), 0, NOW, None), SlotDue::Start(NOW - 30));
         // Once served, nothing more is due until the next slot.
-        assert_eq!(due(&s, Some(NOW - 30), 0, NOW, None), Due::Wait);
+        assert_eq!(due(&s, Some(NOW - 30), 0, NOW, None), SlotDue::Wait);
     }
 
     #[test]
     fn a_slot_older_than_the_starting_deadline_does_not_start() {
         let s = every_minute();
-        assert_eq!(due(&s, Some(0), 0, NOW, Some(10)), Due::TooLate(NOW - 30));
-        assert_eq!(due(&s, Some(0), 0, NOW, Some(30)), Due::Start(NOW - 30));
+        assert_eq!(
+            due(&s, Some(0), 0, NOW, Some(10)),
+            SlotDue::TooLate(NOW - 30)
+        );
+        assert_eq!(due(&s, Some(0), 0, NOW, Some(30)), SlotDue::Start(NOW - 30));
     }
 
     #[test]

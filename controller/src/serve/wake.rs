@@ -43,7 +43,7 @@ pub fn child_changes(
     events: impl Stream<Item = Result<watcher::Event<RawFlow>, watcher::Error>> + Send + 'static,
     on_intent: impl Fn(&RawFlow) + Send + 'static,
 ) -> impl Stream<Item = Result<RawFlow, watcher::Error>> + Send + 'static {
-    let mut seen = Seen::default();
+    let mut seen = ChildHashes::default();
     events.filter_map(move |ev| {
         let out = match ev {
             Ok(ev) => seen.pass(ev).map(|(child, change)| {
@@ -61,12 +61,12 @@ pub fn child_changes(
 /// What was last seen of each child (by UID): the hashes of its intent and of its outcome; and
 /// what a relist is building.
 #[derive(Default)]
-struct Seen {
+struct ChildHashes {
     last: HashMap<String, (u64, u64)>,
     relisting: Option<HashMap<String, (u64, u64)>>,
 }
 
-impl Seen {
+impl ChildHashes {
     /// The child to look at for `ev`, and why; `None` if nothing the bound flow reads changed.
     fn pass(&mut self, ev: watcher::Event<RawFlow>) -> Option<(RawFlow, ChildChange)> {
         let uid = |c: &RawFlow| c.metadata.uid.clone().unwrap_or_default();
@@ -200,8 +200,8 @@ mod tests {
     fn a_child_wakes_its_bound_flow_to_sum_up_for_its_outcome_and_to_serve_for_its_intent() {
         use watcher::Event::*;
         use ChildChange::*;
-        let why = |seen: &mut Seen, ev| seen.pass(ev).map(|(_, w)| w);
-        let mut seen = Seen::default();
+        let why = |seen: &mut ChildHashes, ev| seen.pass(ev).map(|(_, w)| w);
+        let mut seen = ChildHashes::default();
         let mut made = flow(base());
         made.status = None;
         assert_eq!(why(&mut seen, Apply(made.clone())), None, "just made");
@@ -250,7 +250,7 @@ mod tests {
             "deleted before it ran"
         );
         // A relist: unchanged children are dropped, changed ones pass, unseen ones are served.
-        let mut seen = Seen::default();
+        let mut seen = ChildHashes::default();
         let done = || with(&["status", "phase"], json!("Succeeded"));
         assert_eq!(why(&mut seen, Apply(done())), Some(Intent), "first sight");
         assert_eq!(why(&mut seen, Init), None);
