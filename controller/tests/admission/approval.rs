@@ -114,24 +114,49 @@ async fn an_approval_by_an_allowed_user_continues_the_run_and_is_recorded_a_reje
     let first_run = st["run"]["id"].as_str().unwrap().to_string();
 
     // A new run: the approval (still on the flow) was for the earlier run and does not carry over.
+    // Waited for by what status says, not for a fixed time: the controller may take seconds to
+    // get to the flow under load.
     request_run(&client, &ns, "gated", "2").await;
-    let st = wait_waiting(&client, &ns, "gated", &first_run).await;
+    let not_accepted = |st: &Value| {
+        st["message"].as_str().is_some_and(|m| {
+            m.starts_with("waiting for approval: gate (") && m.contains("not accepted")
+        })
+    };
+    let st = wait_status(
+        &client,
+        &ns,
+        "gated",
+        30,
+        "the new run waiting, the earlier approval not accepted",
+        |st| {
+            st["reason"] == "WaitingForApproval"
+                && st["run"]["id"] != first_run.as_str()
+                && not_accepted(st)
+        },
+    )
+    .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let st2 = flows(&client, &ns).get("gated").await.unwrap().data["status"].clone();
     assert_eq!(st2["phase"], "Running", "{st2:#}");
     assert_eq!(st2["run"]["id"], st["run"]["id"]);
-    let msg = st2["message"].as_str().unwrap();
-    assert!(
-        msg.starts_with("waiting for approval: gate (") && msg.contains("not accepted"),
-        "{st2:#}"
-    );
+    assert!(not_accepted(&st2), "{st2:#}");
 
-    // Approving a step that is not waiting does nothing.
+    // Approving a step that is not waiting does nothing: once the controller has read the
+    // annotation (the note on the earlier approval is gone), the gate still waits.
     let (ok, out) = annotate(&ns, "gated", Some("boss"), "ops.example.com/approve=other").await;
     assert!(ok, "{out}");
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let st3 = flows(&client, &ns).get("gated").await.unwrap().data["status"].clone();
-    assert_eq!(st3["message"], "waiting for approval: gate", "{st3:#}");
+    let st3 = wait_status(
+        &client,
+        &ns,
+        "gated",
+        30,
+        "the approval of another step read",
+        |st| st["message"] == "waiting for approval: gate",
+    )
+    .await;
+    assert_eq!(st3["reason"], "WaitingForApproval", "{st3:#}");
+    assert_eq!(st3["run"]["id"], st["run"]["id"], "{st3:#}");
+    assert_eq!(step(&st3, "spec.steps[1]")["phase"], "Running", "{st3:#}");
 
     // A reject fails the run, naming who rejected.
     let (ok, out) = annotate(&ns, "gated", Some("tenant"), "ops.example.com/reject=gate").await;

@@ -208,9 +208,19 @@ async fn a_failed_run_keeps_its_objects_for_its_retry_even_with_no_failed_runs_k
         || async { runs_of::<Job>(&client, &ns, "fix").await == only_current },
     )
     .await;
-    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    // The old run's pods go after its Jobs (deleted with propagation Background, the garbage
+    // collector removes the pods when it gets to them): wait for that, not for a fixed time.
     // (Both steps may run in one Job, fused: a Job, its pod and its input per Job.)
-    let (jobs, pods, inputs, runs) = left(&client, &ns, "fix").await;
+    let mut last = (0, 0, 0, BTreeSet::new());
+    for _ in 0..150 {
+        last = left(&client, &ns, "fix").await;
+        let (jobs, pods, inputs, runs) = &last;
+        if *jobs >= 1 && (pods, inputs, runs) == (jobs, jobs, &only_current) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let (jobs, pods, inputs, runs) = last;
     assert!(jobs >= 1, "the failed run {current} keeps its Jobs");
     assert_eq!(
         (pods, inputs, runs),

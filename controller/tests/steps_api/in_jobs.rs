@@ -248,7 +248,7 @@ async fn an_artifact_path_escaping_the_root_is_refused() {
 
 /// Runs a one-step flow waiting on `resource` for `condition` (plus `extra` fields); once the
 /// step is running, `make_true` makes the condition hold. Returns the final status and the
-/// Unix second `make_true` finished.
+/// Unix second just before `make_true` ran.
 async fn wait_for_case<F, Fut>(
     client: &Client,
     ns: &str,
@@ -274,14 +274,17 @@ where
     .await;
     let running = wait_step_running(client, ns, "waits", "spec.steps[0]").await;
     assert_eq!(running["phase"], "Running", "{running:#}");
-    make_true().await;
+    // Read before the change: the step started before this instant and can only finish after
+    // it. (Read after, it could be a second or more past the change on a busy machine, and a
+    // step that finished at the change would look early.) Whole seconds keep `<=` and `>=`.
     let made_true = k8s_openapi::jiff::Timestamp::now().as_second();
+    make_true().await;
     let status = wait_done(client, ns, "waits", 120).await;
     assert_eq!(status["phase"], "Succeeded", "{status:#}");
     let s = step(&status, "spec.steps[0]");
     assert_eq!(s["changed"], false, "waiting changes nothing: {s:#}");
     assert!(
-        unix(&s["startedAt"]) <= made_true && unix(&s["finishedAt"]) >= made_true - 1,
+        unix(&s["startedAt"]) <= made_true && unix(&s["finishedAt"]) >= made_true,
         "the step was waiting before the condition held and finished after: {s:#}"
     );
     (status, made_true)

@@ -2,10 +2,9 @@
 //! settings"): a flow's tolerations, nodeSelector, priorityClassName, imagePullSecrets, labels
 //! and resources are exactly those of its Job's pod template, and the scheduler puts its step
 //! on a tainted node only with the toleration (testenv's kubelets run what the scheduler bound).
-//! It taints one node for a while: the other tests of its binary pin their node steps (whose
-//! pods tolerate every taint) or let the scheduler pick any node.
-
-use std::time::Duration;
+//! It taints one worker for a while (and puts its own taints back): the other tests of its
+//! binary pin their node steps (whose pods tolerate every taint) or let the scheduler pick any
+//! node.
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -37,15 +36,32 @@ fn flow(ns: &str, name: &str, executor: Value) -> Value {
 async fn a_step_lands_on_a_tainted_node_only_with_the_toleration_and_its_pod_has_what_the_flow_set()
 {
     let (client, ns) = setup("executor").await;
-    // One node, tainted and labelled for this test; the others stay as they are.
-    let node = all_nodes(&client).await[0].metadata.name.clone().unwrap();
+    // One worker, tainted and labelled for this test; the others stay as they are. Its own
+    // taints are kept (a merge patch replaces the whole list) and put back at the end: the
+    // control-plane node is not used, as taking its taint away would let any test's pod land
+    // on it for the rest of the binary.
+    let worker = all_nodes(&client)
+        .await
+        .into_iter()
+        .rfind(|n| {
+            let labels = n.metadata.labels.clone().unwrap_or_default();
+            !labels.contains_key(pseudoflow_testenv::env::CONTROL_PLANE_LABEL)
+        })
+        .expect("a worker node");
+    let node = worker.metadata.name.clone().unwrap();
+    let own_taints =
+        serde_json::to_value(worker.spec.and_then(|s| s.taints).unwrap_or_default()).unwrap();
     let pool = format!("pf-{ns}");
+    let mut taints = own_taints.as_array().cloned().unwrap_or_default();
+    taints.push(json!({"key": "pseudoflow-test/dedicated", "value": pool, "effect": "NoSchedule"}));
     Api::<Node>::all(client.clone())
         .patch(
             &node,
             &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {"pseudoflow-test/pool": pool}},
-                "spec": {"taints": [{"key": "pseudoflow-test/dedicated", "value": pool, "effect": "NoSchedule"}]}})),
+            &Patch::Merge(
+                json!({"metadata": {"labels": {"pseudoflow-test/pool": pool}},
+                "spec": {"taints": taints}}),
+            ),
         )
         .await
         .unwrap();
@@ -106,39 +122,58 @@ async fn a_step_lands_on_a_tainted_node_only_with_the_toleration_and_its_pod_has
         "pseudoflow"
     );
 
-    // Without it: the same node selected, never scheduled (the taint repels it).
+    // Without it: the same node selected, never scheduled (the taint repels it). The Job
+    // controller makes the pod and the scheduler tries it when they get to it (seconds under
+    // load): wait for the scheduler's verdict, not for a fixed time.
     wait_status(&client, &ns, "without", 30, "its step running", |st| {
         st["phase"] == "Running"
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    let scheduled = |pod: &Pod| {
+        pod.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled"))
+            .map(|c| (c.status.clone(), c.reason.clone().unwrap_or_default()))
+    };
+    crate::common::eventually(60, "the scheduler tried the pod of 'without'", || async {
+        pods_of(&client, &ns, "without")
+            .await
+            .iter()
+            .any(|p| scheduled(p).is_some())
+    })
+    .await;
     let pods = pods_of(&client, &ns, "without").await;
     assert_eq!(pods.len(), 1, "{pods:#?}");
     let pod = &pods[0];
     assert_eq!(pod.spec.as_ref().unwrap().node_name, None, "not scheduled");
-    let scheduled = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled"))
-        .map(|c| (c.status.clone(), c.reason.clone().unwrap_or_default()));
     assert_eq!(
-        scheduled,
+        scheduled(pod),
         Some(("False".to_string(), "Unschedulable".to_string())),
         "the taint keeps it off the node"
     );
     let flows = crate::common::flows(&client, &ns);
     let status = flows.get("without").await.unwrap().data["status"].clone();
     assert_eq!(status["phase"], "Running", "{status:#}");
-    // Leave the node as the other tests expect it.
-    Api::<Node>::all(client.clone())
+    // Leave the node as the other tests expect it: its own taints, without this test's label.
+    let nodes = Api::<Node>::all(client.clone());
+    nodes
         .patch(
             &node,
             &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"taints": null}})),
+            &Patch::Merge(
+                json!({"metadata": {"labels": {"pseudoflow-test/pool": null}},
+                "spec": {"taints": own_taints}}),
+            ),
         )
         .await
         .unwrap();
+    let after = nodes.get(&node).await.unwrap();
+    assert_eq!(
+        serde_json::to_value(after.spec.and_then(|s| s.taints).unwrap_or_default()).unwrap(),
+        own_taints,
+        "{node} has its own taints again"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
