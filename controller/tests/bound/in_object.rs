@@ -783,3 +783,63 @@ async fn deleting_the_flow_releases_the_finalizer_of_its_objects() {
         "released: no onDelete ran"
     );
 }
+
+/// A flow no longer bound (its `bind` removed: now a plain flow) lets go of the objects it
+/// finalized, as a deleted one does; no `onDelete` runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unbinding_the_flow_releases_the_finalizer_of_its_objects() {
+    let (client, ns) = setup("inobj-ondel-unbind", all_verbs()).await;
+    create_flow(&client, &ns, "widgets", on_delete_flow(Value::Null)).await;
+    create_widget(&client, &ns, "w", json!({"version": "one"})).await;
+    wait_widget(&client, &ns, "w", "Running").await;
+    assert!(finalized(&client, &ns, "w").await, "our finalizer on it");
+    let plain = json!({"serviceAccountName": "flow",
+        "steps": [{"type": "log", "message": "no longer bound"}]});
+    create_flow(&client, &ns, "widgets", plain).await;
+    let shown = [
+        Shown::object(widgets(&client, &ns), &ns, "w"),
+        Shown::flow(&client, &ns, "widgets"),
+    ];
+    wait_until(&client, "our finalizer released", 60, &shown, || async {
+        !finalized(&client, &ns, "w").await
+    })
+    .await;
+    delete_widget(&client, &ns, "w").await;
+    eventually(30, "the widget gone", || async {
+        widgets(&client, &ns).get_opt("w").await.unwrap().is_none()
+    })
+    .await;
+    assert!(config_map(&client, &ns, "w-farewell").await.is_none());
+}
+
+/// A flow switched from `record: Object` to `record: Child` keeps the object's finalizer (the
+/// same name) for the child it now makes, whose `onDelete` runs when the object is deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn switching_to_child_hands_the_finalizer_to_the_child() {
+    let (client, ns) = setup("inobj-ondel-switch", all_verbs()).await;
+    create_flow(&client, &ns, "widgets", on_delete_flow(Value::Null)).await;
+    create_widget(&client, &ns, "w", json!({"version": "one"})).await;
+    wait_widget(&client, &ns, "w", "Running").await;
+    assert!(finalized(&client, &ns, "w").await, "our finalizer on it");
+    create_flow(&client, &ns, "widgets", widget_flow(json!({}))).await;
+    let child = pseudoflow_controller::bind::child::child_name("widgets", &ns, "w");
+    let shown = [
+        Shown::object(widgets(&client, &ns), &ns, "w"),
+        Shown::flow(&client, &ns, "widgets"),
+        Shown::flow(&client, &ns, &child),
+    ];
+    wait_until(&client, "its child made", 60, &shown, || async {
+        flows(&client, &ns).get_opt(&child).await.unwrap().is_some()
+    })
+    .await;
+    assert!(finalized(&client, &ns, "w").await, "still held");
+    delete_widget(&client, &ns, "w").await;
+    wait_until(&client, "the widget gone", 90, &shown, || async {
+        widgets(&client, &ns).get_opt("w").await.unwrap().is_none()
+    })
+    .await;
+    assert!(
+        config_map(&client, &ns, "w-farewell").await.is_some(),
+        "the child's onDelete ran"
+    );
+}
