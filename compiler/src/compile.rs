@@ -76,7 +76,7 @@ pub fn compile_with(
         .on_delete
         .as_deref()
         .map(|s| build_plan(s, "spec.onDelete", "d", expansions, &mut budget, api_steps));
-    crate::record::check(&spec, &plan, &mut budget.diags);
+    crate::record::check(&spec, &plan, on_delete.as_ref(), &mut budget.diags);
     if budget.diags.has_errors() {
         diags.extend(budget.diags);
         return Err(diags);

@@ -4,7 +4,8 @@
 //!
 //! Such a flow keeps no child flow and no run state per object: the controller runs the
 //! object's steps in its memory, in one reconcile, and a controller killed midway runs them
-//! again. So every step must be one the controller runs itself and that is safe to repeat
+//! again. So every step (its `onDelete` steps too, run behind a finalizer on the object when it
+//! is deleted) must be one the controller runs itself and that is safe to repeat
 //! ([`crate::placement`]), and nothing may wait for a person or for time (v1: no `approval`,
 //! no `sleep`), touch a node or fetch steps at run time. An `if`/`when` condition (one read of
 //! one object) is evaluated by the controller.
@@ -51,9 +52,14 @@ impl RecordIn {
 
 const NEEDS: &str = "bind.record: Object needs every step to run in the controller";
 
-/// Refuses `bind.record: Object` for a flow whose plan is not eligible, with an error naming
-/// each step that is not and why.
-pub(crate) fn check(spec: &PseudoFlowSpec, plan: &Plan, diags: &mut Diagnostics) {
+/// Refuses `bind.record: Object` for a flow whose plan (or onDelete plan) is not eligible, with
+/// an error naming each step that is not and why.
+pub(crate) fn check(
+    spec: &PseudoFlowSpec,
+    plan: &Plan,
+    on_delete: Option<&Plan>,
+    diags: &mut Diagnostics,
+) {
     if RecordIn::of(spec) != RecordIn::Object {
         return;
     }
@@ -64,7 +70,9 @@ pub(crate) fn check(spec: &PseudoFlowSpec, plan: &Plan, diags: &mut Diagnostics)
         );
         return;
     }
-    for n in plan.nodes() {
+    // onDelete steps run the same way, behind the flow's finalizer on the object, when it is
+    // deleted: the same rules hold, each error naming its `spec.onDelete[i]` path.
+    for n in std::iter::once(plan).chain(on_delete).flat_map(Plan::nodes) {
         if let Some(why) = ineligible(n) {
             diags.error(n.path.clone(), format!("({}): {NEEDS}; {why}", n.step_type));
         }
@@ -173,6 +181,33 @@ mod tests {
         let steps = json!([{"type": "when", "condition": cond}, cm("a"),
             {"type": "if", "condition": cond, "then": [cm("b")], "else": [cm("c")]}]);
         assert_eq!(errors(steps, json!({})), Vec::<String>::new());
+    }
+
+    /// `onDelete` runs in the controller too (behind the flow's finalizer on the object): its
+    /// steps are held to the same rules, each error naming its `spec.onDelete[i]` path.
+    #[test]
+    fn on_delete_steps_are_held_to_the_same_rules_naming_their_path() {
+        let spec = |on_delete: Value| {
+            json!({"steps": [cm("a")], "onDelete": on_delete,
+                "bind": {"apiVersion": "example.com/v1", "kind": "Gadget", "record": "Object"}})
+        };
+        let ok = spec(json!([cm("bye"), {"type": "log", "message": "x"}]));
+        assert!(compile(&FlowId::default(), &ok).is_ok());
+        let bad = spec(json!([cm("bye"), {"type": "exec", "cmd": "true"},
+            {"type": "sleep", "seconds": 5}]));
+        let e: Vec<String> = match compile(&FlowId::default(), &bad) {
+            Ok(_) => vec![],
+            Err(d) => d.errors().map(|d| d.to_string()).collect(),
+        };
+        assert_eq!(
+            e,
+            [
+                "error: spec.onDelete[1]: (exec): bind.record: Object needs every step to run \
+                 in the controller; this one runs in a pod",
+                "error: spec.onDelete[2]: (sleep): bind.record: Object needs every step to run \
+                 in the controller; it waits"
+            ]
+        );
     }
 
     #[test]

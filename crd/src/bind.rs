@@ -72,7 +72,8 @@ pub struct Bind {
     /// Where each object's run is recorded: `Child` (default) keeps a child flow (and its run
     /// state) per object; `Object` runs the object's steps in the controller's memory and
     /// records the result only in the object (its status and a served mark), as a hand-written
-    /// operator would: every step must run in the controller, and no `onDelete` or `related`
+    /// operator would: every step (`onDelete` steps too, run behind a finalizer on the object
+    /// when it is deleted) must run in the controller, and no `related`
     /// (docs/decisions.md#bound-flows-recorded-in-the-object).
     #[serde(default, skip_serializing_if = "BindRecord::is_child")]
     pub record: BindRecord,

@@ -76,13 +76,6 @@ fn check_bind(spec: &PseudoFlowSpec, ctx: &mut Ctx) {
         return;
     };
     bind.validate(&mut ctx.at("bind"));
-    if bind.record == crate::bind::BindRecord::Object && spec.on_delete.is_some() {
-        ctx.error(
-            "onDelete",
-            "bind.record: Object keeps no child flow to run onDelete when an object goes; \
-             use record: Child",
-        );
-    }
     if spec.schedule.is_some() {
         ctx.error(
             "schedule",
@@ -263,27 +256,6 @@ mod tests {
         let ok =
             serde_json::json!({"includeOnly": true, "steps": [{"type": "log", "message": "x"}]});
         assert!(!validate_spec(&ok).1.has_errors());
-    }
-
-    #[test]
-    fn a_flow_recorded_in_its_objects_has_no_on_delete() {
-        let spec = serde_json::json!({
-            "bind": {"apiVersion": "example.com/v1", "kind": "Gadget", "record": "Object"},
-            "onDelete": [{"type": "log", "message": "x"}],
-            "steps": [{"type": "log", "message": "x"}]});
-        let (_, diags) = validate_spec(&spec);
-        let errors: Vec<String> = diags.errors().map(|d| d.to_string()).collect();
-        assert_eq!(
-            errors,
-            [
-                "error: spec.onDelete: bind.record: Object keeps no child flow to run onDelete \
-              when an object goes; use record: Child"
-            ],
-            "{diags}"
-        );
-        let mut child = spec.clone();
-        child["bind"]["record"] = serde_json::json!("Child");
-        assert!(!validate_spec(&child).1.has_errors());
     }
 
     #[test]

@@ -5,9 +5,13 @@
 //! ([`run`]), then writes the object's status (as [`super::write_back`] does for a child) and
 //! only then the new mark: a controller killed between the two runs the object again, which
 //! only repeatable steps allow (the compiler refuses any other: `pseudoflow_compiler::record`).
+//! A flow with `onDelete` holds a finalizer on each object it serves and runs those steps the
+//! same way when the object is deleted ([`deleted`]); released, it removes them ([`release`]).
 //! Every call is made as the flow's ServiceAccount.
 
+pub mod deleted;
 pub mod outcomes;
+pub mod release;
 pub mod retry;
 pub mod run;
 

@@ -64,6 +64,10 @@ pub(crate) async fn reconcile_parent(
             return Ok(Action::requeue(RETRY_REFUSED));
         }
     };
+    if bind.record == BindRecord::Object && in_object::deleted::has_on_delete(&binding.raw_spec) {
+        // Before any object carries its finalizer: what its release lists.
+        in_object::release::note(r, &binding.finalizes).await?;
+    }
     let pending = &r.own.watches.pending;
     let generation = r.flow.metadata.generation.unwrap_or(0);
     let (again, summary_due) = match pending.take(r.uid, generation) {
@@ -132,6 +136,8 @@ struct Binding<'a> {
     /// The related kinds (`bind.related`) by (apiVersion, kind): their resource and whether it
     /// is namespaced, discovered as the flow's ServiceAccount.
     related_kinds: BTreeMap<(String, String), (ApiResource, bool)>,
+    /// Where its objects are, for a flow recorded in them that finalizes them.
+    finalizes: in_object::release::Finalizes,
 }
 
 impl<'a> Binding<'a> {
@@ -192,7 +198,15 @@ impl<'a> Binding<'a> {
         // Never what runs write (result and journal ConfigMaps, executor pods): served, each
         // would start a run writing more of them (docs/decisions.md#what-a-flow-cannot-bind-to).
         selector.0.push(not_written_by_runs());
+        let finalizes = in_object::release::Finalizes {
+            api_version: bind.api_version.clone(),
+            kind: bind.kind.clone(),
+            plural: ar.plural.clone(),
+            namespace: scope.map(str::to_string),
+            service_account: sa.to_string(),
+        };
         Ok(Binding {
+            finalizes,
             related_kinds,
             r,
             bind,
@@ -451,16 +465,6 @@ impl<'a> Binding<'a> {
         if let Picked::Child(c) | Picked::Old(c) = self.pick(obj, children) {
             retire(self.flows, c.metadata.name.as_deref().unwrap_or_default()).await?;
         }
-        let fins = obj.metadata.finalizers.iter().flatten();
-        if fins.into_iter().any(|f| *f == self.finalizer) {
-            let objects = self.objects_api(obj);
-            finalizer::set_named(&objects, obj, &self.finalizer, false).await?;
-        }
-        if leaving {
-            let gone = object::key(obj);
-            self.r.own.outcomes.record(self.r.uid, gone, None);
-            return Ok(None);
-        }
         let serving = in_object::Serving {
             r: self.r,
             bind: self.bind,
@@ -468,6 +472,24 @@ impl<'a> Binding<'a> {
             plural: &self.ar.plural,
             objects: self.objects_api(obj),
         };
+        // Our finalizer holds each object only for the flow's onDelete steps.
+        let holds = in_object::deleted::has_on_delete(&self.raw_spec);
+        let ours = finalizer::has(obj, &self.finalizer);
+        if leaving {
+            if ours && holds && obj.metadata.deletion_timestamp.is_some() {
+                return serving.serve_deleted(obj, &self.finalizer).await;
+            }
+            // No longer matching (or nothing to run): let go, no onDelete runs.
+            if ours {
+                finalizer::set_named(&serving.objects, obj, &self.finalizer, false).await?;
+            }
+            let gone = object::key(obj);
+            self.r.own.outcomes.record(self.r.uid, gone, None);
+            return Ok(None);
+        }
+        if ours != holds {
+            finalizer::set_named(&serving.objects, obj, &self.finalizer, holds).await?;
+        }
         serving.serve(obj).await
     }
 
@@ -845,6 +867,12 @@ pub(crate) async fn release(r: &Reconciling<'_, Binder>) -> Result<(), Error> {
             return Err(e);
         }
         retire(flows, c.metadata.name.as_deref().unwrap_or_default()).await?;
+    }
+    // Objects served in themselves name no child: the flow's note says where they are.
+    if let Err(e) = in_object::release::release(r).await {
+        let note = format!("removing finalizer {fin} from the objects it served: {e}");
+        r.publish(EventType::Warning, "ReleaseFailed", &note).await;
+        return Err(e);
     }
     finalizer::set_named(flows, r.flow, BIND_FINALIZER, false).await?;
     Ok(())

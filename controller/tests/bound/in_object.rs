@@ -3,7 +3,9 @@
 //! each object's steps run in the controller and the result lands only in the object (its
 //! status and its served mark) — no child flow, no run-state Secret; an update runs again with
 //! `trigger.changed`; a failing step fails its object naming the step's path; a flow with a step
-//! that needs a pod is refused naming that step; a forged served mark moves only its own object.
+//! that needs a pod is refused naming that step; a forged served mark moves only its own object;
+//! `onDelete` runs behind a finalizer on the object, retried until it succeeds, and a deleted
+//! flow releases that finalizer.
 
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::Client;
@@ -13,8 +15,8 @@ use serde_json::{json, Value};
 use crate::common::bound::*;
 use crate::common::{create_flow, eventually, flows, wait_status, wait_until, Shown};
 
-/// The widget flow of the bound-flow tests, recorded in the objects (without its `onDelete`,
-/// which a flow recorded in its objects cannot have).
+/// The widget flow of the bound-flow tests, recorded in the objects, without its `onDelete`
+/// (so it puts no finalizer on its objects; [`on_delete_flow`] keeps it).
 fn in_object_flow() -> Value {
     let mut flow = widget_flow(json!({"record": "Object"}));
     flow.as_object_mut().unwrap().remove("onDelete");
@@ -669,4 +671,213 @@ async fn if_and_when_are_evaluated_in_the_controller() {
     assert!(exists("on-guarded").await, "the when held");
     assert!(exists("off-else").await && !exists("off-then").await);
     assert!(!exists("off-guarded").await, "the when did not hold");
+}
+
+/// The widget flow recorded in its objects, with its `onDelete` (it applies `<widget>-farewell`),
+/// under `bind.retry` = `retry`.
+fn on_delete_flow(retry: Value) -> Value {
+    let mut flow = widget_flow(json!({"record": "Object", "retry": retry}));
+    if retry.is_null() {
+        flow["bind"].as_object_mut().unwrap().remove("retry");
+    }
+    flow
+}
+
+/// Whether widget `name` carries the finalizer of flow `widgets`.
+async fn finalized(client: &Client, ns: &str, name: &str) -> bool {
+    let fin = pseudoflow_controller::bind::object::finalizer_name(ns, "widgets");
+    let w = widgets(client, ns).get_opt(name).await.unwrap();
+    w.and_then(|w| w.metadata.finalizers)
+        .is_some_and(|f| f.contains(&fin))
+}
+
+async fn delete_widget(client: &Client, ns: &str, name: &str) {
+    widgets(client, ns)
+        .delete(name, &Default::default())
+        .await
+        .unwrap();
+}
+
+/// A flow recorded in its objects with `onDelete` puts its finalizer on each object it serves
+/// (as a kopf operator puts its own); deleting the object runs the `onDelete` steps in the
+/// controller (`trigger.event` is `delete`), then our finalizer goes and so does the object.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_an_object_runs_its_on_delete_then_lets_it_go() {
+    let (client, ns) = setup("inobj-ondel", all_verbs()).await;
+    let mut flow = on_delete_flow(Value::Null);
+    flow["onDelete"][0]["manifests"] = json!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ${object.metadata.name}-farewell\ndata:\n  event: ${trigger.event}\n  version: ${object.spec.version}\n"
+    );
+    create_flow(&client, &ns, "widgets", flow).await;
+    create_widget(&client, &ns, "w", json!({"version": "one"})).await;
+    wait_widget(&client, &ns, "w", "Running").await;
+    assert!(finalized(&client, &ns, "w").await, "our finalizer on it");
+    assert!(config_map(&client, &ns, "w-farewell").await.is_none());
+    delete_widget(&client, &ns, "w").await;
+    let shown = [
+        Shown::object(widgets(&client, &ns), &ns, "w"),
+        Shown::flow(&client, &ns, "widgets"),
+    ];
+    wait_until(&client, "the widget gone", 60, &shown, || async {
+        widgets(&client, &ns).get_opt("w").await.unwrap().is_none()
+    })
+    .await;
+    let farewell = config_map(&client, &ns, "w-farewell")
+        .await
+        .expect("onDelete ran");
+    assert_eq!(farewell["event"], "delete");
+    assert_eq!(farewell["version"], "one", "it saw the object");
+    // Only the bound flow: no child flow ran it.
+    let all = flows(&client, &ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    assert_eq!(all.items.len(), 1);
+}
+
+/// A failing `onDelete` (its first step needs ConfigMap `<widget>-needed`, which does not exist
+/// yet) keeps the object, its status naming the failing step and the next attempt, and is tried
+/// again with the flow's backoff; once what it needs appears, it succeeds and the object goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_on_delete_keeps_the_object_and_is_retried_until_it_succeeds() {
+    let (client, ns) = setup("inobj-ondel-fail", all_verbs()).await;
+    let mut flow = on_delete_flow(json!({"backoffSeconds": 2, "maxBackoffSeconds": 4}));
+    let needs = json!({"type": "setLabel", "name": "needs",
+        "target": {"kind": "ConfigMap", "name": "${object.metadata.name}-needed"},
+        "labels": {"seen": "yes"}});
+    flow["onDelete"].as_array_mut().unwrap().insert(0, needs);
+    create_flow(&client, &ns, "widgets", flow).await;
+    create_widget(&client, &ns, "w", json!({"version": "one"})).await;
+    wait_widget(&client, &ns, "w", "Running").await;
+    delete_widget(&client, &ns, "w").await;
+    let shown = [
+        Shown::object(widgets(&client, &ns), &ns, "w"),
+        Shown::flow(&client, &ns, "widgets"),
+    ];
+    wait_until(&client, "the onDelete failure told", 60, &shown, || async {
+        let s = widget_status(&client, &ns, "w").await;
+        let m = s["message"].as_str().unwrap_or_default();
+        s["phase"] == "Failed"
+            && m.starts_with("spec.onDelete[0]")
+            && m.contains("next attempt at ")
+    })
+    .await;
+    eventually(40, "tried again at the capped backoff", || async {
+        let s = widget_status(&client, &ns, "w").await;
+        let m = s["message"].as_str().unwrap_or_default();
+        m.contains("attempt 3 failed") && m.contains("(in 4 s)")
+    })
+    .await;
+    let w = widgets(&client, &ns).get("w").await.unwrap();
+    assert!(w.metadata.deletion_timestamp.is_some(), "being deleted");
+    assert!(finalized(&client, &ns, "w").await, "kept by our finalizer");
+    assert!(config_map(&client, &ns, "w-farewell").await.is_none());
+    let cms = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), &ns);
+    let needed = serde_json::from_value(json!({"metadata": {"name": "w-needed"}})).unwrap();
+    cms.create(&Default::default(), &needed).await.unwrap();
+    wait_until(&client, "the widget gone", 30, &shown, || async {
+        widgets(&client, &ns).get_opt("w").await.unwrap().is_none()
+    })
+    .await;
+    assert!(config_map(&client, &ns, "w-farewell").await.is_some());
+}
+
+/// Deleting the bound flow lets its objects go: our finalizer comes off each object it served
+/// (no `onDelete` runs), so the object can then be deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_the_flow_releases_the_finalizer_of_its_objects() {
+    let (client, ns) = setup("inobj-ondel-release", all_verbs()).await;
+    create_flow(&client, &ns, "widgets", on_delete_flow(Value::Null)).await;
+    create_widget(&client, &ns, "w", json!({"version": "one"})).await;
+    wait_widget(&client, &ns, "w", "Running").await;
+    assert!(finalized(&client, &ns, "w").await, "our finalizer on it");
+    flows(&client, &ns)
+        .delete("widgets", &Default::default())
+        .await
+        .unwrap();
+    let shown = [
+        Shown::object(widgets(&client, &ns), &ns, "w"),
+        Shown::flow(&client, &ns, "widgets"),
+    ];
+    wait_until(&client, "the flow gone", 60, &shown, || async {
+        flows(&client, &ns)
+            .get_opt("widgets")
+            .await
+            .unwrap()
+            .is_none()
+    })
+    .await;
+    assert!(
+        !finalized(&client, &ns, "w").await,
+        "our finalizer released"
+    );
+    delete_widget(&client, &ns, "w").await;
+    eventually(30, "the widget gone", || async {
+        widgets(&client, &ns).get_opt("w").await.unwrap().is_none()
+    })
+    .await;
+    assert!(
+        config_map(&client, &ns, "w-farewell").await.is_none(),
+        "released: no onDelete ran"
+    );
+}
+
+/// A flow no longer bound (its `bind` removed: now a plain flow) lets go of the objects it
+/// finalized, as a deleted one does; no `onDelete` runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unbinding_the_flow_releases_the_finalizer_of_its_objects() {
+    let (client, ns) = setup("inobj-ondel-unbind", all_verbs()).await;
+    create_flow(&client, &ns, "widgets", on_delete_flow(Value::Null)).await;
+    create_widget(&client, &ns, "w", json!({"version": "one"})).await;
+    wait_widget(&client, &ns, "w", "Running").await;
+    assert!(finalized(&client, &ns, "w").await, "our finalizer on it");
+    let plain = json!({"serviceAccountName": "flow",
+        "steps": [{"type": "log", "message": "no longer bound"}]});
+    create_flow(&client, &ns, "widgets", plain).await;
+    let shown = [
+        Shown::object(widgets(&client, &ns), &ns, "w"),
+        Shown::flow(&client, &ns, "widgets"),
+    ];
+    wait_until(&client, "our finalizer released", 60, &shown, || async {
+        !finalized(&client, &ns, "w").await
+    })
+    .await;
+    delete_widget(&client, &ns, "w").await;
+    eventually(30, "the widget gone", || async {
+        widgets(&client, &ns).get_opt("w").await.unwrap().is_none()
+    })
+    .await;
+    assert!(config_map(&client, &ns, "w-farewell").await.is_none());
+}
+
+/// A flow switched from `record: Object` to `record: Child` keeps the object's finalizer (the
+/// same name) for the child it now makes, whose `onDelete` runs when the object is deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn switching_to_child_hands_the_finalizer_to_the_child() {
+    let (client, ns) = setup("inobj-ondel-switch", all_verbs()).await;
+    create_flow(&client, &ns, "widgets", on_delete_flow(Value::Null)).await;
+    create_widget(&client, &ns, "w", json!({"version": "one"})).await;
+    wait_widget(&client, &ns, "w", "Running").await;
+    assert!(finalized(&client, &ns, "w").await, "our finalizer on it");
+    create_flow(&client, &ns, "widgets", widget_flow(json!({}))).await;
+    let child = pseudoflow_controller::bind::child::child_name("widgets", &ns, "w");
+    let shown = [
+        Shown::object(widgets(&client, &ns), &ns, "w"),
+        Shown::flow(&client, &ns, "widgets"),
+        Shown::flow(&client, &ns, &child),
+    ];
+    wait_until(&client, "its child made", 60, &shown, || async {
+        flows(&client, &ns).get_opt(&child).await.unwrap().is_some()
+    })
+    .await;
+    assert!(finalized(&client, &ns, "w").await, "still held");
+    delete_widget(&client, &ns, "w").await;
+    wait_until(&client, "the widget gone", 90, &shown, || async {
+        widgets(&client, &ns).get_opt("w").await.unwrap().is_none()
+    })
+    .await;
+    assert!(
+        config_map(&client, &ns, "w-farewell").await.is_some(),
+        "the child's onDelete ran"
+    );
 }

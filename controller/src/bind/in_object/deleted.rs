@@ -1,0 +1,116 @@
+//! A deleted object of a flow recorded in its objects that has `onDelete` steps: the flow put
+//! its finalizer on the object when it served it (as a kopf operator puts its own), so the
+//! object waits while the `onDelete` steps run here, in memory, with the same runner and rules
+//! as its steps (`${trigger}` is `{event: delete}`); once they succeed, only our finalizer comes
+//! off. A failure is written into the object's status (naming the failed `spec.onDelete[i]`
+//! step and the next attempt) and tried again with the flow's `bind.retry` backoff; the object
+//! stays until a run succeeds, or the flow lets it go ([`super::release`]).
+//!
+//! The backoff of a deleted object is kept in this process's memory only (the object's served
+//! mark keeps its main run's): a restarted controller tries a deleted object again at once.
+
+use std::collections::BTreeMap;
+
+use kube::api::DynamicObject;
+use pseudoflow_compiler::compile::{compile, FlowId};
+use pseudoflow_crd::FlowPhase;
+use serde_json::{json, Value};
+
+use super::{retry, retry_now, Serving};
+use crate::bind::{child, object};
+use crate::flow::{finalizer, Error};
+
+/// Whether the bound flow's spec (as written) has `onDelete` steps, so that it holds a finalizer
+/// on each object it serves.
+pub fn has_on_delete(spec: &Value) -> bool {
+    spec["onDelete"].as_array().is_some_and(|s| !s.is_empty())
+}
+
+/// What a deleted object's `onDelete` run sees as `${trigger}`.
+fn delete_trigger() -> Value {
+    json!({"event": "delete", "changed": []})
+}
+
+impl Serving<'_> {
+    /// Serves `obj`, deleted while it carries our finalizer `fin`: runs its `onDelete` steps when
+    /// due (at once, or when the backoff of its last failure has passed), then removes `fin`;
+    /// returns why it cannot be served (the flow does not compile).
+    pub async fn serve_deleted(
+        &self,
+        obj: &DynamicObject,
+        fin: &str,
+    ) -> Result<Option<String>, Error> {
+        let name = object::key(obj);
+        let uid = obj.metadata.uid.as_deref().unwrap_or_default();
+        let outcomes = &self.r.own.outcomes;
+        let known = outcomes.scheduled(self.parent.uid, &name);
+        let known = known.filter(|s| s.uid == uid && s.trigger["event"] == "delete");
+        if known.as_ref().is_some_and(|k| retry_now() < k.due) {
+            return Ok(None);
+        }
+        let failures = known.map_or(0, |k| k.failures);
+        let view = object::view(obj);
+        let trigger = delete_trigger();
+        let made = child::child_flow(
+            &self.parent,
+            self.parent.name,
+            self.plural,
+            &view,
+            &trigger,
+            &BTreeMap::new(),
+        );
+        let id = FlowId {
+            name: self.parent.name,
+            namespace: Some(self.parent.namespace),
+        };
+        let compiled = match compile(&id, &made["spec"]) {
+            Ok(c) => c,
+            Err(d) => return Ok(Some(format!("{name}: the flow does not compile: {d}"))),
+        };
+        let Some(plan) = compiled.on_delete.clone() else {
+            // No onDelete steps (any more): nothing holds the object.
+            return self.let_go(obj, fin).await;
+        };
+        // The onDelete plan, run as the main one is: the same runner, deadline and account.
+        let on_delete = pseudoflow_compiler::Compiled {
+            plan,
+            on_delete: None,
+            ..compiled
+        };
+        let ran = self.run(&on_delete, &made["spec"], view, trigger.clone());
+        let (phase, message, vars) = match ran.await {
+            Ok((ran, _)) => self.ended(&on_delete, &ran),
+            Err(why) => return Ok(Some(format!("{name}: {why}"))),
+        };
+        if phase == FlowPhase::Succeeded {
+            return self.let_go(obj, fin).await;
+        }
+        // Every failure is tried again (the object stays until its onDelete succeeds, or the
+        // flow lets it go): even one that cannot be rendered, which a fixed flow mends.
+        let failures = failures.saturating_add(1);
+        let ended_at = retry_now();
+        let policy = self.bind.retry.unwrap_or_default();
+        let next = retry::told(&policy, failures, false, ended_at);
+        let message = message.map(|m| format!("{m}; {next}"));
+        self.tell(obj, message.as_deref(), false).await;
+        self.outcome(&name, message.clone(), true);
+        let due = retry::due(&policy, failures, ended_at);
+        let s = self.schedule(obj, failures, due, Some(trigger), "");
+        outcomes.schedule(self.parent.uid, &name, Some(s));
+        self.write_status(obj, &on_delete, phase, message, &vars)
+            .await?;
+        Ok(None)
+    }
+
+    /// Removes our finalizer `fin` from `obj` (gone meanwhile: done) and forgets it.
+    async fn let_go(&self, obj: &DynamicObject, fin: &str) -> Result<Option<String>, Error> {
+        match finalizer::set_named(&self.objects, obj, fin, false).await {
+            Ok(()) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+        let outcomes = &self.r.own.outcomes;
+        outcomes.record(self.parent.uid, object::key(obj), None);
+        Ok(None)
+    }
+}
