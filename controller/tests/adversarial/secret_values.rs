@@ -418,3 +418,70 @@ async fn values_padded_into_the_bound_object_do_not_spare_a_secret_value_from_re
         "the Secret's value leaked into: {found:?}"
     );
 }
+
+/// Issue #42, item 7, in the controller: a flow recorded in its objects (`record: Object`)
+/// evaluates `if` and `waitFor` itself, and writes what they saw into the object's status and
+/// Events. A condition, a wait that times out and a comparison that cannot be made, on a
+/// Secret's fields, name the field there and never the value. Before the fix the comparison's
+/// failure quoted the value into the object's status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conditions_on_a_secret_run_by_the_controller_for_an_object_name_the_field_not_its_value() {
+    let kind = TestKind::new("vaults.adversarial.example.com", "Vault");
+    let mut rules = rules();
+    rules[0]["verbs"] = json!(["get", "list", "watch"]);
+    rules.as_array_mut().unwrap().extend([
+        json!({"apiGroups": ["vaults.adversarial.example.com"], "resources": ["vaults"], "verbs": ["get", "list", "watch", "patch"]}),
+        json!({"apiGroups": ["vaults.adversarial.example.com"], "resources": ["vaults/status"], "verbs": ["patch"]}),
+    ]);
+    let (client, ns) = setup_with("secret-inobj", rules).await;
+    let vaults = kind.install(&client, &ns).await;
+    plant_secret(&client, &ns).await;
+    let secret = |path: &str, op: &str, value: &str| json!({"resource": {"kind": "Secret", "name": "db"}, "jsonPath": path, "op": op, "value": value});
+    let say = |text: &str| json!({"type": "log", "message": text});
+    create_flow(
+        &client,
+        &ns,
+        "vaults",
+        json!({
+            "serviceAccountName": "flow",
+            "bind": {"apiVersion": "vaults.adversarial.example.com/v1", "kind": "Vault",
+                     "record": "Object"},
+            "steps": [
+                {"type": "if", "condition": secret("{.data.pw}", "equals", "guess"),
+                 "then": [say("then")], "else": [say("else")]},
+                {"type": "waitFor", "resource": {"kind": "Secret", "name": "db"},
+                 "condition": "Custom", "jsonPath": "{.data.pw}", "op": "equals",
+                 "value": "never", "timeoutSeconds": 2, "continueOnError": true},
+                {"type": "if", "condition": secret("{.data.pin}", "greaterThan", "1000"),
+                 "then": [say("then")]},
+            ],
+        }),
+    )
+    .await;
+    apply(&client, kind.object(&ns, "one", json!({}))).await;
+    let status = || async { vaults.get("one").await.unwrap().data["status"].clone() };
+    eventually(90, "the Vault failed", || async {
+        status().await["phase"] == "Failed"
+    })
+    .await;
+    let object = status().await;
+    let forms = [CANARY, CANARY_BASE64, SHORT, SHORT_BASE64];
+    let found = leaks(
+        &client,
+        &ns,
+        &forms,
+        &[("the Vault's status", object.clone())],
+    )
+    .await;
+    assert!(
+        found.is_empty(),
+        "the Secret's value leaked into: {found:?}"
+    );
+    assert!(
+        object["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("{.data.pin} of the Secret"),
+        "the failure names the field: {object:#}"
+    );
+}
