@@ -62,13 +62,27 @@ pub fn values(run: &StoredRun, result: &StepResult) -> BTreeSet<String> {
     for included in run.includes.values().filter(|i| i.from_secret) {
         strings(&included.steps, true, &mut out);
     }
-    // What the flow's own spec says (for a bound object's flow, the object's fields too) is
-    // shown to whoever may read the flow anyway: a namespace name a loop went over is not cut
-    // out of the message that names it.
-    if let Some(spec) = run.spec.as_ref().map(Value::to_string) {
+    // What the flow's author wrote is shown to whoever may read the flow anyway: a namespace
+    // name a loop went over is not cut out of the message that names it.
+    if let Some(spec) = run.spec.as_ref().map(authored) {
         out.retain(|v| !spec.contains(v.as_str()));
     }
     out
+}
+
+/// The part of a run's spec its flow's author wrote, as text: without `bound` (the bound
+/// object, what changed in it, its related objects' versions), which whoever may write an
+/// object of the bound kind chooses. Were it trusted, a tenant would pad the object with every
+/// guess of a PIN and have the PIN spared from redaction.
+fn authored(spec: &Value) -> String {
+    match spec {
+        Value::Object(map) if map.contains_key("bound") => {
+            let mut map = map.clone();
+            map.remove("bound");
+            Value::Object(map).to_string()
+        }
+        other => other.to_string(),
+    }
 }
 
 /// `message` with each of `values` (longest first, so a value containing another goes whole)
@@ -160,6 +174,20 @@ mod tests {
             m,
             "exit 2: wrong pin [redacted] (pin=[redacted]); id 148210 and x4821 kept; ok stays"
         );
+    }
+
+    #[test]
+    fn a_value_the_bound_object_holds_is_still_redacted() {
+        let mut run = StoredRun::default();
+        run.vars.insert("pin".into(), json!("4821"));
+        let guesses: Vec<String> = (0..10_000).map(|n| format!("{n:04}")).collect();
+        run.spec = Some(json!({
+            "steps": [{"type": "exec", "cmd": "login"}],
+            "bound": {"object": {"spec": {"guesses": guesses}},
+                      "trigger": {"event": "update", "changed": [".spec.4821"]}},
+        }));
+        let m = failure(&run, StepResult::failed("exit 1: wrong pin 4821")).message;
+        assert_eq!(m, "exit 1: wrong pin [redacted]");
     }
 
     #[test]

@@ -168,6 +168,11 @@ pub fn display(kind: &str, ns: Option<&str>, name: &str) -> String {
     }
 }
 
+/// How a comparison on objects of `r` may show what it read: never a Secret's values.
+pub fn shown(r: &Resolved) -> crate::compare::Shown {
+    crate::compare::Shown::for_kind(&r.ar.group, &r.ar.kind)
+}
+
 /// The whole object as JSON, for jsonPath and readiness checks.
 pub fn to_json(obj: &DynamicObject) -> serde_json::Value {
     serde_json::to_value(obj).unwrap_or_default()

@@ -11,7 +11,7 @@ use kube::Client;
 use serde_json::{json, Value};
 
 use crate::common::harness::{apply, create_flow, setup_with, wait_done};
-use crate::common::{eventually, flows, TestKind};
+use crate::common::{eventually, flows, step, TestKind};
 
 const CANARY: &str = "pw-5c1e7a90b3d4";
 /// The canary as a Secret's `data` holds it.
@@ -283,4 +283,205 @@ async fn binding_to_secrets_is_an_invalid_spec_naming_the_path_and_no_child_is_m
     );
     let all = api.list(&ListParams::default()).await.unwrap();
     assert_eq!(all.items.len(), 1, "no child flow was made");
+}
+
+/// Issue #42, item 7: an `if` or `when` (in a pod, and in the controller for a flow with
+/// `apiSteps: Controller`), a `waitFor: Custom` that times out, and a comparison that cannot be
+/// made, each on a field of a Secret: status, Events and pod logs name the field, never its
+/// value. Before the fix the condition's result said `{.data.pw} is "<base64>"`, the timeout
+/// `last seen: ... is "<base64>"` and the comparison error quoted it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conditions_waits_and_comparisons_on_a_secret_name_the_field_not_its_value() {
+    // `waitFor` watches the Secret.
+    let mut rules = rules();
+    rules[0]["verbs"] = json!(["get", "list", "watch"]);
+    let (client, ns) = setup_with("secret-cond", rules).await;
+    plant_secret(&client, &ns).await;
+    let secret = |path: &str, op: &str, value: &str| json!({"resource": {"kind": "Secret", "name": "db"}, "jsonPath": path, "op": op, "value": value});
+    let say = |text: &str| json!({"type": "log", "message": text});
+    let steps = json!([
+        {"type": "if", "condition": secret("{.data.pw}", "equals", "guess"),
+         "then": [say("then")], "else": [say("else")]},
+        {"type": "when", "condition": secret("{.data.pin}", "notEquals", "")},
+        say("guarded"),
+        {"type": "waitFor", "resource": {"kind": "Secret", "name": "db"}, "condition": "Custom",
+         "jsonPath": "{.data.pw}", "op": "equals", "value": "never", "timeoutSeconds": 3,
+         "continueOnError": true},
+    ]);
+    let in_pods = json!({"serviceAccountName": "flow", "steps": steps});
+    let in_controller = json!({"serviceAccountName": "flow", "steps": steps,
+        "options": {"apiSteps": "Controller"}});
+    // Not numbers: an order comparison of the Secret's value fails the step.
+    let compare = json!({"serviceAccountName": "flow", "steps": [
+        {"type": "if", "condition": secret("{.data.pin}", "greaterThan", "1000"), "then": [say("then")]},
+    ]});
+    create_flow(&client, &ns, "in-pods", in_pods).await;
+    create_flow(&client, &ns, "in-controller", in_controller).await;
+    create_flow(&client, &ns, "compare", compare).await;
+    let statuses = [
+        wait_done(&client, &ns, "in-pods").await,
+        wait_done(&client, &ns, "in-controller").await,
+        wait_done(&client, &ns, "compare").await,
+    ];
+    let forms = [CANARY, CANARY_BASE64, SHORT, SHORT_BASE64];
+    let found = leaks(&client, &ns, &forms, &[]).await;
+    assert!(
+        found.is_empty(),
+        "the Secret's value leaked into: {found:?}"
+    );
+    for (name, status) in ["in-pods", "in-controller"].iter().zip(&statuses) {
+        assert_eq!(status["phase"], "Succeeded", "{name}: {status:#}");
+        let message = |path: &str| step(status, path)["message"].to_string();
+        assert!(
+            message("spec.steps[0]").contains("{.data.pw}"),
+            "{name}: the condition names the field: {status:#}"
+        );
+        assert!(
+            message("spec.steps[3]").contains("timed out")
+                && message("spec.steps[3]").contains("{.data.pw}"),
+            "{name}: the timeout names the field: {status:#}"
+        );
+    }
+    let status = &statuses[2];
+    assert_eq!(status["phase"], "Failed", "{status:#}");
+    assert!(
+        status.to_string().contains("{.data.pin}"),
+        "the comparison error names the field: {status:#}"
+    );
+}
+
+/// Issue #42, item 7: the bound object is the tenant's; what it holds must not spare a value
+/// from redaction. The tenant pads the object with every guess of a four-letter PIN, one of
+/// which is the PIN a failing command repeats: the failure still says `[redacted]`. Before the
+/// fix redaction kept every value found in the run's spec, the object included, and the PIN
+/// stood in the flow's and the object's status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_padded_into_the_bound_object_do_not_spare_a_secret_value_from_redaction() {
+    let kind = TestKind::new("padded.adversarial.example.com", "Login");
+    let mut rules = rules();
+    rules.as_array_mut().unwrap().extend([
+        json!({"apiGroups": ["padded.adversarial.example.com"], "resources": ["logins"], "verbs": ["get", "list", "watch", "patch"]}),
+        json!({"apiGroups": ["padded.adversarial.example.com"], "resources": ["logins/status"], "verbs": ["patch"]}),
+    ]);
+    let (client, ns) = setup_with("secret-padded", rules).await;
+    let logins = kind.install(&client, &ns).await;
+    plant_secret(&client, &ns).await;
+    // Fails when the read does (a pipe into base64 would succeed with an empty PIN), and is
+    // retried: a step pod may start before the API server's RBAC cache has its Role.
+    let read =
+        "p=$(kubectl get secret db -o jsonpath='{.data.pin}') && printf '%s' \"$p\" | base64 -d";
+    let read = json!({"type": "retry", "attempts": 3, "backoffSeconds": 1,
+        "steps": [{"type": "exec", "var": "pin", "cmd": read}]});
+    let fail = "echo \"wrong pin ${pin}\" >&2; exit 3";
+    create_flow(
+        &client,
+        &ns,
+        "logins",
+        json!({
+            "serviceAccountName": "flow",
+            "bind": {"apiVersion": "padded.adversarial.example.com/v1", "kind": "Login"},
+            "steps": [read, {"type": "exec", "cmd": fail}],
+        }),
+    )
+    .await;
+    // Every guess `qzxa` .. `qzxz`, the PIN among them.
+    let guesses: Vec<String> = (b'a'..=b'z').map(|c| format!("qzx{}", c as char)).collect();
+    assert!(guesses.iter().any(|g| g == SHORT));
+    apply(
+        &client,
+        kind.object(&ns, "one", json!({"guesses": guesses})),
+    )
+    .await;
+    let status = || async { logins.get("one").await.unwrap().data["status"].clone() };
+    eventually(90, "the Login failed", || async {
+        status().await["phase"] == "Failed"
+    })
+    .await;
+    let object = status().await;
+    let message = object["message"].as_str().unwrap_or_default().to_string();
+    assert!(
+        message.contains("wrong pin [redacted]"),
+        "the failure is redacted and still explained: {object:#}"
+    );
+    // The PIN itself stands in the object and its child flow's spec (the tenant put it
+    // there); as the failure says it, it must be nowhere.
+    let said = format!("pin {SHORT}");
+    let found = leaks(
+        &client,
+        &ns,
+        &[said.as_str()],
+        &[("the Login's status", object)],
+    )
+    .await;
+    assert!(
+        found.is_empty(),
+        "the Secret's value leaked into: {found:?}"
+    );
+}
+
+/// Issue #42, item 7, in the controller: a flow recorded in its objects (`record: Object`)
+/// evaluates `if` and `waitFor` itself, and writes what they saw into the object's status and
+/// Events. A condition, a wait that times out and a comparison that cannot be made, on a
+/// Secret's fields, name the field there and never the value. Before the fix the comparison's
+/// failure quoted the value into the object's status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conditions_on_a_secret_run_by_the_controller_for_an_object_name_the_field_not_its_value() {
+    let kind = TestKind::new("vaults.adversarial.example.com", "Vault");
+    let mut rules = rules();
+    rules[0]["verbs"] = json!(["get", "list", "watch"]);
+    rules.as_array_mut().unwrap().extend([
+        json!({"apiGroups": ["vaults.adversarial.example.com"], "resources": ["vaults"], "verbs": ["get", "list", "watch", "patch"]}),
+        json!({"apiGroups": ["vaults.adversarial.example.com"], "resources": ["vaults/status"], "verbs": ["patch"]}),
+    ]);
+    let (client, ns) = setup_with("secret-inobj", rules).await;
+    let vaults = kind.install(&client, &ns).await;
+    plant_secret(&client, &ns).await;
+    let secret = |path: &str, op: &str, value: &str| json!({"resource": {"kind": "Secret", "name": "db"}, "jsonPath": path, "op": op, "value": value});
+    let say = |text: &str| json!({"type": "log", "message": text});
+    create_flow(
+        &client,
+        &ns,
+        "vaults",
+        json!({
+            "serviceAccountName": "flow",
+            "bind": {"apiVersion": "vaults.adversarial.example.com/v1", "kind": "Vault",
+                     "record": "Object"},
+            "steps": [
+                {"type": "if", "condition": secret("{.data.pw}", "equals", "guess"),
+                 "then": [say("then")], "else": [say("else")]},
+                {"type": "waitFor", "resource": {"kind": "Secret", "name": "db"},
+                 "condition": "Custom", "jsonPath": "{.data.pw}", "op": "equals",
+                 "value": "never", "timeoutSeconds": 2, "continueOnError": true},
+                {"type": "if", "condition": secret("{.data.pin}", "greaterThan", "1000"),
+                 "then": [say("then")]},
+            ],
+        }),
+    )
+    .await;
+    apply(&client, kind.object(&ns, "one", json!({}))).await;
+    let status = || async { vaults.get("one").await.unwrap().data["status"].clone() };
+    eventually(90, "the Vault failed", || async {
+        status().await["phase"] == "Failed"
+    })
+    .await;
+    let object = status().await;
+    let forms = [CANARY, CANARY_BASE64, SHORT, SHORT_BASE64];
+    let found = leaks(
+        &client,
+        &ns,
+        &forms,
+        &[("the Vault's status", object.clone())],
+    )
+    .await;
+    assert!(
+        found.is_empty(),
+        "the Secret's value leaked into: {found:?}"
+    );
+    assert!(
+        object["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("{.data.pin} of the Secret"),
+        "the failure names the field: {object:#}"
+    );
 }

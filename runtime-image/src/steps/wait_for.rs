@@ -1,12 +1,13 @@
 //! `waitFor`: watch one object until it exists, is gone, is Ready, Available, Healthy, or
-//! passes a custom jsonPath test. Every observation is noted, so a timeout says what it saw.
+//! passes a custom jsonPath test. Every observation is noted, so a timeout says what it saw
+//! (of a Secret, the field, never its value).
 
 use pseudoflow_crd::common::Op;
 use pseudoflow_crd::protocol::StepResult;
 use pseudoflow_crd::steps::wait_for::{WaitCondition, WaitForStep};
 
 use crate::api;
-use crate::compare::evaluate;
+use crate::compare::{evaluate, Shown};
 use crate::context::ExecCtx;
 use crate::error::StepError;
 use crate::readiness::{self, Seen};
@@ -22,9 +23,10 @@ pub async fn run(ctx: &ExecCtx, step: &WaitForStep) -> Result<StepResult, StepEr
     let label = api::display(&res.kind, ns.as_deref(), &res.name);
     ctx.waiting_for(format!("{label} to be {:?}", step.condition));
     let call = api::call("get", &r, &res.name, ns.as_deref());
+    let shown = api::shown(&r);
     crate::watch::watch_until_with(ctx, api, call, step.interval_seconds, |o| {
         let json = o.map(api::to_json);
-        let seen = judge(step, &res.kind, json.as_ref())?;
+        let seen = judge(step, (&res.kind, shown), json.as_ref())?;
         Ok(Seen {
             done: seen.done,
             note: format!("{label}: {}", seen.note),
@@ -37,10 +39,11 @@ pub async fn run(ctx: &ExecCtx, step: &WaitForStep) -> Result<StepResult, StepEr
     ))
 }
 
-/// The verdict on one observation (None = the object does not exist).
+/// The verdict on one observation (None = the object does not exist) of an object of `kind`,
+/// whose values are shown as `shown` allows.
 pub fn judge(
     step: &WaitForStep,
-    kind: &str,
+    (kind, shown): (&str, Shown),
     obj: Option<&serde_json::Value>,
 ) -> Result<Seen, StepError> {
     let Some(obj) = obj else {
@@ -65,11 +68,12 @@ pub fn judge(
             let path = step.json_path.as_deref().unwrap_or_default();
             let op = step.op.unwrap_or(Op::Equals);
             let want = step.value.as_deref().unwrap_or_default();
-            let (done, actual) = evaluate(Some(obj), path, op, want).map_err(StepError::failed)?;
-            let shown = actual.map_or("missing".to_string(), |a| format!("{a:?}"));
+            let (done, actual) =
+                evaluate(Some(obj), path, op, want, shown).map_err(StepError::failed)?;
+            let found = shown.found(path, actual.as_deref());
             Seen {
                 done,
-                note: format!("{path} is {shown}, want {op:?} {want:?}"),
+                note: format!("{found}, want {}", shown.wanted(op, want)),
             }
         }
     })
@@ -80,6 +84,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    const POD: (&str, Shown) = ("Pod", Shown::Values);
+
     fn step(v: serde_json::Value) -> WaitForStep {
         serde_json::from_value(v).unwrap()
     }
@@ -87,11 +93,11 @@ mod tests {
     #[test]
     fn exist_and_deleted() {
         let s = step(json!({"resource": {"kind": "Pod", "name": "p"}, "condition": "Deleted"}));
-        assert!(judge(&s, "Pod", None).unwrap().done);
-        assert!(!judge(&s, "Pod", Some(&json!({}))).unwrap().done);
+        assert!(judge(&s, POD, None).unwrap().done);
+        assert!(!judge(&s, POD, Some(&json!({}))).unwrap().done);
         let s = step(json!({"resource": {"kind": "Pod", "name": "p"}, "condition": "Exist"}));
-        assert!(!judge(&s, "Pod", None).unwrap().done);
-        assert!(judge(&s, "Pod", Some(&json!({}))).unwrap().done);
+        assert!(!judge(&s, POD, None).unwrap().done);
+        assert!(judge(&s, POD, Some(&json!({}))).unwrap().done);
     }
 
     #[test]
@@ -100,7 +106,7 @@ mod tests {
             json!({"resource": {"kind": "Pod", "name": "p"}, "condition": "Custom",
             "jsonPath": ".status.phase", "op": "equals", "value": "Running"}),
         );
-        let seen = judge(&s, "Pod", Some(&json!({"status": {"phase": "Pending"}}))).unwrap();
+        let seen = judge(&s, POD, Some(&json!({"status": {"phase": "Pending"}}))).unwrap();
         assert!(!seen.done);
         assert_eq!(
             seen.note,
@@ -110,6 +116,28 @@ mod tests {
             json!({"resource": {"kind": "Pod", "name": "p"}, "condition": "Custom",
             "jsonPath": ".status.phase", "op": "greaterThan", "value": "3"}),
         );
-        assert!(judge(&s, "Pod", Some(&json!({"status": {"phase": "Pending"}}))).is_err());
+        assert!(judge(&s, POD, Some(&json!({"status": {"phase": "Pending"}}))).is_err());
+    }
+
+    #[test]
+    fn custom_on_a_secret_names_the_field_never_a_value() {
+        let s = step(
+            json!({"resource": {"kind": "Secret", "name": "db"}, "condition": "Custom",
+            "jsonPath": "{.data.pw}", "op": "equals", "value": "hunter2"}),
+        );
+        let secret = ("Secret", Shown::FieldOnly);
+        let seen = judge(&s, secret, Some(&json!({"data": {"pw": "cHctc2VjcmV0"}}))).unwrap();
+        assert!(!seen.done);
+        assert_eq!(
+            seen.note,
+            "{.data.pw} of the Secret is set (its value is not shown), want Equals a value not shown"
+        );
+        let s = step(
+            json!({"resource": {"kind": "Secret", "name": "db"}, "condition": "Custom",
+            "jsonPath": "{.data.pw}", "op": "greaterThan", "value": "3"}),
+        );
+        let e = judge(&s, secret, Some(&json!({"data": {"pw": "cHctc2VjcmV0"}}))).unwrap_err();
+        assert!(!e.to_string().contains("cHctc2VjcmV0"), "{e}");
+        assert!(e.to_string().contains("{.data.pw}"), "{e}");
     }
 }
