@@ -1,0 +1,86 @@
+//! A tenant who may create objects of a bound kind tries to choose where the flow acts (issue
+//! #42, item 5): their object names another namespace, whose Secret a flow taking the copy's
+//! source namespace from `${object.spec.from}` would copy into theirs with the flow's
+//! ServiceAccount (which, as in a flow serving many namespaces, may read Secrets there). The
+//! flow is refused before it serves any object, naming the field's path, and nothing is copied.
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::Api;
+use serde_json::json;
+
+use crate::common::bound::*;
+use crate::common::{apply, create_flow, eventually, flows};
+
+const CANARY: &str = "steer-canary-0c1f";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_objects_namespace_never_chooses_where_a_copy_reads_the_flow_is_refused_naming_the_path()
+{
+    let (client, ns) = setup("bind-steer", all_verbs()).await;
+    // The victim: a namespace whose Secret the flow's ServiceAccount may read.
+    let victim = format!("{ns}-victim");
+    apply(
+        &client,
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": victim}}),
+    )
+    .await;
+    apply(
+        &client,
+        json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "db-admin", "namespace": victim}, "stringData": {"password": CANARY}}),
+    )
+    .await;
+    for at in [&victim, &ns] {
+        apply(&client, json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "secrets", "namespace": at},
+            "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create", "patch"]}]}))
+        .await;
+        apply(
+            &client,
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": "secrets", "namespace": at},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "secrets"},
+            "subjects": [{"kind": "ServiceAccount", "name": "flow", "namespace": ns}]}),
+        )
+        .await;
+    }
+    create_flow(&client, &ns, "sync", json!({
+        "serviceAccountName": "flow",
+        "bind": {"apiVersion": format!("{GROUP}/v1"), "kind": "Widget"},
+        "steps": [{"type": "copy", "name": "share",
+            "from": {"kind": "Secret", "name": "db-admin", "namespace": "${object.spec.from}"},
+            "to": [{"namespace": "${object.metadata.namespace}", "name": "${object.metadata.name}-copy"}]}]}))
+    .await;
+    create_widget(&client, &ns, "w", json!({"version": "one", "from": victim})).await;
+
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let status = || async {
+        flows(&client, &ns)
+            .get("sync")
+            .await
+            .map(|f| f.data["status"].clone())
+            .unwrap_or_default()
+    };
+    eventually(
+        90,
+        "the flow refused (or the victim's Secret copied)",
+        || async {
+            status().await["reason"] == "InvalidSpec"
+                || secrets.get_opt("w-copy").await.unwrap().is_some()
+        },
+    )
+    .await;
+    let st = status().await;
+    assert_eq!(st["reason"], "InvalidSpec", "{st:#}");
+    let message = st["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("spec.steps[0].from.namespace") && message.contains("object.spec.from"),
+        "{message}"
+    );
+    // Given the time a run takes, the copy would be there by now.
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    assert!(
+        secrets.get_opt("w-copy").await.unwrap().is_none(),
+        "the victim's Secret was copied into the tenant's namespace"
+    );
+}
