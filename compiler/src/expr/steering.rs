@@ -412,4 +412,39 @@ mod tests {
         let errors = bound(json!({}), steps).unwrap_err();
         assert_paths(&errors, &["spec.steps[1].resource.namespace"]);
     }
+
+    /// Steps an include fetched are checked with the flow, as its own are.
+    #[test]
+    fn an_included_step_taking_a_namespace_from_object_data_is_refused() {
+        let id = crate::FlowId {
+            name: "sync",
+            namespace: Some("ops"),
+        };
+        let spec = json!({"bind": {"apiVersion": "example.com/v1", "kind": "Sync"},
+            "steps": [
+                {"type": "template", "output": "ns", "template": "{{ object.spec.ns }}"},
+                {"type": "include", "source": {"configMapRef": {"name": "c", "key": "k"}}}]});
+        let c = crate::compile(&id, &spec).unwrap();
+        let node = c.plan.nodes().find(|n| n.step_type == "include").unwrap();
+        let steps = crate::validate_included(
+            &json!([{"type": "delete", "target": {"kind": "Secret", "name": "s", "namespace": "${ns}"}}]),
+            &node.id,
+        )
+        .unwrap();
+        let expansions: crate::Expansions = [(node.id.clone(), steps)].into();
+        let found: Vec<String> = crate::compile_expanded(&id, &spec, &expansions)
+            .unwrap_err()
+            .0
+            .iter()
+            .map(|d| format!("{:?} {}: {}", d.severity, d.path, d.message))
+            .collect();
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0].starts_with(&format!(
+                "Error {}[0].target.namespace: ${{ns}} sets the namespace",
+                node.id
+            )),
+            "{found:?}"
+        );
+    }
 }

@@ -3,6 +3,7 @@
 //! source namespace from `${object.spec.from}` would copy into theirs with the flow's
 //! ServiceAccount (which, as in a flow serving many namespaces, may read Secrets there). The
 //! flow is refused before it serves any object, naming the field's path, and nothing is copied.
+//! The one opt-in, for a copy's target, is told in the flow's status.
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
@@ -82,5 +83,74 @@ async fn an_objects_namespace_never_chooses_where_a_copy_reads_the_flow_is_refus
     assert!(
         secrets.get_opt("w-copy").await.unwrap().is_none(),
         "the victim's Secret was copied into the tenant's namespace"
+    );
+}
+
+/// The opt-in seed 002's SecSynch uses: `allowObjectData: [targetNamespace]` lets the object
+/// choose where a `copy` writes, and the flow's status says so (a warning naming the path),
+/// while the copy still lands only where the flow's ServiceAccount may write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_target_taken_from_the_object_when_allowed_is_told_in_status_and_copies() {
+    let (client, ns) = setup("bind-steer-ok", all_verbs()).await;
+    let target = format!("{ns}-t");
+    apply(
+        &client,
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": target}}),
+    )
+    .await;
+    apply(
+        &client,
+        json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "shared", "namespace": ns}, "stringData": {"k": "v"}}),
+    )
+    .await;
+    for (at, verbs) in [
+        (&ns, json!(["get"])),
+        (&target, json!(["get", "create", "patch"])),
+    ] {
+        apply(
+            &client,
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "secrets", "namespace": at},
+            "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": verbs}]}),
+        )
+        .await;
+        apply(
+            &client,
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": "secrets", "namespace": at},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "secrets"},
+            "subjects": [{"kind": "ServiceAccount", "name": "flow", "namespace": ns}]}),
+        )
+        .await;
+    }
+    create_flow(
+        &client,
+        &ns,
+        "sync",
+        json!({
+        "serviceAccountName": "flow",
+        "allowObjectData": ["targetNamespace"],
+        "bind": {"apiVersion": format!("{GROUP}/v1"), "kind": "Widget"},
+        "steps": [{"type": "copy", "name": "share",
+            "from": {"kind": "Secret", "name": "shared"},
+            "to": [{"namespace": "${object.spec.to}"}]}]}),
+    )
+    .await;
+    create_widget(&client, &ns, "w", json!({"version": "one", "to": target})).await;
+    let copies: Api<Secret> = Api::namespaced(client.clone(), &target);
+    eventually(
+        120,
+        "the copy in the namespace the object names",
+        || async { copies.get_opt("shared").await.unwrap().is_some() },
+    )
+    .await;
+    let st = flows(&client, &ns).get("sync").await.unwrap().data["status"].clone();
+    let warnings = st["warnings"].as_array().cloned().unwrap_or_default();
+    assert!(
+        warnings.iter().any(|w| w.as_str().is_some_and(|w| w
+            .starts_with("spec.steps[0].to[0].namespace: ${object.spec.to} takes the namespace")
+            && w.contains("spec.allowObjectData: [targetNamespace]"))),
+        "{st:#}"
     );
 }
