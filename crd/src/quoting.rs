@@ -70,7 +70,8 @@ pub enum ObjectDataField {
     ServiceAccountName,
     /// A step's `namespace`: the tenant would pick where the flow's ServiceAccount acts.
     Namespace,
-    /// A step's `nodeSelector`: the tenant would pick the nodes a step changes.
+    /// A step's `nodeSelector`, or the `node` a `cordon`/`drain`/`uncordon` changes: the
+    /// tenant would pick the nodes a step changes (warned when allowed for the latter).
     NodeSelector,
     /// The namespace a `copy` writes to (`to[].namespace`) or a `delete` with `onlyCopies`
     /// deletes in (`target.namespace`): steps that touch only copies this flow made. Every

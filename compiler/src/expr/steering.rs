@@ -19,6 +19,8 @@ pub(super) enum Choice {
     NodePath,
     /// Lines of a node file: a tenant's line break adds one.
     NodeLines,
+    /// The node a step cordons, drains or uncordons (as a node selector picks nodes).
+    Node,
 }
 
 /// A field that chooses where its step acts, and the `spec.allowObjectData` value that may let
@@ -82,6 +84,12 @@ pub(super) fn steered(kind: &StepKind, relative: &str) -> Option<Steered> {
             choice: Choice::NodeLines,
             opt_in: Some(ObjectDataField::NodeFileLines),
         }),
+        StepKind::Cordon(_) | StepKind::Drain(_) | StepKind::Uncordon(_) if field == "node" => {
+            Some(Steered {
+                choice: Choice::Node,
+                opt_in: Some(ObjectDataField::NodeSelector),
+            })
+        }
         _ => None,
     }
 }
@@ -114,7 +122,7 @@ fn exempt(choice: Choice, expr: &str) -> bool {
     let expr = expr.trim();
     match choice {
         Choice::Namespace => expr == "object.metadata.namespace",
-        Choice::Kind | Choice::NodePath => false,
+        Choice::Kind | Choice::NodePath | Choice::Node => false,
         Choice::NodeLines => {
             matches!(expr, "object.metadata.namespace" | "object.metadata.name")
                 || super::is_oneline(expr)
@@ -129,6 +137,7 @@ fn chooses(choice: Choice) -> &'static str {
         Choice::Kind => "the kind of an object the step acts on",
         Choice::NodePath => "a node file's path",
         Choice::NodeLines => "lines of a node file",
+        Choice::Node => "the node the step changes",
     }
 }
 
@@ -165,6 +174,11 @@ fn refusal(choice: Choice, opt_in: Option<ObjectDataField>, e: &str, tenant: &st
              spec.allowObjectData: [{}]",
             opt.field()
         ),
+        (Choice::Node, Some(opt)) => format!(
+            "they would choose which node is cordoned or drained; write `${{node}}` in a \
+             loopNodes with a fixed selector, or allow it with spec.allowObjectData: [{}]",
+            opt.field()
+        ),
         (_, Some(opt)) => format!(
             "they would choose where the flow's ServiceAccount writes; write a fixed \
              namespace or ${{object.metadata.namespace}}, or allow it with \
@@ -192,6 +206,10 @@ fn allowed_warning(opt: ObjectDataField, e: &str, tenant: &str) -> String {
         ObjectDataField::NodeFileLines => {
             "a line break in it lets them add lines to the file, written as root"
         }
+        ObjectDataField::NodeSelector => {
+            "they choose which node is cordoned, drained or uncordoned, among those the flow's \
+             ServiceAccount may patch"
+        }
         _ => {
             "they choose the namespaces (among those the flow's ServiceAccount may write) \
              where this flow's copies are made and deleted; an object the flow did not copy \
@@ -203,6 +221,7 @@ fn allowed_warning(opt: ObjectDataField, e: &str, tenant: &str) -> String {
          allows: {lets}",
         match opt {
             ObjectDataField::NodeFileLines => "lines of a node file",
+            ObjectDataField::NodeSelector => "the node this step changes",
             _ => "the namespace this step writes to",
         },
         opt.field()
@@ -446,5 +465,34 @@ mod tests {
             )),
             "{found:?}"
         );
+    }
+
+    /// The node a step cordons, drains or uncordons is where it acts, as a node selector is:
+    /// refused unless `allowObjectData: [nodeSelector]`, then warned.
+    #[test]
+    fn a_node_to_cordon_or_drain_from_object_data_is_refused_unless_nodes_are_allowed() {
+        let steps = json!([
+            {"type": "cordon", "node": "${object.spec.node}"},
+            {"type": "drain", "node": "${object.spec.node}"},
+            {"type": "uncordon", "node": "${object.spec.node}"},
+        ]);
+        let errors = bound(json!({}), steps.clone()).unwrap_err();
+        assert_paths(
+            &errors,
+            &[
+                "spec.steps[0].node",
+                "spec.steps[1].node",
+                "spec.steps[2].node",
+            ],
+        );
+        assert!(
+            errors[0].contains("sets the node the step changes from \"object\"")
+                && errors[0].contains("spec.allowObjectData: [nodeSelector]"),
+            "{errors:#?}"
+        );
+        let c = bound(json!({"allowObjectData": ["nodeSelector"]}), steps).unwrap();
+        let w = warnings(&c);
+        assert_eq!(w.len(), 3, "{w:#?}");
+        assert!(w[0].starts_with("spec.steps[0].node: "), "{w:#?}");
     }
 }
