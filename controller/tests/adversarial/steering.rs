@@ -154,3 +154,70 @@ async fn a_copy_target_taken_from_the_object_when_allowed_is_told_in_status_and_
         "{st:#}"
     );
 }
+
+/// What the compiler cannot see: an `applyFile` artifact is read at run time. Its object's
+/// namespace read straight from the bound object (`namespace: ${object.spec.ns}`) fails the
+/// step naming the body's field; nothing is written in the namespace the tenant named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_artifacts_namespace_taken_from_the_object_fails_the_step_and_writes_nothing_there() {
+    let (client, ns) = setup("bind-steer-art", all_verbs()).await;
+    let victim = format!("{ns}-victim");
+    apply(
+        &client,
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": victim}}),
+    )
+    .await;
+    apply(&client, json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "cms", "namespace": victim},
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "patch"]}]}))
+    .await;
+    apply(
+        &client,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "cms", "namespace": victim},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "cms"},
+        "subjects": [{"kind": "ServiceAccount", "name": "flow", "namespace": ns}]}),
+    )
+    .await;
+    apply(&client, json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "arts", "namespace": ns},
+        "data": {"app.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ${object.metadata.name}-planted\n  namespace: ${object.spec.ns}\n"}}))
+    .await;
+    create_flow(
+        &client,
+        &ns,
+        "art",
+        json!({
+        "serviceAccountName": "flow",
+        "artifacts": [{"configMap": "arts"}],
+        "bind": {"apiVersion": format!("{GROUP}/v1"), "kind": "Widget"},
+        "steps": [{"type": "applyFile", "path": "app.yaml"}]}),
+    )
+    .await;
+    create_widget(&client, &ns, "w", json!({"version": "one", "ns": victim})).await;
+    let planted = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), &victim);
+    let failure = || async {
+        flows(&client, &ns).get("art").await.unwrap().data["status"]["bound"]["failures"][0]
+            ["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    eventually(
+        120,
+        "the step failed (or the ConfigMap planted)",
+        || async {
+            !failure().await.is_empty() || planted.get_opt("w-planted").await.unwrap().is_some()
+        },
+    )
+    .await;
+    assert!(
+        planted.get_opt("w-planted").await.unwrap().is_none(),
+        "the artifact's object was written in the namespace the tenant named"
+    );
+    let message = failure().await;
+    assert!(
+        message.contains("app.yaml[0].metadata.namespace") && message.contains("tenant data"),
+        "{message}"
+    );
+}
