@@ -1,6 +1,7 @@
-//! How `${...}` enters a shell command (`spec.shellQuoting`) and which pod settings may come from
-//! a bound object's data (`spec.allowObjectData`): tenant data is data unless the author says
-//! otherwise (docs/decisions.md#quoted-by-default).
+//! How `${...}` enters a shell command (`spec.shellQuoting`) and which pod settings, copy
+//! targets and node-file lines may come from a bound object's data (`spec.allowObjectData`):
+//! tenant data is data unless the author says otherwise (docs/decisions.md#quoted-by-default,
+//! docs/decisions.md#tenant-data-never-chooses-where-a-step-acts).
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -55,8 +56,9 @@ pub fn default_by_version(object: &mut serde_json::Value) {
     }
 }
 
-/// A pod setting that is refused when an expression in it reads a bound object's data, unless
-/// the flow names it in `spec.allowObjectData`.
+/// A setting that is refused when an expression in it reads a bound object's data, unless the
+/// flow names it in `spec.allowObjectData`: a pod setting of the step's own, or one of the two
+/// choices a tenant may be let make where the step contains them (a warning when allowed).
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
 )]
@@ -68,12 +70,21 @@ pub enum ObjectDataField {
     ServiceAccountName,
     /// A step's `namespace`: the tenant would pick where the flow's ServiceAccount acts.
     Namespace,
-    /// A step's `nodeSelector`: the tenant would pick the nodes a step changes.
+    /// A step's `nodeSelector`, or the `node` a `cordon`/`drain`/`uncordon` changes: the
+    /// tenant would pick the nodes a step changes (warned when allowed for the latter).
     NodeSelector,
+    /// The namespace a `copy` writes to (`to[].namespace`) or a `delete` with `onlyCopies`
+    /// deletes in (`target.namespace`): steps that touch only copies this flow made. Every
+    /// other namespace or kind of an object a step acts on is refused whatever this says.
+    TargetNamespace,
+    /// Line breaks in tenant data written into a node file (`configFile.content`,
+    /// `patchFile.replace`): without this, such a value must be written `${ x | oneline }`,
+    /// which fails the step on a value with a line break.
+    NodeFileLines,
 }
 
 impl ObjectDataField {
-    /// Every guarded setting.
+    /// Every guarded pod setting (a field of the step itself).
     pub const ALL: [ObjectDataField; 4] = [
         ObjectDataField::Image,
         ObjectDataField::ServiceAccountName,
@@ -81,13 +92,16 @@ impl ObjectDataField {
         ObjectDataField::NodeSelector,
     ];
 
-    /// The field name as written in a step (`image`, `nodeSelector`...).
+    /// The value as `spec.allowObjectData` writes it; for a pod setting, the field name as
+    /// written in a step (`image`, `nodeSelector`...).
     pub fn field(self) -> &'static str {
         match self {
             ObjectDataField::Image => "image",
             ObjectDataField::ServiceAccountName => "serviceAccountName",
             ObjectDataField::Namespace => "namespace",
             ObjectDataField::NodeSelector => "nodeSelector",
+            ObjectDataField::TargetNamespace => "targetNamespace",
+            ObjectDataField::NodeFileLines => "nodeFileLines",
         }
     }
 

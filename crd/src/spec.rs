@@ -88,6 +88,8 @@ pub struct PseudoFlowSpec {
     pub shell_quoting: Option<crate::quoting::ShellQuoting>,
     /// Pod settings (`image`, `namespace`, `nodeSelector`, `serviceAccountName`) that may be
     /// taken from a bound object's data; any other is refused when an expression reads it.
+    /// `targetNamespace` lets the object choose where a `copy` writes and a `delete` with
+    /// `onlyCopies` deletes; `nodeFileLines` lets its line breaks into node files (both warned).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow_object_data: Vec<crate::quoting::ObjectDataField>,
 }

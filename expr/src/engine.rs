@@ -86,6 +86,7 @@ fn configure(env: &mut Environment<'_>) {
     env.add_function("json", json_fn);
     env.add_filter("shq", crate::shell::shq);
     env.add_filter("raw", crate::shell::raw);
+    env.add_filter("oneline", crate::lines::oneline);
     env.remove_global("debug");
     crate::guard::install(env);
 }

@@ -70,6 +70,7 @@ const FILTERS: &[&str] = &[
     "urlencode",
     "shq",
     "raw",
+    "oneline",
 ];
 
 /// Methods of strings, maps and lists (minijinja's own and the Python-like ones), guarded.

@@ -8,12 +8,14 @@ mod cost;
 mod depth;
 mod engine;
 mod guard;
+mod lines;
 mod scan;
 mod shell;
 
 pub use budget::{MAX_RESULT_BYTES, MAX_WORK_BYTES};
 pub use depth::{check_depth, DepthError, MAX_DEPTH};
 pub use engine::{Engine, ExprRef, Scope, SubstError, Warning, FUEL, MAX_EXPRESSION_BYTES};
+pub use lines::is_oneline;
 pub use scan::{has_expressions, scan, ScanError, Segment};
 pub use shell::{is_quoted, is_raw, quote as shell_quote};
 

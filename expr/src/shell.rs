@@ -47,7 +47,8 @@ pub fn is_raw(expr: &str) -> bool {
     outermost_filter(expr).as_deref() == Some("raw")
 }
 
-fn outermost_filter(expr: &str) -> Option<String> {
+/// The name of the filter applied last in `expr`, if its outermost operation is a filter.
+pub(crate) fn outermost_filter(expr: &str) -> Option<String> {
     use minijinja::machinery::{ast::Expr, parse_expr};
     match parse_expr(expr.trim()) {
         Ok(Expr::Filter(f)) => Some(f.name.to_string()),

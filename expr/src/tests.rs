@@ -278,3 +278,35 @@ fn a_quoting_command_inserts_each_value_as_one_shell_word_unless_raw() {
         json!("x; id -u")
     );
 }
+
+/// docs/decisions.md#tenant-data-never-chooses-where-a-step-acts: `oneline` passes a value with
+/// no line break as it is and fails the substitution on one that has one (a tenant's newline
+/// would add a line to a node file).
+#[test]
+fn oneline_refuses_a_value_with_a_line_break() {
+    let e = Engine::new();
+    let sc = scope(&[
+        ("ok", json!("alice")),
+        ("n", json!(3)),
+        ("nl", json!("alice\nroot ALL=(ALL) NOPASSWD: ALL")),
+        ("cr", json!("a\rb")),
+    ]);
+    let (v, _) = e
+        .substitute_str("user=${ ok | oneline } n=${ n | oneline }", &sc, "p")
+        .unwrap();
+    assert_eq!(v, json!("user=alice n=3"));
+    for var in ["nl", "cr"] {
+        let err = e
+            .substitute_str(
+                &format!("user=${{ {var} | oneline }}"),
+                &sc,
+                "spec.steps[0].content",
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("line break"), "{err}");
+        assert!(!err.contains("NOPASSWD"), "the value is not quoted: {err}");
+    }
+    assert!(crate::is_oneline(" ok | oneline "));
+    assert!(!crate::is_oneline("ok"));
+}

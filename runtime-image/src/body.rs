@@ -33,6 +33,7 @@ pub fn substitute(
         .enumerate()
         .map(|(i, obj)| {
             let path = format!("{origin}[{i}]");
+            refuse_tenant_targets(&engine, obj, &path, secret)?;
             engine
                 .substitute(obj, vars, &path)
                 .map(|(v, _warnings)| v)
@@ -48,6 +49,47 @@ pub fn substitute(
                 })
         })
         .collect()
+}
+
+/// The fields of a body's object that choose where it is written and as what.
+const TARGET_FIELDS: [&str; 3] = ["metadata.namespace", "kind", "apiVersion"];
+
+/// Refuses a body object whose namespace, kind or apiVersion reads the bound object or its
+/// trigger (tenant data) straight, except the object's own namespace: the compiler refuses
+/// these in a step's fields, but a body is read only at run time
+/// (docs/decisions.md#tenant-data-never-chooses-where-a-step-acts). A variable the flow derived
+/// from the object is not traced here.
+fn refuse_tenant_targets(
+    engine: &Engine,
+    obj: &Value,
+    path: &str,
+    secret: bool,
+) -> Result<(), StepError> {
+    for field in TARGET_FIELDS {
+        let pointer = format!("/{}", field.replace('.', "/"));
+        let Some(text) = obj.pointer(&pointer).and_then(Value::as_str) else {
+            continue;
+        };
+        let at = format!("{path}.{field}");
+        // An expression that does not parse fails in the substitution that follows.
+        for r in engine.check(text, &at).unwrap_or_default() {
+            let tenant = r.names.iter().any(|n| n == "object" || n == "trigger");
+            let own = field == "metadata.namespace" && r.expr.trim() == "object.metadata.namespace";
+            if tenant && !own {
+                let expr = if secret {
+                    "an expression".to_string()
+                } else {
+                    format!("${{{}}}", r.expr.trim())
+                };
+                return Err(StepError::failed(format!(
+                    "{at}: {expr} takes it from the bound object, tenant data: whoever may \
+                     edit objects of the kind would choose where this body's object is written \
+                     and as what; write a fixed value (or ${{object.metadata.namespace}})"
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -123,5 +165,34 @@ mod tests {
         let sc = vars(&json!({"type": "applyFile", "bodyVars": {"a": "1", "n": 2}}));
         assert_eq!(sc.get("n"), Some(&json!(2)));
         assert!(vars(&json!({"type": "applyFile"})).is_empty());
+    }
+
+    /// Issue #42 item 5, for what the compiler cannot see: an artifact's (or an included
+    /// body's) namespace, kind or apiVersion read straight from the bound object is refused,
+    /// naming the field; the object's own namespace and other fields stay allowed.
+    #[test]
+    fn a_body_never_takes_its_namespace_or_kind_from_the_bound_object() {
+        let sc = scope(&[
+            (
+                "object",
+                json!({"metadata": {"namespace": "team", "name": "w"}, "spec": {"ns": "kube-system", "kind": "Secret"}}),
+            ),
+            ("trigger", json!({"event": "create"})),
+        ]);
+        for (text, field) in [
+            ("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n  namespace: ${object.spec.ns}\n", "metadata.namespace"),
+            ("apiVersion: v1\nkind: ${object.spec.kind}\nmetadata:\n  name: c\n", "kind"),
+            ("apiVersion: ${trigger.event}/v1\nkind: ConfigMap\nmetadata:\n  name: c\n", "apiVersion"),
+        ] {
+            let err = substitute(body(text), &sc, "app.yaml", false)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(&format!("app.yaml[0].{field}")), "{err}");
+            assert!(err.contains("tenant data"), "{err}");
+        }
+        let ok = body("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ${object.spec.ns}\n  namespace: ${object.metadata.namespace}\ndata:\n  kind: ${object.spec.kind}\n");
+        let out = substitute(ok, &sc, "app.yaml", false).unwrap();
+        assert_eq!(out[0]["metadata"]["namespace"], "team");
+        assert_eq!(out[0]["data"]["kind"], "Secret");
     }
 }

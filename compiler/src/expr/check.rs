@@ -1,7 +1,8 @@
 //! Compile-time checks of every `${...}` in a whole flow: syntax, and names that no variable,
 //! step output or loop provides — so a typo fails the flow before anything runs; and where
-//! tenant data ([`super::taint`]) goes: opted out of quoting in a command (a warning) or into a
-//! step's image, namespace or node selector (an error unless `spec.allowObjectData` allows it).
+//! tenant data ([`super::taint`]) goes: opted out of quoting in a command (a warning), into a
+//! step's image, namespace or node selector (an error unless `spec.allowObjectData` allows it),
+//! or into where a step acts ([`super::steering`]).
 
 use std::collections::BTreeSet;
 
@@ -121,6 +122,9 @@ impl Checker<'_> {
             }
             self.step_path.clone_from(&here);
             self.strings(&raw, &here, loop_vars, &step.kind);
+            if let StepKind::Apply(p) = &step.kind {
+                self.manifest_targets(&p.manifests, &here);
+            }
             let outer = self.item_tainted;
             if let StepKind::Loop(_) = step.kind {
                 self.item_tainted =
@@ -240,6 +244,11 @@ impl Checker<'_> {
         if let Some(field) = ObjectDataField::of_field(relative) {
             self.object_data_setting(path, field, &expr, &names);
         }
+        if let Some(steered) = super::steering::steered(kind, relative) {
+            if let Some(name) = self.tenant_data(&names) {
+                super::steering::check(self.diags, self.allowed, path, steered, &expr, name);
+            }
+        }
         if !self.included {
             self.unknown(path, &names, plain, vars, &expr);
         }
@@ -274,7 +283,8 @@ impl Checker<'_> {
     }
 
     /// Refuses a pod setting taken from tenant data unless `spec.allowObjectData` names it.
-    /// The object's own name and namespace are the API server's, not free text.
+    /// The object's own namespace is the API server's, not free text (its name too, except as
+    /// a namespace).
     fn object_data_setting(
         &mut self,
         path: &str,
@@ -282,10 +292,12 @@ impl Checker<'_> {
         expr: &str,
         names: &[String],
     ) {
-        let own = matches!(
-            expr.trim(),
-            "object.metadata.namespace" | "object.metadata.name"
-        );
+        // The object's name is no namespace: a tenant may name an object `kube-system`.
+        let own = match expr.trim() {
+            "object.metadata.namespace" => true,
+            "object.metadata.name" => field != ObjectDataField::Namespace,
+            _ => false,
+        };
         if own || self.allowed.contains(&field) {
             return;
         }
@@ -302,6 +314,53 @@ impl Checker<'_> {
                 expr.trim()
             ),
         );
+    }
+
+    /// Refuses tenant data in the namespace, kind or apiVersion of an `apply` manifest (parsed
+    /// as the executor parses it, before substitution): the object would be written where, and
+    /// as what, the tenant says. An unparseable `manifests` is the step's validation's error.
+    fn manifest_targets(&mut self, manifests: &Value, here: &str) {
+        use super::steering::{Choice, Steered};
+        let Ok(objects) = pseudoflow_crd::steps::apply::manifest_objects(manifests) else {
+            return;
+        };
+        for (i, obj) in objects.iter().enumerate() {
+            for (field, choice) in [
+                ("metadata.namespace", Choice::Namespace),
+                ("kind", Choice::Kind),
+                ("apiVersion", Choice::Kind),
+            ] {
+                let pointer = format!("/{}", field.replace('.', "/"));
+                let Some(text) = obj.pointer(&pointer).and_then(Value::as_str) else {
+                    continue;
+                };
+                let path = format!("{here}.manifests[{i}].{field}");
+                let steered = Steered {
+                    choice,
+                    opt_in: None,
+                };
+                for seg in super::scan(text).unwrap_or_default() {
+                    let super::Segment::Expr(e) = seg else {
+                        continue;
+                    };
+                    let Ok(refs) = self.engine.check(&format!("${{{e}}}"), &path) else {
+                        continue;
+                    };
+                    for r in refs {
+                        if let Some(name) = self.tenant_data(&r.names) {
+                            super::steering::check(
+                                self.diags,
+                                self.allowed,
+                                &path,
+                                steered,
+                                &r.expr,
+                                name,
+                            );
+                        }
+                    }
+                }
+            }
+        }
     }
 
     /// Checks one of a bound flow's status fields (rendered over the run's variables).

@@ -4,6 +4,7 @@
 
 mod check;
 mod payload;
+mod steering;
 mod taint;
 
 pub use check::{check_expressions, check_with_includes};

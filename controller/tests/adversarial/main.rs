@@ -18,4 +18,5 @@ mod own_kinds;
 mod run_state;
 mod secret_values;
 mod secrets;
+mod steering;
 mod webhook_port;

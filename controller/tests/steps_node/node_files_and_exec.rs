@@ -207,3 +207,30 @@ async fn delete_file_on_a_node_removes_only_that_nodes_file() {
     assert_eq!(work(&st, "spec.steps[2]")["changed"], false, "{st:#}");
     ctl.abort();
 }
+
+/// `${ x | oneline }` in a node file's content (what the compiler asks for on a bound object's
+/// data there): a one-line value is written, a value with a line break fails the step naming
+/// the field, without printing the value, and the file is not written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oneline_writes_one_line_and_fails_the_step_on_a_line_break() {
+    let (client, ns, ctl) = node_setup("oneline").await;
+    let good = format!("/etc/pseudoflow/{ns}-good.conf");
+    let bad = format!("/etc/pseudoflow/{ns}-bad.conf");
+    create_flow(&client, &ns, "lines", json!({
+        "serviceAccountName": "flow",
+        "vars": {"user": "alice", "evil": "alice\nroot ALL=(ALL) NOPASSWD: ALL"},
+        "steps": [
+            {"type": "configFile", "path": good, "nodeSelector": on("worker-0"), "content": "user=${ user | oneline }\n"},
+            {"type": "configFile", "path": bad, "nodeSelector": on("worker-0"), "content": "user=${ evil | oneline }\n"},
+        ]
+    }))
+    .await;
+    let st = wait_done(&client, &ns, "lines", 120).await;
+    assert_eq!(st["phase"], "Failed", "{st:#}");
+    assert_eq!(read("worker-0", &good).as_deref(), Some("user=alice\n"));
+    assert_eq!(read("worker-0", &bad), None, "nothing written: {st:#}");
+    let text = st.to_string();
+    assert!(text.contains("line break"), "{st:#}");
+    assert!(!text.contains("NOPASSWD"), "the value is not shown: {st:#}");
+    ctl.abort();
+}
