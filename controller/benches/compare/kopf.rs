@@ -83,28 +83,28 @@ impl Driver {
     }
 }
 
-/// One of the operators, running.
-enum Operator {
+/// One of the operators, running (also the seed section's, `seed_kopf.rs`).
+pub enum Operator {
     Flow(ControllerProcess),
     Kopf(Child, u32),
 }
 
 impl Operator {
-    fn peak_kib(&self) -> u64 {
+    pub fn peak_kib(&self) -> u64 {
         match self {
             Operator::Flow(p) => p.peak_kib(),
             Operator::Kopf(_, pid) => peak_rss_kib(*pid).unwrap_or(0),
         }
     }
 
-    fn cpu_seconds(&self) -> f64 {
+    pub fn cpu_seconds(&self) -> f64 {
         match self {
             Operator::Flow(p) => p.cpu_seconds(),
             Operator::Kopf(_, pid) => crate::process::cpu_seconds(*pid),
         }
     }
 
-    async fn stop(self) {
+    pub async fn stop(self) {
         match self {
             Operator::Flow(p) => p.kill().await,
             Operator::Kopf(mut c, _) => drop(c.kill().await),
@@ -140,10 +140,19 @@ async fn start(env: &TestEnv, client: &Client, dir: &Path, ns: &str, driver: Dri
         apply::apply_value(client, flow, None).await.unwrap();
         return Operator::Flow(p);
     }
-    let operator = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../bench/kopf/operator.py");
+    spawn_kopf(env, dir, ns, "operator.py", &[])
+}
+
+/// `kopf run --standalone --namespace <ns> <extra> bench/kopf/<script>` on the host, its log in
+/// `dir/<ns>-kopf.log`; it dies with the bench.
+pub fn spawn_kopf(env: &TestEnv, dir: &Path, ns: &str, script: &str, extra: &[&str]) -> Operator {
+    let operator = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../bench/kopf")
+        .join(script);
     let log = std::fs::File::create(dir.join(format!("{ns}-kopf.log"))).unwrap();
     let mut cmd = tokio::process::Command::new(kopf_binary());
     cmd.args(["run", "--standalone", "--namespace", ns])
+        .args(extra)
         .arg(operator)
         .env("KUBECONFIG", env.kubeconfig_path())
         .stdout(Stdio::from(log.try_clone().unwrap()))
@@ -331,7 +340,7 @@ fn millis(all: &[Duration], median: Duration) -> String {
 }
 
 /// A row; for kopf, the ratio of the flow's figure `i` to kopf's (`took`).
-fn row(
+pub fn row(
     workload: String,
     driver: &str,
     wall: String,

@@ -24,11 +24,15 @@
 //!    side: one object create → Ready (median of 5) and `PSEUDOFLOW_BENCH_KOPF_OBJECTS`
 //!    (200,1000) objects at once, each process's peak RSS; on simulated nodes (section `kopf`)
 //!    and, with `real`, on the real-node cluster (`real-kopf`: only this on real nodes).
+//! 8. A seed's own kopf code, as the seed writes it, vs the flow we ship for it (section
+//!    `seed-kopf`): seed 001's Database operator (bench/kopf/seed001.py) vs
+//!    examples/kopf/database.yaml, `PSEUDOFLOW_BENCH_SEED_OBJECTS` (100) Databases created at
+//!    once → all served, then deleted at once → all gone; each process's peak RSS.
 //!    Section 4 runs once per design of `PSEUDOFLOW_BENCH_SCALE_DESIGNS` (`Controller,Job`:
 //!    where the flows' API steps run, `spec.options.apiSteps`).
 //!
 //! Jobs are counted from a watch (every Job the flow owned, even if removed later), never assumed.
-//! `PSEUDOFLOW_BENCH_SECTIONS` (e.g. `apply,seed`) runs a subset (`latency,apply,seed,fanout,scale,bound,kopf,real`); the default is all.
+//! `PSEUDOFLOW_BENCH_SECTIONS` (e.g. `apply,seed`) runs a subset (`latency,apply,seed,fanout,scale,bound,kopf,seed-kopf,real`); the default is all.
 
 mod api_load;
 mod apply50;
@@ -41,6 +45,7 @@ mod process;
 mod rerun;
 mod scale;
 mod seed;
+mod seed_kopf;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -57,11 +62,12 @@ async fn main() {
         return;
     }
     let sections = std::env::var("PSEUDOFLOW_BENCH_SECTIONS")
-        .unwrap_or_else(|_| "latency,apply,seed,fanout,scale,bound,kopf,real".into());
+        .unwrap_or_else(|_| "latency,apply,seed,fanout,scale,bound,kopf,seed-kopf,real".into());
     let on = |s: &str| sections.split(',').any(|x| x.trim() == s);
     let runs = common::env_usize("PSEUDOFLOW_BENCH_RUNS", 3).max(1);
     let flows = common::env_usize("PSEUDOFLOW_BENCH_SCALE_FLOWS", 1000).max(1);
     let objects = common::env_usize("PSEUDOFLOW_BENCH_BOUND_OBJECTS", 1000).max(1);
+    let seed_objects = common::env_usize("PSEUDOFLOW_BENCH_SEED_OBJECTS", 100).max(1);
     let kopf_counts: Vec<usize> = std::env::var("PSEUDOFLOW_BENCH_KOPF_OBJECTS")
         .unwrap_or_else(|_| "200,1000".into())
         .split(',')
@@ -143,6 +149,10 @@ async fn main() {
     if on("kopf") {
         let title = "7. simulated nodes";
         rows.extend(kopf::run(&env, &client, &dir, &kopf_counts, scale_timeout, title).await);
+        common::print_partial(&rows);
+    }
+    if on("seed-kopf") {
+        rows.extend(seed_kopf::run(&env, &client, &dir, &repo, seed_objects, scale_timeout).await);
         common::print_partial(&rows);
     }
     if on("real") || on("real-kopf") {
