@@ -85,7 +85,8 @@ chart-test:
 ## ansible-playbook (pinned, into its own venv by bench/setup-ansible.sh) vs a kubectl loop; the
 ## seed NodeLocal DNS flow; a 100-node fan-out vs kubectl under xargs -P; 1,000 flows at once
 ## (PSEUDOFLOW_BENCH_SCALE_FLOWS), the controller's peak RSS; a bound flow vs a kopf operator (pinned,
-## into its own venv by bench/setup-kopf.sh). See controller/benches/compare/.
+## into its own venv by bench/setup-kopf.sh); seed 001's Database flow as shipped vs the seed's own
+## kopf code (100 Databases created, then deleted). See controller/benches/compare/.
 bench: k8s images
 	bash bench/setup-ansible.sh
 	bash bench/setup-kopf.sh
