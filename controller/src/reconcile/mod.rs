@@ -168,9 +168,10 @@ impl Reconcile<'_> {
     fn measure(&self, plan: &Plan, run: &StoredRun) {
         let (metrics, key, uid) = (&self.ctx.metrics, self.key(), self.uid);
         let active = run.state.phase == RunPhase::Running || !run.beside.is_empty();
-        metrics.set_active(&key, uid, active);
+        // Steps first: a scrape that sees the flow no longer active sees its last steps counted.
         let seen = timing::steps_seen(plan, run);
         metrics.observe_steps(&key, uid, crate::metrics::unix_now(), seen);
+        metrics.set_active(&key, uid, active);
     }
 
     /// Writes the run's status (with the queued run and the schedule), if it changes anything.
