@@ -303,8 +303,11 @@ fn delegated(kc: &str) -> [String; 2] {
 fn controller_manager_args(dir: &Path, certs: &Certs, kc: &str) -> Result<Vec<String>> {
     let mut args = vec![
         format!("--kubeconfig={kc}"),
-        "--bind-address=127.0.0.1".into(),
-        format!("--secure-port={}", free_port()?),
+        // No HTTPS endpoint (nothing here reads its healthz or metrics): a port picked free
+        // now can be taken by an outgoing connection before the process binds it, and a
+        // controller-manager that cannot bind exits, leaving the cluster without its
+        // controllers (no `default` ServiceAccount: "cluster not usable").
+        "--secure-port=0".into(),
         format!("--service-account-private-key-file={}", s(&certs.sa_key)),
         format!("--root-ca-file={}", s(&certs.ca_crt)),
         "--use-service-account-credentials=true".into(),
@@ -323,8 +326,8 @@ fn controller_manager_args(dir: &Path, certs: &Certs, kc: &str) -> Result<Vec<St
 fn scheduler_args(dir: &Path, kc: &str) -> Result<Vec<String>> {
     let mut args = vec![
         format!("--kubeconfig={kc}"),
-        "--bind-address=127.0.0.1".into(),
-        format!("--secure-port={}", free_port()?),
+        // No HTTPS endpoint, as for the controller-manager above.
+        "--secure-port=0".into(),
         "--leader-elect=false".into(),
         "--profiling=false".into(),
         format!("--cert-dir={}", s(&dir.join("scheduler-certs"))),

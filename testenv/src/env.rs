@@ -258,7 +258,21 @@ impl TestEnv {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                anyhow::bail!("cluster not usable after {timeout:?}: {ready}/{} nodes Ready, default ServiceAccount: {sa}; logs in {}", self.nodes.len(), self.dir.join("logs").display());
+                // The logs go with the cluster's directory: what they end with is told here.
+                let logs = self.dir.join("logs");
+                let tail = |name: &str| {
+                    let text = std::fs::read_to_string(logs.join(name)).unwrap_or_default();
+                    let last: Vec<&str> = text.lines().rev().take(5).collect();
+                    let last: Vec<&str> = last.into_iter().rev().collect();
+                    format!("\n--- {name} ends:\n{}", last.join("\n"))
+                };
+                anyhow::bail!(
+                    "cluster not usable after {timeout:?}: {ready}/{} nodes Ready, default ServiceAccount: {sa}; logs in {}{}{}",
+                    self.nodes.len(),
+                    logs.display(),
+                    tail("kube-controller-manager.log"),
+                    tail("kube-scheduler.log")
+                );
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
