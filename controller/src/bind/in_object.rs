@@ -127,19 +127,7 @@ impl Serving<'_> {
         let name = object::key(obj);
         let policy = self.bind.retry.unwrap_or_default();
         let outcomes = &self.r.own.outcomes;
-        let made = child::child_flow(
-            &self.parent,
-            self.parent.name,
-            self.plural,
-            &it.view,
-            &it.trigger,
-            &BTreeMap::new(),
-        );
-        let id = FlowId {
-            name: self.parent.name,
-            namespace: Some(self.parent.namespace),
-        };
-        let compiled = match compile(&id, &made["spec"]) {
+        let (made, compiled) = match self.compiled_for(&it.view, &it.trigger) {
             Ok(c) => c,
             // Permanent: the flow is refused as a whole (InvalidSpec); nothing to retry.
             Err(d) => return Ok(Some(format!("{name}: the flow does not compile: {d}"))),
@@ -197,6 +185,29 @@ impl Serving<'_> {
         });
         outcomes.schedule(self.parent.uid, &name, schedule);
         Ok(refusal)
+    }
+
+    /// The flow a child for an object seen as `view` would have, with `trigger`, and its
+    /// compiled form: what an object's run (main or onDelete) walks.
+    pub(crate) fn compiled_for(
+        &self,
+        view: &Value,
+        trigger: &Value,
+    ) -> Result<(Value, pseudoflow_compiler::Compiled), pseudoflow_crd::Diagnostics> {
+        let made = child::child_flow(
+            &self.parent,
+            self.parent.name,
+            self.plural,
+            view,
+            trigger,
+            &BTreeMap::new(),
+        );
+        let id = FlowId {
+            name: self.parent.name,
+            namespace: Some(self.parent.namespace),
+        };
+        let compiled = compile(&id, &made["spec"])?;
+        Ok((made, compiled))
     }
 
     /// The retry schedule of `obj`, due at `due` after `failures` failures in a row, for the

@@ -9,15 +9,12 @@
 //! The backoff of a deleted object is kept in this process's memory only (the object's served
 //! mark keeps its main run's): a restarted controller tries a deleted object again at once.
 
-use std::collections::BTreeMap;
-
 use kube::api::DynamicObject;
-use pseudoflow_compiler::compile::{compile, FlowId};
 use pseudoflow_crd::FlowPhase;
 use serde_json::{json, Value};
 
 use super::{retry, retry_now, Serving};
-use crate::bind::{child, object};
+use crate::bind::object;
 use crate::flow::{finalizer, Error};
 
 /// Whether the bound flow's spec (as written) has `onDelete` steps, so that it holds a finalizer
@@ -51,19 +48,7 @@ impl Serving<'_> {
         let failures = known.map_or(0, |k| k.failures);
         let view = object::view(obj);
         let trigger = delete_trigger();
-        let made = child::child_flow(
-            &self.parent,
-            self.parent.name,
-            self.plural,
-            &view,
-            &trigger,
-            &BTreeMap::new(),
-        );
-        let id = FlowId {
-            name: self.parent.name,
-            namespace: Some(self.parent.namespace),
-        };
-        let compiled = match compile(&id, &made["spec"]) {
+        let (made, compiled) = match self.compiled_for(&view, &trigger) {
             Ok(c) => c,
             Err(d) => return Ok(Some(format!("{name}: the flow does not compile: {d}"))),
         };
