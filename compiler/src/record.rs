@@ -3,12 +3,13 @@
 //! decides, statically, so no object's content can make the flow run a pod or another step type.
 //!
 //! Such a flow keeps no child flow and no run state per object: the controller runs the
-//! object's steps in its memory, in one reconcile, and a controller killed midway runs them
-//! again. So every step (its `onDelete` steps too, run behind a finalizer on the object when it
-//! is deleted) must be one the controller runs itself and that is safe to repeat
-//! ([`crate::placement`]), and nothing may wait for a person or for time (v1: no `approval`,
-//! no `sleep`), touch a node or fetch steps at run time. An `if`/`when` condition (one read of
-//! one object) is evaluated by the controller.
+//! object's steps in its memory, in a task of its own per object, and a controller killed
+//! midway runs them again. So every step (its `onDelete` steps too, run behind a finalizer on
+//! the object when it is deleted) must be one the controller runs itself and that is safe to
+//! repeat ([`crate::placement`]), and nothing may wait for a person (no `approval`: its
+//! decision is kept in a run's state), touch a node or fetch steps at run time. Waits (`waitFor`,
+//! `sleep`, a retry's backoff) hold only the object's task. An `if`/`when` condition (one read
+//! of one object) is evaluated by the controller.
 
 use pseudoflow_crd::bind::BindRecord;
 use pseudoflow_crd::steps::Placement;
@@ -105,7 +106,6 @@ fn action_ineligible(n: &PlanNode) -> Option<&'static str> {
     let awaits = params.as_ref().is_some_and(|p| p.awaits_decision());
     match n.placement {
         Placement::Controller if awaits => Some("it waits for a person's decision"),
-        Placement::Controller if n.step_type == "sleep" => Some("it waits"),
         Placement::Controller => None,
         Placement::Node => Some("this one runs on a node"),
         _ if n.step.as_ref().is_some_and(|s| s.isolate) => {
@@ -169,9 +169,19 @@ mod tests {
             json!([{"type": "approval", "name": "go", "message": "ok?"}, {"type": "sleep", "seconds": 5}]),
             json!({}),
         );
-        assert_eq!(e.len(), 2, "{e:?}");
+        assert_eq!(e.len(), 1, "{e:?}");
         assert!(e[0].contains("spec.steps[0]: (approval)") && e[0].contains("decision"));
-        assert!(e[1].contains("spec.steps[1]: (sleep)") && e[1].ends_with("it waits"));
+    }
+
+    /// Waits hold only the object's own task (the controller's `bind/in_object/tasks.rs`): a
+    /// `waitFor` however long, a `sleep` and a `retry` are eligible.
+    #[test]
+    fn waits_of_any_length_are_eligible() {
+        let wait = json!({"type": "waitFor", "resource": {"kind": "Secret", "name": "s"},
+            "condition": "Exist", "timeoutSeconds": 3600});
+        let steps = json!([wait, {"type": "sleep", "seconds": 600},
+            {"type": "retry", "attempts": 5, "backoffSeconds": 60, "steps": [cm("a")]}]);
+        assert_eq!(errors(steps, json!({})), Vec::<String>::new());
     }
 
     #[test]
@@ -194,7 +204,7 @@ mod tests {
         let ok = spec(json!([cm("bye"), {"type": "log", "message": "x"}]));
         assert!(compile(&FlowId::default(), &ok).is_ok());
         let bad = spec(json!([cm("bye"), {"type": "exec", "cmd": "true"},
-            {"type": "sleep", "seconds": 5}]));
+            {"type": "approval", "name": "go", "message": "ok?"}]));
         let e: Vec<String> = match compile(&FlowId::default(), &bad) {
             Ok(_) => vec![],
             Err(d) => d.errors().map(|d| d.to_string()).collect(),
@@ -204,8 +214,8 @@ mod tests {
             [
                 "error: spec.onDelete[1]: (exec): bind.record: Object needs every step to run \
                  in the controller; this one runs in a pod",
-                "error: spec.onDelete[2]: (sleep): bind.record: Object needs every step to run \
-                 in the controller; it waits"
+                "error: spec.onDelete[2]: (approval): bind.record: Object needs every step to \
+                 run in the controller; it waits for a person's decision"
             ]
         );
     }

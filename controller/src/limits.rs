@@ -56,10 +56,3 @@ pub const MAX_STEP_IN_CONTROLLER_SECONDS: u64 = 3600;
 /// step finish on its own (its end then wakes the flow): most API steps end within it, so the
 /// run goes on in the same reconcile.
 pub const STEP_IN_CONTROLLER_WAIT_MS: u64 = 1000;
-
-/// How long one object's run may take in a flow recorded in its objects (`bind.record: Object`,
-/// `bind/in_object/run.rs`): its steps run inside the bound flow's reconcile, so a run that
-/// lasted (a tenant's data failing under a long `retry`) would hold every other object's serve.
-/// Past this (or the flow's `options.timeoutSeconds`, if shorter) the run fails naming it;
-/// longer work belongs in `record: Child`.
-pub const MAX_RUN_IN_OBJECT_SECONDS: u64 = 10;

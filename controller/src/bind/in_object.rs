@@ -14,6 +14,7 @@ pub mod outcomes;
 pub mod release;
 pub mod retry;
 pub mod run;
+pub mod tasks;
 
 use std::collections::BTreeMap;
 
@@ -34,6 +35,7 @@ use crate::flow::events::EventType;
 use crate::flow::status::failure_message;
 use crate::flow::{Error, Reconciling};
 use retry::Next;
+use tasks::{Detached, Started, Tasks, Work};
 
 /// One bound flow serving one object in the object.
 pub(crate) struct Serving<'a> {
@@ -107,14 +109,72 @@ impl Serving<'_> {
             outcomes.schedule(self.parent.uid, &name, None);
             return Ok(None);
         }
-        let due = Due {
+        let work = Work::Steps {
             view,
             key,
-            raw,
+            raw: raw.map(str::to_string),
             trigger,
             failures,
         };
-        self.run_and_record(obj, due).await
+        self.start(obj, work).await
+    }
+
+    /// Starts the object's run `work` in a task of its own ([`tasks`]) and returns: the bound
+    /// flow's reconcile never waits for an object's run (where no task can be started, a unit
+    /// test's binder, it is run here).
+    async fn start(&self, obj: &DynamicObject, work: Work) -> Result<Option<String>, Error> {
+        let uid = obj.metadata.uid.as_deref().unwrap_or_default();
+        let key = Tasks::key(self.parent.uid, uid);
+        let what = match &work {
+            // The flow's generation, the object as its mark records it, and the attempt.
+            Work::Steps { view, failures, .. } => {
+                let mark = Mark::of(self.parent.uid, self.parent.generation, view, self.bind);
+                format!("{}#{failures}", retry::digest(&mark.encode()))
+            }
+            Work::Deleted { .. } => format!("delete@{}", self.parent.generation),
+        };
+        let tasks = &self.r.own.object_runs;
+        if tasks.going(&key, &what) {
+            return Ok(None);
+        }
+        let name = object::key(obj);
+        let outcomes = &self.r.own.outcomes;
+        outcomes.running(self.parent.uid, &name);
+        let d = Detached {
+            flow: self.r.flow.clone(),
+            bind: self.bind.clone(),
+            plural: self.plural.to_string(),
+            objects: self.objects.clone(),
+            object: obj.clone(),
+            work,
+        };
+        match tasks.start(&key, &what, d) {
+            Started::Now | Started::AlreadyGoing => Ok(None),
+            Started::Inline(d) => self.run_now(&d.object, d.work).await,
+        }
+    }
+
+    /// Runs the object's run `work` to its end and records it.
+    async fn run_now(&self, obj: &DynamicObject, work: Work) -> Result<Option<String>, Error> {
+        match work {
+            Work::Steps {
+                view,
+                key,
+                raw,
+                trigger,
+                failures,
+            } => {
+                let due = Due {
+                    view,
+                    key,
+                    raw: raw.as_deref(),
+                    trigger,
+                    failures,
+                };
+                self.run_and_record(obj, due).await
+            }
+            Work::Deleted { finalizer } => self.run_deleted(obj, &finalizer).await,
+        }
     }
 
     /// Runs `obj` (its run is due), then records the outcome: its status, Events, its served
@@ -391,6 +451,41 @@ impl Serving<'_> {
             Err(e) => Err(e.into()),
         }
     }
+}
+
+/// Runs one object's run in its task ([`tasks`]), to its end, for the bound flow as `r` read it:
+/// records it as a serve would have (a refusal for the flow's summary), then wakes the flow so
+/// that its summary counts it.
+pub(crate) async fn finish(r: &Reconciling<'_, Binder>, d: Detached) {
+    let parent = Parent {
+        name: r.flow_id.name,
+        namespace: r.ns(),
+        uid: r.uid,
+        generation: r.generation,
+        spec: &r.raw_spec,
+    };
+    let serving = Serving {
+        r,
+        bind: &d.bind,
+        parent,
+        plural: &d.plural,
+        objects: d.objects.clone(),
+    };
+    let name = object::key(&d.object);
+    let refusal = match serving.run_now(&d.object, d.work).await {
+        Ok(refusal) => refusal,
+        Err(e) => {
+            // Its retry is scheduled (run_and_record): the flow serves it again then.
+            tracing::warn!(object = %name, error = %e, "recording an object's run");
+            Some(format!("serving it: {e}"))
+        }
+    };
+    r.own
+        .watches
+        .pending
+        .served(r.uid, &name, refusal.as_deref());
+    r.told().await;
+    r.own.watches.wake(r.ns(), r.flow_id.name);
 }
 
 /// The objects (namespace, name) of the bound flow `r` whose retry is due now (none for a flow

@@ -60,6 +60,8 @@ pub struct Binder {
     pub in_controller: crate::in_controller::InControllerSteps,
     /// What the serves of flows recorded in their objects saw, for their summaries.
     pub outcomes: in_object::outcomes::Outcomes,
+    /// The runs of objects of flows recorded in them, each in a task of its own.
+    pub object_runs: in_object::tasks::Tasks,
     /// Per child flow uid: a digest of the object status it last wrote, so an unchanged status is
     /// not written again (lost on restart: then it is written once more, harmlessly).
     written: Mutex<HashMap<String, u64>>,

@@ -64,6 +64,10 @@ pub(crate) async fn reconcile_parent(
             return Ok(Action::requeue(RETRY_REFUSED));
         }
     };
+    if bind.record != BindRecord::Object {
+        // Switched to children: no object's run goes on in memory.
+        r.own.object_runs.stop_flow(r.uid);
+    }
     if bind.record == BindRecord::Object && in_object::deleted::has_on_delete(&binding.raw_spec) {
         // Before any object carries its finalizer: what its release lists.
         in_object::release::note(r, &binding.finalizes).await?;
@@ -852,6 +856,7 @@ pub(crate) async fn release(r: &Reconciling<'_, Binder>) -> Result<(), Error> {
     let flows = &r.flows;
     r.own.watches.stop(r.uid);
     r.own.forget(&format!("{}/", r.uid));
+    r.own.object_runs.stop_flow(r.uid);
     r.own.outcomes.forget(r.uid);
     let children = flows.list(&children_of(r.flow_id.name)).await?;
     let fin = object::finalizer_name(r.ns(), r.flow_id.name);

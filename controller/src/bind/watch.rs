@@ -166,6 +166,11 @@ impl Watches {
         state.running.len()
     }
 
+    /// Wakes bound flow `namespace/name` (an object's run ended: its summary counts it).
+    pub fn wake(&self, namespace: &str, name: &str) {
+        let _ = self.wake.send((namespace.to_string(), name.to_string()));
+    }
+
     /// The bound flows to reconcile as their objects change, for one controller loop.
     pub fn wakes(&self) -> impl futures::Stream<Item = ObjectRef<RawFlow>> + Send + 'static {
         crate::flow::wake_stream(self.wake.subscribe())

@@ -23,6 +23,7 @@ use tracing::{error, info_span, warn, Instrument};
 mod context;
 mod dispatch;
 mod guard;
+mod object_runs;
 mod wake;
 pub(crate) mod warnings;
 
@@ -51,6 +52,8 @@ pub async fn run_controller(ctx: Arc<Context>, namespace: Option<String>) {
         scoped(&ctx, &namespace),
     );
     let children: Api<RawFlow> = scoped(&ctx, &namespace);
+    let spawn = object_runs::spawner(Arc::downgrade(&ctx));
+    ctx.binder.object_runs.spawn_with(spawn);
     let shared = Arc::new(LoopState {
         ctx: ctx.clone(),
         backoff: Backoff::default(),

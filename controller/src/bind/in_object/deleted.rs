@@ -45,6 +45,23 @@ impl Serving<'_> {
         if known.as_ref().is_some_and(|k| retry_now() < k.due) {
             return Ok(None);
         }
+        let finalizer = fin.to_string();
+        self.start(obj, super::tasks::Work::Deleted { finalizer })
+            .await
+    }
+
+    /// Runs the `onDelete` steps of `obj` (deleted, holding our finalizer `fin`) to their end:
+    /// removes `fin` when they succeed, records the failure and its retry otherwise.
+    pub(super) async fn run_deleted(
+        &self,
+        obj: &DynamicObject,
+        fin: &str,
+    ) -> Result<Option<String>, Error> {
+        let name = object::key(obj);
+        let uid = obj.metadata.uid.as_deref().unwrap_or_default();
+        let outcomes = &self.r.own.outcomes;
+        let known = outcomes.scheduled(self.parent.uid, &name);
+        let known = known.filter(|s| s.uid == uid && s.trigger["event"] == "delete");
         let failures = known.map_or(0, |k| k.failures);
         let view = object::view(obj);
         let trigger = delete_trigger();

@@ -6,7 +6,7 @@
 //! schedule ([`super::retry::Schedule`]), so a reconcile serves the objects whose attempt is due
 //! and is requeued for the next one.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
 
 use pseudoflow_crd::bind::MAX_FAILURES_SHOWN;
@@ -23,17 +23,21 @@ pub struct Outcome {
     pub at: i64,
 }
 
-/// The outcomes of every flow recorded in its objects, by flow uid, then object key; and the
-/// retry schedules of its failing objects, the same way.
+/// The outcomes of every flow recorded in its objects, by flow uid, then object key; the
+/// retry schedules of its failing objects, the same way; and the objects whose run is going.
 #[derive(Default)]
 pub struct Outcomes(
     Mutex<HashMap<String, BTreeMap<String, Outcome>>>,
     Mutex<HashMap<String, BTreeMap<String, Schedule>>>,
+    Mutex<HashMap<String, BTreeSet<String>>>,
 );
 
 impl Outcomes {
     /// Records object `object`'s latest outcome for flow `flow` (None: the object left).
     pub fn record(&self, flow: &str, object: String, outcome: Option<Outcome>) {
+        if let Some(going) = self.2.lock().expect("not poisoned").get_mut(flow) {
+            going.remove(&object);
+        }
         let mut all = self.0.lock().expect("not poisoned");
         let of_flow = all.entry(flow.to_string()).or_default();
         match outcome {
@@ -47,6 +51,16 @@ impl Outcomes {
                 self.schedule(flow, &object, None);
             }
         }
+    }
+
+    /// Object `object`'s run for flow `flow` started: counted as `creating` until its end is
+    /// [`Outcomes::record`]ed.
+    pub fn running(&self, flow: &str, object: &str) {
+        let mut going = self.2.lock().expect("not poisoned");
+        going
+            .entry(flow.to_string())
+            .or_default()
+            .insert(object.to_string());
     }
 
     /// Sets (or with None, drops) object `object`'s retry schedule for flow `flow`.
@@ -111,16 +125,25 @@ impl Outcomes {
     pub fn forget(&self, flow: &str) {
         self.0.lock().expect("not poisoned").remove(flow);
         self.1.lock().expect("not poisoned").remove(flow);
+        self.2.lock().expect("not poisoned").remove(flow);
     }
 
     /// The summary of flow `flow`'s objects, with `refused` (object, why) counted as failed.
     pub fn summary(&self, flow: &str, refused: &[(String, String)]) -> BoundSummary {
+        let going = self.2.lock().expect("not poisoned");
+        let none = BTreeSet::new();
+        let going = going.get(flow).unwrap_or(&none);
         let all = self.0.lock().expect("not poisoned");
         let empty = BTreeMap::new();
         let of_flow = all.get(flow).unwrap_or(&empty);
         let mut s = BoundSummary::default();
         let mut failures: Vec<(i64, BoundFailure)> = Vec::new();
+        let first_runs = going.iter().filter(|o| !of_flow.contains_key(*o)).count();
         for (object, o) in of_flow {
+            if going.contains(object) {
+                s.creating += 1;
+                continue;
+            }
             match &o.failure {
                 None => s.running += 1,
                 Some(message) => failures.push((
@@ -132,8 +155,10 @@ impl Outcomes {
                 )),
             }
         }
-        let refusals = refused.iter().filter(|(o, _)| !of_flow.contains_key(o));
-        s.objects = (of_flow.len() + refusals.clone().count()) as u32;
+        s.creating += first_runs as u32;
+        let known = |o: &String| of_flow.contains_key(o) || going.contains(o);
+        let refusals = refused.iter().filter(|(o, _)| !known(o));
+        s.objects = (of_flow.len() + first_runs + refusals.clone().count()) as u32;
         s.failed = (failures.len() + refusals.clone().count()) as u32;
         failures.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.object.cmp(&b.1.object)));
         let refusals = refusals.map(|(object, message)| BoundFailure {
@@ -203,6 +228,35 @@ mod tests {
         assert_eq!(o.summary("f", &[]), BoundSummary::default());
         assert_eq!(o.due("f", 0, None), (vec![], None));
         assert_eq!(o.summary("g", &[]).failed, 1);
+    }
+
+    #[test]
+    fn an_object_whose_run_is_going_counts_as_creating_until_its_end_is_recorded() {
+        let o = Outcomes::default();
+        o.record("f", "ns/a".into(), failed("before", 1));
+        o.running("f", "ns/a");
+        o.running("f", "ns/new");
+        let refused = [("ns/new".to_string(), "old refusal".to_string())];
+        let s = o.summary("f", &refused);
+        assert_eq!((s.objects, s.creating, s.running, s.failed), (2, 2, 0, 0));
+        o.record(
+            "f",
+            "ns/a".into(),
+            Some(Outcome {
+                failure: None,
+                at: 2,
+            }),
+        );
+        o.record("f", "ns/new".into(), failed("now", 3));
+        let s = o.summary("f", &[]);
+        assert_eq!((s.objects, s.creating, s.running, s.failed), (2, 0, 1, 1));
+        o.running("f", "ns/gone");
+        o.record("f", "ns/gone".into(), None);
+        assert_eq!(
+            o.summary("f", &[]).objects,
+            2,
+            "an object that left is not counted"
+        );
     }
 }
 

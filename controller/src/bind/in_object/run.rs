@@ -21,7 +21,6 @@ use pseudoflow_walk::{includes, local, Action, Completion, RunPhase, StoredRun, 
 use serde_json::Value;
 
 use crate::in_controller::{self, InControllerSteps, Request, Seen};
-use crate::limits::MAX_RUN_IN_OBJECT_SECONDS;
 
 /// Most rounds of the walk one serve takes (a plan is bounded; this only stops a bug looping).
 const MAX_ROUNDS: usize = 10_000;
@@ -45,39 +44,51 @@ pub struct Runner<'a> {
     pub metrics: &'a crate::metrics::Metrics,
 }
 
-/// When an object's run must have ended, and what its failure says if it has not. Time its
-/// steps spent queuing for a share of the controller's turns is not the run's: it moves the
-/// deadline on ([`Deadline::queued`]), so that other tenants' work can delay a run but never
-/// fail it (docs/decisions.md#api-steps-in-the-controller).
+/// When an object's run must have ended (the flow's `options.timeoutSeconds`, if it has one),
+/// and what its failure says if it has not. The run goes on in a task of its own
+/// ([`super::tasks`]), so nothing else bounds it: its waits hold no turn, and each step keeps
+/// its own `timeoutSeconds`. Time its steps spent queuing for a share of the controller's
+/// turns is not the run's: it moves the deadline on ([`Deadline::queued`]), so that other
+/// tenants' work can delay a run but never fail it
+/// (docs/decisions.md#api-steps-in-the-controller).
 struct Deadline {
     from: tokio::time::Instant,
-    seconds: u64,
+    /// None: the run is not cut.
+    seconds: Option<u64>,
     /// Milliseconds queued for turns so far.
     queued_ms: AtomicU64,
 }
 
+/// How far off "never" is, for a run without a timeout (a year: far enough, and no overflow).
+const NEVER: Duration = Duration::from_secs(365 * 24 * 3600);
+
 impl Deadline {
-    /// [`MAX_RUN_IN_OBJECT_SECONDS`], or the flow's `options.timeoutSeconds` if shorter.
+    /// The flow's `options.timeoutSeconds`, if any.
     fn of(compiled: &Compiled) -> Self {
         let asked = compiled.spec.options.timeout_seconds.map(u64::from);
-        let seconds = asked.map_or(MAX_RUN_IN_OBJECT_SECONDS, |s| {
-            s.clamp(1, MAX_RUN_IN_OBJECT_SECONDS)
-        });
-        Self::after(seconds)
+        Deadline {
+            from: tokio::time::Instant::now(),
+            seconds: asked.map(|s| s.max(1)),
+            queued_ms: AtomicU64::new(0),
+        }
     }
 
+    #[cfg(test)]
     fn after(seconds: u64) -> Self {
         Deadline {
             from: tokio::time::Instant::now(),
-            seconds,
+            seconds: Some(seconds),
             queued_ms: AtomicU64::new(0),
         }
     }
 
     /// The instant the run is cut at.
     fn at(&self) -> tokio::time::Instant {
+        let Some(seconds) = self.seconds else {
+            return self.from + NEVER;
+        };
         let queued = Duration::from_millis(self.queued_ms.load(Ordering::Relaxed));
-        self.from + Duration::from_secs(self.seconds) + queued
+        self.from + Duration::from_secs(seconds) + queued
     }
 
     /// A step of the run queued `took` for its turn: the deadline moves on by as much.
@@ -91,12 +102,8 @@ impl Deadline {
     }
 
     fn message(&self) -> String {
-        let n = self.seconds;
-        format!(
-            "cut after {n} s: a flow recorded in its objects (bind.record: Object) runs each \
-             object within {n} s, in its own reconcile, so that one object cannot hold the \
-             others; longer work (waits, long retries) needs record: Child"
-        )
+        let n = self.seconds.unwrap_or_default();
+        format!("timed out after {n}s (the flow's options.timeoutSeconds)")
     }
 }
 
@@ -130,7 +137,7 @@ impl Runner<'_> {
                     break;
                 }
                 let Some(at) = out.wake_at else { break };
-                // A retry's backoff: no run waits for a person or a sleep here.
+                // A retry's backoff or a `sleep`: the run's task waits, holding nothing.
                 let wait = u64::try_from(at - now()).unwrap_or(0).clamp(1, 300);
                 if deadline.passed_by(wait) {
                     walker.time_out(&mut run.state, &deadline.message());
