@@ -37,6 +37,10 @@ use crate::flow::{Error, Reconciling};
 use retry::Next;
 use tasks::{Detached, Started, Tasks, Work};
 
+/// How long an object's run goes before its status says `Creating`: a run that ends sooner
+/// (most do) writes its status once, at its end.
+const SHOW_CREATING_AFTER: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// One bound flow serving one object in the object.
 pub(crate) struct Serving<'a> {
     /// The bound flow's reconcile.
@@ -198,6 +202,7 @@ impl Serving<'_> {
             it.view.clone(),
             it.trigger.clone(),
         );
+        let ran = self.shown_creating(obj, &compiled, ran);
         let ((phase, message, vars), permanent) = match ran.await {
             Ok((ran, permanent)) => (self.ended(&compiled, &ran), permanent),
             Err(why) => return Ok(Some(format!("{name}: {why}"))),
@@ -245,6 +250,35 @@ impl Serving<'_> {
         });
         outcomes.schedule(self.parent.uid, &name, schedule);
         Ok(refusal)
+    }
+
+    /// Awaits the object's run `ran`; if it is still going after [`SHOW_CREATING_AFTER`] (it
+    /// waits for something, or retries), first writes the object's status as a child's run
+    /// would show it meanwhile (`Creating`, Progressing), unless it says so already. A run that
+    /// ends sooner writes only its end.
+    async fn shown_creating<F: std::future::Future>(
+        &self,
+        obj: &DynamicObject,
+        compiled: &pseudoflow_compiler::Compiled,
+        ran: F,
+    ) -> F::Output {
+        tokio::pin!(ran);
+        let field = compiled.spec.bound.as_ref();
+        let field = field.map(|b| b.status.phase_field.as_str()).unwrap_or("");
+        let shown = !field.is_empty() && obj.data["status"][field] == "Creating";
+        if shown {
+            return ran.await;
+        }
+        tokio::select! {
+            out = &mut ran => out,
+            () = tokio::time::sleep(SHOW_CREATING_AFTER) => {
+                let nothing = BTreeMap::new();
+                let creating = self.write_status(obj, compiled, FlowPhase::Running, None, &nothing);
+                // Unwritten: its end is written anyway, and says what happened.
+                let _ = creating.await;
+                ran.await
+            }
+        }
     }
 
     /// The flow a child for an object seen as `view` would have, with `trigger`, and its

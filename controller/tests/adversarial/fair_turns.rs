@@ -95,14 +95,28 @@ async fn assert_not_stalled(client: &Client, ns: &str, name: &str, idle: Duratio
     );
 }
 
-/// 70 objects of a bound kind (record: Child, as seed 001's Database flow) each waiting for
-/// its credentials Secret, which never comes: every object's run parks at its first `waitFor`.
+/// 70 objects of a bound kind recorded in children (`record: Child`) each waiting for its
+/// credentials Secret, which never comes: every object's run parks at its first `waitFor`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn attack_objects_waiting_on_a_missing_secret_do_not_stall_another_namespace() {
-    let kind = TestKind::new("fair.test.example.com", "Database");
+    databases_waiting_on_a_missing_secret("fair-bound", "Child").await;
+}
+
+/// The same 70 objects recorded in themselves (`record: Object`, as seed 001's Database flow
+/// ships): each object's run parks in a task of its own, holding no turn and no reconcile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attack_objects_recorded_in_themselves_waiting_on_a_missing_secret_do_not_stall_another_namespace(
+) {
+    databases_waiting_on_a_missing_secret("fair-inobj", "Object").await;
+}
+
+/// 70 Databases of a flow recorded as `record` each parked on a Secret that never comes; then
+/// a one-step flow in another namespace and one beside them are within their bound.
+async fn databases_waiting_on_a_missing_secret(prefix: &str, record: &str) {
+    let kind = TestKind::new(&format!("{prefix}.test.example.com"), "Database");
     let mut rules = kind.bound_rules().as_array().unwrap().clone();
     rules.extend([cm_rule(), secret_rule()]);
-    let (client, tenant, other, ctl) = two_namespaces("fair-bound", Value::Array(rules)).await;
+    let (client, tenant, other, ctl) = two_namespaces(prefix, Value::Array(rules)).await;
     kind.install(&client, &tenant).await;
     let idle = idle_time(&client, &other).await;
     create_flow(
@@ -110,7 +124,8 @@ async fn attack_objects_waiting_on_a_missing_secret_do_not_stall_another_namespa
         &tenant,
         "database",
         json!({"serviceAccountName": "flow",
-            "bind": {"apiVersion": "fair.test.example.com/v1", "kind": "Database"},
+            "bind": {"apiVersion": format!("{prefix}.test.example.com/v1"), "kind": "Database",
+                "record": record},
             "steps": [never("${object.metadata.name}-credentials"),
                 {"type": "apply", "manifests": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ${object.metadata.name}-db\n"}]}),
     )
@@ -122,9 +137,22 @@ async fn attack_objects_waiting_on_a_missing_secret_do_not_stall_another_namespa
         )
         .await;
     }
-    // Every object has its run (a child flow) waiting, its reconciles over.
-    let children = eventually_children(&client, &tenant, 70).await;
-    all_waiting(&client, &tenant, &children, "spec.steps[0]").await;
+    if record == "Child" {
+        // Every object has its run (a child flow) waiting, its reconciles over.
+        let children = eventually_children(&client, &tenant, 70).await;
+        all_waiting(&client, &tenant, &children, "spec.steps[0]").await;
+    } else {
+        // Every object's run is going (parked at its wait), as the flow's summary counts.
+        wait_status(
+            &client,
+            &tenant,
+            "database",
+            120,
+            "70 objects creating",
+            |st| st["bound"]["creating"] == 70,
+        )
+        .await;
+    }
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_not_stalled(&client, &other, "under-load", idle).await;
     // Parked waits hold no turn at all, not even of their own namespace.

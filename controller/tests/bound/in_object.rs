@@ -367,9 +367,10 @@ async fn attack_an_object_whose_retries_last_cannot_hold_the_others() {
     })
     .await;
     eprintln!("served {:?} after it was made", asked.elapsed());
-    assert!(
-        widget_status(&client, &ns, "slow").await.is_null(),
-        "the slow object is still in its retries: nothing failed it or cut it short"
+    let slow = widget_status(&client, &ns, "slow").await;
+    assert_eq!(
+        slow["phase"], "Creating",
+        "the slow object is still in its retries, shown so: nothing failed it or cut it short"
     );
     eventually(
         20,
@@ -411,9 +412,10 @@ async fn waits_hold_nothing_and_an_object_is_served_when_what_it_waits_for_comes
     tokio::time::sleep(std::time::Duration::from_secs(12)).await;
     for i in 0..12 {
         let w = format!("w{i}");
-        assert!(
-            widget_status(&client, &ns, &w).await.is_null(),
-            "{w} still waits, uncut"
+        let status = widget_status(&client, &ns, &w).await;
+        assert_eq!(
+            status["phase"], "Creating",
+            "{w} still waits, uncut: {status:#}"
         );
         assert!(config_map(&client, &ns, &format!("{w}-made-one"))
             .await
@@ -429,10 +431,8 @@ async fn waits_hold_nothing_and_an_object_is_served_when_what_it_waits_for_comes
         took < std::time::Duration::from_secs(8),
         "served {took:?} after"
     );
-    assert!(
-        widget_status(&client, &ns, "w4").await.is_null(),
-        "the others still wait"
-    );
+    let w4 = widget_status(&client, &ns, "w4").await;
+    assert_eq!(w4["phase"], "Creating", "the others still wait");
 }
 
 /// Flow `widgets`'s `status.bound` (null before its first summary).
@@ -483,9 +483,10 @@ async fn time_queued_for_a_turn_never_counts_against_an_objects_run() {
     create_flow(&client, &ns, "widgets", flow).await;
     create_widget(&client, &ns, "w", json!({"version": "one"})).await;
     tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+    let waiting = widget_status(&client, &ns, "w").await;
     assert!(
-        widget_status(&client, &ns, "w").await.is_null(),
-        "nothing ran and nothing failed while every turn was taken"
+        waiting.is_null() || waiting["phase"] == "Creating",
+        "nothing ran and nothing failed while every turn was taken: {waiting:#}"
     );
     assert!(config_map(&client, &ns, "w-made-one").await.is_none());
     drop(others);
