@@ -35,7 +35,7 @@ use crate::flow::events::EventType;
 use crate::flow::status::failure_message;
 use crate::flow::{Error, Reconciling};
 use retry::Next;
-use tasks::{Detached, Started, Tasks, Work};
+use tasks::{Detached, Launch, Tasks, Work};
 
 /// How long an object's run goes before its status says `Creating`: a run that ends sooner
 /// (most do) writes its status once, at its end.
@@ -153,8 +153,8 @@ impl Serving<'_> {
             work,
         };
         match tasks.start(&key, &what, d) {
-            Started::Now | Started::AlreadyGoing => Ok(None),
-            Started::Inline(d) => self.run_now(&d.object, d.work).await,
+            Launch::Now | Launch::AlreadyGoing => Ok(None),
+            Launch::Inline(d) => self.run_now(&d.object, d.work).await,
         }
     }
 

@@ -76,7 +76,7 @@ struct Going {
 
 /// What a serve did about an object's run.
 #[derive(Debug)]
-pub enum Started {
+pub enum Launch {
     /// Its task was started.
     Now,
     /// Its run for the same thing is already going.
@@ -112,14 +112,14 @@ impl Tasks {
 
     /// Starts the run `d` under `key` for `what`, unless it is going for the same already; one
     /// going for something else is stopped first.
-    pub fn start(&self, key: &str, what: &str, d: Detached) -> Started {
+    pub fn start(&self, key: &str, what: &str, d: Detached) -> Launch {
         let Some(spawn) = self.spawn.get() else {
-            return Started::Inline(Box::new(d));
+            return Launch::Inline(Box::new(d));
         };
         let mut by_key = self.by_key.lock().expect("not poisoned");
         if let Some(g) = by_key.get(key) {
             if g.what == what && !g.task.is_finished() {
-                return Started::AlreadyGoing;
+                return Launch::AlreadyGoing;
             }
             g.task.abort();
         }
@@ -138,7 +138,7 @@ impl Tasks {
             task: task.abort_handle(),
         };
         by_key.insert(key.to_string(), going);
-        Started::Now
+        Launch::Now
     }
 
     /// Stops every run of flow `flow` (released, or deleted).
@@ -196,7 +196,7 @@ mod tests {
         let tasks = Tasks::default();
         assert!(matches!(
             tasks.start("f/o", "a", detached()),
-            Started::Inline(_)
+            Launch::Inline(_)
         ));
     }
 
@@ -213,10 +213,10 @@ mod tests {
                 r.notified().await;
             })
         }));
-        let now = |s: Started| matches!(s, Started::Now);
+        let now = |s: Launch| matches!(s, Launch::Now);
         assert!(now(tasks.start("f/o", "a", detached())));
         let again = tasks.start("f/o", "a", detached());
-        assert!(matches!(again, Started::AlreadyGoing), "{again:?}");
+        assert!(matches!(again, Launch::AlreadyGoing), "{again:?}");
         assert!(tasks.going("f/o", "a"));
         tokio::time::sleep(Duration::from_millis(20)).await;
         assert!(now(tasks.start("f/o", "b", detached())));
