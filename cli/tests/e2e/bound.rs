@@ -1,15 +1,11 @@
 //! `list` and `get` of a flow bound to a kind: its objects with their runs, from its child flows
 //! or (`bind.record: Object`) from the objects themselves.
 
-use std::sync::Arc;
-
 use kube::Client;
-use pseudoflow_controller::metrics::Metrics;
-use pseudoflow_controller::{run_controller, Context};
 use pseudoflow_test_support::{apply, create_flow, TestKind};
 use serde_json::json;
 
-use crate::support::{env, namespace, pf, pf_as, viewer_kubeconfig, IMAGE};
+use crate::support::{namespace, pf, pf_as, start_impersonating_controller, viewer_kubeconfig};
 
 /// A namespace `prefix-…` with the kind `Thing`, rights on it for its ServiceAccount `flow`, a
 /// controller, and the flow `things` bound to it (`record`: `bind.record`, none: the default)
@@ -35,14 +31,7 @@ async fn things_served(
         "subjects": [{"kind": "ServiceAccount", "name": "flow", "namespace": ns}]}),
     )
     .await;
-    // The controller acts as the flow's ServiceAccount by impersonation: it needs a config.
-    let kubeconfig = kube::config::Kubeconfig::read_from(env().kubeconfig_path()).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .unwrap();
-    let ctx = Context::new(client.clone(), IMAGE.into(), Arc::new(Metrics::default()))
-        .with_config(config);
-    let ctl = tokio::spawn(run_controller(Arc::new(ctx), Some(ns.clone())));
+    let ctl = start_impersonating_controller(&client, &ns).await;
     let mut bind = json!({"apiVersion": "cli.bind.example.com/v1", "kind": "Thing"});
     if let Some(r) = record {
         bind["record"] = json!(r);
@@ -61,17 +50,15 @@ async fn things_served(
     (client, ns, ctl)
 }
 
-/// `get` of a flow bound to a kind: its objects, each with the flow serving it and its latest
-/// run (the failed one with why), instead of a step tree it does not have.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn get_of_a_bound_flow_lists_its_objects_with_their_runs() {
-    let (client, ns, ctl) = things_served("pf-bound", None).await;
-    pseudoflow_test_support::wait_status(&client, &ns, "things", 120, "both objects done", |st| {
+/// Once `things` has one object running and one failed: `list` counts them (`1/2 objects`),
+/// and `get things` succeeds and sums them up; its output.
+async fn served_listed_and_got(client: &Client, ns: &str) -> String {
+    pseudoflow_test_support::wait_status(client, ns, "things", 120, "both objects done", |st| {
         st["bound"]["running"] == 1 && st["bound"]["failed"] == 1
     })
     .await;
 
-    let o = pf(&["list", "-n", &ns]).await;
+    let o = pf(&["list", "-n", ns]).await;
     let listed = o
         .stdout
         .lines()
@@ -79,26 +66,37 @@ async fn get_of_a_bound_flow_lists_its_objects_with_their_runs() {
         .unwrap_or("");
     assert!(listed.contains("1/2 objects"), "{}", o.stdout);
 
-    let o = pf(&["get", "things", "-n", &ns]).await;
+    let o = pf(&["get", "things", "-n", ns]).await;
     println!("{}", o.stdout);
     assert_eq!(o.code, 0, "{}", o.stderr);
-    let out = &o.stdout;
+    let out = o.stdout;
     assert!(
         out.contains("2 Thing object(s): 1 Running, 0 Creating, 1 Failed"),
         "{out}"
     );
+    out
+}
+
+/// The row of `object` (of namespace `ns`) in `get`'s output `out`.
+fn row(out: &str, ns: &str, object: &str) -> String {
+    let key = format!("{ns}/{object} ");
+    out.lines()
+        .find(|l| l.starts_with(&key))
+        .unwrap_or_else(|| panic!("no row for {object}: {out}"))
+        .to_string()
+}
+
+/// `get` of a flow bound to a kind: its objects, each with the flow serving it and its latest
+/// run (the failed one with why), instead of a step tree it does not have.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_of_a_bound_flow_lists_its_objects_with_their_runs() {
+    let (client, ns, ctl) = things_served("pf-bound", None).await;
+    let out = &served_listed_and_got(&client, &ns).await;
     assert!(!out.contains("no step has run yet"), "{out}");
-    let row = |object: &str| {
-        let key = format!("{ns}/{object} ");
-        out.lines()
-            .find(|l| l.starts_with(&key))
-            .unwrap_or_else(|| panic!("no row for {object}: {out}"))
-            .to_string()
-    };
-    let good = row("good");
+    let good = row(out, &ns, "good");
     assert!(good.contains("Succeeded") && good.contains("ago"), "{good}");
     assert!(good.contains("things-"), "the flow serving it: {good}");
-    let bad = row("bad");
+    let bad = row(out, &ns, "bad");
     assert!(bad.contains("Failed"), "{bad}");
     assert!(
         bad.contains("spec.steps[0]") && bad.contains("bad-NOT_A_NAME"),
@@ -117,44 +115,17 @@ async fn get_of_a_bound_flow_lists_its_objects_with_their_runs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn get_of_a_bound_flow_recorded_in_its_objects_lists_them_from_the_objects() {
     let (client, ns, ctl) = things_served("pf-inobj", Some("Object")).await;
-    pseudoflow_test_support::wait_status(&client, &ns, "things", 120, "both objects done", |st| {
-        st["bound"]["running"] == 1 && st["bound"]["failed"] == 1
-    })
-    .await;
-
-    let o = pf(&["list", "-n", &ns]).await;
-    let listed = o
-        .stdout
-        .lines()
-        .find(|l| l.contains(" things "))
-        .unwrap_or("");
-    assert!(listed.contains("1/2 objects"), "{}", o.stdout);
-
-    let o = pf(&["get", "things", "-n", &ns]).await;
-    println!("{}", o.stdout);
-    assert_eq!(o.code, 0, "{}", o.stderr);
-    let out = &o.stdout;
-    assert!(
-        out.contains("2 Thing object(s): 1 Running, 0 Creating, 1 Failed"),
-        "{out}"
-    );
+    let out = &served_listed_and_got(&client, &ns).await;
     assert!(!out.contains("no object of the kind matches yet"), "{out}");
     assert!(!out.contains("not served"), "both were served: {out}");
-    let row = |object: &str| {
-        let key = format!("{ns}/{object} ");
-        out.lines()
-            .find(|l| l.starts_with(&key))
-            .unwrap_or_else(|| panic!("no row for {object}: {out}"))
-            .to_string()
-    };
-    let good = row("good");
+    let good = row(out, &ns, "good");
     assert!(good.contains("(in object)"), "no child flow: {good}");
     assert!(good.contains("Running") && good.contains("ago"), "{good}");
     assert!(
         !good.contains("spec.steps"),
         "no message for a run that succeeded: {good}"
     );
-    let bad = row("bad");
+    let bad = row(out, &ns, "bad");
     assert!(
         bad.contains("(in object)") && bad.contains("Failed"),
         "{bad}"

@@ -1,17 +1,15 @@
 //! `list` and `get [-w]`: a run as a tree with its Jobs, loop iterations and node instances, and
 //! a watch that redraws while a run goes on (with `logs -f` following the same run).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use kube::api::Api;
-use pseudoflow_controller::metrics::Metrics;
-use pseudoflow_controller::{run_controller, Context};
 use pseudoflow_test_support::{create_flow, wait_done};
 use serde_json::{json, Value};
 
 use crate::support::{
-    job_names, lines_until, namespace, pf, run_fused_flow, spawn_pf, start_controller, IMAGE,
+    context, job_names, lines_until, namespace, pf, run_fused_flow, spawn_controller, spawn_pf,
+    start_controller,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -218,9 +216,8 @@ async fn get_and_logs_show_node_instances() {
         )
         .await
         .unwrap();
-    let ctx = Context::new(client.clone(), IMAGE.into(), Arc::new(Metrics::default()))
-        .with_node_step_namespaces([ns.as_str()].into_iter().collect());
-    let ctl = tokio::spawn(run_controller(Arc::new(ctx), Some(ns.clone())));
+    let ctx = context(&client).with_node_step_namespaces([ns.as_str()].into_iter().collect());
+    let ctl = spawn_controller(ctx, &ns);
     let file = format!("/etc/pf-cli-{ns}.conf");
     create_flow(&client, &ns, "nodes", json!({
         "serviceAccountName": "flow",

@@ -2,15 +2,13 @@
 //! a closed pipe, and a step the controller ran itself.
 
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 
-use pseudoflow_controller::metrics::Metrics;
-use pseudoflow_controller::{run_controller, Context};
 use pseudoflow_test_support::{create_flow, wait_done};
 use serde_json::json;
 
 use crate::support::{
-    complete, env, job_names, namespace, pf, run_fused_flow, start_controller, IMAGE,
+    complete, env, job_names, namespace, pf, run_fused_flow, start_controller,
+    start_impersonating_controller,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -139,14 +137,7 @@ async fn logs_into_a_closed_pipe_end_quietly_with_success() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logs_of_a_step_run_inside_the_controller_say_it_has_no_pod() {
     let (client, ns) = namespace("pf-inctl").await;
-    // The controller acts as the flow's ServiceAccount from the admin's client configuration.
-    let kubeconfig = kube::config::Kubeconfig::read_from(env().kubeconfig_path()).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .unwrap();
-    let ctx = Context::new(client.clone(), IMAGE.into(), Arc::new(Metrics::default()))
-        .with_config(config);
-    let ctl = tokio::spawn(run_controller(Arc::new(ctx), Some(ns.clone())));
+    let ctl = start_impersonating_controller(&client, &ns).await;
     create_flow(&client, &ns, "quick", json!({
         "serviceAccountName": "flow", "options": {"apiSteps": "Controller"},
         "steps": [{"name": "made", "type": "apply", "manifests": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "quick", "namespace": ns}}}]

@@ -41,13 +41,32 @@ pub async fn namespace(prefix: &str) -> (Client, String) {
     (client, ns)
 }
 
+/// The in-process controller's context: the admin's client, the e2e runtime image.
+pub fn context(client: &Client) -> Context {
+    Context::new(client.clone(), IMAGE.into(), Arc::new(Metrics::default()))
+}
+
+/// Runs a controller with `ctx` for namespace `ns` until the handle is aborted.
+pub fn spawn_controller(ctx: Context, ns: &str) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(run_controller(Arc::new(ctx), Some(ns.to_string())))
+}
+
+/// An in-process controller for `ns` with the plain context.
 pub fn start_controller(client: &Client, ns: &str) -> tokio::task::JoinHandle<()> {
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        IMAGE.into(),
-        Arc::new(Metrics::default()),
-    ));
-    tokio::spawn(run_controller(ctx, Some(ns.to_string())))
+    spawn_controller(context(client), ns)
+}
+
+/// A controller that acts as a flow's ServiceAccount by impersonation (a bound flow's steps, a
+/// step run inside the controller): it needs a client configuration, the admin's kubeconfig.
+pub async fn start_impersonating_controller(
+    client: &Client,
+    ns: &str,
+) -> tokio::task::JoinHandle<()> {
+    let kubeconfig = kube::config::Kubeconfig::read_from(env().kubeconfig_path()).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    spawn_controller(context(client).with_config(config), ns)
 }
 
 /// What one run of the plugin gave.

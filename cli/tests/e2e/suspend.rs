@@ -8,16 +8,21 @@ use serde_json::json;
 
 use crate::support::{namespace, pf, start_controller};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn suspend_and_resume_set_spec_suspend() {
-    let (client, ns) = namespace("pf-suspend").await;
+/// Flow `held`: one `log` step.
+async fn create_held(client: &Client, ns: &str) {
     create_flow(
-        &client,
-        &ns,
+        client,
+        ns,
         "held",
         json!({"serviceAccountName": "flow", "steps": [{"type": "log", "message": "hi"}]}),
     )
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn suspend_and_resume_set_spec_suspend() {
+    let (client, ns) = namespace("pf-suspend").await;
+    create_held(&client, &ns).await;
     let suspend = |client: Client, ns: String| async move {
         flows(&client, &ns).get("held").await.unwrap().data["spec"]["suspend"].as_bool()
     };
@@ -37,13 +42,7 @@ async fn suspend_and_resume_set_spec_suspend() {
 async fn a_suspended_flow_starts_no_new_run_until_resumed() {
     let (client, ns) = namespace("pf-hold").await;
     let ctl = start_controller(&client, &ns);
-    create_flow(
-        &client,
-        &ns,
-        "held",
-        json!({"serviceAccountName": "flow", "steps": [{"type": "log", "message": "hi"}]}),
-    )
-    .await;
+    create_held(&client, &ns).await;
     let first = wait_done(&client, &ns, "held", 60).await;
     assert_eq!(first["phase"], "Succeeded", "{first:#}");
     let run = first["run"]["id"].clone();
