@@ -1,7 +1,7 @@
 //! Running the seed's example flows (`examples/*.yaml`, as written) on the shared cluster: the
 //! cluster prepared as the demo prepares it, a controller allowed to run node steps in
-//! kube-system, applying a flow and waiting for its run. Shared by `examples/seed_scenarios.rs`
-//! and `steps_node/nodelocaldns_removal.rs`.
+//! kube-system, applying a flow and waiting for its run. Shared by
+//! `examples/nodelocaldns_and_apiserver_vip.rs` and `steps_node/nodelocaldns_removal.rs`.
 
 use std::path::Path;
 use std::sync::Arc;

@@ -5,7 +5,11 @@
 //! them is where a change to one reconciler quietly changes the other; this test names each
 //! offending line. Comments are skipped (a doc link may point anywhere).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+
+mod common;
+
+use common::{collect_rs, crate_dir};
 
 /// The most lines `controller/src/reconcile/mod.rs` may have (issue #35).
 const RECONCILE_MOD_LIMIT: usize = 250;
@@ -63,7 +67,7 @@ fn names_in_comments_do_not_count() {
 }
 
 fn controller_src() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../controller/src")
+    crate_dir("controller").join("src")
 }
 
 /// Each (line number, name) of `forbidden` named outside a `//` comment in `text`.
@@ -78,15 +82,4 @@ fn names_in_code<'f>(text: &str, forbidden: &[&'f str]) -> Vec<(usize, &'f str)>
         }
     }
     found
-}
-
-fn collect_rs(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            collect_rs(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
 }

@@ -7,18 +7,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// Crates scanned: their `src/` directories.
-const CRATES: &[&str] = &[
-    "crd",
-    "expr",
-    "compiler",
-    "walk",
-    "runtime-image",
-    "controller",
-    "cli",
-    "testenv",
-    "test-support",
-];
+mod common;
+
+use common::{collect_rs, crate_dir, CRATES};
 
 /// Loops allowed, as the sorted module names in them: the recursive step type only.
 const KNOWN: &[&[&str]] = &[
@@ -33,10 +24,7 @@ const KNOWN: &[&[&str]] = &[
 fn no_crate_has_an_import_loop_but_the_recursive_step_type() {
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for krate in CRATES {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("..")
-            .join(krate)
-            .join("src");
+        let src = crate_dir(krate).join("src");
         let mut files = Vec::new();
         collect_rs(&src, &mut files);
         let modules: BTreeMap<String, PathBuf> = files
@@ -194,15 +182,4 @@ fn components(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
         }
     }
     t.out
-}
-
-fn collect_rs(dir: &Path, out: &mut Vec<PathBuf>) {
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            collect_rs(&p, out);
-        } else if p.extension().is_some_and(|x| x == "rs") {
-            out.push(p);
-        }
-    }
 }

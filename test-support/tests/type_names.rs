@@ -5,30 +5,16 @@
 //! aliases name no new type.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 
-/// Crates scanned: their `src/` directories.
-const CRATES: &[&str] = &[
-    "crd",
-    "expr",
-    "compiler",
-    "walk",
-    "runtime-image",
-    "controller",
-    "cli",
-    "testenv",
-    "test-support",
-    "demo",
-];
+mod common;
+
+use common::{collect_rs, crate_dir, CRATES};
 
 #[test]
 fn no_two_types_of_one_crate_share_a_name() {
     let mut clashes = Vec::new();
     for krate in CRATES {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("..")
-            .join(krate)
-            .join("src");
+        let src = crate_dir(krate).join("src");
         let mut files = Vec::new();
         collect_rs(&src, &mut files);
         let mut seen: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -129,17 +115,6 @@ fn declared_types(text: &str) -> Vec<(usize, String)> {
         }
     }
     out
-}
-
-fn collect_rs(dir: &Path, out: &mut Vec<PathBuf>) {
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            collect_rs(&p, out);
-        } else if p.extension().is_some_and(|x| x == "rs") {
-            out.push(p);
-        }
-    }
 }
 
 #[test]

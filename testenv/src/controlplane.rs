@@ -22,13 +22,6 @@ pub struct ControlPlane {
     pub procs: Vec<Proc>,
 }
 
-/// A port nobody listens on right now.
-pub fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
 /// `N` ports nobody listens on right now, all different (held together while they are chosen).
 pub fn free_ports<const N: usize>() -> Result<[u16; N]> {
     let listeners = (0..N)

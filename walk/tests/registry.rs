@@ -19,7 +19,7 @@ fn example(ty: &str) -> PathBuf {
         .join(format!("examples/steps/{ty}.yaml"))
 }
 
-/// Whether the controller starts `node` as local work (what `reconcile/run.rs` hands to
+/// Whether the controller starts `node` as local work (what `reconcile/run/mod.rs` hands to
 /// [`local::run`]), rather than the walker keeping it as a timer or a decision to wait for.
 fn done_locally(node: &PlanNode) -> bool {
     let waits = node

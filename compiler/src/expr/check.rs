@@ -471,15 +471,8 @@ fn is_builtin(name: &str) -> bool {
 mod tests {
     use serde_json::json;
 
-    use super::super::test_flow as flow;
+    use super::super::{test_flow as flow, test_included, test_warnings as warnings};
     use crate::Compiled;
-
-    fn warnings(c: &Compiled) -> Vec<String> {
-        c.warnings
-            .warnings()
-            .map(|d| format!("{}: {}", d.path, d.message))
-            .collect()
-    }
 
     #[test]
     fn a_step_output_spliced_unquoted_into_a_command_warns() {
@@ -691,34 +684,23 @@ mod tests {
             "steps": [
                 {"type": "template", "output": "img", "template": "{{ object.spec.img }}"},
                 {"type": "include", "source": {"configMapRef": {"name": "c", "key": "k"}}}]});
-        let c = crate::compile(&id, &spec).unwrap();
-        let node = c.plan.nodes().find(|n| n.step_type == "include").unwrap();
         // Included steps may name the flow's variables only plainly (`${img}`).
-        let steps = crate::validate_included(
-            &json!([{"type": "exec", "cmd": "echo ${img}"},
+        let (include, found) = test_included(
+            &id,
+            &spec,
+            json!([{"type": "exec", "cmd": "echo ${img}"},
                     {"type": "exec", "cmd": "true", "image": "${img}"}]),
-            &node.id,
-        )
-        .unwrap();
-        let expansions: crate::Expansions = [(node.id.clone(), steps)].into();
-        let found: Vec<String> = crate::compile_expanded(&id, &spec, &expansions)
-            .unwrap_err()
-            .0
-            .iter()
-            .map(|d| format!("{:?} {}: {}", d.severity, d.path, d.message))
-            .collect();
+        );
         assert_eq!(found.len(), 2, "{found:?}");
         assert!(
             found[0].starts_with(&format!(
-                "Warning {}[0].cmd: ${{img}} splices \"img\", tenant data",
-                node.id
+                "Warning {include}[0].cmd: ${{img}} splices \"img\", tenant data"
             )),
             "{found:?}"
         );
         assert!(
             found[1].starts_with(&format!(
-                "Error {}[1].image: ${{img}} sets image from \"img\"",
-                node.id
+                "Error {include}[1].image: ${{img}} sets image from \"img\""
             )),
             "{found:?}"
         );

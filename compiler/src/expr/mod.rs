@@ -25,3 +25,35 @@ pub(crate) fn test_flow(steps: serde_json::Value) -> crate::Compiled {
     )
     .expect("valid flow")
 }
+
+/// A compiled flow's warnings as `path: message` lines: what the check and steering tests
+/// compare.
+#[cfg(test)]
+pub(crate) fn test_warnings(c: &crate::Compiled) -> Vec<String> {
+    c.warnings
+        .warnings()
+        .map(|d| format!("{}: {}", d.path, d.message))
+        .collect()
+}
+
+/// Flow `id` (`spec`, whose one `include` step fetched `included`) compiled with that
+/// expansion, as the controller compiles it once the include is fetched: the include's node id
+/// and each diagnostic as `Severity path: message`. The flow must not compile.
+#[cfg(test)]
+pub(crate) fn test_included(
+    id: &crate::FlowId,
+    spec: &serde_json::Value,
+    included: serde_json::Value,
+) -> (String, Vec<String>) {
+    let c = crate::compile(id, spec).unwrap();
+    let node = c.plan.nodes().find(|n| n.step_type == "include").unwrap();
+    let steps = crate::validate_included(&included, &node.id).unwrap();
+    let expansions: crate::Expansions = [(node.id.clone(), steps)].into();
+    let found = crate::compile_expanded(id, spec, &expansions)
+        .unwrap_err()
+        .0
+        .iter()
+        .map(|d| format!("{:?} {}: {}", d.severity, d.path, d.message))
+        .collect();
+    (node.id.clone(), found)
+}

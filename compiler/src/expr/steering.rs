@@ -232,6 +232,7 @@ fn allowed_warning(opt: ObjectDataField, e: &str, tenant: &str) -> String {
 mod tests {
     use serde_json::{json, Value};
 
+    use super::super::{test_included, test_warnings as warnings};
     use crate::Compiled;
 
     fn bound(extra: Value, steps: Value) -> Result<Compiled, Vec<String>> {
@@ -249,13 +250,6 @@ mod tests {
                 .map(|e| format!("{}: {}", e.path, e.message))
                 .collect()
         })
-    }
-
-    fn warnings(c: &Compiled) -> Vec<String> {
-        c.warnings
-            .warnings()
-            .map(|d| format!("{}: {}", d.path, d.message))
-            .collect()
     }
 
     fn assert_paths(errors: &[String], paths: &[&str]) {
@@ -443,25 +437,15 @@ mod tests {
             "steps": [
                 {"type": "template", "output": "ns", "template": "{{ object.spec.ns }}"},
                 {"type": "include", "source": {"configMapRef": {"name": "c", "key": "k"}}}]});
-        let c = crate::compile(&id, &spec).unwrap();
-        let node = c.plan.nodes().find(|n| n.step_type == "include").unwrap();
-        let steps = crate::validate_included(
-            &json!([{"type": "delete", "target": {"kind": "Secret", "name": "s", "namespace": "${ns}"}}]),
-            &node.id,
-        )
-        .unwrap();
-        let expansions: crate::Expansions = [(node.id.clone(), steps)].into();
-        let found: Vec<String> = crate::compile_expanded(&id, &spec, &expansions)
-            .unwrap_err()
-            .0
-            .iter()
-            .map(|d| format!("{:?} {}: {}", d.severity, d.path, d.message))
-            .collect();
+        let (include, found) = test_included(
+            &id,
+            &spec,
+            json!([{"type": "delete", "target": {"kind": "Secret", "name": "s", "namespace": "${ns}"}}]),
+        );
         assert_eq!(found.len(), 1, "{found:?}");
         assert!(
             found[0].starts_with(&format!(
-                "Error {}[0].target.namespace: ${{ns}} sets the namespace",
-                node.id
+                "Error {include}[0].target.namespace: ${{ns}} sets the namespace"
             )),
             "{found:?}"
         );

@@ -7,24 +7,51 @@
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
-use serde_json::json;
+use kube::Client;
+use serde_json::{json, Value};
 
 use crate::common::bound::*;
 use crate::common::{apply, create_flow, eventually, flows};
 
 const CANARY: &str = "steer-canary-0c1f";
 
+/// A namespace `{ns}-{suffix}` beside the tenant's `ns` (a victim's, or a copy's target); its name.
+async fn beside(client: &Client, ns: &str, suffix: &str) -> String {
+    let name = format!("{ns}-{suffix}");
+    apply(
+        client,
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}),
+    )
+    .await;
+    name
+}
+
+/// Grants `ns`'s flow ServiceAccount `verbs` on core `resource` in namespace `at` (a Role and
+/// RoleBinding both named after the resource).
+async fn grant(client: &Client, ns: &str, at: &str, resource: &str, verbs: Value) {
+    apply(
+        client,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": resource, "namespace": at},
+        "rules": [{"apiGroups": [""], "resources": [resource], "verbs": verbs}]}),
+    )
+    .await;
+    apply(
+        client,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": resource, "namespace": at},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": resource},
+        "subjects": [{"kind": "ServiceAccount", "name": "flow", "namespace": ns}]}),
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_objects_namespace_never_chooses_where_a_copy_reads_the_flow_is_refused_naming_the_path()
 {
     let (client, ns) = setup("bind-steer", all_verbs()).await;
     // The victim: a namespace whose Secret the flow's ServiceAccount may read.
-    let victim = format!("{ns}-victim");
-    apply(
-        &client,
-        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": victim}}),
-    )
-    .await;
+    let victim = beside(&client, &ns, "victim").await;
     apply(
         &client,
         json!({"apiVersion": "v1", "kind": "Secret",
@@ -32,16 +59,12 @@ async fn an_objects_namespace_never_chooses_where_a_copy_reads_the_flow_is_refus
     )
     .await;
     for at in [&victim, &ns] {
-        apply(&client, json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-            "metadata": {"name": "secrets", "namespace": at},
-            "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create", "patch"]}]}))
-        .await;
-        apply(
+        grant(
             &client,
-            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-            "metadata": {"name": "secrets", "namespace": at},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "secrets"},
-            "subjects": [{"kind": "ServiceAccount", "name": "flow", "namespace": ns}]}),
+            &ns,
+            at,
+            "secrets",
+            json!(["get", "create", "patch"]),
         )
         .await;
     }
@@ -92,12 +115,7 @@ async fn an_objects_namespace_never_chooses_where_a_copy_reads_the_flow_is_refus
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_target_taken_from_the_object_when_allowed_is_told_in_status_and_copies() {
     let (client, ns) = setup("bind-steer-ok", all_verbs()).await;
-    let target = format!("{ns}-t");
-    apply(
-        &client,
-        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": target}}),
-    )
-    .await;
+    let target = beside(&client, &ns, "t").await;
     apply(
         &client,
         json!({"apiVersion": "v1", "kind": "Secret",
@@ -108,21 +126,7 @@ async fn a_copy_target_taken_from_the_object_when_allowed_is_told_in_status_and_
         (&ns, json!(["get"])),
         (&target, json!(["get", "create", "patch"])),
     ] {
-        apply(
-            &client,
-            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-            "metadata": {"name": "secrets", "namespace": at},
-            "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": verbs}]}),
-        )
-        .await;
-        apply(
-            &client,
-            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-            "metadata": {"name": "secrets", "namespace": at},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "secrets"},
-            "subjects": [{"kind": "ServiceAccount", "name": "flow", "namespace": ns}]}),
-        )
-        .await;
+        grant(&client, &ns, at, "secrets", verbs).await;
     }
     create_flow(
         &client,
@@ -161,22 +165,13 @@ async fn a_copy_target_taken_from_the_object_when_allowed_is_told_in_status_and_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_artifacts_namespace_taken_from_the_object_fails_the_step_and_writes_nothing_there() {
     let (client, ns) = setup("bind-steer-art", all_verbs()).await;
-    let victim = format!("{ns}-victim");
-    apply(
+    let victim = beside(&client, &ns, "victim").await;
+    grant(
         &client,
-        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": victim}}),
-    )
-    .await;
-    apply(&client, json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-        "metadata": {"name": "cms", "namespace": victim},
-        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "patch"]}]}))
-    .await;
-    apply(
-        &client,
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": "cms", "namespace": victim},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "cms"},
-        "subjects": [{"kind": "ServiceAccount", "name": "flow", "namespace": ns}]}),
+        &ns,
+        &victim,
+        "configmaps",
+        json!(["get", "create", "patch"]),
     )
     .await;
     apply(&client, json!({"apiVersion": "v1", "kind": "ConfigMap",

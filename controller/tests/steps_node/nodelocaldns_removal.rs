@@ -2,7 +2,8 @@
 //! NodeLocal DNS, then `examples/nodelocaldns-remove.yaml` (as written) removes it — every
 //! kubelet's `--resolv-conf` back to the kubeadm default, `/etc/kubelet-resolv.conf` gone, each
 //! kubelet restarted once more, and every object of both artifact files deleted.
-//! The cluster is prepared for the seed flows as in `examples/seed_scenarios.rs` ([`crate::common::seed`]).
+//! The cluster is prepared for the seed flows as in `examples/nodelocaldns_and_apiserver_vip.rs`
+//! ([`crate::common::seed`]).
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};

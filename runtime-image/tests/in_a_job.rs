@@ -1,7 +1,7 @@
-//! The executor on a real control plane (testenv): the compiler lowers a node to its ConfigMap and
-//! Job, the process kubelet runs `pseudoflow-step` as the pod under the flow's ServiceAccount
-//! token, and the result comes back in the termination message — the production path, without
-//! the controller.
+//! The executor in a Job's pod, on a real control plane (testenv): the compiler lowers a node to
+//! its ConfigMap and Job, the process kubelet runs `pseudoflow-step` as the pod under the flow's
+//! ServiceAccount token, and the result comes back in the termination message — the production
+//! path, without the controller.
 
 use std::time::Duration;
 
