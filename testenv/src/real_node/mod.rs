@@ -138,11 +138,15 @@ fn slot_file(slot: u8) -> PathBuf {
     Path::new(RUN_DIR).join(format!("slot-{slot}.pid"))
 }
 
-/// The shell commands that remove what a slot leaves on the machine: its bridge and its nodes'
-/// cgroup directories (deepest first; retried while the node's processes are still dying).
+/// The shell commands that remove what a slot leaves on the machine: its bridge, its nodes'
+/// veths and cgroup directories (deepest first; retried while the node's processes are still
+/// dying). A veth outlives its node while the node's network namespace does: seen when an
+/// orphaned TCP socket there kept retransmitting its FIN after the bridge was gone, so the next
+/// cluster in the slot failed `RTNETLINK answers: File exists`.
 fn cleanup_script(slot: u8) -> String {
     format!(
         r#"ip link del pfbr{slot} 2>/dev/null
+for l in /sys/class/net/pfv{slot}n*; do [ -e "$l" ] && ip link del "${{l##*/}}" 2>/dev/null; done
 for t in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
   left=0
   for d in /sys/fs/cgroup/*/pseudoflow-{slot}-*; do
@@ -667,6 +671,8 @@ async fn attach(net: &Network, node: &mut RealNode, i: usize) -> Result<()> {
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     let host_end = format!("pfv{}n{i}", net.slot);
+    // One left by a node whose network namespace outlived it (see cleanup_script).
+    let _ = run("ip", &["link", "del", &host_end]);
     run(
         "ip",
         &[
