@@ -45,11 +45,14 @@ demo: k8s $(if $(ARGOCD),argocd)
 	cargo build --locked -q -p pseudoflow-cli --bin kubectl-pf
 	cargo run --locked -q -p pseudoflow-demo $(if $(ARGOCD),-- --argocd)
 
-## demo-real: the same flows on a cluster whose nodes are all real (cp-0, node-1: kubelet,
+## demo-real: `make demo` on a cluster whose nodes are all real (cp-0, node-1: kubelet,
 ## containerd, runc, CNI, kube-proxy), the controller installed by `helm install` of the chart as a
-## Deployment pod from the local image (leader election on); Ctrl-C stops everything and removes
-## what the nodes made on the machine. REAL=n for more nodes.
+## Deployment pod from the local image (leader election on, its webhooks called by the API server
+## through their Service over the pod network): the seed flows, the bound Database, the approval
+## waiting and the same tour; Ctrl-C stops everything and removes what the nodes made on the
+## machine. REAL=n for more nodes.
 demo-real: k8s images tools
+	cargo build --locked -q -p pseudoflow-cli --bin kubectl-pf
 	cargo run --locked -q -p pseudoflow-demo -- --real $${REAL:-2}
 
 ## k8s: build (or reuse from the cache) etcd and the Kubernetes control plane from upstream Go modules.

@@ -3,7 +3,9 @@
 //! token, `kubernetes.default` through kube-proxy), `exec` into a named pod, and node steps (configFile, patchFile,
 //! execNode `systemctl restart kubelet`) whose files land in the node's own root, never the
 //! machine's `/etc`; the controller image itself as a pod with in-cluster config, and as the
-//! chart's Deployment (also serving a flow bound to a kind, as its ServiceAccount); and the
+//! chart's Deployment (also serving a flow bound to a kind, as its ServiceAccount), its
+//! webhooks called by the API server over the pod network (a typo refused at apply, `kubectl pf
+//! approve` stamped); and the
 //! seed's four example flows as written; and a tenant's shell syntax in a bound `v1beta1` flow's
 //! command, echoed as data by the executor pod (issue #32).
 //!
@@ -288,11 +290,10 @@ async fn the_controller_image_runs_a_flow_from_a_pod_with_in_cluster_config() {
 /// of two replicas from the local image (leader election on, in-cluster config), running a
 /// flow; every controller pod deleted while a step runs, and the flow still completes with one
 /// Job per step; then the metrics scraped from the leading pod over the pod network, as
-/// Prometheus would. The webhook is off here: testenv's API server runs on the machine, outside
-/// the pod network, so it cannot call a Service's pods (the webhook is proven in admission/webhook.rs).
+/// Prometheus would. The webhook is off here; the chart's webhooks on real nodes are the next
+/// test's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_chart_runs_the_controller_as_a_deployment_that_survives_losing_its_pods_mid_flow() {
-    use k8s_openapi::api::apps::v1::Deployment;
     use k8s_openapi::api::batch::v1::Job;
     use k8s_openapi::api::core::v1::{ConfigMap, Pod};
     use kube::api::{Api, DeleteParams, ListParams};
@@ -305,82 +306,11 @@ async fn the_chart_runs_the_controller_as_a_deployment_that_survives_losing_its_
         )
         .create(env, &client)
         .await;
-    let chart =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/pseudoflow-operator");
-    let set = |kv: &str| ["--set".to_string(), kv.to_string()];
-    let mut args: Vec<String> = vec!["install".into(), ns.clone(), chart.display().to_string()];
-    args.extend(["--namespace".into(), ns.clone()]);
-    for kv in [
-        "crds.install=false".to_string(),
-        "image.controller.repository=docker.io/pseudoflow/controller".into(),
-        "image.controller.tag=local".into(),
-        "image.controller.pullPolicy=Never".into(),
-        "image.runtime.repository=docker.io/pseudoflow/runtime".into(),
-        "image.runtime.tag=local".into(),
-        format!("watchNamespaces={{{ns}}}"),
-        "nodeSteps.namespaces=null".into(),
-        "webhook.enabled=false".into(),
-        "replicas=2".into(),
-    ] {
-        args.extend(set(&kv));
-    }
-    let helm = pseudoflow_test_support::helm::binary();
-    let kubeconfig = env.kubeconfig_path().to_path_buf();
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(helm)
-            .env("KUBECONFIG", kubeconfig)
-            .args(&args)
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "helm install: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
-    let name = format!("{ns}-pseudoflow");
+    let sets = ["webhook.enabled=false", "replicas=2"];
+    helm_install(env, &ns, sets.iter().flat_map(|kv| ["--set", kv])).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let controllers = ListParams::default().labels("app.kubernetes.io/name=pseudoflow-operator");
-    let t0 = Instant::now();
-    loop {
-        let status = deployments
-            .get(&name)
-            .await
-            .unwrap()
-            .status
-            .unwrap_or_default();
-        if status.ready_replicas == Some(2) {
-            break;
-        }
-        if t0.elapsed().as_secs() > 180 {
-            let mut why = String::new();
-            for p in pods.list(&controllers).await.unwrap().items {
-                let n = p.metadata.name.clone().unwrap_or_default();
-                let log = pods.logs(&n, &Default::default()).await.unwrap_or_default();
-                why += &format!("{n}: {:?}\n{log}\n", p.status);
-            }
-            let events = Api::<k8s_openapi::api::core::v1::Event>::namespaced(client.clone(), &ns)
-                .list(&ListParams::default())
-                .await
-                .unwrap();
-            for e in events.items {
-                why += &format!(
-                    "event {:?} {:?}: {:?}\n",
-                    e.involved_object.name, e.reason, e.message
-                );
-            }
-            panic!("the controller Deployment is not ready after 180 s: {status:?}\n{why}");
-        }
-        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
-    }
-    eprintln!(
-        "controller Deployment ready {:?} after helm install",
-        t0.elapsed()
-    );
+    wait_controllers_ready(&client, &ns, 2).await;
 
     // A flow whose first step runs long enough to lose every controller pod under it.
     create_flow(&client, &ns, "survivor", json!({"serviceAccountName": "flow", "steps": [
@@ -488,6 +418,220 @@ async fn the_chart_runs_the_controller_as_a_deployment_that_survives_losing_its_
         "{text}"
     );
     a_bound_flow_is_served_by_the_charts_controller(&client, &ns).await;
+}
+
+/// The chart's validating and mutating webhooks on real nodes, installed as its values document
+/// for a cluster whose API server presents a client certificate to admission webhooks
+/// (`webhook.clientAuth.caBundle`: the CA of testenv's, whose Common Name is the chart's default
+/// `names`): the API server, on the machine, calls the controller pod through the chart's
+/// Service over the pod network. A flow with a typo is refused at `kubectl apply`, naming its
+/// path, and is not stored; `kubectl pf approve` of a waiting step is stamped by the mutating
+/// webhook (which stamps only for a caller with that certificate) and accepted by the
+/// controller: the run Succeeded, its status naming the approver.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_charts_webhooks_refuse_a_typo_at_apply_and_stamp_kubectl_pf_approve() {
+    use pseudoflow_test_support::{approval::gated_spec, flows, step, wait_status};
+    let env = env();
+    let client = env.client().await.unwrap();
+    install_crd(&client).await;
+    let ns = FlowNamespace::new("real-webhook")
+        .create(env, &client)
+        .await;
+    let ca = format!(
+        "webhook.clientAuth.caBundle={}",
+        env.webhook_client_ca().display()
+    );
+    helm_install(env, &ns, ["--set-file", ca.as_str()]).await;
+    wait_controllers_ready(&client, &ns, 1).await;
+
+    // Ready is not yet called: the controller writes its CA into both configurations once it
+    // serves. Until the API server reaches it, `kubectl apply` fails calling the webhook.
+    let typo = format!(
+        r#"{{"apiVersion": "ops.example.com/v1alpha1", "kind": "PseudoFlow",
+        "metadata": {{"name": "typo", "namespace": "{ns}"}},
+        "spec": {{"steps": [{{"type": "loop", "forEach": ["a"], "steps": [{{"type": "sleep", "seconds": "ten"}}]}}]}}}}"#
+    );
+    let t0 = Instant::now();
+    let out = loop {
+        let (ok, out) = kubectl_stdin(env, &["apply", "-f", "-"], &typo).await;
+        assert!(!ok, "a flow with a typo was stored: {out}");
+        if out.contains("denied the request") || t0.elapsed().as_secs() > 90 {
+            break out;
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    };
+    eprintln!(
+        "the webhook refused the typo {:?} after the Deployment was ready",
+        t0.elapsed()
+    );
+    assert!(
+        out.contains("denied the request") && out.contains("spec.steps[0].steps[0].seconds"),
+        "kubectl apply of a typo, not refused by the webhook naming its path: {out}"
+    );
+    assert!(
+        flows(&client, &ns).get_opt("typo").await.unwrap().is_none(),
+        "the refused flow is stored"
+    );
+
+    // An approval, given with `kubectl pf approve` and stamped by the chart's mutating webhook.
+    create_flow(&client, &ns, "gated", gated_spec(None)).await;
+    wait_status(&client, &ns, "gated", 240, "waiting for approval", |st| {
+        st["reason"] == "WaitingForApproval"
+    })
+    .await;
+    let pf = pseudoflow_test_support::binaries::cli_binary();
+    let kubeconfig = env.kubeconfig_path().display().to_string();
+    let args = [
+        "--kubeconfig",
+        &kubeconfig,
+        "approve",
+        "gated",
+        "gate",
+        "-n",
+        &ns,
+    ];
+    let out = std::process::Command::new(pf).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl pf approve: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status = wait_done(&client, &ns, "gated", 240).await;
+    assert_eq!(status["phase"], "Succeeded", "{status:#}");
+    let record = &step(&status, "spec.steps[1]")["approval"];
+    assert_eq!(record["decision"], "Approved", "{status:#}");
+    assert_eq!(record["user"], "admin", "{status:#}");
+}
+
+/// The chart's values for the local images (`make images`), the CRD left to [`install_crd`],
+/// the controller watching `ns` only, no node steps.
+fn local_chart_values(ns: &str) -> Vec<String> {
+    vec![
+        "crds.install=false".to_string(),
+        "image.controller.repository=docker.io/pseudoflow/controller".into(),
+        "image.controller.tag=local".into(),
+        "image.controller.pullPolicy=Never".into(),
+        "image.runtime.repository=docker.io/pseudoflow/runtime".into(),
+        "image.runtime.tag=local".into(),
+        format!("watchNamespaces={{{ns}}}"),
+        "nodeSteps.namespaces=null".into(),
+    ]
+}
+
+/// `kubectl ARGS` against `env` with `input` on stdin: whether it succeeded, and its output.
+async fn kubectl_stdin(env: &TestEnv, args: &[&str], input: &str) -> (bool, String) {
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
+    let kubectl = pseudoflow_testenv::binaries::bin_dir().join("kubectl");
+    let mut child = Command::new(kubectl)
+        .arg("--kubeconfig")
+        .arg(env.kubeconfig_path())
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// `helm install` of the chart as release `ns` in `ns`, as a user would: the
+/// [`local_chart_values`], then `extra` arguments (`--set k=v`, `--set-file k=path`).
+async fn helm_install<'a>(env: &TestEnv, ns: &str, extra: impl IntoIterator<Item = &'a str>) {
+    let chart =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/pseudoflow-operator");
+    let mut args: Vec<String> = vec!["install".into(), ns.into(), chart.display().to_string()];
+    args.extend(["--namespace".into(), ns.into()]);
+    for kv in local_chart_values(ns) {
+        args.extend(["--set".to_string(), kv]);
+    }
+    args.extend(extra.into_iter().map(String::from));
+    helm(env, args).await;
+}
+
+/// Runs helm with `args` against `env`; panics with its output if it fails.
+async fn helm(env: &TestEnv, args: Vec<String>) {
+    let helm = pseudoflow_test_support::helm::binary();
+    let kubeconfig = env.kubeconfig_path().to_path_buf();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(helm)
+            .env("KUBECONFIG", kubeconfig)
+            .args(&args)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "helm: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Waits until the chart's controller Deployment in `ns` has `replicas` ready pods; on a
+/// timeout, panics with the pods' status and logs and the namespace's Events.
+async fn wait_controllers_ready(client: &kube::Client, ns: &str, replicas: i32) {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::{Event, Pod};
+    use kube::api::{Api, ListParams};
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let name = format!("{ns}-pseudoflow");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let controllers = ListParams::default().labels("app.kubernetes.io/name=pseudoflow-operator");
+    let t0 = Instant::now();
+    loop {
+        let status = deployments
+            .get(&name)
+            .await
+            .unwrap()
+            .status
+            .unwrap_or_default();
+        if status.ready_replicas == Some(replicas) {
+            break;
+        }
+        if t0.elapsed().as_secs() > 180 {
+            let mut why = String::new();
+            for p in pods.list(&controllers).await.unwrap().items {
+                let n = p.metadata.name.clone().unwrap_or_default();
+                let log = pods.logs(&n, &Default::default()).await.unwrap_or_default();
+                why += &format!("{n}: {:?}\n{log}\n", p.status);
+            }
+            let events = Api::<Event>::namespaced(client.clone(), ns)
+                .list(&ListParams::default())
+                .await
+                .unwrap();
+            for e in events.items {
+                why += &format!(
+                    "event {:?} {:?}: {:?}\n",
+                    e.involved_object.name, e.reason, e.message
+                );
+            }
+            panic!("the controller Deployment is not ready after 180 s: {status:?}\n{why}");
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    }
+    eprintln!(
+        "controller Deployment ready {:?} after helm install",
+        t0.elapsed()
+    );
 }
 
 /// A flow bound to a kind, served by the chart's controller pod: it watches, lists and

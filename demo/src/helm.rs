@@ -10,7 +10,14 @@ use pseudoflow_testenv::TestEnv;
 /// The namespace the chart is installed in.
 pub const CONTROLLER_NAMESPACE: &str = "pseudoflow-system";
 
-/// `helm install` of the chart with the local images (`make images`), as a user would.
+/// The webhook Service the chart makes for release `pseudoflow`, as the API server calls it.
+pub const WEBHOOK_SERVICE: &str = "https://pseudoflow-webhook.pseudoflow-system.svc:443";
+
+/// `helm install` of the chart with the local images (`make images`), as a user would, its
+/// webhooks on: the API server calls them through their Service at the controller pod, over the
+/// pod network, and presents its webhook client certificate, whose CA is
+/// `webhook.clientAuth.caBundle` (docs/operations.md, "The API server authenticates to the
+/// webhook"), so approvals are stamped.
 pub async fn install(env: &TestEnv, root: &Path) -> Result<()> {
     let helm = binary()?;
     let chart = root.join("charts/pseudoflow-operator");
@@ -30,11 +37,17 @@ pub async fn install(env: &TestEnv, root: &Path) -> Result<()> {
         "image.controller.pullPolicy=Never",
         "image.runtime.repository=docker.io/pseudoflow/runtime",
         "image.runtime.tag=local",
-        "webhook.enabled=false",
     ] {
         args.extend(["--set".to_string(), kv.to_string()]);
     }
-    println!("helm install pseudoflow charts/pseudoflow-operator -n {CONTROLLER_NAMESPACE} (local images, leader election on, webhook off)");
+    args.extend([
+        "--set-file".to_string(),
+        format!(
+            "webhook.clientAuth.caBundle={}",
+            env.webhook_client_ca().display()
+        ),
+    ]);
+    println!("helm install pseudoflow charts/pseudoflow-operator -n {CONTROLLER_NAMESPACE} (local images, leader election on, webhooks on with the API server's client CA)");
     let kubeconfig = env.kubeconfig_path().to_path_buf();
     let out = tokio::task::spawn_blocking(move || {
         std::process::Command::new(helm)

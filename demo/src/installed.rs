@@ -152,8 +152,9 @@ const INVALID: &str = r#"{"apiVersion": "ops.example.com/v1alpha1", "kind": "Pse
 "spec": {"steps": [{"type": "loop", "forEach": ["a"], "steps": [{"type": "lgo"}]}]}}"#;
 
 /// Waits until the API server calls the validating webhook (its configuration and CA have
-/// propagated): a dry run of a flow that does not compile is refused naming its path.
-async fn wait_answering(client: &kube::Client) -> Result<()> {
+/// propagated): a dry run of a flow that does not compile is refused naming its path. `make
+/// demo-real` waits so for the chart's.
+pub async fn wait_answering(client: &kube::Client) -> Result<()> {
     use kube::api::{DynamicObject, PostParams};
     let flows: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
@@ -175,8 +176,8 @@ async fn wait_answering(client: &kube::Client) -> Result<()> {
                 return Ok(());
             }
             other => anyhow::ensure!(
-                t0.elapsed() < Duration::from_secs(30),
-                "the admission webhook did not answer in 30 s: {other:?}"
+                t0.elapsed() < Duration::from_secs(60),
+                "the admission webhook did not answer in 60 s: {other:?}"
             ),
         }
         tokio::time::sleep(Duration::from_millis(300)).await;

@@ -7,8 +7,9 @@
 //! control-plane, `node-1`...), with the controller installed by `helm install` of the chart as a
 //! Deployment pod from the local image (`make images`), in-cluster config, leader election on.
 //! Every step runs in a Job of the runtime image on a real node; the seed's NodeLocal DNS
-//! DaemonSet runs the declared stand-in for its image (testenv/src/standins.rs). Ctrl-C stops
-//! the nodes and the control plane and removes what they made on the machine.
+//! DaemonSet runs the declared stand-in for its image (testenv/src/standins.rs), and so does the
+//! bound Database's pod (`postgres:15.3`). Ctrl-C stops the nodes and the control plane and
+//! removes what they made on the machine.
 //!
 //! `make demo` runs the controller as the chart installs it (`installed.rs`): its validating and
 //! mutating webhooks registered with the API server, the approval key and impersonation for
@@ -21,8 +22,10 @@
 //! steps of the seed flows run in kube-system, which the demo opts in as an operator would: the
 //! namespace labelled `pod-security.kubernetes.io/enforce=privileged` and allow-listed in the
 //! controller (`--node-step-namespaces kube-system`; the chart's default `nodeSteps.namespaces`).
-//! With real nodes the chart's webhook is off: testenv's API server runs on the machine, outside
-//! the pod network, so it cannot call a webhook Service's pods.
+//! With real nodes the chart's webhooks are on and called as on any cluster: through their
+//! Service, at the controller pod, over the pod network (testenv routes each node's pod range
+//! from the machine, where its API server runs), the API server presenting its webhook client
+//! certificate (`webhook.clientAuth.caBundle`); the approval key is the chart's controller's.
 //!
 //! `make demo ARGOCD=1` (`--argocd`): the same, but the seed flows are synced by a real Argo CD
 //! from a local git repository (`gitops.rs`), and the closing text says how to commit a change
@@ -108,10 +111,10 @@ pub async fn start_installed_with(step: PathBuf, argocd: bool) -> Result<Demo> {
     })
 }
 
-/// `make demo-real`: a cluster of `n` real nodes, the chart installed by helm, the seed flows run
-/// to the end and what they did to `node-1` shown. Returns the cluster and whether every flow
-/// Succeeded.
-pub async fn start_real(n: usize) -> Result<(TestEnv, bool)> {
+/// `make demo-real`: a cluster of `n` real nodes, the chart installed by helm with its webhooks
+/// on, the seed flows run to the end and what they did to `node-1` shown, then the bound
+/// `Database` and the approval waiting (`tour.rs`), as `make demo`.
+pub async fn start_real(n: usize) -> Result<Demo> {
     let root = repo();
     let env = cluster::start_real(n).await?;
     let client = env.client().await?;
@@ -120,10 +123,25 @@ pub async fn start_real(n: usize) -> Result<(TestEnv, bool)> {
     seed::prepare(&env, &client, &root).await?;
     apply_text(&client, NODE_STEPS_NAMESPACE_LABEL, None).await?;
     helm::wait_controller_ready(&client).await?;
+    // Flows are refused (failure policy Fail) until the API server reaches the webhook pod.
+    let t0 = std::time::Instant::now();
+    installed::wait_answering(&client).await?;
+    println!(
+        "admission webhooks called through {} at the controller pod {:.1}s later (a dry run of a typo refused with its path)\n",
+        helm::WEBHOOK_SERVICE,
+        t0.elapsed().as_secs_f64()
+    );
     let names = seed::apply_flows(&client, &root).await?;
     let all_succeeded = progress::watch_flows(&client, &names).await?;
     progress::show_real_node(&env, "node-1");
-    Ok((env, all_succeeded))
+    println!();
+    tour::start(&client, &root).await?;
+    Ok(Demo {
+        env,
+        webhook_url: helm::WEBHOOK_SERVICE.to_string(),
+        all_succeeded,
+        gitops: None,
+    })
 }
 
 /// The controller, in this process, as installed (`installed.rs`), its metrics served; node

@@ -15,34 +15,31 @@ async fn main() -> Result<()> {
     let (real, argocd) = args()?;
     let t0 = Instant::now();
     let here = std::env::current_exe()?.parent().unwrap().to_path_buf();
-    let (env, gitops) = match real {
-        None => {
-            let demo = start_installed_with(here.join("pseudoflow-step"), argocd).await?;
-            let tools = [pseudoflow_testenv::binaries::bin_dir(), here];
-            println!(
-                "{}",
-                tour::closing_text(demo.env.kubeconfig_path(), &tools, &demo.webhook_url)
-            );
-            if let Some(g) = &demo.gitops {
-                println!("{}", gitops::closing_text(&g.repo));
-            }
-            (demo.env, demo.gitops)
-        }
+    let demo = match real {
+        None => start_installed_with(here.join("pseudoflow-step"), argocd).await?,
         Some(n) => {
-            let (env, all_succeeded) = start_real(n).await?;
+            let demo = start_real(n).await?;
             println!(
-                "\n{} in {:.1}s from the start (cluster, helm install, flows).",
-                if all_succeeded {
-                    "all flows Succeeded"
+                "\nready {:.1}s after the start (cluster, helm install, seed flows, the Database, the approval); {}.",
+                t0.elapsed().as_secs_f64(),
+                if demo.all_succeeded {
+                    "all seed flows Succeeded"
                 } else {
-                    "flows finished, not all Succeeded"
-                },
-                t0.elapsed().as_secs_f64()
+                    "seed flows finished, not all Succeeded"
+                }
             );
-            println!("\nThe cluster keeps running. Try:\n  export KUBECONFIG={}\n  kubectl get pf -A\n  kubectl describe pf -n kube-system setup-nodelocaldns\nCtrl-C stops everything.", env.kubeconfig_path().display());
-            (env, None)
+            demo
         }
     };
+    let tools = [pseudoflow_testenv::binaries::bin_dir(), here];
+    println!(
+        "{}",
+        tour::closing_text(demo.env.kubeconfig_path(), &tools, &demo.webhook_url)
+    );
+    if let Some(g) = &demo.gitops {
+        println!("{}", gitops::closing_text(&g.repo));
+    }
+    let (env, gitops) = (demo.env, demo.gitops);
     tokio::signal::ctrl_c().await?;
     println!("stopping");
     // Dropped here, not left to the exit: Argo CD first, then the cluster it watches (real

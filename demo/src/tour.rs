@@ -133,7 +133,7 @@ The cluster keeps running, with the controller as the chart installs it: its adm
 at {webhook_url} (validating and mutating), the approval key in pseudoflow-system, bound flows
 served as their ServiceAccount. Try:
   export KUBECONFIG={kubeconfig}
-  export PATH={path}:$PATH   # kubectl and kubectl-pf, built by make demo
+  export PATH={path}:$PATH   # kubectl and kubectl-pf, built by make
   kubectl get pf -A
   kubectl describe pf -n kube-system setup-nodelocaldns
 

@@ -7,6 +7,9 @@
 //! repository root: `kubectl` from the testenv binaries and `kubectl-pf` from this target dir
 //! first on PATH, KUBECONFIG the demo's. Each must exit as the README says and print the key
 //! lines it shows; every failure is reported with its block, command, exit code and output.
+//! The walkthrough's blocks (those holding a command `make demo` prints at its end) are run the
+//! same way on `make demo-real`'s stack (`pseudoflow_demo::start_real`: real nodes, `make
+//! images`, the chart installed by helm with its webhooks on).
 
 mod readme_blocks;
 
@@ -130,6 +133,50 @@ async fn every_runnable_readme_command_works_on_the_demo_as_printed() {
         demo.all_succeeded,
         "the demo's seed flows did not all Succeed"
     );
+    let (failures, ran_count) = run_blocks(&blocks, demo.env.kubeconfig_path());
+    assert!(
+        failures.is_empty(),
+        "{} of {ran_count} README commands do not work on the demo as printed:\n\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
+}
+
+/// `make demo-real` is the same tour on the installed product: on its stack (the same library
+/// call, `pseudoflow_demo::start_real`: real nodes, the chart installed by helm with its webhooks
+/// called through their Service over the pod network), the README's walkthrough blocks (each
+/// holding a command `make demo` prints at its end) work as printed: the bound Database on its
+/// stand-in image, `kubectl pf approve` stamped by the chart's mutating webhook, the typo refused
+/// at apply by its validating one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demos_tour_works_on_demo_real_as_printed() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let blocks = runnable_blocks(&readme).unwrap_or_else(|e| panic!("README.md: {e}"));
+    let text = pseudoflow_demo::tour::closing_text(Path::new("/k"), &[], "https://127.0.0.1:1");
+    let printed = closing_commands(&text);
+    let tour: Vec<_> = blocks
+        .into_iter()
+        .filter(|b| b.commands.iter().any(|c| printed.contains(&line_of(c))))
+        .collect();
+    assert!(tour.len() >= 4, "the tour's README blocks: {tour:#?}");
+    binary("pseudoflow-cli", "kubectl-pf");
+    let demo = pseudoflow_demo::start_real(2).await.unwrap();
+    assert!(
+        demo.all_succeeded,
+        "demo-real's seed flows did not all Succeed"
+    );
+    let (failures, ran_count) = run_blocks(&tour, demo.env.kubeconfig_path());
+    assert!(
+        failures.is_empty(),
+        "{} of {ran_count} tour commands do not work on demo-real as printed:\n\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
+}
+
+/// Runs every command of `blocks` in order against the cluster of `kubeconfig`, as
+/// [`run`] does; returns why each that failed did, and how many ran.
+fn run_blocks(blocks: &[readme_blocks::Block], kubeconfig: &Path) -> (Vec<String>, usize) {
     let path = format!(
         "{}:{}:{}",
         pseudoflow_testenv::binaries::bin_dir().display(),
@@ -138,16 +185,19 @@ async fn every_runnable_readme_command_works_on_the_demo_as_printed() {
     );
     let env = [
         ("PATH", path),
-        (
-            "KUBECONFIG",
-            demo.env.kubeconfig_path().display().to_string(),
-        ),
+        ("KUBECONFIG", kubeconfig.display().to_string()),
     ];
-    let scratch = std::env::temp_dir().join(format!("pf-readme-test-{}", std::process::id()));
+    // One per cluster (its directory's name): both tests may run at once.
+    let cluster = kubeconfig.parent().and_then(Path::file_name).unwrap();
+    let scratch = std::env::temp_dir().join(format!(
+        "pf-readme-test-{}-{}",
+        std::process::id(),
+        cluster.to_string_lossy()
+    ));
     std::fs::create_dir_all(&scratch).unwrap();
     let mut failures = Vec::new();
     let mut ran_count = 0;
-    for block in &blocks {
+    for block in blocks {
         for cmd in &block.commands {
             let ran = tokio::task::block_in_place(|| run(cmd, &env, &scratch));
             ran_count += 1;
@@ -168,12 +218,21 @@ async fn every_runnable_readme_command_works_on_the_demo_as_printed() {
         }
     }
     let _ = std::fs::remove_dir_all(&scratch);
-    assert!(
-        failures.is_empty(),
-        "{} of {ran_count} README commands do not work on the demo as printed:\n\n{}",
-        failures.len(),
-        failures.join("\n\n")
-    );
+    (failures, ran_count)
+}
+
+/// A README command as the closing text would print it: without its `# ...` comment.
+fn line_of(c: &Command) -> String {
+    c.line.split(" # ").next().unwrap().trim().to_string()
+}
+
+/// The `kubectl` lines of `make demo`'s closing text.
+fn closing_commands(text: &str) -> Vec<String> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("kubectl "))
+        .map(String::from)
+        .collect()
 }
 
 /// The commands `make demo` prints at its end are the README's walkthrough: each `kubectl` line
@@ -182,19 +241,15 @@ async fn every_runnable_readme_command_works_on_the_demo_as_printed() {
 fn the_demos_closing_commands_are_all_in_a_runnable_readme_block() {
     let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
     let blocks = runnable_blocks(&readme).unwrap_or_else(|e| panic!("README.md: {e}"));
-    let in_readme: Vec<&str> = blocks
+    let in_readme: Vec<String> = blocks
         .iter()
         .flat_map(|b| &b.commands)
-        .map(|c| c.line.split(" # ").next().unwrap().trim())
+        .map(line_of)
         .collect();
     let text = pseudoflow_demo::tour::closing_text(Path::new("/k"), &[], "https://127.0.0.1:1");
-    let printed: Vec<&str> = text
-        .lines()
-        .map(str::trim)
-        .filter(|l| l.starts_with("kubectl "))
-        .collect();
+    let printed = closing_commands(&text);
     assert!(printed.len() >= 5, "closing text: {text}");
-    let missing: Vec<&&str> = printed.iter().filter(|p| !in_readme.contains(p)).collect();
+    let missing: Vec<&String> = printed.iter().filter(|p| !in_readme.contains(p)).collect();
     assert!(
         missing.is_empty(),
         "make demo prints commands no runnable README block has: {missing:#?}"

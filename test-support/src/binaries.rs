@@ -1,6 +1,6 @@
 //! The binaries the e2e tests run, found beside the test binary and built on demand, so that
-//! every test crate runs the same `pseudoflow-step` (the runtime image) and
-//! `pseudoflow-controller` (the chaos suite's child process) the same way.
+//! every test crate runs the same `pseudoflow-step` (the runtime image),
+//! `pseudoflow-controller` (the chaos suite's child process) and `kubectl-pf` the same way.
 
 /// `PSEUDOFLOW_STEP_BIN` when set, else `target/<profile>/pseudoflow-step` beside the running test
 /// binary (built with the same cargo if it is missing).
@@ -20,6 +20,12 @@ pub fn controller_binary() -> String {
         "pseudoflow-controller",
         "pseudoflow-controller",
     )
+}
+
+/// `PSEUDOFLOW_CLI_BIN` when set, else `target/<profile>/kubectl-pf` beside the running test
+/// binary (built if missing): the e2e tests outside the CLI's crate run `kubectl pf` as a user does.
+pub fn cli_binary() -> String {
+    beside_the_test("PSEUDOFLOW_CLI_BIN", "pseudoflow-cli", "kubectl-pf")
 }
 
 /// The binary `name` of `package`: `var` when set, else beside the test binary's `deps/`

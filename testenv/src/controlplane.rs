@@ -235,11 +235,12 @@ fn apiserver_args(
     api_port: u16,
     advertise: Option<std::net::Ipv4Addr>,
 ) -> Vec<String> {
+    let real_nodes = advertise.is_some();
     let (bind, advertise) = match advertise {
         Some(ip) => ("0.0.0.0".to_string(), ip.to_string()),
         None => ("127.0.0.1".to_string(), "127.0.0.1".to_string()),
     };
-    vec![
+    let mut args = vec![
         format!("--etcd-servers={etcd_url}"),
         format!("--bind-address={bind}"),
         format!("--advertise-address={advertise}"),
@@ -280,7 +281,15 @@ fn apiserver_args(
         // the API server proxies a client's WebSocket as is instead of translating it to
         // SPDY (the default since 1.30; a real kubelet speaks both).
         "--feature-gates=TranslateStreamCloseWebsocketRequests=false".into(),
-    ]
+    ];
+    if real_nodes {
+        // An admission webhook (or APIService) behind a Service is called at one of its
+        // endpoints, a pod IP, which the machine routes to that pod's node (real_node::attach),
+        // not at its ClusterIP: no kube-proxy runs on the machine, and the machine would send
+        // the Service range to its default gateway (every cluster here shares 100.64.0.0/16).
+        args.push("--enable-aggregator-routing=true".into());
+    }
+    args
 }
 
 /// Flags the controller-manager and the scheduler share: delegated authentication and

@@ -4,7 +4,8 @@
 //! Service IP through kube-proxy); its logs come through the kubelet (TLS to the node's IP);
 //! the node's files are the node's, never the machine's; `systemctl restart kubelet` restarts
 //! that node's kubelet; a declared stand-in runs and an image that is neither imported nor
-//! declared fails to pull; and dropping the cluster leaves nothing behind.
+//! declared fails to pull; and dropping the cluster leaves nothing behind, and a node's veth
+//! left after its owner is gone is swept.
 //!
 //! Never skipped: a real node that cannot start fails the test with the reason (run
 //! `make images` first; `make test` does).
@@ -203,5 +204,53 @@ async fn a_real_node_runs_the_runtime_image_and_leaves_nothing_behind() {
         !root.exists(),
         "the node's root directory {} is left",
         root.display()
+    );
+}
+
+/// A node's veth left on the machine after its cluster is gone (its network namespace outlived
+/// the node: an orphaned TCP socket there kept retransmitting its FIN once the bridge was gone)
+/// is removed by the sweep of that slot, so the next cluster in the slot can make its own
+/// instead of failing `RTNETLINK answers: File exists` (seen on `make demo-real`'s stack).
+#[test]
+fn the_sweep_removes_a_nodes_veth_left_in_a_slot_whose_owner_is_gone() {
+    use std::process::Command;
+    // A slot whose owner is gone: a file naming a process that has exited, in a high slot
+    // (clusters take the lowest free one).
+    let mut child = Command::new("true").spawn().unwrap();
+    let dead = child.id();
+    child.wait().unwrap();
+    let dir = std::path::Path::new("/run/pseudoflow-testenv");
+    std::fs::create_dir_all(dir).unwrap();
+    let slot = (40..64u8)
+        .rev()
+        .find(|s| {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(dir.join(format!("slot-{s}.pid")))
+                .and_then(|mut f| std::io::Write::write_all(&mut f, dead.to_string().as_bytes()))
+                .is_ok()
+        })
+        .expect("a free slot");
+    let veth = format!("pfv{slot}n1");
+    let made = Command::new("ip")
+        .args(["link", "add", &veth, "type", "veth", "peer", "name"])
+        .arg(format!("pfv{slot}x1"))
+        .status()
+        .unwrap();
+    assert!(made.success(), "ip link add {veth}");
+    pseudoflow_testenv::real_node::sweep();
+    let left = Command::new("ip")
+        .args(["link", "show", &veth])
+        .output()
+        .unwrap();
+    let left_over = left.status.success();
+    if left_over {
+        let _ = Command::new("ip").args(["link", "del", &veth]).status();
+    }
+    assert!(!left_over, "the sweep left {veth} on the machine");
+    assert!(
+        !dir.join(format!("slot-{slot}.pid")).exists(),
+        "the slot file"
     );
 }

@@ -5,14 +5,15 @@
 //!
 //! Addresses (per cluster, `slot` 0..64 taken with a lock file under `/run/pseudoflow-testenv`):
 //! the bridge `pfbr<slot>` has `10.251.<slot>.1/24` (the API server's advertised address), node
-//! `i` has `10.251.<slot>.<10+i>`, its pods `10.<128+slot>.<i>.0/24`.
+//! `i` has `10.251.<slot>.<10+i>`, its pods `10.<128+slot>.<i>.0/24`, which the machine routes
+//! through the node (the API server calls admission webhooks at their pods' IPs).
 //!
 //! Cleanup: the node processes die with the test binary (parent-death signal on `unshare`, whose
 //! `--kill-child` takes the node's PID 1, and the kernel then every process of the node's PID
 //! namespace); mounts, iptables rules, the CNI bridge and the veths live in the node's
-//! namespaces and go with them. What is on the machine — the bridge, the cgroup directories
-//! under `/pseudoflow-<slot>-<i>`, the slot file — is removed by a guardian process that waits
-//! for this process to close a pipe (on drop, exit, panic, Ctrl-C or SIGKILL alike), and
+//! namespaces and go with them. What is on the machine — the bridge (and the routes through it),
+//! the cgroup directories under `/pseudoflow-<slot>-<i>`, the slot file — is removed by a
+//! guardian process that waits for this process to close a pipe (on drop, exit, panic, Ctrl-C or SIGKILL alike), and
 //! whatever a guardian could not remove is swept by the next start ([`sweep`]).
 
 use std::collections::BTreeMap;
@@ -137,11 +138,15 @@ fn slot_file(slot: u8) -> PathBuf {
     Path::new(RUN_DIR).join(format!("slot-{slot}.pid"))
 }
 
-/// The shell commands that remove what a slot leaves on the machine: its bridge and its nodes'
-/// cgroup directories (deepest first; retried while the node's processes are still dying).
+/// The shell commands that remove what a slot leaves on the machine: its bridge, its nodes'
+/// veths and cgroup directories (deepest first; retried while the node's processes are still
+/// dying). A veth outlives its node while the node's network namespace does: seen when an
+/// orphaned TCP socket there kept retransmitting its FIN after the bridge was gone, so the next
+/// cluster in the slot failed `RTNETLINK answers: File exists`.
 fn cleanup_script(slot: u8) -> String {
     format!(
         r#"ip link del pfbr{slot} 2>/dev/null
+for l in /sys/class/net/pfv{slot}n*; do [ -e "$l" ] && ip link del "${{l##*/}}" 2>/dev/null; done
 for t in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
   left=0
   for d in /sys/fs/cgroup/*/pseudoflow-{slot}-*; do
@@ -643,8 +648,8 @@ fn spawn(net: &Network, dir: &Path, spec: &NodeSpec, i: usize) -> Result<Proc> {
     )
 }
 
-/// Moves one end of a new veth into the node's network namespace as `eth0` and puts the other
-/// on the bridge.
+/// Moves one end of a new veth into the node's network namespace as `eth0`, puts the other on
+/// the bridge, and routes the node's pod range to the node.
 async fn attach(net: &Network, node: &mut RealNode, i: usize) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(10);
     let pid = loop {
@@ -666,6 +671,8 @@ async fn attach(net: &Network, node: &mut RealNode, i: usize) -> Result<()> {
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     let host_end = format!("pfv{}n{i}", net.slot);
+    // One left by a node whose network namespace outlived it (see cleanup_script).
+    let _ = run("ip", &["link", "del", &host_end]);
     run(
         "ip",
         &[
@@ -683,6 +690,13 @@ async fn attach(net: &Network, node: &mut RealNode, i: usize) -> Result<()> {
     )?;
     run("ip", &["link", "set", &host_end, "master", &net.bridge()])?;
     run("ip", &["link", "set", &host_end, "up"])?;
+    // The machine reaches the node's pods through the node: the API server calls admission
+    // webhooks at their pod IPs (--enable-aggregator-routing). The route goes with the bridge.
+    let (cidr, via) = (net.pod_cidr(i), net.node_ip(i).to_string());
+    run(
+        "ip",
+        &["route", "replace", &cidr, "via", &via, "dev", &net.bridge()],
+    )?;
     Ok(())
 }
 
