@@ -145,7 +145,7 @@ impl Serving<'_> {
         let outcomes = &self.r.own.outcomes;
         outcomes.running(self.parent.uid, &name);
         let d = Detached {
-            flow: self.r.flow.clone(),
+            flow: self.r.flow_owned(),
             bind: self.bind.clone(),
             plural: self.plural.to_string(),
             objects: self.objects.clone(),

@@ -79,6 +79,8 @@ pub(crate) struct Reconciling<'a, Own> {
     pub deleting: bool,
     /// Events this reconcile published that may still be on their way ([`Reconciling::told`]).
     publishing: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// The flow, copied once for whatever outlives this reconcile ([`Reconciling::flow_owned`]).
+    owned: std::sync::OnceLock<Arc<DynamicObject>>,
 }
 
 impl<'a> Reconciling<'a, ()> {
@@ -100,6 +102,7 @@ impl<'a> Reconciling<'a, ()> {
             raw_spec: flow.data.get("spec").cloned().unwrap_or(Value::Null),
             deleting: flow.metadata.deletion_timestamp.is_some(),
             publishing: Mutex::default(),
+            owned: std::sync::OnceLock::new(),
         }
     }
 }
@@ -121,7 +124,16 @@ impl<'a, Own> Reconciling<'a, Own> {
             raw_spec: self.raw_spec,
             deleting: self.deleting,
             publishing: self.publishing,
+            owned: self.owned,
         }
+    }
+
+    /// The flow as read, owned: one copy per reconcile, however many tasks it starts (each
+    /// bound object's run, `bind/in_object/tasks.rs`) keep it.
+    pub fn flow_owned(&self) -> Arc<DynamicObject> {
+        self.owned
+            .get_or_init(|| Arc::new(self.flow.clone()))
+            .clone()
     }
 
     /// The flow's namespace.

@@ -22,8 +22,9 @@ use tokio::task::AbortHandle;
 
 /// What one object's run needs once the reconcile that started it has returned.
 pub struct Detached {
-    /// The bound flow as the reconcile that started the run read it.
-    pub flow: DynamicObject,
+    /// The bound flow as the reconcile that started the run read it (shared by the runs it
+    /// started).
+    pub flow: Arc<DynamicObject>,
     /// Its binding and the kind's plural.
     pub bind: Bind,
     /// See [`Detached::bind`].
@@ -177,7 +178,7 @@ mod tests {
                 .expect("a client");
         let ar = kube::discovery::ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
         Detached {
-            flow: DynamicObject::new("f", &ar),
+            flow: Arc::new(DynamicObject::new("f", &ar)),
             bind: serde_json::from_value(
                 serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap"}),
             )
