@@ -2,7 +2,7 @@
 //! its ServiceAccount (the kind exists, the account has the rights, the watch runs), keeps one
 //! child flow and one finalizer per matching object, follows deleted objects through their
 //! child's `onDelete` to the removal of the finalizer, and summarises its objects in its status.
-//! Deleted (or no longer bound), it lets its objects go: see [`release`].
+//! Deleted (or no longer bound), it lets its objects go: see [`release()`].
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -10,18 +10,17 @@ use std::time::Duration;
 use futures::StreamExt;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::discovery::ApiResource;
 use kube::runtime::controller::Action;
-use pseudoflow_crd::bind::{Bind, BindRecord, BIND_FINALIZER, BOUND_TO_LABEL, RELEASED_ANNOTATION};
+use pseudoflow_crd::bind::{Bind, BindRecord, BIND_FINALIZER};
 use pseudoflow_crd::selector::{Requirement, Selector};
-use pseudoflow_crd::status::BoundSummary;
-use pseudoflow_crd::{FlowPhase, PseudoFlowSpec, PseudoFlowStatus};
+use pseudoflow_crd::PseudoFlowSpec;
 use serde_json::{json, Value};
 use tracing::info;
 
-use super::child::{self, Parent, FLOW_GENERATION_ANNOTATION, OBJECT_ANNOTATION};
-use super::claim::{self, Standing};
+use super::child::{self, Parent, FLOW_GENERATION_ANNOTATION};
+use super::claim;
 use super::pending::Pass;
 use super::related::{self, RelatedSeen};
 use super::summary::{self, Refused};
@@ -29,10 +28,18 @@ use super::watched::Watched;
 use super::Binder;
 use super::{access, decode, in_object, object, pages, watch};
 use crate::flow::events::EventType;
-use crate::flow::{finalizer, outcome, status, Error, Reconciling};
+use crate::flow::{finalizer, Error, Reconciling};
 use crate::labels::{MANAGED_BY, MANAGED_BY_KEY};
 
 mod changed;
+mod children;
+mod own_status;
+mod release;
+
+use children::{Children, Picked};
+use own_status::{refused, summarise};
+pub(crate) use release::release;
+use release::retire;
 
 /// How often a bound flow looks at all its objects even if no watch event came (a missed event,
 /// rights granted since a refusal).
@@ -265,63 +272,6 @@ impl<'a> Binding<'a> {
             pending.everything(self.r.uid);
         }
         Ok(Ok(again))
-    }
-
-    /// The child flows of this bound flow (labelled, and claiming to be owned by it), by name,
-    /// and those not under their object's name (made by an older controller) by object UID.
-    async fn children(&self) -> Result<Children, Error> {
-        let uid = self.r.uid;
-        let children = pages::list_kept(self.flows, &children_of(self.r.flow_id.name), |c| {
-            owned_by(&c, uid).then(|| pages::slim_child(c))
-        })
-        .await?;
-        let mut out = Children::default();
-        for c in children {
-            let name = c.metadata.name.clone().unwrap_or_default();
-            let obj = &c.data["spec"]["bound"]["object"]["metadata"];
-            let ns = obj["namespace"].as_str().unwrap_or_default();
-            let expected = child::child_name(
-                self.r.flow_id.name,
-                ns,
-                obj["name"].as_str().unwrap_or_default(),
-            );
-            if let (false, Some(obj_uid)) = (expected == name, claim::recorded_uid(&c)) {
-                out.old.insert(obj_uid.to_string(), name.clone());
-            }
-            out.by_name.insert(name, c);
-        }
-        Ok(out)
-    }
-
-    /// The child serving `obj` (this flow's, or an older controller's to take over once), or
-    /// why the flow under its name is not adopted.
-    fn pick<'c>(&self, obj: &DynamicObject, children: &'c Children) -> Picked<'c> {
-        let obj_ns = obj.metadata.namespace.as_deref().unwrap_or_default();
-        let obj_name = obj.metadata.name.as_deref().unwrap_or_default();
-        let name = child::child_name(self.r.flow_id.name, obj_ns, obj_name);
-        let (mark, fin) = (&self.mark, &self.finalizer);
-        if let Some(c) = children.by_name.get(&name) {
-            return match claim::standing(c, obj, mark, fin) {
-                Standing::Ours | Standing::Legacy => Picked::Child(c),
-                Standing::Foreign(why) => Picked::Foreign(why),
-            };
-        }
-        let uid = obj.metadata.uid.as_deref().unwrap_or_default();
-        let old = children.old.get(uid).and_then(|n| children.by_name.get(n));
-        match old.filter(|c| claim::standing(c, obj, mark, fin) == Standing::Legacy) {
-            Some(c) => Picked::Old(c),
-            None => Picked::None,
-        }
-    }
-
-    /// Each child flow's object and its run's state: all that summing up reads.
-    async fn child_states(&self) -> Result<Vec<(String, DynamicObject)>, Error> {
-        let uid = self.r.uid;
-        let states = pages::list_kept(self.flows, &children_of(self.r.flow_id.name), |c| {
-            owned_by(&c, uid).then(|| pages::child_state(c))
-        })
-        .await?;
-        Ok(states)
     }
 
     /// Whether the object is being deleted or no longer matches the selector.
@@ -754,195 +704,5 @@ fn with_related_changes(trigger: Option<Value>, changed: Vec<String>) -> Option<
             Some(t)
         }
         Some(t) => Some(t),
-    }
-}
-
-/// Selects the child flows of bound flow `parent` (each still checked for its owner).
-fn children_of(parent: &str) -> ListParams {
-    let label = format!(
-        "{BOUND_TO_LABEL}={}",
-        pseudoflow_compiler::names::label_value(parent)
-    );
-    ListParams::default().labels(&label)
-}
-
-fn owned_by(c: &DynamicObject, uid: &str) -> bool {
-    c.metadata
-        .owner_references
-        .as_ref()
-        .is_some_and(|o| o.iter().any(|o| o.uid == uid && o.controller == Some(true)))
-}
-
-/// The bound flow fails with `message` (told once per message: an Event and the status).
-async fn refused(
-    r: &Reconciling<'_, Binder>,
-    flows: &Api<DynamicObject>,
-    previous: &Value,
-    message: &str,
-) -> Result<(), Error> {
-    let generation = r.flow.metadata.generation.unwrap_or(0);
-    if previous["message"].as_str() == Some(message)
-        && status::already_failed(previous, generation, "BindRefused")
-    {
-        return Ok(());
-    }
-    r.publish(EventType::Warning, "BindRefused", message).await;
-    r.told().await;
-    let next = status::not_run(previous, generation, "BindRefused", message, r.now);
-    outcome::patch_status(flows, r.flow_id.name, status::replacing(previous, &next)).await
-}
-
-/// Writes the bound flow's status: its objects counted by phase, the latest failures.
-async fn summarise(
-    r: &Reconciling<'_, Binder>,
-    flows: &Api<DynamicObject>,
-    previous: &Value,
-    kind: &str,
-    s: BoundSummary,
-) -> Result<(), Error> {
-    // Whoever sees the summary sees the Events (a child refused) that led to it.
-    r.told().await;
-    let message = summary::message(kind, &s);
-    let generation = r.flow.metadata.generation.unwrap_or(0);
-    let conds = &previous["conditions"];
-    let (busy, failed) = (s.creating > 0, s.failed > 0);
-    let next = PseudoFlowStatus {
-        observed_generation: Some(generation),
-        phase: Some(if busy {
-            FlowPhase::Running
-        } else {
-            FlowPhase::Succeeded
-        }),
-        reason: Some("Bound".into()),
-        message: Some(message.clone()),
-        conditions: vec![
-            status::condition(
-                conds,
-                "Ready",
-                !busy && !failed,
-                "Bound",
-                &message,
-                generation,
-                r.now,
-            ),
-            status::condition(
-                conds,
-                "Progressing",
-                busy,
-                "Bound",
-                &message,
-                generation,
-                r.now,
-            ),
-            status::condition(
-                conds, "Degraded", failed, "Bound", &message, generation, r.now,
-            ),
-        ],
-        bound: Some(s),
-        ..Default::default()
-    };
-    let patch = status::replacing(previous, &next);
-    if status::without_nulls(&patch) != *previous {
-        outcome::patch_status(flows, r.flow_id.name, patch).await?;
-    }
-    Ok(())
-}
-
-/// Lets the objects go, when the bound flow is deleted (also with a spec that no longer
-/// compiles) or no longer bound: the finalizer comes
-/// off each object, and each child flow is marked released and deleted, so no `onDelete` runs
-/// and the objects stay as they are (docs/bound-flows.md). Then the flow's own finalizer goes.
-pub(crate) async fn release(r: &Reconciling<'_, Binder>) -> Result<(), Error> {
-    let flows = &r.flows;
-    r.own.watches.stop(r.uid);
-    r.own.forget(&format!("{}/", r.uid));
-    r.own.object_runs.stop_flow(r.uid);
-    r.own.outcomes.forget(r.uid);
-    let children = flows.list(&children_of(r.flow_id.name)).await?;
-    let fin = object::finalizer_name(r.ns(), r.flow_id.name);
-    for c in children.items.iter().filter(|c| owned_by(c, r.uid)) {
-        // The child's account is the bound flow's when it was made: known even if the bound
-        // flow's spec no longer reads.
-        let sa = c.data["spec"]["serviceAccountName"]
-            .as_str()
-            .unwrap_or("default");
-        if let Err(e) = unfinalize_object(r, sa, c, &fin).await {
-            let note = format!("removing finalizer {fin} from {}: {e}", object_of(c));
-            r.publish(EventType::Warning, "ReleaseFailed", &note).await;
-            return Err(e);
-        }
-        retire(flows, c.metadata.name.as_deref().unwrap_or_default()).await?;
-    }
-    // Objects served in themselves name no child: the flow's note says where they are.
-    if let Err(e) = in_object::release::release(r).await {
-        let note = format!("removing finalizer {fin} from the objects it served: {e}");
-        r.publish(EventType::Warning, "ReleaseFailed", &note).await;
-        return Err(e);
-    }
-    finalizer::set_named(flows, r.flow, BIND_FINALIZER, false).await?;
-    Ok(())
-}
-
-/// Deletes child flow `name` marked released: no `onDelete` runs, the object stays as it is.
-async fn retire(flows: &Api<DynamicObject>, name: &str) -> Result<(), Error> {
-    let mark = json!({"metadata": {"annotations": {RELEASED_ANNOTATION: "true"}}});
-    flows
-        .patch(name, &PatchParams::default(), &Patch::Merge(&mark))
-        .await?;
-    match flows.delete(name, &DeleteParams::default()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// A bound flow's child flows, as listed at the start of a reconcile.
-#[derive(Default)]
-struct Children {
-    /// By name.
-    by_name: BTreeMap<String, DynamicObject>,
-    /// The names of those not under their object's child name (made before child names were
-    /// collision-resistant), by the UID of the object they record.
-    old: BTreeMap<String, String>,
-}
-
-/// Which child serves an object.
-enum Picked<'c> {
-    /// The flow under its name, this flow's for it.
-    Child(&'c DynamicObject),
-    /// None under its name; one an older controller made for it, to take over once.
-    Old(&'c DynamicObject),
-    /// None.
-    None,
-    /// A flow under its name that is not this flow's for it: why.
-    Foreign(String),
-}
-
-fn object_of(child: &DynamicObject) -> String {
-    let a = child.metadata.annotations.as_ref();
-    a.and_then(|a| a.get(OBJECT_ANNOTATION))
-        .cloned()
-        .unwrap_or_default()
-}
-
-/// Removes `fin` from the object `child` serves, as the flow's ServiceAccount (gone: done).
-async fn unfinalize_object(
-    r: &Reconciling<'_, Binder>,
-    sa: &str,
-    child: &DynamicObject,
-    fin: &str,
-) -> Result<(), Error> {
-    let bound = &child.data["spec"]["bound"];
-    let obj = &bound["object"];
-    let ar = super::object::resource_of(obj, bound["plural"].as_str().unwrap_or_default());
-    let client = r.ctx.accounts.client_as(r.ns(), sa).map_err(Error::Bind)?;
-    let api: Api<DynamicObject> = match obj["metadata"]["namespace"].as_str() {
-        Some(ns) => Api::namespaced_with(client, ns, &ar),
-        None => Api::all_with(client, &ar),
-    };
-    let name = obj["metadata"]["name"].as_str().unwrap_or_default();
-    match api.get_opt(name).await? {
-        Some(o) => Ok(finalizer::set_named(&api, &o, fin, false).await?),
-        None => Ok(()),
     }
 }
