@@ -14,7 +14,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::discovery::ApiResource;
 use kube::runtime::controller::Action;
 use pseudoflow_crd::bind::{Bind, BindRecord, BIND_FINALIZER};
-use pseudoflow_crd::selector::{Requirement, Selector};
+use pseudoflow_crd::selector::Selector;
 use pseudoflow_crd::PseudoFlowSpec;
 use serde_json::{json, Value};
 use tracing::info;
@@ -22,18 +22,17 @@ use tracing::info;
 use super::child::{self, Parent, FLOW_GENERATION_ANNOTATION};
 use super::claim;
 use super::pending::Pass;
-use super::related::{self, RelatedSeen};
 use super::summary::{self, Refused};
-use super::watched::Watched;
 use super::Binder;
-use super::{access, decode, in_object, object, pages, watch};
+use super::{decode, in_object, object, pages};
 use crate::flow::events::EventType;
 use crate::flow::{finalizer, Error, Reconciling};
-use crate::labels::{MANAGED_BY, MANAGED_BY_KEY};
 
 mod changed;
 mod children;
+mod open;
 mod own_status;
+mod related_now;
 mod release;
 
 use children::{Children, Picked};
@@ -124,12 +123,6 @@ pub(crate) async fn reconcile_parent(
     Ok(Action::requeue(again))
 }
 
-/// The requirement that keeps what the operator's runs write (labelled
-/// `app.kubernetes.io/managed-by=pseudoflow`) out of every binding.
-fn not_written_by_runs() -> Requirement {
-    Requirement::NotEquals(MANAGED_BY_KEY.into(), MANAGED_BY.into())
-}
-
 /// A bound flow's binding, opened for one reconcile.
 struct Binding<'a> {
     r: &'a Reconciling<'a, Binder>,
@@ -152,85 +145,6 @@ struct Binding<'a> {
 }
 
 impl<'a> Binding<'a> {
-    /// The binding, or why it cannot be served: no client for the ServiceAccount, an unknown
-    /// kind, a right the ServiceAccount lacks, a refused watch.
-    async fn open(
-        r: &'a Reconciling<'a, Binder>,
-        flows: &'a Api<DynamicObject>,
-        spec: &PseudoFlowSpec,
-        bind: &'a Bind,
-    ) -> Result<Binding<'a>, String> {
-        let ns = r.ns();
-        let sa = spec.service_account_name.as_deref().unwrap_or("default");
-        let client = r.ctx.accounts.client_as(ns, sa)?;
-        let (ar, namespaced) = r.ctx.accounts.kind(&client, ns, sa, bind).await?;
-        let scope = (namespaced && !bind.all_namespaces).then_some(ns);
-        let objects = match scope {
-            Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
-            None => Api::all_with(client.clone(), &ar),
-        };
-        let who = format!("{ns}/{sa}");
-        // Watch fields outside metadata can change without the object's generation moving.
-        let every_change = bind
-            .watch_fields
-            .iter()
-            .any(|p| !p.trim_start_matches('.').starts_with("metadata."));
-        let what = format!(
-            "{}/{} {scope:?} as {who}{}",
-            bind.api_version,
-            bind.kind,
-            if every_change { ", every change" } else { "" }
-        );
-        let watches = &r.own.watches;
-        match watches.running(r.uid, &what) {
-            Some(Some(refusal)) => return Err(refusal),
-            // Its rights were checked when it started; a revoked one shows as a refused watch.
-            Some(None) => {}
-            None => {
-                let writes = bind.status.writes_anything();
-                let missing = access::missing_right(&client, &who, &ar, scope, writes).await;
-                if let Some(m) = missing.map_err(|e| format!("asking what {who} may do: {e}"))? {
-                    return Err(m);
-                }
-                watches.start(watch::Target {
-                    uid: r.uid.to_string(),
-                    flow: (ns.to_string(), r.flow_id.name.to_string()),
-                    what,
-                    api: watched_api(&client, scope, &ar),
-                    every_change,
-                });
-            }
-        }
-        let related_kinds = open_related(r, &client, bind, &who).await?;
-        let mut selector = match &bind.selector {
-            Some(s) => s.parse().map_err(|e| e.to_string())?,
-            None => Selector(vec![]),
-        };
-        // Never what runs write (result and journal ConfigMaps, executor pods): served, each
-        // would start a run writing more of them (docs/decisions.md#what-a-flow-cannot-bind-to).
-        selector.0.push(not_written_by_runs());
-        let finalizes = in_object::release::Finalizes {
-            api_version: bind.api_version.clone(),
-            kind: bind.kind.clone(),
-            plural: ar.plural.clone(),
-            namespace: scope.map(str::to_string),
-            service_account: sa.to_string(),
-        };
-        Ok(Binding {
-            finalizes,
-            related_kinds,
-            r,
-            bind,
-            flows,
-            objects,
-            ar,
-            selector,
-            finalizer: object::finalizer_name(ns, r.flow_id.name),
-            mark: claim::mark_key(ns, r.flow_id.name),
-            raw_spec: r.flow.data.get("spec").cloned().unwrap_or(Value::Null),
-        })
-    }
-
     /// Serves every object, a page at a time, each decoded alone (one that cannot be, too deep
     /// or too large, is named and skipped, and the others are served); returns how soon to look
     /// again, or why the objects cannot be listed.
@@ -447,92 +361,6 @@ impl<'a> Binding<'a> {
         serving.serve(obj).await
     }
 
-    /// `trigger` with the related objects of `child` that changed since it was made.
-    fn with_related(
-        &self,
-        name: &str,
-        child: &DynamicObject,
-        trigger: Option<Value>,
-        seen: &[(String, RelatedSeen)],
-    ) -> Option<Value> {
-        let recorded: BTreeMap<String, String> =
-            serde_json::from_value(child.data["spec"]["bound"]["related"].clone())
-                .unwrap_or_default();
-        let binder = &self.r.own;
-        let changed: Vec<String> = seen
-            .iter()
-            .filter(|(key, now)| {
-                let remembered = binder.remembered(&self.memo_key(name, key));
-                related::changed(&recorded, key, now, remembered.as_ref())
-            })
-            .map(|(key, _)| key.clone())
-            .collect();
-        with_related_changes(trigger, changed)
-    }
-
-    /// What each related object of `view` is now (`bind.related`), read as the flow's
-    /// ServiceAccount; `Err` says why the object cannot be served (a reference that renders to
-    /// no name, a related object the ServiceAccount may not read).
-    async fn related_now(
-        &self,
-        view: &Value,
-    ) -> Result<Result<Vec<(String, RelatedSeen)>, String>, Error> {
-        if self.bind.related.is_empty() {
-            return Ok(Ok(vec![]));
-        }
-        let resolved = match related::resolve(&self.r.ctx.engine, &self.bind.related, view) {
-            Ok(r) => r,
-            Err(why) => return Ok(Err(why)),
-        };
-        let client = self.objects.clone().into_client();
-        let mut out = Vec::new();
-        for res in resolved {
-            let rel = &self.bind.related[res.index];
-            let id = (rel.api_version.clone(), rel.kind.clone());
-            let Some((ar, namespaced)) = self.related_kinds.get(&id) else {
-                continue;
-            };
-            let api: Api<DynamicObject> = match (&res.namespace, namespaced) {
-                (Some(ns), true) => Api::namespaced_with(client.clone(), ns, ar),
-                _ => Api::all_with(client.clone(), ar),
-            };
-            let found = match api.get_opt(&res.name).await {
-                Ok(found) => found,
-                Err(kube::Error::Api(e)) if e.code == 403 => {
-                    let ns = res.namespace.as_deref().filter(|_| *namespaced);
-                    let who = self.who();
-                    let m = access::related_message(&who, "get", ar, ns);
-                    let i = res.index;
-                    return Ok(Err(format!("spec.bind.related[{i}] ({}): {m}", res.key)));
-                }
-                Err(e) => return Err(e.into()),
-            };
-            let version = found
-                .as_ref()
-                .and_then(|o| o.metadata.resource_version.clone())
-                .unwrap_or_default();
-            let digest = related::content_digest(found.as_ref());
-            out.push((res.key, RelatedSeen { version, digest }));
-        }
-        Ok(Ok(out))
-    }
-
-    fn who(&self) -> String {
-        let raw = &self.raw_spec["serviceAccountName"];
-        format!("{}/{}", self.r.ns(), raw.as_str().unwrap_or("default"))
-    }
-
-    fn memo_key(&self, child: &str, key: &str) -> String {
-        format!("{}/{child}/{key}", self.r.uid)
-    }
-
-    fn remember(&self, child: &str, seen: &[(String, RelatedSeen)]) {
-        for (key, s) in seen {
-            let memo = self.memo_key(child, key);
-            self.r.own.remember(memo, s.clone());
-        }
-    }
-
     fn parent(&self) -> Parent<'_> {
         Parent {
             name: self.r.flow_id.name,
@@ -623,86 +451,5 @@ impl<'a> Binding<'a> {
             }
         }
         Ok(())
-    }
-}
-
-/// Opens the watches on the related kinds (`bind.related`, one per kind, as the flow's
-/// ServiceAccount, after checking its rights) and stops those of kinds no longer related;
-/// returns the kinds' resources.
-async fn open_related(
-    r: &Reconciling<'_, Binder>,
-    client: &kube::Client,
-    bind: &Bind,
-    who: &str,
-) -> Result<BTreeMap<(String, String), (ApiResource, bool)>, String> {
-    let ns = r.ns();
-    let sa = who.split_once('/').map(|(_, sa)| sa).unwrap_or("default");
-    let watches = &r.own.watches;
-    let mut kinds = BTreeMap::new();
-    let mut keys = Vec::new();
-    for rel in &bind.related {
-        let id = (rel.api_version.clone(), rel.kind.clone());
-        if kinds.contains_key(&id) {
-            continue;
-        }
-        let (ar, namespaced) = r
-            .ctx
-            .accounts
-            .kind_of(client, ns, sa, &rel.api_version, &rel.kind)
-            .await?;
-        let scope = (namespaced && !bind.all_namespaces).then_some(ns);
-        let key = watch::related_key(r.uid, &rel.api_version, &rel.kind);
-        // A related object's content is what its bound objects read: every change counts.
-        let what = format!(
-            "{}/{} {scope:?} as {who}, every change",
-            rel.api_version, rel.kind
-        );
-        match watches.running(&key, &what) {
-            Some(Some(refusal)) => return Err(refusal),
-            Some(None) => {}
-            None => {
-                let missing = access::missing_related_right(client, who, &ar, scope).await;
-                if let Some(m) = missing.map_err(|e| format!("asking what {who} may do: {e}"))? {
-                    return Err(m);
-                }
-                watches.start(watch::Target {
-                    uid: key.clone(),
-                    flow: (ns.to_string(), r.flow_id.name.to_string()),
-                    what,
-                    api: watched_api(client, scope, &ar),
-                    every_change: true,
-                });
-            }
-        }
-        keys.push(key);
-        kinds.insert(id, (ar, namespaced));
-    }
-    watches.keep_related(r.uid, &keys);
-    Ok(kinds)
-}
-
-/// The objects of kind `ar` in `scope` (all namespaces: `None`), as a watch decodes them.
-fn watched_api(client: &kube::Client, scope: Option<&str>, ar: &ApiResource) -> Api<Watched> {
-    match scope {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, ar),
-        None => Api::all_with(client.clone(), ar),
-    }
-}
-
-/// `trigger` with the related objects that `changed` (their keys) added: an update naming them
-/// when nothing else changed, the object's own update naming them too; a create stays a create.
-fn with_related_changes(trigger: Option<Value>, changed: Vec<String>) -> Option<Value> {
-    if changed.is_empty() {
-        return trigger;
-    }
-    match trigger {
-        None => Some(json!({"event": "update", "changed": changed})),
-        Some(mut t) if t["event"] == "update" => {
-            if let Some(list) = t["changed"].as_array_mut() {
-                list.extend(changed.into_iter().map(Value::String));
-            }
-            Some(t)
-        }
-        Some(t) => Some(t),
     }
 }
