@@ -9,7 +9,8 @@ use futures::StreamExt;
 use kube::api::{Api, DynamicObject, GetParams};
 use pseudoflow_crd::bind::BindRecord;
 
-use super::{owned_by, Binding, Children, OBJECTS_SERVED_AT_ONCE, RESYNC, RETRY_OBJECT};
+use super::children::{owned_by, Children};
+use super::{Binding, OBJECTS_SERVED_AT_ONCE, RESYNC, RETRY_OBJECT};
 use crate::bind::{child, object, pages, summary::Refused};
 
 impl Binding<'_> {

@@ -1,0 +1,167 @@
+//! The reconcile of a bound flow (the parent): it runs no steps itself. It opens the binding as
+//! its ServiceAccount (the kind exists, the account has the rights, the watch runs), keeps one
+//! child flow and one finalizer per matching object, follows deleted objects through their
+//! child's `onDelete` to the removal of the finalizer, and summarises its objects in its status.
+//! Deleted (or no longer bound), it lets its objects go: see [`release()`].
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, DynamicObject};
+use kube::discovery::ApiResource;
+use kube::runtime::controller::Action;
+use pseudoflow_crd::bind::{Bind, BindRecord, BIND_FINALIZER};
+use pseudoflow_crd::selector::Selector;
+use pseudoflow_crd::PseudoFlowSpec;
+use serde_json::Value;
+
+use super::child::Parent;
+use super::in_object;
+use super::pending::Pass;
+use super::summary::{self, Refused};
+use super::Binder;
+use crate::flow::{finalizer, Error, Reconciling};
+
+mod changed;
+mod children;
+mod full_pass;
+mod open;
+mod own_status;
+mod related_now;
+mod release;
+mod serve_child;
+mod serve_in_object;
+
+use own_status::{refused, summarise};
+pub(crate) use release::release;
+
+/// How often a bound flow looks at all its objects even if no watch event came (a missed event,
+/// rights granted since a refusal).
+const RESYNC: Duration = Duration::from_secs(300);
+/// How soon an object that could not be served is tried again.
+const RETRY_OBJECT: Duration = Duration::from_secs(10);
+/// Objects one bound flow's reconcile serves at once (creating or updating their flows,
+/// finalizers and claims): enough to keep up with a burst of new objects, few enough that one
+/// bound flow does not crowd the API server for the others.
+const OBJECTS_SERVED_AT_ONCE: usize = 8;
+/// How soon a refused binding is tried again.
+const RETRY_REFUSED: Duration = Duration::from_secs(30);
+
+/// One reconcile of a bound flow.
+pub(crate) async fn reconcile_parent(
+    r: &Reconciling<'_, Binder>,
+    spec: &PseudoFlowSpec,
+) -> Result<Action, Error> {
+    let (flows, previous, deleting) = (&r.flows, &r.previous, r.deleting);
+    let Some(bind) = spec.bind.as_ref().filter(|_| !deleting) else {
+        release(r).await?;
+        return Ok(Action::await_change());
+    };
+    finalizer::set_named(flows, r.flow, BIND_FINALIZER, true).await?;
+    let binding = match Binding::open(r, flows, spec, bind).await {
+        Ok(b) => b,
+        Err(message) => {
+            refused(r, flows, previous, &message).await?;
+            return Ok(Action::requeue(RETRY_REFUSED));
+        }
+    };
+    if bind.record != BindRecord::Object {
+        // Switched to children: no object's run goes on in memory.
+        r.own.object_runs.stop_flow(r.uid);
+    }
+    if bind.record == BindRecord::Object && in_object::deleted::has_on_delete(&binding.raw_spec) {
+        // Before any object carries its finalizer: what its release lists.
+        in_object::release::note(r, &binding.finalizes).await?;
+    }
+    let pending = &r.own.watches.pending;
+    let generation = r.flow.metadata.generation.unwrap_or(0);
+    let (again, summary_due) = match pending.take(r.uid, generation) {
+        Pass::Full => match binding.serve_all(generation).await? {
+            Ok(again) => {
+                pending.summarised(r.uid);
+                (again, Ok(()))
+            }
+            Err(message) => {
+                refused(r, flows, previous, &message).await?;
+                return Ok(Action::requeue(RETRY_REFUSED));
+            }
+        },
+        Pass::Changed(mut objects) => {
+            // And the failed objects (recorded in themselves) whose retry is due.
+            objects.extend(in_object::retries_due(r));
+            (
+                binding.serve_changed(objects).await,
+                pending.summary_due(r.uid),
+            )
+        }
+    };
+    let again = again.min(in_object::next_retry(r));
+    if let Err(wait) = summary_due {
+        // Summed up less than a second ago: a later reconcile does it.
+        return Ok(Action::requeue(again.min(wait)));
+    }
+    let refused: Vec<(String, String)> = pending.refused(r.uid).into_iter().collect();
+    let s = if bind.record == BindRecord::Object {
+        // No child to count: what its serves saw (bind/in_object/outcomes.rs).
+        r.own.outcomes.summary(r.uid, &refused)
+    } else {
+        let refusals: Vec<Refused> = refused
+            .into_iter()
+            .map(|(object, message)| Refused { object, message })
+            .collect();
+        let states = binding.child_states().await?;
+        let named: Vec<(String, &DynamicObject)> =
+            states.iter().map(|(o, c)| (o.clone(), c)).collect();
+        summary::summarise(&named, &refusals)
+    };
+    summarise(r, flows, previous, &bind.kind, s).await?;
+    Ok(Action::requeue(again))
+}
+
+/// A bound flow's binding, opened for one reconcile.
+struct Binding<'a> {
+    r: &'a Reconciling<'a, Binder>,
+    bind: &'a Bind,
+    /// The bound flow's flows API (its namespace), for its children.
+    flows: &'a Api<DynamicObject>,
+    /// The objects of the kind, as the flow's ServiceAccount.
+    objects: Api<DynamicObject>,
+    ar: ApiResource,
+    selector: Selector,
+    finalizer: String,
+    /// The annotation each object names its child's UID by ([`claim`](super::claim)).
+    mark: String,
+    raw_spec: Value,
+    /// The related kinds (`bind.related`) by (apiVersion, kind): their resource and whether it
+    /// is namespaced, discovered as the flow's ServiceAccount.
+    related_kinds: BTreeMap<(String, String), (ApiResource, bool)>,
+    /// Where its objects are, for a flow recorded in them that finalizes them.
+    finalizes: in_object::release::Finalizes,
+}
+
+impl Binding<'_> {
+    /// Whether the object is being deleted or no longer matches the selector.
+    fn leaving(&self, meta: &ObjectMeta) -> bool {
+        let labels = meta.labels.clone().unwrap_or_default();
+        meta.deletion_timestamp.is_some() || !self.selector.matches(&labels)
+    }
+
+    fn parent(&self) -> Parent<'_> {
+        Parent {
+            name: self.r.flow_id.name,
+            namespace: self.r.ns(),
+            uid: self.r.uid,
+            generation: self.r.flow.metadata.generation.unwrap_or(0),
+            spec: &self.raw_spec,
+        }
+    }
+
+    /// The objects' API for `obj`'s namespace.
+    fn objects_api(&self, obj: &DynamicObject) -> Api<DynamicObject> {
+        match &obj.metadata.namespace {
+            Some(ns) => Api::namespaced_with(self.objects.clone().into_client(), ns, &self.ar),
+            None => self.objects.clone(),
+        }
+    }
+}
