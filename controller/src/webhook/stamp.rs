@@ -21,10 +21,14 @@ use crate::approval::{Decision, Key, Stamp, APPROVED_BY};
 /// the server runs without the webhook.
 pub async fn handle(
     State(super::Admission(webhook)): State<super::Admission>,
-    Json(review): Json<AdmissionReview<DynamicObject>>,
+    body: axum::body::Bytes,
 ) -> Result<Json<AdmissionReview<DynamicObject>>, axum::http::StatusCode> {
     let Some(webhook) = webhook else {
         return Err(axum::http::StatusCode::NOT_FOUND);
+    };
+    let (review, _held) = match webhook.decode(&body).await {
+        Ok(decoded) => decoded,
+        Err(denied) => return Ok(Json(denied.into_review())),
     };
     let request: Result<AdmissionRequest<DynamicObject>, _> = review.try_into();
     let response = match request {
