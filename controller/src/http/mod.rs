@@ -15,7 +15,7 @@ mod server;
 pub mod tls;
 
 pub use client_auth::ClientAuth;
-pub use server::serve_tls;
+pub use server::{serve_tls, Caller};
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

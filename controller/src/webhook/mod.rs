@@ -13,11 +13,13 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::Json;
+use axum::{Extension, Json};
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use kube::core::DynamicObject;
 use pseudoflow_compiler::{compile, FlowId};
 use serde_json::Value;
+
+use crate::http::Caller;
 
 pub mod approval;
 pub mod decode;
@@ -25,6 +27,12 @@ pub mod stamp;
 
 /// At most this many problems are listed in a refusal (the rest are counted).
 pub const MAX_LISTED: usize = 50;
+
+/// The refusal of an approval decision from a caller not proven to be the API server.
+pub const UNAUTHENTICATED_APPROVAL: &str =
+    "approval decisions are checked only for the API server, proven by its client certificate, \
+     and this webhook has no client CA (--webhook-client-ca; docs/operations.md): it answers no \
+     approval question";
 
 /// The webhook's shared state.
 #[derive(Clone)]
@@ -35,6 +43,9 @@ pub struct Webhook {
     pub key: Option<crate::approval::Key>,
     /// The estimated decoded bytes ([`decode`]) all reviews may hold at once.
     pub decoding: Arc<tokio::sync::Semaphore>,
+    /// Whether approval questions are answered to callers the server did not authenticate
+    /// (`--webhook-unauthenticated-approvals`: chosen, with its risk, docs/security.md).
+    pub any_caller_approves: bool,
 }
 
 /// Estimated decoded bytes ([`decode::scan`]) of all reviews being decoded and answered at
@@ -54,6 +65,7 @@ impl Webhook {
             client,
             key: None,
             decoding: Arc::new(tokio::sync::Semaphore::new(DECODE_BUDGET_BYTES)),
+            any_caller_approves: false,
         })
     }
 
@@ -63,7 +75,31 @@ impl Webhook {
             client,
             key: Some(key),
             decoding: Arc::new(tokio::sync::Semaphore::new(DECODE_BUDGET_BYTES)),
+            any_caller_approves: false,
         })
+    }
+
+    /// A webhook stamping with `key` for any caller that reaches its port, authenticated or
+    /// not (`--webhook-unauthenticated-approvals`).
+    pub fn for_any_caller(client: kube::Client, key: crate::approval::Key) -> Arc<Webhook> {
+        Arc::new(Webhook {
+            client,
+            key: Some(key),
+            decoding: Arc::new(tokio::sync::Semaphore::new(DECODE_BUDGET_BYTES)),
+            any_caller_approves: true,
+        })
+    }
+
+    /// Refuses, without asking anyone, to answer whether a request's user may approve unless
+    /// the caller is the API server as its client certificate proved (or any caller was
+    /// allowed on purpose): otherwise any pod reaching the port could post reviews naming any
+    /// user and learn from the answer who may approve what (and drive SubjectAccessReviews as
+    /// the controller). The refusal is the same whoever the review names.
+    pub fn may_ask_about_approvals(&self, caller: Option<Caller>) -> Result<(), String> {
+        if caller == Some(Caller::ApiServer) || self.any_caller_approves {
+            return Ok(());
+        }
+        Err(UNAUTHENTICATED_APPROVAL.to_string())
     }
 
     /// The review in `body`, decoded once it is within [`decode::Limits`] and its estimated
@@ -112,6 +148,7 @@ pub struct Admission(pub Option<Arc<Webhook>>);
 /// server runs without the webhook.
 pub async fn handle(
     State(Admission(webhook)): State<Admission>,
+    caller: Option<Extension<Caller>>,
     body: Bytes,
 ) -> Result<Json<AdmissionReview<DynamicObject>>, axum::http::StatusCode> {
     let Some(webhook) = webhook else {
@@ -125,8 +162,10 @@ pub async fn handle(
     let response = match request {
         Ok(req) => {
             let spec = review_request(&req);
-            if !spec.allowed {
+            if !spec.allowed || approval::decisions(&req).is_empty() {
                 spec
+            } else if let Err(refusal) = webhook.may_ask_about_approvals(caller.map(|c| c.0)) {
+                spec.deny(refusal)
             } else {
                 match approval::authorize(&webhook.client, &req).await {
                     Ok(()) => spec,

@@ -139,3 +139,32 @@ fn a_long_list_is_cut_and_counted() {
     assert!(msg.ends_with("... and 10 more"), "{msg}");
     assert_eq!(msg.lines().count(), 1 + MAX_LISTED + 1);
 }
+
+#[tokio::test]
+async fn approval_questions_are_answered_only_to_the_api_server_or_any_caller_by_choice() {
+    let client = || {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        kube::Client::try_from(config).unwrap()
+    };
+    let key = crate::approval::Key::random();
+    for webhook in [
+        Webhook::new(client()),
+        Webhook::with_key(client(), key.clone()),
+    ] {
+        assert_eq!(
+            webhook.may_ask_about_approvals(Some(Caller::ApiServer)),
+            Ok(())
+        );
+        for caller in [Some(Caller::Unauthenticated), None] {
+            assert_eq!(
+                webhook.may_ask_about_approvals(caller),
+                Err(UNAUTHENTICATED_APPROVAL.to_string())
+            );
+        }
+    }
+    let any = Webhook::for_any_caller(client(), key);
+    assert_eq!(
+        any.may_ask_about_approvals(Some(Caller::Unauthenticated)),
+        Ok(())
+    );
+}
