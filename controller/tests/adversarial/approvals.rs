@@ -358,3 +358,91 @@ async fn without_a_client_ca_validate_answers_no_approval_question_so_a_pod_lear
         .unwrap();
     assert_eq!(response_of(&answer)["allowed"], true, "{answer}");
 }
+
+/// Sets the approve annotation and `stamp` (signed with `key`) on flow `name` directly, as the
+/// mutating webhook would have written them (no webhook runs in this test).
+async fn stamp_directly(client: &Client, ns: &str, name: &str, key: &Key, stamp: &Stamp) {
+    let value = stamp.sign(key, ns, name);
+    flows(client, ns)
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"annotations": {
+                "ops.example.com/approve": stamp.step,
+                "ops.example.com/approved-by": value,
+            }}})),
+        )
+        .await
+        .unwrap();
+}
+
+/// Instances of the loop's gate (`spec.steps[0].steps[0]`) that succeeded.
+fn gates_passed(st: &Value) -> u64 {
+    st["steps"]
+        .as_array()
+        .and_then(|s| s.iter().find(|e| e["path"] == "spec.steps[0].steps[0]"))
+        .map(|g| {
+            g["instances"]["succeeded"]
+                .as_u64()
+                .unwrap_or(u64::from(g["phase"] == "Succeeded"))
+        })
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_stamped_on_a_skewed_webhook_clock_decides_exactly_the_wait_it_was_made_in() {
+    let (client, ns) = prepare("approval-clock", json!([]), json!([])).await;
+    let key = Key::random();
+    let ctl = start_controller_with_key(&client, &ns, &key);
+    // One gate per item, one item after another: each wait needs its own decision.
+    create_flow(
+        &client,
+        &ns,
+        "gated",
+        json!({"serviceAccountName": "flow", "steps": [
+            {"type": "loop", "forEach": [1, 2], "steps": [
+                {"type": "approval", "name": "gate"},
+                {"type": "log", "message": "item ${item} approved"},
+            ]}
+        ]}),
+    )
+    .await;
+    let st = wait_waiting(&client, &ns, "gated", "").await;
+    let run = st["run"]["id"].as_str().unwrap().to_string();
+    let stamp = |time: i64| Stamp {
+        decision: Decision::Approve,
+        step: "gate".into(),
+        user: "boss".into(),
+        groups: vec![],
+        time,
+        run: run.clone(),
+    };
+    let now = pseudoflow_controller::approval::now_ms();
+
+    // A webhook replica whose clock runs an hour ahead stamps the first item's approval: it
+    // decides that wait, and must not decide the second item's, which begins after it.
+    stamp_directly(&client, &ns, "gated", &key, &stamp(now + 3_600_000)).await;
+    wait_status(&client, &ns, "gated", 30, "the first item approved", |st| {
+        gates_passed(st) >= 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let st = flows(&client, &ns).get("gated").await.unwrap().data["status"].clone();
+    assert_eq!(
+        gates_passed(&st),
+        1,
+        "the first item's approval also decided the second: {st:#}"
+    );
+    assert_eq!(st["reason"], "WaitingForApproval", "{st:#}");
+
+    // A replica whose clock runs an hour behind stamps the second item's approval, made while
+    // it waits: it decides it.
+    stamp_directly(&client, &ns, "gated", &key, &stamp(now - 3_600_000)).await;
+    let st = wait_status(&client, &ns, "gated", 30, "the run done", |st| {
+        st["phase"] == "Succeeded" || st["phase"] == "Failed"
+    })
+    .await;
+    assert_eq!(st["phase"], "Succeeded", "{st:#}");
+    assert_eq!(gates_passed(&st), 2, "{st:#}");
+    ctl.abort();
+}
