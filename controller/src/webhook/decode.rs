@@ -6,8 +6,9 @@
 //!
 //! So the body is first scanned by a serde visitor that builds nothing: it counts the nesting
 //! depth and estimates what each value would cost once decoded (a slot per value, the bytes of
-//! each string and key, a B-tree node per started eleven entries of an object), and stops at the
-//! first value past [`Limits`]. Only a review within them is decoded. A refused review is
+//! each string and key, a B-tree node per started eleven entries of an object), and records the
+//! first value past [`Limits`] (it reads on, counting nothing, to find the request's `uid`). Only
+//! a review within them is decoded. A refused review is
 //! answered with a denial naming the limit it passed (the API server shows it to the user), with
 //! the request's `uid` read during the scan, so the API server takes it as an answer, not as a
 //! failed call.
@@ -16,7 +17,7 @@ use std::cell::{Cell, RefCell};
 use std::fmt;
 
 use kube::core::admission::AdmissionResponse;
-use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 /// Deepest nesting of a review: a valid flow's spec is at most
 /// [`crate::limits::MAX_SPEC_DEPTH`] deep, and sits four levels down (review, request, object,
@@ -161,26 +162,29 @@ struct Scanner {
 }
 
 impl Scanner {
-    /// Counts `bytes` more; an error once past the budget.
+    /// Counts `bytes` more. Past the budget the refusal is recorded and the scan goes on
+    /// counting nothing (it allocates nothing either), so that the request's `uid` is read
+    /// wherever it stands in the body.
     fn spend<E: serde::de::Error>(&self, bytes: usize) -> Result<(), E> {
+        if self.refused.borrow().is_some() {
+            return Ok(());
+        }
         let used = self.used.get().saturating_add(bytes);
         self.used.set(used);
         self.values.set(self.values.get() + 1);
         if used > self.limits.decoded_bytes {
-            return Err(self.refuse(Refused::TooLarge {
+            self.refuse(Refused::TooLarge {
                 limit: self.limits.decoded_bytes,
                 values: self.values.get(),
                 len: self.len,
-            }));
+            });
         }
         Ok(())
     }
 
-    /// Records why, for [`scan`] to report; the error that stops serde.
-    fn refuse<E: serde::de::Error>(&self, why: Refused) -> E {
-        let msg = why.to_string();
+    /// Records why, for [`scan`] to report (the first reason only).
+    fn refuse(&self, why: Refused) {
         self.refused.borrow_mut().get_or_insert(why);
-        E::custom(msg)
     }
 }
 
@@ -216,13 +220,16 @@ impl Seed<'_> {
         }
     }
 
-    fn enter<E: serde::de::Error>(&self) -> Result<(), E> {
+    /// Whether the children of a list or object here are scanned: past the depth limit the
+    /// refusal is recorded and they are skipped (serde_json stops at its own limit, 128).
+    fn enter(&self) -> bool {
         if self.depth > self.scanner.limits.depth {
-            return Err(self.scanner.refuse(Refused::TooDeep {
+            self.scanner.refuse(Refused::TooDeep {
                 limit: self.scanner.limits.depth,
-            }));
+            });
+            return false;
         }
-        Ok(())
+        true
     }
 
     fn string<E: serde::de::Error>(&self, s: &str) -> Result<(), E> {
@@ -273,14 +280,20 @@ impl<'de> Visitor<'de> for Seed<'_> {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        self.enter()?;
+        if !self.enter() {
+            while seq.next_element::<IgnoredAny>()?.is_some() {}
+            return Ok(());
+        }
         self.scanner.spend::<A::Error>(SLOT + ALLOCATION)?;
         while seq.next_element_seed(self.child(Role::Other))?.is_some() {}
         Ok(())
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        self.enter()?;
+        if !self.enter() {
+            while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+            return Ok(());
+        }
         self.scanner.spend::<A::Error>(SLOT)?;
         let mut entries = 0usize;
         while let Some(key) = map.next_key::<Key>()? {
@@ -384,6 +397,25 @@ mod tests {
                 response.result.message
             );
         }
+    }
+
+    #[test]
+    fn the_uid_is_read_after_the_value_past_the_budget() {
+        let items = repeated("0", 3 << 20);
+        let body = format!(
+            r#"{{"request":{{"object":{{"spec":{{"forEach":[{items}]}}}},"uid":"late"}}}}"#
+        );
+        let refusal = scan(body.as_bytes(), Limits::default()).unwrap_err();
+        assert!(
+            matches!(refusal.why, Refused::TooLarge { .. }),
+            "{refusal:?}"
+        );
+        assert_eq!(refusal.uid, "late");
+        let nested = format!("{}0{}", "[".repeat(110), "]".repeat(110));
+        let body = format!(r#"{{"request":{{"object":{nested},"uid":"late"}}}}"#);
+        let refusal = scan(body.as_bytes(), Limits::default()).unwrap_err();
+        assert_eq!(refusal.why, Refused::TooDeep { limit: MAX_DEPTH });
+        assert_eq!(refusal.uid, "late");
     }
 
     #[test]
