@@ -13,6 +13,7 @@
 //! the request's `uid` read during the scan, so the API server takes it as an answer, not as a
 //! failed call.
 
+use std::borrow::Cow;
 use std::cell::{Cell, RefCell};
 use std::fmt;
 
@@ -72,25 +73,27 @@ pub struct Scanned {
 pub enum Refused {
     /// Nested deeper than [`Limits::depth`].
     #[error(
-        "the admission review is over the webhook's decode budget: a value is nested more than \
+        "the admission review is over the webhook's decode budget: {at} is nested more than \
          {limit} levels deep (a flow's values are at most 64)"
     )]
     TooDeep {
         /// The limit.
         limit: usize,
+        /// The path of the first value past it (`request.object.spec...`).
+        at: String,
     },
     /// Would decode to more than [`Limits::decoded_bytes`].
     #[error(
         "the admission review is over the webhook's decode budget: its {len} bytes would take \
-         more than {} MiB to decode (past value {values}: too many small values or objects; a \
-         flow's lists hold at most 1000 items)",
+         more than {} MiB to decode, passed at {at} (too many small values or objects; a flow's \
+         lists hold at most 1000 items)",
         limit >> 20
     )]
     TooLarge {
         /// The limit, in bytes.
         limit: usize,
-        /// Values scanned when the limit was passed.
-        values: usize,
+        /// The path of the value that passed it (`request.object.spec.steps[0].forEach[5000]`).
+        at: String,
         /// The body's length.
         len: usize,
     },
@@ -125,13 +128,13 @@ pub fn scan(body: &[u8], limits: Limits) -> Result<Scanned, Refusal> {
         used: Cell::new(0),
         refused: RefCell::new(None),
         uid: RefCell::new(None),
-        values: Cell::new(0),
     };
     let mut de = serde_json::Deserializer::from_slice(body);
     let result = Seed {
         scanner: &scanner,
         depth: 1,
         role: Role::Review,
+        crumb: None,
     }
     .deserialize(&mut de)
     .and_then(|()| de.end());
@@ -157,29 +160,19 @@ struct Scanner {
     used: Cell<usize>,
     refused: RefCell<Option<Refused>>,
     uid: RefCell<Option<String>>,
-    /// Values scanned so far (where the scan stopped, for the message).
-    values: Cell<usize>,
 }
 
 impl Scanner {
-    /// Counts `bytes` more. Past the budget the refusal is recorded and the scan goes on
-    /// counting nothing (it allocates nothing either), so that the request's `uid` is read
-    /// wherever it stands in the body.
-    fn spend<E: serde::de::Error>(&self, bytes: usize) -> Result<(), E> {
+    /// Counts `bytes` more; whether that passed the budget just now. Once refused, nothing is
+    /// counted (the scan reads on, allocating nothing, so that the request's `uid` is read
+    /// wherever it stands in the body).
+    fn spend(&self, bytes: usize) -> bool {
         if self.refused.borrow().is_some() {
-            return Ok(());
+            return false;
         }
         let used = self.used.get().saturating_add(bytes);
         self.used.set(used);
-        self.values.set(self.values.get() + 1);
-        if used > self.limits.decoded_bytes {
-            self.refuse(Refused::TooLarge {
-                limit: self.limits.decoded_bytes,
-                values: self.values.get(),
-                len: self.len,
-            });
-        }
-        Ok(())
+        used > self.limits.decoded_bytes
     }
 
     /// Records why, for [`scan`] to report (the first reason only).
@@ -201,6 +194,44 @@ struct Seed<'s> {
     scanner: &'s Scanner,
     depth: usize,
     role: Role,
+    /// Where this value is (None: the review itself).
+    crumb: Option<&'s Crumb<'s>>,
+}
+
+/// One step of a value's path, linked to its parent's.
+struct Crumb<'a> {
+    parent: Option<&'a Crumb<'a>>,
+    seg: Seg<'a>,
+}
+
+enum Seg<'a> {
+    Key(&'a str),
+    Index(usize),
+}
+
+/// The path of `crumb` from the review: `request.object.spec.steps[0]`.
+fn path(crumb: Option<&Crumb>) -> String {
+    let mut segs = Vec::new();
+    let mut at = crumb;
+    while let Some(c) = at {
+        segs.push(&c.seg);
+        at = c.parent;
+    }
+    let mut out = String::new();
+    for seg in segs.into_iter().rev() {
+        match seg {
+            Seg::Key(k) if out.is_empty() => out.push_str(k),
+            Seg::Key(k) => {
+                out.push('.');
+                out.push_str(k);
+            }
+            Seg::Index(i) => out.push_str(&format!("[{i}]")),
+        }
+    }
+    if out.is_empty() {
+        out.push_str("the review");
+    }
+    out
 }
 
 impl<'de> DeserializeSeed<'de> for Seed<'_> {
@@ -211,13 +242,27 @@ impl<'de> DeserializeSeed<'de> for Seed<'_> {
     }
 }
 
-impl Seed<'_> {
-    fn child(&self, role: Role) -> Seed<'_> {
+impl<'s> Seed<'s> {
+    fn child<'c>(&'c self, role: Role, crumb: &'c Crumb<'c>) -> Seed<'c> {
         Seed {
             scanner: self.scanner,
             depth: self.depth + 1,
             role,
+            crumb: Some(crumb),
         }
+    }
+
+    /// Counts `bytes` for this value, recording the refusal, with its path, if they pass the
+    /// budget.
+    fn spend<E: serde::de::Error>(&self, bytes: usize) -> Result<(), E> {
+        if self.scanner.spend(bytes) {
+            self.scanner.refuse(Refused::TooLarge {
+                limit: self.scanner.limits.decoded_bytes,
+                at: path(self.crumb),
+                len: self.scanner.len,
+            });
+        }
+        Ok(())
     }
 
     /// Whether the children of a list or object here are scanned: past the depth limit the
@@ -226,6 +271,7 @@ impl Seed<'_> {
         if self.depth > self.scanner.limits.depth {
             self.scanner.refuse(Refused::TooDeep {
                 limit: self.scanner.limits.depth,
+                at: path(self.crumb),
             });
             return false;
         }
@@ -236,7 +282,7 @@ impl Seed<'_> {
         if self.role == Role::Uid {
             *self.scanner.uid.borrow_mut() = Some(s.to_string());
         }
-        self.scanner.spend(SLOT + s.len() + ALLOCATION)
+        self.spend(SLOT + s.len() + ALLOCATION)
     }
 }
 
@@ -248,27 +294,27 @@ impl<'de> Visitor<'de> for Seed<'_> {
     }
 
     fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<(), E> {
-        self.scanner.spend(SLOT)
+        self.spend(SLOT)
     }
 
     fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<(), E> {
-        self.scanner.spend(SLOT)
+        self.spend(SLOT)
     }
 
     fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<(), E> {
-        self.scanner.spend(SLOT)
+        self.spend(SLOT)
     }
 
     fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<(), E> {
-        self.scanner.spend(SLOT)
+        self.spend(SLOT)
     }
 
     fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
-        self.scanner.spend(SLOT)
+        self.spend(SLOT)
     }
 
     fn visit_none<E: serde::de::Error>(self) -> Result<(), E> {
-        self.scanner.spend(SLOT)
+        self.spend(SLOT)
     }
 
     fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<(), E> {
@@ -284,8 +330,19 @@ impl<'de> Visitor<'de> for Seed<'_> {
             while seq.next_element::<IgnoredAny>()?.is_some() {}
             return Ok(());
         }
-        self.scanner.spend::<A::Error>(SLOT + ALLOCATION)?;
-        while seq.next_element_seed(self.child(Role::Other))?.is_some() {}
+        self.spend::<A::Error>(SLOT + ALLOCATION)?;
+        for i in 0.. {
+            let crumb = Crumb {
+                parent: self.crumb,
+                seg: Seg::Index(i),
+            };
+            if seq
+                .next_element_seed(self.child(Role::Other, &crumb))?
+                .is_none()
+            {
+                break;
+            }
+        }
         Ok(())
     }
 
@@ -294,50 +351,46 @@ impl<'de> Visitor<'de> for Seed<'_> {
             while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
             return Ok(());
         }
-        self.scanner.spend::<A::Error>(SLOT)?;
+        self.spend::<A::Error>(SLOT)?;
         let mut entries = 0usize;
-        while let Some(key) = map.next_key::<Key>()? {
-            if entries.is_multiple_of(NODE_ENTRIES) {
-                self.scanner.spend::<A::Error>(MAP_NODE + ALLOCATION)?;
-            }
-            entries += 1;
-            self.scanner.spend::<A::Error>(key.0 + ALLOCATION)?;
-            let role = match (self.role, key.1) {
-                (Role::Review, KeyName::Request) => Role::Request,
-                (Role::Request, KeyName::Uid) => Role::Uid,
+        while let Some(Key(key)) = map.next_key::<Key>()? {
+            let role = match (self.role, key.as_ref()) {
+                (Role::Review, "request") => Role::Request,
+                (Role::Request, "uid") => Role::Uid,
                 _ => Role::Other,
             };
-            map.next_value_seed(self.child(role))?;
+            let crumb = Crumb {
+                parent: self.crumb,
+                seg: Seg::Key(&key),
+            };
+            let child = self.child(role, &crumb);
+            if entries.is_multiple_of(NODE_ENTRIES) {
+                child.spend::<A::Error>(MAP_NODE + ALLOCATION)?;
+            }
+            entries += 1;
+            child.spend::<A::Error>(key.len() + ALLOCATION)?;
+            map.next_value_seed(child)?;
         }
         Ok(())
     }
 }
 
-/// An object key: its length, and whether it is one the scan looks for.
-struct Key(usize, KeyName);
+/// An object key, borrowed from the body when it has no escapes.
+struct Key<'de>(Cow<'de, str>);
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum KeyName {
-    Request,
-    Uid,
-    Other,
-}
-
-impl<'de> serde::Deserialize<'de> for Key {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Key, D::Error> {
+impl<'de> serde::Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Key<'de>, D::Error> {
         struct KeyVisitor;
         impl<'de> Visitor<'de> for KeyVisitor {
-            type Value = Key;
+            type Value = Key<'de>;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 f.write_str("an object key")
             }
-            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Key, E> {
-                let name = match s {
-                    "request" => KeyName::Request,
-                    "uid" => KeyName::Uid,
-                    _ => KeyName::Other,
-                };
-                Ok(Key(s.len(), name))
+            fn visit_borrowed_str<E: serde::de::Error>(self, s: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(s)))
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(s.to_string())))
             }
         }
         d.deserialize_str(KeyVisitor)
@@ -383,8 +436,9 @@ mod tests {
             let refusal = scan(&body, Limits::default()).unwrap_err();
             assert_eq!(refusal.uid, "u-2", "{item}");
             assert!(
-                matches!(refusal.why, Refused::TooLarge { limit, len, .. }
-                    if limit == MAX_DECODED_BYTES && len == body.len()),
+                matches!(&refusal.why, Refused::TooLarge { limit, len, at }
+                    if *limit == MAX_DECODED_BYTES && *len == body.len()
+                        && at.starts_with("request.object.spec.steps[0].forEach[")),
                 "{item}: {:?}",
                 refusal.why
             );
@@ -414,7 +468,11 @@ mod tests {
         let nested = format!("{}0{}", "[".repeat(110), "]".repeat(110));
         let body = format!(r#"{{"request":{{"object":{nested},"uid":"late"}}}}"#);
         let refusal = scan(body.as_bytes(), Limits::default()).unwrap_err();
-        assert_eq!(refusal.why, Refused::TooDeep { limit: MAX_DEPTH });
+        assert!(
+            matches!(&refusal.why, Refused::TooDeep { limit: MAX_DEPTH, at }
+                if at.starts_with("request.object[0]")),
+            "{refusal:?}"
+        );
         assert_eq!(refusal.uid, "late");
     }
 
@@ -438,9 +496,16 @@ mod tests {
         assert!(scan(&ok, Limits::default()).is_ok());
         for depth in [MAX_DEPTH - 6, 200, 100_000] {
             let refusal = scan(&review("u-3", &nested(depth)), Limits::default()).unwrap_err();
+            let at = format!(
+                "request.object.spec.steps[0].forEach[0]{}",
+                "[0]".repeat(MAX_DEPTH - 7)
+            );
             assert_eq!(
                 refusal.why,
-                Refused::TooDeep { limit: MAX_DEPTH },
+                Refused::TooDeep {
+                    limit: MAX_DEPTH,
+                    at
+                },
                 "{depth}"
             );
             assert_eq!(refusal.uid, "u-3");

@@ -168,6 +168,11 @@ async fn ten_concurrent_3_mib_worst_case_reviews_are_refused_by_the_decode_budge
             "{name}: {err}"
         );
         assert!(!err.contains("failed calling webhook"), "{name}: {err}");
+        // ...naming where: the path of the value past the budget.
+        assert!(
+            err.contains("request.object.spec.steps[0].forEach["),
+            "{name}: {err}"
+        );
     }
     assert!(
         growth < 128 << 20,
