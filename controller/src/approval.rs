@@ -5,8 +5,8 @@
 //! API server authenticated, the time, the run status showed, and an HMAC-SHA256 over all of it
 //! and the flow's namespace and name, under a key only the controller holds (the Secret
 //! [`KEY_SECRET`] in its namespace). The controller accepts a decision only with a valid stamp
-//! for that step, in the run that is waiting, made after the step began waiting
-//! ([`verdict`]); anything else is ignored and the step's message says why.
+//! for that step, in the run that is waiting, that was not already on the flow when the step
+//! began waiting ([`verdict`]); anything else is ignored and the step's message says why.
 
 use std::collections::BTreeMap;
 
@@ -147,9 +147,8 @@ pub struct Stamp {
     /// Their groups.
     #[serde(default)]
     pub groups: Vec<String>,
-    /// When the webhook admitted the decision (unix milliseconds: a step that begins waiting
-    /// again in the same second, as the next node of a rolling `loopNodes` does, is not decided
-    /// by the decision that let the previous one go).
+    /// When the webhook admitted the decision (unix milliseconds, its replica's clock): shown in
+    /// status, never compared with the controller's clock (see [`Waiting::stale`]).
     pub time: i64,
     /// The run id status showed then ("" if none).
     #[serde(default)]
@@ -203,7 +202,15 @@ pub enum Verdict {
     Decided(Stamp),
 }
 
-/// Where an approval step waits: which flow, step, run, and since when (unix milliseconds).
+/// The MAC of the stamp in `annotations` (whether or not it verifies), which identifies it:
+/// recorded when a step begins waiting, so that stamp never decides that wait.
+pub fn stamp_mac(annotations: &BTreeMap<String, String>) -> Option<String> {
+    let signed: Signed = serde_json::from_str(annotations.get(APPROVED_BY)?).ok()?;
+    Some(signed.mac)
+}
+
+/// Where an approval step waits: which flow, step, run, and which stamp was already on the
+/// flow when it began waiting.
 #[derive(Debug, Clone, Copy)]
 pub struct Waiting<'a> {
     /// The flow's namespace.
@@ -214,13 +221,15 @@ pub struct Waiting<'a> {
     pub step: &'a str,
     /// The run waiting.
     pub run: &'a str,
-    /// When the step began waiting (unix milliseconds).
-    pub since: i64,
+    /// The MAC of the stamp on the flow when the controller first saw the step waiting ("" if
+    /// none: see [`stamp_mac`]).
+    pub stale: &'a str,
 }
 
 /// The decision on `w` the flow's `annotations` carry, accepted only with a stamp signed under
-/// `key` for this flow, step and run, made since the step began waiting, whose decision's
-/// annotation still names the step (removing it withdraws the decision).
+/// `key` for this flow, step and run, made since the step began waiting (it is not the stamp the
+/// controller saw then: no clock is compared, the webhook replica's and the controller's may
+/// differ), whose decision's annotation still names the step (removing it withdraws it).
 pub fn verdict(key: Option<&Key>, annotations: &BTreeMap<String, String>, w: Waiting) -> Verdict {
     let names = |k: &str| annotations.get(k).is_some_and(|v| v == w.step);
     if !names(APPROVE_ANNOTATION) && !names(REJECT_ANNOTATION) {
@@ -250,7 +259,8 @@ pub fn verdict(key: Option<&Key>, annotations: &BTreeMap<String, String>, w: Wai
             "the {APPROVED_BY} stamp records a decision on another step"
         ));
     }
-    if stamp.run != w.run || stamp.time < w.since {
+    let stale = stamp_mac(annotations).is_some_and(|mac| mac == w.stale);
+    if stamp.run != w.run || stale {
         return ignored(
             "it was made before this run's step began waiting; decide again (kubectl pf \
              approve/reject, or remove the annotation and set it again)",
@@ -279,7 +289,7 @@ mod tests {
         name: "f",
         step: "gate",
         run: "r2",
-        since: 100,
+        stale: "",
     };
 
     fn ann(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -332,17 +342,15 @@ mod tests {
             (APPROVE_ANNOTATION, "gate"),
             (APPROVED_BY, &copied)
         ])));
-        // From an earlier run, or before the step began waiting.
-        for s in [
-            stamp(Decision::Approve, "gate", "r1", 100),
-            stamp(Decision::Approve, "gate", "r2", 99),
-        ] {
-            let a = ann(&[
-                (APPROVE_ANNOTATION, "gate"),
-                (APPROVED_BY, &s.sign(&key, "team", "f")),
-            ]);
-            assert!(ignored(&a));
-        }
+        // From an earlier run.
+        let a = ann(&[
+            (APPROVE_ANNOTATION, "gate"),
+            (
+                APPROVED_BY,
+                &stamp(Decision::Approve, "gate", "r1", 100).sign(&key, "team", "f"),
+            ),
+        ]);
+        assert!(ignored(&a));
         // A stamp for another step, or a reject stamp beside an approve annotation.
         let other_step = stamp(Decision::Approve, "other", "r2", 100).sign(&key, "team", "f");
         assert!(ignored(&ann(&[
@@ -360,6 +368,33 @@ mod tests {
             (APPROVED_BY, &ok.sign(&key, "team", "f")),
         ]);
         assert!(matches!(verdict(None, &a, W), Verdict::Ignored(_)));
+    }
+
+    #[test]
+    fn the_stamp_on_the_flow_when_the_step_began_waiting_never_decides_it_whatever_its_time() {
+        let key = Key::random();
+        // Stamped by a replica whose clock runs an hour ahead of the controller's.
+        let ahead = stamp(Decision::Approve, "gate", "r2", 3_600_100);
+        let a = ann(&[
+            (APPROVE_ANNOTATION, "gate"),
+            (APPROVED_BY, &ahead.sign(&key, "team", "f")),
+        ]);
+        let seen = stamp_mac(&a).unwrap();
+        let w = Waiting { stale: &seen, ..W };
+        assert!(matches!(
+            verdict(Some(&key), &a, w),
+            Verdict::Ignored(why) if why.contains("before this run's step began waiting")
+        ));
+        // A new decision made while it waits, by a replica whose clock runs an hour behind,
+        // decides it.
+        let behind = stamp(Decision::Approve, "gate", "r2", -3_599_900);
+        let a = ann(&[
+            (APPROVE_ANNOTATION, "gate"),
+            (APPROVED_BY, &behind.sign(&key, "team", "f")),
+        ]);
+        assert_eq!(verdict(Some(&key), &a, w), Verdict::Decided(behind));
+        // No stamp when it began waiting: any valid one decides it.
+        assert!(matches!(verdict(Some(&key), &a, W), Verdict::Decided(_)));
     }
 
     #[test]

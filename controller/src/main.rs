@@ -275,6 +275,7 @@ async fn serve_http(
             auth.verifier()?;
         }
         state.webhook = Some(match args.stamping_key(key) {
+            Some(k) if client_auth.is_none() => webhook::Webhook::for_any_caller(client.clone(), k),
             Some(k) => webhook::Webhook::with_key(client.clone(), k),
             None => webhook::Webhook::new(client.clone()),
         });

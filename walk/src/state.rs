@@ -51,10 +51,12 @@ pub struct Instance {
     /// `finished_at - started_at` knows only whole seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub took_ms: Option<u64>,
-    /// For an `approval` step: when the controller first saw it waiting (unix milliseconds);
-    /// only a decision stamped since counts for it.
+    /// For an `approval` step: the MAC of the approval stamp on the flow when the controller
+    /// first saw it waiting ("" if none); that stamp was made before this wait and never decides
+    /// it. Compared as the controller recorded it, not by time: a stamp's time is the clock of
+    /// whichever webhook replica made it, which need not agree with the controller's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub waiting_since_ms: Option<i64>,
+    pub stale_stamp: Option<String>,
     /// For an `approval` step: who decided it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval: Option<pseudoflow_crd::status::ApprovalRecord>,

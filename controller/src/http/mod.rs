@@ -15,7 +15,7 @@ mod server;
 pub mod tls;
 
 pub use client_auth::ClientAuth;
-pub use server::serve_tls;
+pub use server::{serve_tls, Caller};
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -286,6 +286,45 @@ mod tests {
             .unwrap();
         let answer: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(answer["response"]["uid"], "u", "{answer}");
+    }
+
+    #[tokio::test]
+    async fn both_webhooks_deny_a_review_past_the_decode_budget_naming_it_with_its_uid() {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let mut state = State::new(Arc::default());
+        state.webhook = Some(crate::webhook::Webhook::new(
+            kube::Client::try_from(config).unwrap(),
+        ));
+        let router = router(state);
+        // 3 MiB of one-key objects: ~300 MiB as a JSON tree.
+        let items = vec![serde_json::json!({"a": 0}); (3 << 20) / 8];
+        let review = create_review(
+            serde_json::json!({"name": "f", "namespace": "t"}),
+            serde_json::json!({"steps": [{"type": "loop", "forEach": items, "steps": []}]}),
+        );
+        let body = serde_json::to_vec(&review).unwrap();
+        assert!(body.len() < bounds::MAX_BODY_BYTES);
+        for path in ["/validate", "/mutate"] {
+            let resp = router
+                .clone()
+                .oneshot(
+                    Request::post(path)
+                        .header(header::CONTENT_TYPE, "application/json")
+                        .body(Body::from(body.clone()))
+                        .unwrap(),
+                )
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), StatusCode::OK, "{path}");
+            let answer = axum::body::to_bytes(resp.into_body(), 1 << 20)
+                .await
+                .unwrap();
+            let answer: serde_json::Value = serde_json::from_slice(&answer).unwrap();
+            assert_eq!(answer["response"]["uid"], "u", "{path}: {answer}");
+            assert_eq!(answer["response"]["allowed"], false, "{path}: {answer}");
+            let why = answer["response"]["status"]["message"].as_str().unwrap();
+            assert!(why.contains("decode budget"), "{path}: {why}");
+        }
     }
 
     /// An AdmissionReview of user `u` creating flow t/f with `metadata` and `spec`.

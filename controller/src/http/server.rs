@@ -13,6 +13,16 @@ use super::bounds;
 use super::client_auth::ClientAuth;
 use super::tls;
 
+/// Who sent a request, as its connection's handshake proved: a request extension the webhook's
+/// handlers read (a request served without this listener, a test's, carries none: unknown).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Caller {
+    /// The client certificate of the API server ([`ClientAuth`]).
+    ApiServer,
+    /// Anyone who reached the port: no client CA is configured.
+    Unauthenticated,
+}
+
 /// Serves `router` over TLS on `listener`, with the certificate `certs` holds at each handshake
 /// (so a rotated one is used from the next connection on), accepting only callers `client_auth`
 /// accepts when given.
@@ -70,14 +80,24 @@ async fn serve_connection(
 ) {
     let tls = tokio::time::timeout(bounds::HANDSHAKE_TIMEOUT, acceptor.accept(sock)).await;
     let Ok(Ok(tls)) = tls else { return };
-    if let Some(auth) = client_auth {
-        let peer = tls.get_ref().1.peer_certificates().and_then(|c| c.first());
-        if !peer.is_some_and(|c| auth.accepts(c)) {
-            let names = peer.map(super::client_auth::cert_names).unwrap_or_default();
-            tracing::warn!("webhook: refused a client certificate for {names:?}");
-            return;
+    let caller = match client_auth {
+        Some(auth) => {
+            let peer = tls.get_ref().1.peer_certificates().and_then(|c| c.first());
+            if !peer.is_some_and(|c| auth.accepts(c)) {
+                let names = peer.map(super::client_auth::cert_names).unwrap_or_default();
+                tracing::warn!("webhook: refused a client certificate for {names:?}");
+                return;
+            }
+            Caller::ApiServer
         }
-    }
+        None => Caller::Unauthenticated,
+    };
+    // Each request carries who the connection's peer proved to be.
+    let router =
+        tower::ServiceExt::map_request(router, move |mut req: axum::extract::Request<_>| {
+            req.extensions_mut().insert(caller);
+            req
+        });
     let service = hyper_util::service::TowerToHyperService::new(router);
     let _ = hyper::server::conn::http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())

@@ -9,19 +9,30 @@
 //! still be deletable, and the controller must still be able to remove its finalizer).
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use axum::body::Bytes;
 use axum::extract::State;
-use axum::Json;
+use axum::{Extension, Json};
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use kube::core::DynamicObject;
 use pseudoflow_compiler::{compile, FlowId};
 use serde_json::Value;
 
+use crate::http::Caller;
+
 pub mod approval;
+pub mod decode;
 pub mod stamp;
 
 /// At most this many problems are listed in a refusal (the rest are counted).
 pub const MAX_LISTED: usize = 50;
+
+/// The refusal of an approval decision from a caller not proven to be the API server.
+pub const UNAUTHENTICATED_APPROVAL: &str =
+    "approval decisions are checked only for the API server, proven by its client certificate, \
+     and this webhook has no client CA (--webhook-client-ca; docs/operations.md): it answers no \
+     approval question";
 
 /// The webhook's shared state.
 #[derive(Clone)]
@@ -30,12 +41,32 @@ pub struct Webhook {
     pub client: kube::Client,
     /// Signs approval stamps (`/mutate`); without it decisions are refused there.
     pub key: Option<crate::approval::Key>,
+    /// The estimated decoded bytes ([`decode`]) all reviews may hold at once.
+    pub decoding: Arc<tokio::sync::Semaphore>,
+    /// Whether approval questions are answered to callers the server did not authenticate
+    /// (`--webhook-unauthenticated-approvals`: chosen, with its risk, docs/security.md).
+    pub any_caller_approves: bool,
 }
+
+/// Estimated decoded bytes ([`decode::scan`]) of all reviews being decoded and answered at
+/// once: with the bodies' own budget ([`crate::http::bounds::BODY_BUDGET_BYTES`]) this bounds
+/// what admission holds in memory however many reviews arrive together. A review waits
+/// [`DECODE_WAIT`] for its share, then is refused (the API server's caller may retry).
+pub const DECODE_BUDGET_BYTES: usize = 64 << 20;
+
+/// How long a review waits for its share of [`DECODE_BUDGET_BYTES`] (the API server waits at
+/// most the chart's `timeoutSeconds`, 10).
+pub const DECODE_WAIT: Duration = Duration::from_secs(5);
 
 impl Webhook {
     /// A webhook asking authorization questions through `client`, with no approval key.
     pub fn new(client: kube::Client) -> Arc<Webhook> {
-        Arc::new(Webhook { client, key: None })
+        Arc::new(Webhook {
+            client,
+            key: None,
+            decoding: Arc::new(tokio::sync::Semaphore::new(DECODE_BUDGET_BYTES)),
+            any_caller_approves: false,
+        })
     }
 
     /// A webhook that also stamps approval decisions with `key`.
@@ -43,7 +74,68 @@ impl Webhook {
         Arc::new(Webhook {
             client,
             key: Some(key),
+            decoding: Arc::new(tokio::sync::Semaphore::new(DECODE_BUDGET_BYTES)),
+            any_caller_approves: false,
         })
+    }
+
+    /// A webhook stamping with `key` for any caller that reaches its port, authenticated or
+    /// not (`--webhook-unauthenticated-approvals`).
+    pub fn for_any_caller(client: kube::Client, key: crate::approval::Key) -> Arc<Webhook> {
+        Arc::new(Webhook {
+            client,
+            key: Some(key),
+            decoding: Arc::new(tokio::sync::Semaphore::new(DECODE_BUDGET_BYTES)),
+            any_caller_approves: true,
+        })
+    }
+
+    /// Refuses, without asking anyone, to answer whether a request's user may approve unless
+    /// the caller is the API server as its client certificate proved (or any caller was
+    /// allowed on purpose): otherwise any pod reaching the port could post reviews naming any
+    /// user and learn from the answer who may approve what (and drive SubjectAccessReviews as
+    /// the controller). The refusal is the same whoever the review names.
+    pub fn may_ask_about_approvals(&self, caller: Option<Caller>) -> Result<(), String> {
+        if caller == Some(Caller::ApiServer) || self.any_caller_approves {
+            return Ok(());
+        }
+        Err(UNAUTHENTICATED_APPROVAL.to_string())
+    }
+
+    /// The review in `body`, decoded once it is within [`decode::Limits`] and its estimated
+    /// decoded size is held of [`DECODE_BUDGET_BYTES`] (given back when the permit drops); or
+    /// the denial to answer with, naming why.
+    pub async fn decode(
+        &self,
+        body: &[u8],
+    ) -> Result<
+        (
+            AdmissionReview<DynamicObject>,
+            tokio::sync::OwnedSemaphorePermit,
+        ),
+        AdmissionResponse,
+    > {
+        let limits = decode::Limits::default();
+        let scanned = decode::scan(body, limits).map_err(|r| {
+            tracing::info!("admission review refused: {}", r.why);
+            r.response()
+        })?;
+        let share = scanned.decoded_bytes.clamp(1, DECODE_BUDGET_BYTES) as u32;
+        let permit =
+            tokio::time::timeout(DECODE_WAIT, self.decoding.clone().acquire_many_owned(share))
+                .await;
+        let Ok(Ok(permit)) = permit else {
+            let mut busy = AdmissionResponse::invalid(format!(
+                "the webhook is decoding {} MiB of other admission reviews; try again",
+                DECODE_BUDGET_BYTES >> 20
+            ));
+            busy.uid = scanned.uid;
+            return Err(busy);
+        };
+        let review = serde_json::from_slice(body).map_err(|e| {
+            AdmissionResponse::invalid(format!("the admission review cannot be decoded: {e}"))
+        })?;
+        Ok((review, permit))
     }
 }
 
@@ -56,17 +148,24 @@ pub struct Admission(pub Option<Arc<Webhook>>);
 /// server runs without the webhook.
 pub async fn handle(
     State(Admission(webhook)): State<Admission>,
-    Json(review): Json<AdmissionReview<DynamicObject>>,
+    caller: Option<Extension<Caller>>,
+    body: Bytes,
 ) -> Result<Json<AdmissionReview<DynamicObject>>, axum::http::StatusCode> {
     let Some(webhook) = webhook else {
         return Err(axum::http::StatusCode::NOT_FOUND);
+    };
+    let (review, _held) = match webhook.decode(&body).await {
+        Ok(decoded) => decoded,
+        Err(denied) => return Ok(Json(denied.into_review())),
     };
     let request: Result<AdmissionRequest<DynamicObject>, _> = review.try_into();
     let response = match request {
         Ok(req) => {
             let spec = review_request(&req);
-            if !spec.allowed {
+            if !spec.allowed || approval::decisions(&req).is_empty() {
                 spec
+            } else if let Err(refusal) = webhook.may_ask_about_approvals(caller.map(|c| c.0)) {
+                spec.deny(refusal)
             } else {
                 match approval::authorize(&webhook.client, &req).await {
                     Ok(()) => spec,
@@ -92,14 +191,13 @@ pub fn review_request(req: &AdmissionRequest<DynamicObject>) -> AdmissionRespons
     if obj.metadata.deletion_timestamp.is_some() {
         return allow;
     }
-    let spec = obj.data.get("spec").cloned().unwrap_or(Value::Null);
+    let spec = obj.data.get("spec").unwrap_or(&Value::Null);
     if req.operation == Operation::Update {
         let old_spec = req
             .old_object
             .as_ref()
             .and_then(|o| o.data.get("spec"))
-            .cloned()
-            .unwrap_or(Value::Null);
+            .unwrap_or(&Value::Null);
         if old_spec == spec {
             return allow;
         }
@@ -111,7 +209,7 @@ pub fn review_request(req: &AdmissionRequest<DynamicObject>) -> AdmissionRespons
         .as_deref()
         .or(req.namespace.as_deref());
     let id = FlowId { name, namespace };
-    match compile(&id, &spec) {
+    match compile(&id, spec) {
         Ok(compiled) => {
             let mut allow = allow;
             let warnings: Vec<String> = compiled

@@ -21,10 +21,15 @@ use crate::approval::{Decision, Key, Stamp, APPROVED_BY};
 /// the server runs without the webhook.
 pub async fn handle(
     State(super::Admission(webhook)): State<super::Admission>,
-    Json(review): Json<AdmissionReview<DynamicObject>>,
+    caller: Option<axum::Extension<crate::http::Caller>>,
+    body: axum::body::Bytes,
 ) -> Result<Json<AdmissionReview<DynamicObject>>, axum::http::StatusCode> {
     let Some(webhook) = webhook else {
         return Err(axum::http::StatusCode::NOT_FOUND);
+    };
+    let (review, _held) = match webhook.decode(&body).await {
+        Ok(decoded) => decoded,
+        Err(denied) => return Ok(Json(denied.into_review())),
     };
     let request: Result<AdmissionRequest<DynamicObject>, _> = review.try_into();
     let response = match request {
@@ -33,10 +38,16 @@ pub async fn handle(
             match stamp_patch(&req, webhook.key.as_ref(), crate::approval::now_ms()) {
                 Ok(None) => allow,
                 Err(refusal) => allow.deny(refusal),
-                Ok(Some(patch)) => match super::approval::authorize(&webhook.client, &req).await {
-                    Err(refusal) => allow.deny(refusal),
-                    Ok(()) => with_patch(allow, patch),
-                },
+                Ok(Some(patch)) => {
+                    let asked = match webhook.may_ask_about_approvals(caller.map(|c| c.0)) {
+                        Ok(()) => super::approval::authorize(&webhook.client, &req).await,
+                        Err(refusal) => Err(refusal),
+                    };
+                    match asked {
+                        Err(refusal) => allow.deny(refusal),
+                        Ok(()) => with_patch(allow, patch),
+                    }
+                }
             }
         }
         Err(e) => AdmissionResponse::invalid(e),

@@ -139,3 +139,80 @@ fn a_long_list_is_cut_and_counted() {
     assert!(msg.ends_with("... and 10 more"), "{msg}");
     assert_eq!(msg.lines().count(), 1 + MAX_LISTED + 1);
 }
+
+#[tokio::test]
+async fn approval_questions_are_answered_only_to_the_api_server_or_any_caller_by_choice() {
+    let client = || {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        kube::Client::try_from(config).unwrap()
+    };
+    let key = crate::approval::Key::random();
+    for webhook in [
+        Webhook::new(client()),
+        Webhook::with_key(client(), key.clone()),
+    ] {
+        assert_eq!(
+            webhook.may_ask_about_approvals(Some(Caller::ApiServer)),
+            Ok(())
+        );
+        for caller in [Some(Caller::Unauthenticated), None] {
+            assert_eq!(
+                webhook.may_ask_about_approvals(caller),
+                Err(UNAUTHENTICATED_APPROVAL.to_string())
+            );
+        }
+    }
+    let any = Webhook::for_any_caller(client(), key);
+    assert_eq!(
+        any.may_ask_about_approvals(Some(Caller::Unauthenticated)),
+        Ok(())
+    );
+}
+
+#[tokio::test]
+async fn a_review_waits_for_its_share_of_the_decode_budget_and_past_the_wait_is_refused_as_busy() {
+    let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+    let webhook = Webhook::new(kube::Client::try_from(config).unwrap());
+    let body = serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "u-1", "name": "good", "namespace": "team", "operation": "CREATE",
+            "kind": {"group": "ops.example.com", "version": "v1alpha1", "kind": "PseudoFlow"},
+            "resource": {"group": "ops.example.com", "version": "v1alpha1", "resource": "pseudoflows"},
+            "userInfo": {"username": "alice"}, "object": good(),
+        }
+    }))
+    .unwrap();
+    let all = DECODE_BUDGET_BYTES as u32;
+    // Others hold the whole budget for 100 ms: the review waits, then is decoded.
+    let held = webhook
+        .decoding
+        .clone()
+        .acquire_many_owned(all)
+        .await
+        .unwrap();
+    let (w, b) = (webhook.clone(), body.clone());
+    let waiting = tokio::spawn(async move { w.decode(&b).await.map(|_| ()) });
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    assert!(!waiting.is_finished());
+    drop(held);
+    assert!(waiting.await.unwrap().is_ok());
+    assert_eq!(webhook.decoding.available_permits(), DECODE_BUDGET_BYTES);
+    // Held past the wait: refused, naming why, with the request's uid.
+    let _held = webhook
+        .decoding
+        .clone()
+        .acquire_many_owned(all)
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let busy = webhook.decode(&body).await.err().unwrap();
+    assert!(started.elapsed() >= DECODE_WAIT);
+    assert!(!busy.allowed);
+    assert_eq!(busy.uid, "u-1");
+    assert!(
+        busy.result.message.contains("try again"),
+        "{}",
+        busy.result.message
+    );
+}

@@ -16,7 +16,8 @@ use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use kube::api::Api;
 use kube::Client;
 use pseudoflow_controller::approval::{Decision, Key, Stamp};
-use pseudoflow_controller::http::tls;
+use pseudoflow_controller::http::{self, tls};
+use pseudoflow_controller::webhook::Webhook;
 use serde_json::{json, Value};
 
 /// The port the mutating webhook configuration `name` calls (`https://127.0.0.1:PORT/mutate`).
@@ -257,5 +258,191 @@ async fn two_approvals_of_one_name_are_an_invalid_spec_naming_both_paths() {
         ),
         "{msg}"
     );
+    ctl.abort();
+}
+
+/// The webhook as the controller serves it without a client CA (no key, so it stamps nothing),
+/// on a free loopback port with a fresh certificate; its port and the certificate's CA.
+async fn webhook_without_client_ca(client: &Client, name: &str) -> (u16, String) {
+    let dir = std::env::temp_dir().join(format!("pf-oracle-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let b = tls::Bundle::generate(&["127.0.0.1".into()], tls::unix_now(), 3600).unwrap();
+    let secret = b.to_secret("ns", "s");
+    for f in ["tls.crt", "tls.key"] {
+        std::fs::write(dir.join(f), &secret.data.as_ref().unwrap()[f].0).unwrap();
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let mut state = http::State::new(std::sync::Arc::default());
+    state.webhook = Some(Webhook::new(client.clone()));
+    let cert = http::WebhookCert::Files {
+        dir,
+        reload_every: Duration::from_secs(3600),
+    };
+    tokio::spawn(http::serve_webhook(
+        client.clone(),
+        listener,
+        http::router(state),
+        cert,
+        None,
+    ));
+    (port, b.ca_pem)
+}
+
+/// What a pod on the network sends `/validate` to ask "may `user` approve `gated` in `ns`".
+fn approval_question(ns: &str, user: &str) -> Vec<u8> {
+    let flow = |annotations: Value| {
+        json!({"apiVersion": "ops.example.com/v1alpha1", "kind": "PseudoFlow",
+            "metadata": {"name": "gated", "namespace": ns, "annotations": annotations},
+            "spec": gated_spec(None)})
+    };
+    serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "q", "name": "gated", "namespace": ns, "operation": "UPDATE",
+            "kind": {"group": "ops.example.com", "version": "v1alpha1", "kind": "PseudoFlow"},
+            "resource": {"group": "ops.example.com", "version": "v1alpha1", "resource": "pseudoflows"},
+            "userInfo": {"username": user, "groups": ["system:authenticated"]},
+            "object": flow(json!({"ops.example.com/approve": "gate"})),
+            "oldObject": flow(json!({})),
+        }
+    }))
+    .unwrap()
+}
+
+/// The `response` of an AdmissionReview answer (status line, headers, JSON body).
+fn response_of(answer: &str) -> Value {
+    let body = &answer[answer.find("\r\n\r\n").unwrap() + 4..];
+    serde_json::from_str::<Value>(body).unwrap()["response"].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_client_ca_validate_answers_no_approval_question_so_a_pod_learns_nothing() {
+    let (client, ns) = prepare("approval-oracle", json!([]), json!([])).await;
+    // `boss` may approve in ns, `tenant` may not: an oracle would answer them differently.
+    editor_and_approver(&client, &ns).await;
+    let (port, ca) = webhook_without_client_ca(&client, &ns).await;
+    let mut answers = Vec::new();
+    for user in ["boss", "tenant"] {
+        let answer = admission::post_from_the_network(
+            port,
+            &ca,
+            None,
+            "/validate",
+            &approval_question(&ns, user),
+        )
+        .await
+        .unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        answers.push(response_of(&answer));
+    }
+    eprintln!("boss: {}\ntenant: {}", answers[0], answers[1]);
+    assert_eq!(
+        answers[0], answers[1],
+        "the answer depends on whether the user named may approve"
+    );
+    assert_eq!(answers[0]["allowed"], false, "{}", answers[0]);
+    let why = answers[0]["status"]["message"].as_str().unwrap();
+    assert!(why.contains("answers no approval question"), "{why}");
+    // The webhook still validates flows for such a caller (the compiler is no secret).
+    let mut plain = approval_question(&ns, "tenant");
+    let text = String::from_utf8(plain.clone()).unwrap();
+    plain = text
+        .replace(
+            r#""annotations":{"ops.example.com/approve":"gate"}"#,
+            r#""annotations":{}"#,
+        )
+        .into_bytes();
+    let answer = admission::post_from_the_network(port, &ca, None, "/validate", &plain)
+        .await
+        .unwrap();
+    assert_eq!(response_of(&answer)["allowed"], true, "{answer}");
+}
+
+/// Sets the approve annotation and `stamp` (signed with `key`) on flow `name` directly, as the
+/// mutating webhook would have written them (no webhook runs in this test).
+async fn stamp_directly(client: &Client, ns: &str, name: &str, key: &Key, stamp: &Stamp) {
+    let value = stamp.sign(key, ns, name);
+    flows(client, ns)
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"annotations": {
+                "ops.example.com/approve": stamp.step,
+                "ops.example.com/approved-by": value,
+            }}})),
+        )
+        .await
+        .unwrap();
+}
+
+/// Instances of the loop's gate (`spec.steps[0].steps[0]`) that succeeded.
+fn gates_passed(st: &Value) -> u64 {
+    st["steps"]
+        .as_array()
+        .and_then(|s| s.iter().find(|e| e["path"] == "spec.steps[0].steps[0]"))
+        .map(|g| {
+            g["instances"]["succeeded"]
+                .as_u64()
+                .unwrap_or(u64::from(g["phase"] == "Succeeded"))
+        })
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_stamped_on_a_skewed_webhook_clock_decides_exactly_the_wait_it_was_made_in() {
+    let (client, ns) = prepare("approval-clock", json!([]), json!([])).await;
+    let key = Key::random();
+    let ctl = start_controller_with_key(&client, &ns, &key);
+    // One gate per item, one item after another: each wait needs its own decision.
+    create_flow(
+        &client,
+        &ns,
+        "gated",
+        json!({"serviceAccountName": "flow", "steps": [
+            {"type": "loop", "forEach": [1, 2], "steps": [
+                {"type": "approval", "name": "gate"},
+                {"type": "log", "message": "item ${item} approved"},
+            ]}
+        ]}),
+    )
+    .await;
+    let st = wait_waiting(&client, &ns, "gated", "").await;
+    let run = st["run"]["id"].as_str().unwrap().to_string();
+    let stamp = |time: i64| Stamp {
+        decision: Decision::Approve,
+        step: "gate".into(),
+        user: "boss".into(),
+        groups: vec![],
+        time,
+        run: run.clone(),
+    };
+    let now = pseudoflow_controller::approval::now_ms();
+
+    // A webhook replica whose clock runs an hour ahead stamps the first item's approval: it
+    // decides that wait, and must not decide the second item's, which begins after it.
+    stamp_directly(&client, &ns, "gated", &key, &stamp(now + 3_600_000)).await;
+    wait_status(&client, &ns, "gated", 30, "the first item approved", |st| {
+        gates_passed(st) >= 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let st = flows(&client, &ns).get("gated").await.unwrap().data["status"].clone();
+    assert_eq!(
+        gates_passed(&st),
+        1,
+        "the first item's approval also decided the second: {st:#}"
+    );
+    assert_eq!(st["reason"], "WaitingForApproval", "{st:#}");
+
+    // A replica whose clock runs an hour behind stamps the second item's approval, made while
+    // it waits: it decides it.
+    stamp_directly(&client, &ns, "gated", &key, &stamp(now - 3_600_000)).await;
+    let st = wait_status(&client, &ns, "gated", 30, "the run done", |st| {
+        st["phase"] == "Succeeded" || st["phase"] == "Failed"
+    })
+    .await;
+    assert_eq!(st["phase"], "Succeeded", "{st:#}");
+    assert_eq!(gates_passed(&st), 2, "{st:#}");
     ctl.abort();
 }

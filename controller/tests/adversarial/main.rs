@@ -5,6 +5,7 @@
 
 use pseudoflow_test_support as common;
 
+mod admission_memory;
 mod approvals;
 mod bound_flows;
 mod decoding;

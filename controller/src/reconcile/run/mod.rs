@@ -485,19 +485,20 @@ impl Driving<'_> {
         let mut decided = false;
         for (node, key, _) in self.walker.awaiting_decision(&run.state) {
             let step = pseudoflow_walk::step_label(node);
-            // First seen waiting in this drive, right after it began: a decision admitted
-            // before then (for the previous node of a rolling loop, say) does not count.
-            let since = *run
+            // First seen waiting in this drive, right after it began: the stamp on the flow
+            // then (the previous node's decision in a rolling loop, say) does not count.
+            let stale = run
                 .state
                 .entry(&node.id, &key)
-                .waiting_since_ms
-                .get_or_insert_with(approval::now_ms);
+                .stale_stamp
+                .get_or_insert_with(|| approval::stamp_mac(&annotations).unwrap_or_default())
+                .clone();
             let waiting = approval::Waiting {
                 namespace: self.r.ns(),
                 name: self.r.flow_id.name,
                 step: &step,
                 run: &run.run_id,
-                since,
+                stale: &stale,
             };
             let note = format!("waiting for approval: {step}");
             let key_ = self.r.own.approval_key.as_ref();
