@@ -166,9 +166,13 @@ impl Watches {
         state.running.len()
     }
 
-    /// Wakes bound flow `namespace/name` (an object's run ended: its summary counts it).
-    pub fn wake(&self, namespace: &str, name: &str) {
-        let _ = self.wake.send((namespace.to_string(), name.to_string()));
+    /// What wakes bound flow `namespace/name` when called (an object's run ended: its
+    /// summary counts it).
+    pub fn waker(&self, namespace: &str, name: &str) -> impl FnOnce() + Send + 'static {
+        let (tx, who) = (self.wake.clone(), (namespace.to_string(), name.to_string()));
+        move || {
+            let _ = tx.send(who);
+        }
     }
 
     /// The bound flows to reconcile as their objects change, for one controller loop.

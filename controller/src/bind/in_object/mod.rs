@@ -519,7 +519,8 @@ pub(crate) async fn finish(r: &Reconciling<'_, Binder>, d: Detached) {
         .pending
         .served(r.uid, &name, refusal.as_deref());
     r.told().await;
-    r.own.watches.wake(r.ns(), r.flow_id.name);
+    let wake = r.own.watches.waker(r.ns(), r.flow_id.name);
+    r.own.object_runs.wake_soon(r.uid, wake);
 }
 
 /// The objects (namespace, name) of the bound flow `r` whose retry is due now (none for a flow

@@ -63,11 +63,17 @@ pub enum Work {
 /// what a reconcile borrows (the bound-flow reconciler names no loop: `crate::serve`).
 pub type Spawn = Arc<dyn Fn(Detached) -> BoxFuture<'static, ()> + Send + Sync>;
 
+/// How long after an object's run ends its flow is woken (for its summary), so that the runs
+/// ending meanwhile share that wake.
+pub const WAKE_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The object runs going on, by `<flow uid>/<object uid>`: what each runs for and its task.
 #[derive(Default)]
 pub struct Tasks {
     by_key: Arc<Mutex<HashMap<String, Going>>>,
     spawn: OnceLock<Spawn>,
+    /// The flows (uids) a wake is on its way to.
+    waking: Arc<Mutex<std::collections::HashSet<String>>>,
 }
 
 struct Going {
@@ -140,6 +146,27 @@ impl Tasks {
         };
         by_key.insert(key.to_string(), going);
         Launch::Now
+    }
+
+    /// A run of flow `flow` ended: `wake` it [`WAKE_AFTER`] from now (for its summary), unless
+    /// a wake is on its way already: the runs that end meanwhile share it, so a burst of
+    /// objects costs a few reconciles of their flow, not one per object. Apart from the run's
+    /// task, so that stopping the run never loses the wake.
+    pub fn wake_soon(&self, flow: &str, wake: impl FnOnce() + Send + 'static) {
+        if !self
+            .waking
+            .lock()
+            .expect("not poisoned")
+            .insert(flow.to_string())
+        {
+            return;
+        }
+        let (waking, flow) = (self.waking.clone(), flow.to_string());
+        tokio::spawn(async move {
+            tokio::time::sleep(WAKE_AFTER).await;
+            waking.lock().expect("not poisoned").remove(&flow);
+            wake();
+        });
     }
 
     /// Stops every run of flow `flow` (released, or deleted).
@@ -236,6 +263,40 @@ mod tests {
         assert!(!tasks.going("f/o", "b"), "a finished run is forgotten");
         // "a" (started, then stopped for "b"), "b", and g's.
         assert_eq!(started.load(std::sync::atomic::Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn runs_ending_together_share_one_wake_of_their_flow() {
+        let tasks = Tasks::default();
+        let woken = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let wake = || {
+            let w = woken.clone();
+            move || {
+                w.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        };
+        for _ in 0..5 {
+            tasks.wake_soon("f", wake());
+        }
+        tasks.wake_soon("g", wake());
+        assert_eq!(
+            woken.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "not at once"
+        );
+        tokio::time::sleep(WAKE_AFTER + Duration::from_millis(200)).await;
+        assert_eq!(
+            woken.load(std::sync::atomic::Ordering::SeqCst),
+            2,
+            "once per flow"
+        );
+        tasks.wake_soon("f", wake());
+        tokio::time::sleep(WAKE_AFTER + Duration::from_millis(200)).await;
+        assert_eq!(
+            woken.load(std::sync::atomic::Ordering::SeqCst),
+            3,
+            "then again"
+        );
     }
 
     #[tokio::test]
