@@ -96,6 +96,15 @@ pub async fn wait_served(client: &Client, ns: &str) {
 /// The chart's ClusterRole (rendered by helm), bound to ServiceAccount `controller` of `ns`;
 /// a client configuration with a token of that account (the testenv admin's certificate gone).
 pub async fn controller_config(client: &Client, ns: &str) -> kube::Config {
+    controller_config_in(env(), client, ns).await
+}
+
+/// [`controller_config`] on the cluster `env` (a test's own cluster, not the shared one).
+pub async fn controller_config_in(
+    env: &pseudoflow_testenv::TestEnv,
+    client: &Client,
+    ns: &str,
+) -> kube::Config {
     let docs = crate::helm::template(
         "bind",
         &[
@@ -133,7 +142,7 @@ pub async fn controller_config(client: &Client, ns: &str) -> kube::Config {
         .status
         .unwrap()
         .token;
-    let kubeconfig = Kubeconfig::read_from(env().kubeconfig_path()).unwrap();
+    let kubeconfig = Kubeconfig::read_from(env.kubeconfig_path()).unwrap();
     let mut config =
         kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
             .await

@@ -286,10 +286,15 @@ fn serve_childs_object(ctx: &Context, child: &RawFlow) {
     }
 }
 
-/// Failed reconciles of one flow are retried ever less often; others keep their pace.
+/// Failed reconciles of one flow are retried ever less often; others keep their pace. A write
+/// the API server refused only because it cannot map the flow's fresh kind yet is retried soon.
 fn error_policy(flow: Arc<RawFlow>, err: &Error, shared: Arc<LoopState>) -> Action {
     let key = key_of(&flow);
-    let delay = shared.backoff.failed(&key);
+    let delay = if err.owner_kind_unmapped() {
+        shared.backoff.unmapped(&key)
+    } else {
+        shared.backoff.failed(&key)
+    };
     shared.ctx.shared.metrics.reconcile_failed(err.label());
     warn!(flow = %key, "reconcile failed, retrying in {delay:?}: {err}");
     Action::requeue(delay)
