@@ -24,6 +24,7 @@ pub mod reconcile;
 pub mod redact;
 pub mod secret;
 pub mod serve;
+pub mod stopped_by;
 pub mod turns;
 pub mod webhook;
 

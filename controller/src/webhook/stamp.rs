@@ -35,17 +35,26 @@ pub async fn handle(
     let response = match request {
         Ok(req) => {
             let allow = AdmissionResponse::from(&req);
-            match stamp_patch(&req, webhook.key.as_ref(), crate::approval::now_ms()) {
-                Ok(None) => allow,
-                Err(refusal) => allow.deny(refusal),
-                Ok(Some(patch)) => {
-                    let asked = match webhook.may_ask_about_approvals(caller.map(|c| c.0)) {
+            let now = crate::approval::now_ms();
+            let trusted = webhook.may_ask_about_approvals(caller.map(|c| c.0));
+            // Who stops a run is recorded only as the API server tells it (a stop needs no
+            // right beyond editing the flow: an unstamped stop still stops).
+            let key = webhook.key.as_ref().filter(|_| trusted.is_ok());
+            let stop = crate::stopped_by::stamp_ops(&req, key, now);
+            match (stamp_patch(&req, webhook.key.as_ref(), now), stop) {
+                (Err(refusal), _) | (_, Err(refusal)) => allow.deny(refusal),
+                (Ok(None), Ok(stop)) if stop.is_empty() => allow,
+                (Ok(None), Ok(stop)) => with_patch(allow, Value::Array(stop)),
+                (Ok(Some(patch)), Ok(stop)) => {
+                    let asked = match trusted {
                         Ok(()) => super::approval::authorize(&webhook.client, &req).await,
                         Err(refusal) => Err(refusal),
                     };
+                    let mut ops = patch.as_array().cloned().unwrap_or_default();
+                    ops.extend(stop);
                     match asked {
                         Err(refusal) => allow.deny(refusal),
-                        Ok(()) => with_patch(allow, patch),
+                        Ok(()) => with_patch(allow, Value::Array(ops)),
                     }
                 }
             }

@@ -7,4 +7,5 @@
 use pseudoflow_test_support as common;
 
 mod approval;
+mod stop;
 mod webhook;

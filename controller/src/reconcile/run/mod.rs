@@ -111,7 +111,8 @@ pub(super) async fn advance_run(
     }
     // ops.example.com/stop naming this run: Aborted, running Jobs deleted, nothing more starts.
     if super::stop::requested(r, run, deleting) {
-        let out = walker.stop(&mut run.state, &super::stop::message());
+        let message = super::stop::message(r, run);
+        let out = walker.stop(&mut run.state, &message);
         d.abort(run, &out.actions).await;
     }
     let wake = d.drive(run).await?;
