@@ -35,7 +35,7 @@ pub struct StopStamp {
 }
 
 #[derive(Serialize, Deserialize)]
-struct Signed {
+struct SignedStop {
     #[serde(flatten)]
     stamp: StopStamp,
     mac: String,
@@ -56,7 +56,7 @@ impl StopStamp {
     /// The annotation value: the stamp with its HMAC for flow `namespace/name`.
     pub fn sign(&self, key: &Key, namespace: &str, name: &str) -> String {
         let mac = mac_hex(stop_key(key).text(), &signed_bytes(namespace, name, self));
-        let signed = Signed {
+        let signed = SignedStop {
             stamp: self.clone(),
             mac,
         };
@@ -65,7 +65,7 @@ impl StopStamp {
 
     /// The stamp in `value` if its HMAC is valid for flow `namespace/name`.
     pub fn verify(key: &Key, namespace: &str, name: &str, value: &str) -> Option<StopStamp> {
-        let signed: Signed = serde_json::from_str(value).ok()?;
+        let signed: SignedStop = serde_json::from_str(value).ok()?;
         let bytes = signed_bytes(namespace, name, &signed.stamp);
         mac_ok(stop_key(key).text(), &bytes, &signed.mac).then_some(signed.stamp)
     }

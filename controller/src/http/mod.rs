@@ -15,7 +15,7 @@ mod server;
 pub mod tls;
 
 pub use client_auth::ClientAuth;
-pub use server::{serve_tls, Caller};
+pub use server::serve_tls;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

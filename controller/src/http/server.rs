@@ -12,16 +12,7 @@ use tokio::sync::Semaphore;
 use super::bounds;
 use super::client_auth::ClientAuth;
 use super::tls;
-
-/// Who sent a request, as its connection's handshake proved: a request extension the webhook's
-/// handlers read (a request served without this listener, a test's, carries none: unknown).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Caller {
-    /// The client certificate of the API server ([`ClientAuth`]).
-    ApiServer,
-    /// Anyone who reached the port: no client CA is configured.
-    Unauthenticated,
-}
+use crate::webhook::Caller;
 
 /// Serves `router` over TLS on `listener`, with the certificate `certs` holds at each handshake
 /// (so a rotated one is used from the next connection on), accepting only callers `client_auth`

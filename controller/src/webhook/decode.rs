@@ -70,7 +70,7 @@ pub struct Scanned {
 
 /// Why a review is not decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Refused {
+pub enum OverBudget {
     /// Nested deeper than [`Limits::depth`].
     #[error(
         "the admission review is over the webhook's decode budget: {at} is nested more than \
@@ -108,7 +108,7 @@ pub struct Refusal {
     /// The request's `uid` ("" when not read).
     pub uid: String,
     /// Why.
-    pub why: Refused,
+    pub why: OverBudget,
 }
 
 impl Refusal {
@@ -149,7 +149,7 @@ pub fn scan(body: &[u8], limits: Limits) -> Result<Scanned, Refusal> {
         }),
         Err(e) => Err(Refusal {
             uid,
-            why: Refused::Syntax(e.to_string()),
+            why: OverBudget::Syntax(e.to_string()),
         }),
     }
 }
@@ -158,7 +158,7 @@ struct Scanner {
     limits: Limits,
     len: usize,
     used: Cell<usize>,
-    refused: RefCell<Option<Refused>>,
+    refused: RefCell<Option<OverBudget>>,
     uid: RefCell<Option<String>>,
 }
 
@@ -176,7 +176,7 @@ impl Scanner {
     }
 
     /// Records why, for [`scan`] to report (the first reason only).
-    fn refuse(&self, why: Refused) {
+    fn refuse(&self, why: OverBudget) {
         self.refused.borrow_mut().get_or_insert(why);
     }
 }
@@ -256,7 +256,7 @@ impl<'s> Seed<'s> {
     /// budget.
     fn spend<E: serde::de::Error>(&self, bytes: usize) -> Result<(), E> {
         if self.scanner.spend(bytes) {
-            self.scanner.refuse(Refused::TooLarge {
+            self.scanner.refuse(OverBudget::TooLarge {
                 limit: self.scanner.limits.decoded_bytes,
                 at: path(self.crumb),
                 len: self.scanner.len,
@@ -269,7 +269,7 @@ impl<'s> Seed<'s> {
     /// refusal is recorded and they are skipped (serde_json stops at its own limit, 128).
     fn enter(&self) -> bool {
         if self.depth > self.scanner.limits.depth {
-            self.scanner.refuse(Refused::TooDeep {
+            self.scanner.refuse(OverBudget::TooDeep {
                 limit: self.scanner.limits.depth,
                 at: path(self.crumb),
             });
@@ -353,7 +353,7 @@ impl<'de> Visitor<'de> for Seed<'_> {
         }
         self.spend::<A::Error>(SLOT)?;
         let mut entries = 0usize;
-        while let Some(Key(key)) = map.next_key::<Key>()? {
+        while let Some(MapKey(key)) = map.next_key::<MapKey>()? {
             let role = match (self.role, key.as_ref()) {
                 (Role::Review, "request") => Role::Request,
                 (Role::Request, "uid") => Role::Uid,
@@ -376,21 +376,24 @@ impl<'de> Visitor<'de> for Seed<'_> {
 }
 
 /// An object key, borrowed from the body when it has no escapes.
-struct Key<'de>(Cow<'de, str>);
+struct MapKey<'de>(Cow<'de, str>);
 
-impl<'de> serde::Deserialize<'de> for Key<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Key<'de>, D::Error> {
+impl<'de> serde::Deserialize<'de> for MapKey<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<MapKey<'de>, D::Error> {
         struct KeyVisitor;
         impl<'de> Visitor<'de> for KeyVisitor {
-            type Value = Key<'de>;
+            type Value = MapKey<'de>;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 f.write_str("an object key")
             }
-            fn visit_borrowed_str<E: serde::de::Error>(self, s: &'de str) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Borrowed(s)))
+            fn visit_borrowed_str<E: serde::de::Error>(
+                self,
+                s: &'de str,
+            ) -> Result<MapKey<'de>, E> {
+                Ok(MapKey(Cow::Borrowed(s)))
             }
-            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Owned(s.to_string())))
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<MapKey<'de>, E> {
+                Ok(MapKey(Cow::Owned(s.to_string())))
             }
         }
         d.deserialize_str(KeyVisitor)
@@ -436,7 +439,7 @@ mod tests {
             let refusal = scan(&body, Limits::default()).unwrap_err();
             assert_eq!(refusal.uid, "u-2", "{item}");
             assert!(
-                matches!(&refusal.why, Refused::TooLarge { limit, len, at }
+                matches!(&refusal.why, OverBudget::TooLarge { limit, len, at }
                     if *limit == MAX_DECODED_BYTES && *len == body.len()
                         && at.starts_with("request.object.spec.steps[0].forEach[")),
                 "{item}: {:?}",
@@ -461,7 +464,7 @@ mod tests {
         );
         let refusal = scan(body.as_bytes(), Limits::default()).unwrap_err();
         assert!(
-            matches!(refusal.why, Refused::TooLarge { .. }),
+            matches!(refusal.why, OverBudget::TooLarge { .. }),
             "{refusal:?}"
         );
         assert_eq!(refusal.uid, "late");
@@ -469,7 +472,7 @@ mod tests {
         let body = format!(r#"{{"request":{{"object":{nested},"uid":"late"}}}}"#);
         let refusal = scan(body.as_bytes(), Limits::default()).unwrap_err();
         assert!(
-            matches!(&refusal.why, Refused::TooDeep { limit: MAX_DEPTH, at }
+            matches!(&refusal.why, OverBudget::TooDeep { limit: MAX_DEPTH, at }
                 if at.starts_with("request.object[0]")),
             "{refusal:?}"
         );
@@ -502,7 +505,7 @@ mod tests {
             );
             assert_eq!(
                 refusal.why,
-                Refused::TooDeep {
+                OverBudget::TooDeep {
                     limit: MAX_DEPTH,
                     at
                 },
@@ -516,7 +519,7 @@ mod tests {
     fn a_body_that_is_not_json_is_refused_as_such() {
         for body in [&b"{\"request\":{\"uid\":\"u\""[..], b"[1,]", b"{} {}"] {
             let refusal = scan(body, Limits::default()).unwrap_err();
-            assert!(matches!(refusal.why, Refused::Syntax(_)), "{refusal:?}");
+            assert!(matches!(refusal.why, OverBudget::Syntax(_)), "{refusal:?}");
         }
     }
 }

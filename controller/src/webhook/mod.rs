@@ -19,7 +19,16 @@ use kube::core::DynamicObject;
 use pseudoflow_compiler::{compile, FlowId};
 use serde_json::Value;
 
-use crate::http::Caller;
+/// Who sent a request, as its connection's handshake proved (`crate::http` marks each request
+/// with it): a request extension the handlers read (a request served without that listener, a
+/// test's, carries none: unknown).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Caller {
+    /// The client certificate of the API server (the chart's `webhook.clientAuth`).
+    ApiServer,
+    /// Anyone who reached the port: no client CA is configured.
+    Unauthenticated,
+}
 
 pub mod approval;
 pub mod decode;

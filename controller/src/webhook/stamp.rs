@@ -21,7 +21,7 @@ use crate::approval::{Decision, Key, Stamp, APPROVED_BY};
 /// the server runs without the webhook.
 pub async fn handle(
     State(super::Admission(webhook)): State<super::Admission>,
-    caller: Option<axum::Extension<crate::http::Caller>>,
+    caller: Option<axum::Extension<super::Caller>>,
     body: axum::body::Bytes,
 ) -> Result<Json<AdmissionReview<DynamicObject>>, axum::http::StatusCode> {
     let Some(webhook) = webhook else {
