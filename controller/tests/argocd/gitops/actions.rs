@@ -1,4 +1,4 @@
-//! The reject, retry-from-failed, suspend and resume resource actions run through the real
+//! The reject, retry-from-failed, suspend, resume and stop resource actions run through the real
 //! argocd-server (`argocd app actions run`), each with its effect on the flow checked on the
 //! cluster: what ran is counted by the ConfigMaps the steps create, not read from status only.
 //! (Approve and retry are in `argocd.rs`.)
@@ -210,4 +210,40 @@ async fn the_suspend_action_holds_the_run_and_resume_continues_it_to_succeeded()
     assert_eq!(ran, (1, 1));
     let after = still_synced(&client, &ns).await;
     assert_eq!(flow_health(&after, "held"), "Healthy");
+}
+
+/// The stop action, through argocd-server as a person clicks it: the running run ends now
+/// (`Aborted`, its sleep cut short), no later step starts, the Application stays Synced (the
+/// annotation it writes is no diff) and the flow's health is Degraded, as for a failed run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stop_action_aborts_the_running_run_and_nothing_after_it_starts() {
+    let (client, ns) = setup("argo-stop").await;
+    let steps = json!([{"type": "sleep", "name": "a long wait", "seconds": 600},
+        counted("after", "true")]);
+    synced_flow(&client, &ns, "default", "long", steps).await;
+    let running = wait_step_running(&client, &ns, "long", "spec.steps[0]").await;
+    let run = running["run"]["id"].clone();
+    let (ok, out) = run_action(&ns, "stop", "long", &ns).await;
+    assert!(ok, "argocd app actions run stop: {out}");
+    let st = wait_status(&client, &ns, "long", 30, "Aborted", |st| {
+        st["phase"] == "Aborted"
+    })
+    .await;
+    assert_eq!(st["run"]["id"], run, "the running run was stopped: {st:#}");
+    assert_eq!(st["reason"], "Aborted", "{st:#}");
+    assert!(
+        st["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("stopped "),
+        "{st:#}"
+    );
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert_eq!(
+        runs_of(&client, &ns, "after").await,
+        0,
+        "nothing after it started"
+    );
+    let after = still_synced(&client, &ns).await;
+    assert_eq!(flow_health(&after, "long"), "Degraded");
 }
