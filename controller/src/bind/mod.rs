@@ -46,6 +46,22 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 pub(crate) use parent::{reconcile_parent, release};
+
+/// Why one object of a bound flow cannot be served (its flow cannot be made or compiled, a
+/// reference does not render, a child of its name is not the flow's): listed among the flow's
+/// failures (`status.bound`) and tried again at its next pass, never an error of the reconcile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotServed(pub String);
+
+impl std::fmt::Display for NotServed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What serving one object came to: served (`None`), refused (why), or an error of the
+/// reconcile (the object is tried again soon).
+pub type Served = Result<Option<NotServed>, crate::flow::Error>;
 pub(crate) use write_back::write_back;
 
 /// What the bound-flow reconciler keeps across reconciles: the watches of bound kinds, the

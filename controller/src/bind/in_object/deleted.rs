@@ -15,7 +15,8 @@ use serde_json::{json, Value};
 
 use super::{retry, retry_now, Serving};
 use crate::bind::object;
-use crate::flow::{finalizer, Error};
+use crate::bind::{NotServed, Served};
+use crate::flow::finalizer;
 
 /// Whether the bound flow's spec (as written) has `onDelete` steps, so that it holds a finalizer
 /// on each object it serves.
@@ -32,11 +33,7 @@ impl Serving<'_> {
     /// Serves `obj`, deleted while it carries our finalizer `fin`: runs its `onDelete` steps when
     /// due (at once, or when the backoff of its last failure has passed), then removes `fin`;
     /// returns why it cannot be served (the flow does not compile).
-    pub async fn serve_deleted(
-        &self,
-        obj: &DynamicObject,
-        fin: &str,
-    ) -> Result<Option<String>, Error> {
+    pub async fn serve_deleted(&self, obj: &DynamicObject, fin: &str) -> Served {
         let name = object::key(obj);
         let uid = obj.metadata.uid.as_deref().unwrap_or_default();
         let outcomes = &self.r.own.outcomes;
@@ -52,11 +49,7 @@ impl Serving<'_> {
 
     /// Runs the `onDelete` steps of `obj` (deleted, holding our finalizer `fin`) to their end:
     /// removes `fin` when they succeed, records the failure and its retry otherwise.
-    pub(super) async fn run_deleted(
-        &self,
-        obj: &DynamicObject,
-        fin: &str,
-    ) -> Result<Option<String>, Error> {
+    pub(super) async fn run_deleted(&self, obj: &DynamicObject, fin: &str) -> Served {
         let name = object::key(obj);
         let uid = obj.metadata.uid.as_deref().unwrap_or_default();
         let outcomes = &self.r.own.outcomes;
@@ -67,7 +60,11 @@ impl Serving<'_> {
         let trigger = delete_trigger();
         let (made, compiled) = match self.compiled_for(&view, &trigger) {
             Ok(c) => c,
-            Err(d) => return Ok(Some(format!("{name}: the flow does not compile: {d}"))),
+            Err(d) => {
+                return Ok(Some(NotServed(format!(
+                    "{name}: the flow does not compile: {d}"
+                ))))
+            }
         };
         let Some(plan) = compiled.on_delete.clone() else {
             // No onDelete steps (any more): nothing holds the object.
@@ -82,7 +79,7 @@ impl Serving<'_> {
         let ran = self.run(&on_delete, &made["spec"], view, trigger.clone());
         let (phase, message, vars) = match ran.await {
             Ok((ran, _)) => self.ended(&on_delete, &ran),
-            Err(why) => return Ok(Some(format!("{name}: {why}"))),
+            Err(why) => return Ok(Some(NotServed(format!("{name}: {why}")))),
         };
         if phase == FlowPhase::Succeeded {
             return self.let_go(obj, fin).await;
@@ -105,7 +102,7 @@ impl Serving<'_> {
     }
 
     /// Removes our finalizer `fin` from `obj` (gone meanwhile: done) and forgets it.
-    async fn let_go(&self, obj: &DynamicObject, fin: &str) -> Result<Option<String>, Error> {
+    async fn let_go(&self, obj: &DynamicObject, fin: &str) -> Served {
         match finalizer::set_named(&self.objects, obj, fin, false).await {
             Ok(()) => {}
             Err(kube::Error::Api(e)) if e.code == 404 => {}

@@ -31,6 +31,7 @@ use super::child::{self, Parent};
 use super::served::{self, Mark};
 use super::write_back::{object_status, rendered_fields, with_times};
 use super::{object, Binder};
+use crate::bind::{NotServed, Served};
 use crate::flow::events::EventType;
 use crate::flow::status::failure_message;
 use crate::flow::{Error, Reconciling};
@@ -70,7 +71,7 @@ struct Due<'a> {
 impl Serving<'_> {
     /// Serves `obj`: runs it if it changed since its mark or a retry of its failed run is due
     /// ([`retry`]); returns why it cannot be served.
-    pub async fn serve(&self, obj: &DynamicObject) -> Result<Option<String>, Error> {
+    pub async fn serve(&self, obj: &DynamicObject) -> Served {
         let view = object::view(obj);
         let key = served::mark_key(self.parent.namespace, self.parent.name);
         let uid = obj.metadata.uid.as_deref().unwrap_or_default();
@@ -126,7 +127,7 @@ impl Serving<'_> {
     /// Starts the object's run `work` in a task of its own ([`tasks`]) and returns: the bound
     /// flow's reconcile never waits for an object's run (where no task can be started, a unit
     /// test's binder, it is run here).
-    async fn start(&self, obj: &DynamicObject, work: Work) -> Result<Option<String>, Error> {
+    async fn start(&self, obj: &DynamicObject, work: Work) -> Served {
         let uid = obj.metadata.uid.as_deref().unwrap_or_default();
         let key = Tasks::key(self.parent.uid, uid);
         let what = match &work {
@@ -159,7 +160,7 @@ impl Serving<'_> {
     }
 
     /// Runs the object's run `work` to its end and records it.
-    async fn run_now(&self, obj: &DynamicObject, work: Work) -> Result<Option<String>, Error> {
+    async fn run_now(&self, obj: &DynamicObject, work: Work) -> Served {
         match work {
             Work::Steps {
                 view,
@@ -183,18 +184,18 @@ impl Serving<'_> {
 
     /// Runs `obj` (its run is due), then records the outcome: its status, Events, its served
     /// mark (with the retry schedule of a failed run) and what the flow's summary counts.
-    async fn run_and_record(
-        &self,
-        obj: &DynamicObject,
-        it: Due<'_>,
-    ) -> Result<Option<String>, Error> {
+    async fn run_and_record(&self, obj: &DynamicObject, it: Due<'_>) -> Served {
         let name = object::key(obj);
         let policy = self.bind.retry.unwrap_or_default();
         let outcomes = &self.r.own.outcomes;
         let (made, compiled) = match self.compiled_for(&it.view, &it.trigger) {
             Ok(c) => c,
             // Permanent: the flow is refused as a whole (InvalidSpec); nothing to retry.
-            Err(d) => return Ok(Some(format!("{name}: the flow does not compile: {d}"))),
+            Err(d) => {
+                return Ok(Some(NotServed(format!(
+                    "{name}: the flow does not compile: {d}"
+                ))))
+            }
         };
         let ran = self.run(
             &compiled,
@@ -205,7 +206,7 @@ impl Serving<'_> {
         let ran = self.shown_creating(obj, &compiled, ran);
         let ((phase, message, vars), permanent) = match ran.await {
             Ok((ran, permanent)) => (self.ended(&compiled, &ran), permanent),
-            Err(why) => return Ok(Some(format!("{name}: {why}"))),
+            Err(why) => return Ok(Some(NotServed(format!("{name}: {why}")))),
         };
         let ended_at = retry_now();
         let failed = phase != FlowPhase::Succeeded;
@@ -469,12 +470,7 @@ impl Serving<'_> {
     }
 
     /// Writes the object's served mark (after its status: see the module's doc).
-    async fn mark(
-        &self,
-        obj: &DynamicObject,
-        key: &str,
-        mark: &str,
-    ) -> Result<Option<String>, Error> {
+    async fn mark(&self, obj: &DynamicObject, key: &str, mark: &str) -> Served {
         let patch = json!({"metadata": {"annotations": {key: mark}}});
         let oname = obj.metadata.name.as_deref().unwrap_or_default();
         let pp = PatchParams::default();
@@ -511,13 +507,11 @@ pub(crate) async fn finish(r: &Reconciling<'_, Binder>, d: Detached) {
         Err(e) => {
             // Its retry is scheduled (run_and_record): the flow serves it again then.
             tracing::warn!(object = %name, error = %e, "recording an object's run");
-            Some(format!("serving it: {e}"))
+            Some(NotServed(format!("serving it: {e}")))
         }
     };
-    r.own
-        .watches
-        .pending
-        .served(r.uid, &name, refusal.as_deref());
+    let refusal = refusal.as_ref().map(|why| why.0.as_str());
+    r.own.watches.pending.served(r.uid, &name, refusal);
     r.told().await;
     let wake = r.own.watches.waker(r.ns(), r.flow_id.name);
     r.own.object_runs.wake_soon(r.uid, wake);

@@ -100,7 +100,7 @@ impl Binding<'_> {
         };
         let message = match self.serve(&obj, children).await {
             Ok(None) => return None,
-            Ok(Some(why)) => why,
+            Ok(Some(why)) => why.0,
             Err(e) => {
                 *again = RETRY_OBJECT;
                 format!("serving it: {e}")

@@ -14,16 +14,13 @@ use super::release::retire;
 use super::Binding;
 use crate::bind::child::{self, FLOW_GENERATION_ANNOTATION};
 use crate::bind::{claim, object};
+use crate::bind::{NotServed, Served};
 use crate::flow::events::EventType;
 use crate::flow::{finalizer, Error};
 
 impl Binding<'_> {
     /// Serves one object; returns why it cannot be served, if so.
-    pub(super) async fn serve(
-        &self,
-        obj: &DynamicObject,
-        children: &Children,
-    ) -> Result<Option<String>, Error> {
+    pub(super) async fn serve(&self, obj: &DynamicObject, children: &Children) -> Served {
         let obj_ns = obj.metadata.namespace.as_deref().unwrap_or_default();
         let obj_name = obj.metadata.name.as_deref().unwrap_or_default();
         let name = child::child_name(self.r.flow_id.name, obj_ns, obj_name);
@@ -40,7 +37,7 @@ impl Binding<'_> {
                 self.r
                     .publish(EventType::Warning, "ChildRefused", &why)
                     .await;
-                return Ok(Some(why));
+                return Ok(Some(NotServed(why)));
             }
         };
         if leaving {
@@ -50,7 +47,7 @@ impl Binding<'_> {
         let view = object::view(obj);
         let seen = match self.related_now(&view).await? {
             Ok(seen) => seen,
-            Err(why) => return Ok(Some(why)),
+            Err(why) => return Ok(Some(NotServed(why))),
         };
         let previous = child.or(old).map(|c| &c.data["spec"]["bound"]["object"]);
         let trigger = child::trigger(previous, &view, self.bind);
@@ -82,7 +79,7 @@ impl Binding<'_> {
         );
         let child_uid = match self.write_child(&name, child, made).await? {
             Ok(uid) => uid,
-            Err(why) => return Ok(Some(why)),
+            Err(why) => return Ok(Some(NotServed(why))),
         };
         self.remember(&name, &seen);
         // Only once its flow exists: an object whose flow was refused keeps no finalizer of ours,

@@ -7,8 +7,9 @@ use kube::api::DynamicObject;
 use super::children::{Children, Picked};
 use super::release::retire;
 use super::Binding;
+use crate::bind::Served;
 use crate::bind::{in_object, object};
-use crate::flow::{finalizer, Error};
+use crate::flow::finalizer;
 
 impl Binding<'_> {
     /// Serves `obj` recorded in the object (`bind.record: Object`, [`in_object`]), after
@@ -19,7 +20,7 @@ impl Binding<'_> {
         obj: &DynamicObject,
         children: &Children,
         leaving: bool,
-    ) -> Result<Option<String>, Error> {
+    ) -> Served {
         if let Picked::Child(c) | Picked::Old(c) = self.pick(obj, children) {
             retire(self.flows, c.metadata.name.as_deref().unwrap_or_default()).await?;
         }
