@@ -161,3 +161,39 @@ fn a_moved_file_is_caught_and_the_short_forms_resolve() {
         [(1, "a/b.rs"), (1, "docs/c.md#y")]
     );
 }
+
+/// Every crate of the workspace has its row in the README's layout table and in
+/// docs/architecture.md's crate table (issue #45 item 6), so a new crate cannot go unlisted.
+#[test]
+fn every_crate_of_the_workspace_has_its_row_in_the_readme_and_the_architecture() {
+    let root = repo();
+    let cargo = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let line = cargo
+        .lines()
+        .find(|l| l.trim_start().starts_with("members"))
+        .expect("a members line in Cargo.toml");
+    let list = &line[line.find('[').unwrap() + 1..line.rfind(']').unwrap()];
+    let members: Vec<&str> = list
+        .split(',')
+        .map(|m| m.trim().trim_matches('"'))
+        .collect();
+    assert!(members.len() >= 10, "members read: {members:?}");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let architecture = std::fs::read_to_string(root.join("docs/architecture.md")).unwrap();
+    let unlisted: Vec<String> = members
+        .iter()
+        .flat_map(|m| {
+            let in_readme = readme.contains(&format!("| `{m}/` |"));
+            let in_architecture = architecture.contains(&format!("| `{m}` "));
+            [
+                (!in_readme).then(|| format!("README.md layout table: `{m}/`")),
+                (!in_architecture).then(|| format!("docs/architecture.md crate table: `{m}`")),
+            ]
+        })
+        .flatten()
+        .collect();
+    assert!(
+        unlisted.is_empty(),
+        "crates without their row: {unlisted:?}"
+    );
+}
