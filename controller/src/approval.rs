@@ -155,39 +155,58 @@ pub struct Stamp {
     pub run: String,
 }
 
+/// A stamp as an annotation holds it: its fields, then its HMAC.
 #[derive(Serialize, Deserialize)]
-struct Signed {
+struct Signed<T> {
     #[serde(flatten)]
-    stamp: Stamp,
+    stamp: T,
     mac: String,
 }
 
-fn signed_bytes(namespace: &str, name: &str, stamp: &Stamp) -> Vec<u8> {
-    let mut bytes = format!("pseudoflow-approval\0{namespace}\0{name}\0").into_bytes();
+/// What a stamp's HMAC covers: its kind (`domain`), the flow it is for, and the stamp.
+fn signed_bytes<T: Serialize>(domain: &str, namespace: &str, name: &str, stamp: &T) -> Vec<u8> {
+    let mut bytes = format!("pseudoflow-{domain}\0{namespace}\0{name}\0").into_bytes();
     bytes.extend(serde_json::to_vec(stamp).expect("stamps serialise"));
     bytes
+}
+
+/// The annotation value of a `domain` stamp (approvals', stops': `crate::stopped_by`) for flow
+/// `namespace/name`: the stamp with its HMAC under `key`.
+pub(crate) fn sign_stamp<T: Serialize + Clone>(
+    key: &Key,
+    domain: &str,
+    (namespace, name): (&str, &str),
+    stamp: &T,
+) -> String {
+    let mac = mac_hex(&key.0, &signed_bytes(domain, namespace, name, stamp));
+    let signed = Signed {
+        stamp: stamp.clone(),
+        mac,
+    };
+    serde_json::to_string(&signed).expect("stamps serialise")
+}
+
+/// The `domain` stamp in `value` if its HMAC under `key` is valid for flow `namespace/name`.
+pub(crate) fn verify_stamp<T: Serialize + serde::de::DeserializeOwned>(
+    key: &Key,
+    domain: &str,
+    (namespace, name): (&str, &str),
+    value: &str,
+) -> Option<T> {
+    let signed: Signed<T> = serde_json::from_str(value).ok()?;
+    let bytes = signed_bytes(domain, namespace, name, &signed.stamp);
+    mac_ok(&key.0, &bytes, &signed.mac).then_some(signed.stamp)
 }
 
 impl Stamp {
     /// The annotation value: the stamp with its HMAC for flow `namespace/name`.
     pub fn sign(&self, key: &Key, namespace: &str, name: &str) -> String {
-        let mac = mac_hex(&key.0, &signed_bytes(namespace, name, self));
-        serde_json::to_string(&Signed {
-            stamp: self.clone(),
-            mac,
-        })
-        .expect("stamps serialise")
+        sign_stamp(key, "approval", (namespace, name), self)
     }
 
     /// The stamp in `value` if its HMAC is valid for flow `namespace/name`.
     pub fn verify(key: &Key, namespace: &str, name: &str, value: &str) -> Option<Stamp> {
-        let signed: Signed = serde_json::from_str(value).ok()?;
-        mac_ok(
-            &key.0,
-            &signed_bytes(namespace, name, &signed.stamp),
-            &signed.mac,
-        )
-        .then_some(signed.stamp)
+        verify_stamp(key, "approval", (namespace, name), value)
     }
 }
 
@@ -205,7 +224,7 @@ pub enum Verdict {
 /// The MAC of the stamp in `annotations` (whether or not it verifies), which identifies it:
 /// recorded when a step begins waiting, so that stamp never decides that wait.
 pub fn stamp_mac(annotations: &BTreeMap<String, String>) -> Option<String> {
-    let signed: Signed = serde_json::from_str(annotations.get(APPROVED_BY)?).ok()?;
+    let signed: Signed<Stamp> = serde_json::from_str(annotations.get(APPROVED_BY)?).ok()?;
     Some(signed.mac)
 }
 

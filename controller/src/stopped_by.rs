@@ -10,12 +10,11 @@
 
 use kube::core::admission::{AdmissionRequest, Operation};
 use kube::core::DynamicObject;
-use pseudoflow_crd::protocol::names::{mac_hex, mac_ok};
 use pseudoflow_crd::STOP_ANNOTATION;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::approval::Key;
+use crate::approval::{sign_stamp, verify_stamp, Key};
 
 /// The annotation recording who asked for the stop.
 pub const STOPPED_BY: &str = "ops.example.com/stopped-by";
@@ -34,40 +33,20 @@ pub struct StopStamp {
     pub time: i64,
 }
 
-#[derive(Serialize, Deserialize)]
-struct SignedStop {
-    #[serde(flatten)]
-    stamp: StopStamp,
-    mac: String,
-}
-
 /// The key stop stamps are signed with: derived, so no approval stamp or seal passes for one.
 fn stop_key(key: &Key) -> Key {
     key.derive("stop")
 }
 
-fn signed_bytes(namespace: &str, name: &str, stamp: &StopStamp) -> Vec<u8> {
-    let mut bytes = format!("pseudoflow-stop\0{namespace}\0{name}\0").into_bytes();
-    bytes.extend(serde_json::to_vec(stamp).expect("stamps serialise"));
-    bytes
-}
-
 impl StopStamp {
     /// The annotation value: the stamp with its HMAC for flow `namespace/name`.
     pub fn sign(&self, key: &Key, namespace: &str, name: &str) -> String {
-        let mac = mac_hex(stop_key(key).text(), &signed_bytes(namespace, name, self));
-        let signed = SignedStop {
-            stamp: self.clone(),
-            mac,
-        };
-        serde_json::to_string(&signed).expect("stamps serialise")
+        sign_stamp(&stop_key(key), "stop", (namespace, name), self)
     }
 
     /// The stamp in `value` if its HMAC is valid for flow `namespace/name`.
     pub fn verify(key: &Key, namespace: &str, name: &str, value: &str) -> Option<StopStamp> {
-        let signed: SignedStop = serde_json::from_str(value).ok()?;
-        let bytes = signed_bytes(namespace, name, &signed.stamp);
-        mac_ok(stop_key(key).text(), &bytes, &signed.mac).then_some(signed.stamp)
+        verify_stamp(&stop_key(key), "stop", (namespace, name), value)
     }
 }
 
