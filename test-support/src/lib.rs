@@ -54,6 +54,26 @@ pub async fn apply(client: &Client, v: Value) {
         .unwrap();
 }
 
+/// Grants `ns`'s flow ServiceAccount (`flow`) `verbs` on core `resource` in namespace `at` (a
+/// Role and RoleBinding both named after the resource).
+pub async fn grant(client: &Client, ns: &str, at: &str, resource: &str, verbs: Value) {
+    apply(
+        client,
+        serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": resource, "namespace": at},
+        "rules": [{"apiGroups": [""], "resources": [resource], "verbs": verbs}]}),
+    )
+    .await;
+    apply(
+        client,
+        serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": resource, "namespace": at},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": resource},
+        "subjects": [{"kind": "ServiceAccount", "name": "flow", "namespace": ns}]}),
+    )
+    .await;
+}
+
 /// Every Node of the cluster (what node steps, loopNodes and labelling steps act on).
 pub async fn all_nodes(client: &Client) -> Vec<k8s_openapi::api::core::v1::Node> {
     Api::all(client.clone())

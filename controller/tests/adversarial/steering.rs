@@ -8,10 +8,10 @@
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 use kube::Client;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::common::bound::*;
-use crate::common::{apply, create_flow, eventually, flows};
+use crate::common::{apply, create_flow, eventually, flows, grant};
 
 const CANARY: &str = "steer-canary-0c1f";
 
@@ -24,26 +24,6 @@ async fn beside(client: &Client, ns: &str, suffix: &str) -> String {
     )
     .await;
     name
-}
-
-/// Grants `ns`'s flow ServiceAccount `verbs` on core `resource` in namespace `at` (a Role and
-/// RoleBinding both named after the resource).
-async fn grant(client: &Client, ns: &str, at: &str, resource: &str, verbs: Value) {
-    apply(
-        client,
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-        "metadata": {"name": resource, "namespace": at},
-        "rules": [{"apiGroups": [""], "resources": [resource], "verbs": verbs}]}),
-    )
-    .await;
-    apply(
-        client,
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": resource, "namespace": at},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": resource},
-        "subjects": [{"kind": "ServiceAccount", "name": "flow", "namespace": ns}]}),
-    )
-    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

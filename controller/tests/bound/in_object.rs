@@ -13,7 +13,7 @@ use pseudoflow_controller::bind::served::mark_key;
 use serde_json::{json, Value};
 
 use crate::common::bound::*;
-use crate::common::{apply, create_flow, eventually, flows, wait_status, wait_until, Shown};
+use crate::common::{create_flow, eventually, flows, grant, wait_status, wait_until, Shown};
 
 /// The widget flow of the bound-flow tests, recorded in the objects, without its `onDelete`
 /// (so it puts no finalizer on its objects; [`on_delete_flow`] keeps it).
@@ -392,7 +392,14 @@ async fn attack_an_object_whose_retries_last_cannot_hold_the_others() {
 async fn waits_hold_nothing_and_an_object_is_served_when_what_it_waits_for_comes() {
     let mut verbs = all_verbs();
     let (client, ns) = setup("inobj-park", verbs.take()).await;
-    grant_secrets(&client, &ns).await;
+    grant(
+        &client,
+        &ns,
+        &ns,
+        "secrets",
+        json!(["get", "list", "watch"]),
+    )
+    .await;
     let mut flow = in_object_flow();
     let wait = json!({"type": "waitFor", "name": "credentials exist",
         "resource": {"kind": "Secret", "name": "${object.metadata.name}-credentials"},
@@ -439,20 +446,6 @@ async fn waits_hold_nothing_and_an_object_is_served_when_what_it_waits_for_comes
 async fn bound_summary(client: &Client, ns: &str) -> Value {
     let f = flows(client, ns).get("widgets").await.unwrap();
     f.data["status"]["bound"].clone()
-}
-
-/// Lets the flow's ServiceAccount read and watch Secrets in `ns` (for its waits).
-async fn grant_secrets(client: &Client, ns: &str) {
-    let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-        "metadata": {"name": "flow-secrets", "namespace": ns},
-        "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"]}]});
-    let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": "flow-secrets", "namespace": ns},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "flow-secrets"},
-        "subjects": [{"kind": "ServiceAccount", "name": "flow", "namespace": ns}]});
-    for o in [role, binding] {
-        apply(client, o).await;
-    }
 }
 
 /// Creates Secret `name` in `ns`.
