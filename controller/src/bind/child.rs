@@ -104,6 +104,19 @@ pub struct Parent<'a> {
     pub spec: &'a Value,
 }
 
+impl<'a> Parent<'a> {
+    /// The bound flow `r` reconciles, as its children and its objects' runs see it.
+    pub(crate) fn of<Own>(r: &'a crate::flow::Reconciling<'a, Own>) -> Parent<'a> {
+        Parent {
+            name: r.flow_id.name,
+            namespace: r.ns(),
+            uid: r.uid,
+            generation: r.generation,
+            spec: &r.raw_spec,
+        }
+    }
+}
+
 /// The whole child flow for the object `view`, started by `trigger`: the parent's spec without
 /// `bind`, plus `bound` (object, trigger, the kind's plural, what to write back, and the
 /// versions of its related objects).

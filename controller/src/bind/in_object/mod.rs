@@ -487,13 +487,7 @@ impl Serving<'_> {
 /// records it as a serve would have (a refusal for the flow's summary), then wakes the flow so
 /// that its summary counts it.
 pub(crate) async fn finish(r: &Reconciling<'_, Binder>, d: Detached) {
-    let parent = Parent {
-        name: r.flow_id.name,
-        namespace: r.ns(),
-        uid: r.uid,
-        generation: r.generation,
-        spec: &r.raw_spec,
-    };
+    let parent = Parent::of(r);
     let serving = Serving {
         r,
         bind: &d.bind,

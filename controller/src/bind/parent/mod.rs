@@ -14,7 +14,6 @@ use kube::runtime::controller::Action;
 use pseudoflow_crd::bind::{Bind, BindRecord, BIND_FINALIZER};
 use pseudoflow_crd::selector::Selector;
 use pseudoflow_crd::PseudoFlowSpec;
-use serde_json::Value;
 
 use super::child::Parent;
 use super::in_object;
@@ -70,7 +69,7 @@ pub(crate) async fn reconcile_parent(
         // Switched to children: no object's run goes on in memory.
         r.own.object_runs.stop_flow(r.uid);
     }
-    if bind.record == BindRecord::Object && in_object::deleted::has_on_delete(&binding.raw_spec) {
+    if bind.record == BindRecord::Object && in_object::deleted::has_on_delete(&r.raw_spec) {
         // Before any object carries its finalizer: what its release lists.
         in_object::release::note(r, &binding.finalizes).await?;
     }
@@ -132,7 +131,6 @@ struct Binding<'a> {
     finalizer: String,
     /// The annotation each object names its child's UID by ([`claim`](super::claim)).
     mark: String,
-    raw_spec: Value,
     /// The related kinds (`bind.related`) by (apiVersion, kind): their resource and whether it
     /// is namespaced, discovered as the flow's ServiceAccount.
     related_kinds: BTreeMap<(String, String), (ApiResource, bool)>,
@@ -148,13 +146,7 @@ impl Binding<'_> {
     }
 
     fn parent(&self) -> Parent<'_> {
-        Parent {
-            name: self.r.flow_id.name,
-            namespace: self.r.ns(),
-            uid: self.r.uid,
-            generation: self.r.flow.metadata.generation.unwrap_or(0),
-            spec: &self.raw_spec,
-        }
+        Parent::of(self.r)
     }
 
     /// The objects' API for `obj`'s namespace.

@@ -9,7 +9,6 @@ use kube::discovery::ApiResource;
 use pseudoflow_crd::bind::Bind;
 use pseudoflow_crd::selector::{Requirement, Selector};
 use pseudoflow_crd::PseudoFlowSpec;
-use serde_json::Value;
 
 use super::Binding;
 use crate::bind::watched::Watched;
@@ -93,7 +92,6 @@ impl<'a> Binding<'a> {
             selector,
             finalizer: object::finalizer_name(ns, r.flow_id.name),
             mark: claim::mark_key(ns, r.flow_id.name),
-            raw_spec: r.flow.data.get("spec").cloned().unwrap_or(Value::Null),
         })
     }
 }

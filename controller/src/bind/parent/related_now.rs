@@ -83,7 +83,7 @@ impl Binding<'_> {
     }
 
     fn who(&self) -> String {
-        let raw = &self.raw_spec["serviceAccountName"];
+        let raw = &self.r.raw_spec["serviceAccountName"];
         format!("{}/{}", self.r.ns(), raw.as_str().unwrap_or("default"))
     }
 

@@ -32,7 +32,7 @@ impl Binding<'_> {
             objects: self.objects_api(obj),
         };
         // Our finalizer holds each object only for the flow's onDelete steps.
-        let holds = in_object::deleted::has_on_delete(&self.raw_spec);
+        let holds = in_object::deleted::has_on_delete(&self.r.raw_spec);
         let ours = finalizer::has(obj, &self.finalizer);
         if leaving {
             if ours && holds && obj.metadata.deletion_timestamp.is_some() {
