@@ -136,6 +136,90 @@ async fn delete_removes_the_named_objects_and_a_rerun_finds_them_gone_unchanged(
     ctl.abort();
 }
 
+/// Creates ConfigMap `owner` and ConfigMap `dependent` owned by it (blocking its owner's
+/// foreground deletion), which a finalizer of the test's keeps until the test lets it go.
+async fn owner_and_held_dependent(client: &Client, ns: &str, owner: &str, dependent: &str) {
+    make_cm(client, ns, owner, json!({})).await;
+    let uid = cm(client, ns, owner).await.unwrap().metadata.uid.unwrap();
+    apply(
+        client,
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+        "name": dependent, "namespace": ns, "finalizers": [HELD],
+        "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": owner, "uid": uid,
+            "blockOwnerDeletion": true}]}}),
+    )
+    .await;
+}
+
+/// The test's finalizer on a dependent: under foreground deletion its owner could never go.
+const HELD: &str = "example.com/held-by-test";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_background_ends_once_the_object_is_gone_and_orphan_leaves_what_it_owns() {
+    let (client, ns, ctl) = setup("del-prop", json!([cm_rule()]), json!([])).await;
+    owner_and_held_dependent(&client, &ns, "owner-bg", "dependent-bg").await;
+    owner_and_held_dependent(&client, &ns, "owner-orphan", "dependent-orphan").await;
+    create_flow(
+        &client,
+        &ns,
+        "cleanup",
+        json!({
+            "serviceAccountName": "flow",
+            "steps": [
+                {"type": "delete", "target": {"kind": "ConfigMap", "name": "owner-bg"},
+                    "propagation": "Background"},
+                {"type": "delete", "target": {"kind": "ConfigMap", "name": "owner-orphan"},
+                    "propagation": "Orphan"},
+            ]
+        }),
+    )
+    .await;
+    // Foreground (the default) would never end here: the held dependent blocks its owner.
+    let status = wait_done(&client, &ns, "cleanup", 120).await;
+    assert_eq!(status["phase"], "Succeeded", "{status:#}");
+    for (path, owner) in [
+        ("spec.steps[0]", "owner-bg"),
+        ("spec.steps[1]", "owner-orphan"),
+    ] {
+        assert_eq!(
+            message(step(&status, path)),
+            format!("deleted ConfigMap/{ns}/{owner}")
+        );
+        assert!(cm(&client, &ns, owner).await.is_none(), "{owner} is gone");
+    }
+    // Background: what it owns goes after it, through the garbage collector.
+    eventually(
+        60,
+        "the garbage collector deletes the background owner's dependent",
+        || async {
+            cm(&client, &ns, "dependent-bg")
+                .await
+                .is_some_and(|c| c.metadata.deletion_timestamp.is_some())
+        },
+    )
+    .await;
+    // Orphan: what it owns stays, no longer owned.
+    let orphan = cm(&client, &ns, "dependent-orphan").await.unwrap();
+    assert!(orphan.metadata.deletion_timestamp.is_none(), "{orphan:?}");
+    assert!(
+        orphan
+            .metadata
+            .owner_references
+            .unwrap_or_default()
+            .is_empty(),
+        "the orphan's owner reference is removed before its owner goes"
+    );
+    for name in ["dependent-bg", "dependent-orphan"] {
+        apply(
+            &client,
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": ns, "finalizers": []}}),
+        )
+        .await;
+    }
+    ctl.abort();
+}
+
 // ---------------------------------------------------------------------------------------------
 // applyFile / deleteFile
 

@@ -1,9 +1,10 @@
-//! `delete`: foreground deletion of one object, then a watch until it is gone. An object that
-//! is already gone is a success with `changed: false`, so re-runs are idempotent.
+//! `delete`: deletion of one object (foreground unless the step says otherwise), then a watch
+//! until it is gone. An object that is already gone is a success with `changed: false`, so
+//! re-runs are idempotent.
 
-use kube::api::{DeleteParams, Preconditions};
+use kube::api::{DeleteParams, Preconditions, PropagationPolicy};
 use pseudoflow_crd::protocol::StepResult;
-use pseudoflow_crd::steps::delete::DeleteStep;
+use pseudoflow_crd::steps::delete::{DeleteStep, Propagation};
 
 use super::copy_mark;
 use crate::api;
@@ -31,7 +32,13 @@ pub async fn run(ctx: &ExecCtx, step: &DeleteStep) -> Result<StepResult, StepErr
     };
     let label = match (step.only_copies, precondition) {
         (true, None) => None,
-        (_, p) => delete_object_if(ctx, &api_version, &t.kind, &t.name, ns, p).await?,
+        (_, p) => {
+            let how = Deletion {
+                precondition: p,
+                propagation: step.propagation.unwrap_or_default(),
+            };
+            delete_object_if(ctx, &api_version, &t.kind, &t.name, ns, how).await?
+        }
     };
     Ok(match label {
         Some(l) => StepResult::succeeded(true, format!("deleted {l}")),
@@ -84,27 +91,51 @@ pub async fn delete_object(
     name: &str,
     namespace: Option<&str>,
 ) -> Result<Option<String>, StepError> {
-    delete_object_if(ctx, api_version, kind, name, namespace, None).await
+    let how = Deletion {
+        precondition: None,
+        propagation: Propagation::Foreground,
+    };
+    delete_object_if(ctx, api_version, kind, name, namespace, how).await
 }
 
-/// [`delete_object`], only if the object still meets `precondition`.
+/// How one object is deleted.
+struct Deletion {
+    /// Only if the object still is as read.
+    precondition: Option<Preconditions>,
+    /// What becomes of what it owns.
+    propagation: Propagation,
+}
+
+impl Deletion {
+    fn params(self) -> DeleteParams {
+        let policy = match self.propagation {
+            Propagation::Foreground => PropagationPolicy::Foreground,
+            Propagation::Background => PropagationPolicy::Background,
+            Propagation::Orphan => PropagationPolicy::Orphan,
+        };
+        DeleteParams {
+            preconditions: self.precondition,
+            propagation_policy: Some(policy),
+            ..DeleteParams::default()
+        }
+    }
+}
+
+/// [`delete_object`], as `how` says.
 async fn delete_object_if(
     ctx: &ExecCtx,
     api_version: &str,
     kind: &str,
     name: &str,
     namespace: Option<&str>,
-    precondition: Option<Preconditions>,
+    how: Deletion,
 ) -> Result<Option<String>, StepError> {
     let Some(r) = api::resolve_opt(ctx, api_version, kind, false).await? else {
         return Ok(None);
     };
     let ns = api::namespace_for(ctx, &r, namespace);
     let api = api::api_for(ctx, &r, ns.as_deref()).await?;
-    let params = DeleteParams {
-        preconditions: precondition,
-        ..DeleteParams::foreground()
-    };
+    let params = how.params();
     let uid = match api.delete(name, &params).await {
         Ok(either) => either.left().and_then(|o| o.metadata.uid),
         Err(e) if is_not_found(&e) => return Ok(None),
