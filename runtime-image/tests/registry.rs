@@ -1,8 +1,9 @@
 //! The executor handles every step type the compiler lowers to a Job: each example flow is
-//! compiled, and every node that runs a step in a pod must have an arm in [`work`], the
-//! executor's one registration point (it has a `_` arm, so this test is what stops a new
-//! registry line from shipping without one). A compound's condition, node list or fetch is a
-//! task of its own, dispatched on `Task` in `execute` (exhaustive).
+//! compiled, and every node that runs a step in a pod must have work in [`work`], the
+//! executor's one registration point. `work` is exhaustive, so a new type has an arm there; this
+//! test stops that arm from being the one saying the executor does not run it. A compound's
+//! condition, node list or fetch is a task of its own, dispatched on `Task` in `execute`
+//! (exhaustive).
 
 use std::path::{Path, PathBuf};
 

@@ -84,44 +84,14 @@ pub fn run(engine: &Engine, node: &PlanNode, scope: &Scope) -> LocalOutcome {
             let text = engine.render_template(&t.template, scope, &at);
             set_var(&t.output, text.map(Value::String))
         }
-        (_, None) => not_here(node),
-        // The types the controller does not run here: Jobs, waits the walker keeps, structure.
-        // Listed, not `_`, so a new step type does not compile until someone decides where it
-        // runs; `tests/registry.rs` fails for a controller-placed type that ends up here.
-        (
-            _,
-            Some(
-                StepKind::Template(_)
-                | StepKind::Sleep(_)
-                | StepKind::Apply(_)
-                | StepKind::Delete(_)
-                | StepKind::ApplyFile(_)
-                | StepKind::DeleteFile(_)
-                | StepKind::Include(_)
-                | StepKind::If(_)
-                | StepKind::When(_)
-                | StepKind::Exec(_)
-                | StepKind::ExecNode(_)
-                | StepKind::ConfigFile(_)
-                | StepKind::PatchFile(_)
-                | StepKind::Script(_)
-                | StepKind::SetLabel(_)
-                | StepKind::RemoveLabel(_)
-                | StepKind::PatchLabel(_)
-                | StepKind::Loop(_)
-                | StepKind::LoopNodes(_)
-                | StepKind::Parallel(_)
-                | StepKind::WaitFor(_)
-                | StepKind::Retry(_)
-                | StepKind::OnError(_)
-                | StepKind::IncludeFlow(_)
-                | StepKind::Copy(_)
-                | StepKind::Cordon(_)
-                | StepKind::Drain(_)
-                | StepKind::Uncordon(_)
-                | StepKind::Approval(_),
-            ),
-        ) => not_here(node),
+        // Every other node is not the controller's to run here: `StepParams::placement` (in
+        // `crd`, the one place that decides where a type runs) put it in a Job or made it
+        // structure, or it is a wait the walker keeps. A `_`, not a list of those types, so a
+        // type run in a Job never touches this file (issue #45 item 1; the executor's `work`
+        // stays exhaustive, item 4). `tests/registry.rs` holds the arms to the placement: it
+        // fails for a controller-placed type that ends up here, and for an arm naming a type
+        // the controller does not do itself.
+        _ => not_here(node),
     }
 }
 

@@ -2,7 +2,7 @@
 //! ([`Placement`]) and the checks a schema cannot express. The `step_registry!` list below is
 //! the single list that ties a `type:` name to its module (and generates [`registry`]). Adding a
 //! leaf step type is its new file here plus one line in that list; the executor or the
-//! controller then runs it (docs/architecture.md, "Adding a step type": five files in all).
+//! controller then runs it (docs/architecture.md, "Adding a step type": four files in all).
 
 use crate::check::Ctx;
 use crate::step::Step;

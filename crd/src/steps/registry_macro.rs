@@ -3,9 +3,10 @@
 //! to its parameter struct; the macro derives the [`StepKind`](super::registry::StepKind) enum,
 //! the list of names, the per-type schema lookup and the dispatch to [`StepParams`](super::StepParams),
 //! in the generated module `steps::registry`. Each side that runs steps has one registration
-//! point of its own, exhaustive, with an explicit arm for the types it does not run (see
-//! docs/architecture.md, "Adding a step type"): the executor's `runtime-image/src/steps/mod.rs::work`
-//! and the controller's `walk/src/local.rs::run`; tests hold them to the types placed on their side.
+//! point of its own (see docs/architecture.md, "Adding a step type"): the executor's
+//! `runtime-image/src/steps/mod.rs::work`, exhaustive, with an explicit arm for the types it does
+//! not run, and the controller's `walk/src/local.rs::run`, which names only its own types (the
+//! placement sends the rest elsewhere); tests hold both to the types placed on their side.
 
 macro_rules! step_registry {
     ($($variant:ident => $module:ident :: $params:ident = $tag:literal,)*) => {
