@@ -27,6 +27,7 @@ use tokio::task::AbortHandle;
 use crate::limits::MAX_STEP_IN_CONTROLLER_SECONDS;
 use crate::raw::RawFlow;
 use crate::turns::{Place, Turn, Turns};
+use pseudoflow_runtime::kind::Kinds;
 
 /// How long a finished step's result waits for its flow to fold it before it is dropped (the
 /// flow was deleted, or its run replaced).
@@ -70,6 +71,9 @@ pub struct Request {
 pub struct InControllerSteps {
     entries: Arc<Mutex<HashMap<String, Entry>>>,
     turns: Arc<Turns>,
+    /// What discovery found, shared by every step run here (a burst of objects asks once per
+    /// kind, not once per step).
+    kinds: Arc<Kinds>,
     wake: broadcast::Sender<(String, String)>,
 }
 
@@ -78,6 +82,7 @@ impl Default for InControllerSteps {
         InControllerSteps {
             entries: Arc::default(),
             turns: Arc::default(),
+            kinds: Arc::default(),
             wake: broadcast::channel(16 * 1024).0,
         }
     }
@@ -110,12 +115,14 @@ impl InControllerSteps {
         let (held_tx, held_rx) = oneshot::channel();
         self.drop_unclaimed();
         let (turns, wake, entries) = (self.turns.clone(), self.wake.clone(), self.entries.clone());
+        let kinds = self.kinds.clone();
         let key = req.key.clone();
         // Held while spawning, so the task cannot record its end before it is recorded running.
         let mut held = self.entries.lock().expect("not poisoned");
         let task = tokio::spawn(async move {
             let who = (req.flow.0.as_str(), req.flow_uid.as_str());
-            let (from, result) = run(turns, who, held_tx, req.client, req.input).await;
+            let with = (req.client, kinds);
+            let (from, result) = run(turns, who, held_tx, with, req.input).await;
             let done = Entry::Done {
                 result: Box::new(result),
                 times: (from, now_ms()),
@@ -154,6 +161,7 @@ impl InControllerSteps {
         InControllerSteps {
             entries: Arc::default(),
             turns: self.turns.clone(),
+            kinds: self.kinds.clone(),
             wake: broadcast::channel(16).0,
         }
     }
@@ -212,7 +220,7 @@ async fn run(
     turns: Arc<Turns>,
     (namespace, flow_uid): (&str, &str),
     held_tx: oneshot::Sender<()>,
-    client: Client,
+    (client, kinds): (Client, Arc<Kinds>),
     input: ExecutorInput,
 ) -> (i64, StepResult) {
     let step: Step = match serde_json::from_value(input.step.clone()) {
@@ -245,7 +253,8 @@ async fn run(
     // No node root and no program to enter one: nothing here acts on a node.
     let ctx =
         pseudoflow_runtime::ExecCtx::new(input, PathBuf::from("/nonexistent"), "false".into())
-            .with_client(client);
+            .with_client(client)
+            .with_kinds(kinds);
     let limit = Duration::from_secs(MAX_STEP_IN_CONTROLLER_SECONDS);
     let work = tokio::time::timeout(limit, pseudoflow_runtime::execute(&ctx, &step));
     let result = match parking(park, work).await {

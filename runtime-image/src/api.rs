@@ -54,7 +54,7 @@ pub async fn resolve_opt(
     retry: bool,
 ) -> Result<Option<Resolved>, StepError> {
     let key = format!("{api_version}/{kind}");
-    if let Some(r) = ctx.kinds.lock().ok().and_then(|m| m.get(&key).cloned()) {
+    if let Some(r) = ctx.kinds.get(&key) {
         return Ok(Some(r));
     }
     let client = ctx.client().await?;
@@ -83,17 +83,13 @@ pub async fn resolve_opt(
             }
         }
     };
-    if let Ok(mut m) = ctx.kinds.lock() {
-        m.insert(key, found.clone());
-    }
+    ctx.kinds.insert(key, found.clone());
     Ok(Some(found))
 }
 
 /// Forgets every cached kind, so the next [`resolve`] asks the server again.
 pub fn forget_kinds(ctx: &ExecCtx) {
-    if let Ok(mut m) = ctx.kinds.lock() {
-        m.clear();
-    }
+    ctx.kinds.clear();
 }
 
 fn is_unknown_kind(e: &kube::Error) -> bool {

@@ -1,7 +1,6 @@
 //! Everything one execution needs besides the step: the input, the (lazily built) API client,
 //! the node's root directory and a note of what the step last saw, which a timeout reports.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -10,7 +9,7 @@ use pseudoflow_crd::protocol::ExecutorInput;
 use tokio::sync::OnceCell;
 
 use crate::error::{describe, Call, StepError};
-use crate::kind::Resolved;
+use crate::kind::Kinds;
 
 /// Default host root inside a node step's pod (the node's `/` is mounted there).
 pub const DEFAULT_HOST_ROOT: &str = "/host";
@@ -24,7 +23,7 @@ pub struct ExecCtx {
     /// Program used to enter the host's namespaces; empty runs commands directly (tests).
     pub nsenter: String,
     client: Arc<OnceCell<Client>>,
-    pub(crate) kinds: Mutex<HashMap<String, Resolved>>,
+    pub(crate) kinds: Arc<Kinds>,
     progress: Arc<Mutex<String>>,
     goal: Mutex<String>,
 }
@@ -37,7 +36,7 @@ impl ExecCtx {
             host_root,
             nsenter,
             client: Arc::new(OnceCell::new()),
-            kinds: Mutex::new(HashMap::new()),
+            kinds: Arc::default(),
             progress: Arc::new(Mutex::new(String::new())),
             goal: Mutex::new(String::new()),
         }
@@ -49,11 +48,19 @@ impl ExecCtx {
         self
     }
 
+    /// Shares `kinds` (what discovery found) with other contexts: the controller gives every
+    /// step it runs the same.
+    pub fn with_kinds(mut self, kinds: Arc<Kinds>) -> Self {
+        self.kinds = kinds;
+        self
+    }
+
     /// A context for one step of a fused segment: `input` is that step's, the API client (and
-    /// the identity it carries) is shared with `self`.
+    /// the identity it carries) and what discovery found are shared with `self`.
     pub fn derive(&self, input: ExecutorInput) -> Self {
         let mut ctx = ExecCtx::new(input, self.host_root.clone(), self.nsenter.clone());
         ctx.client = self.client.clone();
+        ctx.kinds = self.kinds.clone();
         ctx
     }
 

@@ -22,6 +22,8 @@ struct Store {
     forbidden: Vec<(String, String)>,
     watch_events: Vec<Value>,
     rv: u64,
+    /// Discovery requests served.
+    discovered: usize,
 }
 
 type Shared = Arc<Mutex<Store>>;
@@ -70,6 +72,7 @@ fn handle(store: &Shared, method: &str, path: &str, query: &str, body: Value) ->
         .or_else(|| path.strip_prefix("/apis/"))
     {
         if let Some(list) = resources(gv) {
+            s.discovered += 1;
             return (200, list);
         }
     }
@@ -216,6 +219,15 @@ async fn run_with_timeout(store: &Shared, step: Value, timeout: Option<u32>) -> 
 }
 
 async fn run_task(store: &Shared, task: Task, step: Value, timeout: Option<u32>) -> StepResult {
+    run_sharing(store, (task, step, timeout), Arc::default()).await
+}
+
+/// [`run_task`] with what discovery found shared as `kinds` (as the controller shares it).
+async fn run_sharing(
+    store: &Shared,
+    (task, step, timeout): (Task, Value, Option<u32>),
+    kinds: Arc<pseudoflow_runtime::kind::Kinds>,
+) -> StepResult {
     let input = ExecutorInput {
         flow: FlowRef {
             name: "f".into(),
@@ -240,7 +252,8 @@ async fn run_task(store: &Shared, task: Task, step: Value, timeout: Option<u32>)
     };
     let (input, step) = parse_input(&serde_json::to_string(&input).unwrap()).unwrap();
     let ctx = ExecCtx::new(input, PathBuf::from("/nonexistent"), String::new())
-        .with_client(client(store.clone()));
+        .with_client(client(store.clone()))
+        .with_kinds(kinds);
     execute(&ctx, &step).await.unwrap()
 }
 
@@ -261,6 +274,33 @@ async fn apply_defaults_the_namespace_and_reports_changes_only_once() {
     let r = run(&store, Task::Run, step).await;
     assert!(r.ok && !r.changed, "{r:?}");
     assert_eq!(r.message, "applied 1 object (unchanged): ConfigMap/ops/dns");
+}
+
+#[tokio::test]
+async fn steps_sharing_what_discovery_found_ask_it_once_per_kind() {
+    let store = Shared::default();
+    let apply = || {
+        (
+            Task::Run,
+            json!({"type": "apply", "manifests": CM}),
+            Some(20),
+        )
+    };
+    let discovered = || store.lock().unwrap().discovered;
+    run_sharing(&store, apply(), Arc::default()).await;
+    run_sharing(&store, apply(), Arc::default()).await;
+    let alone = discovered();
+    assert!(alone >= 2, "each step alone asks discovery: {alone}");
+    let kinds = Arc::default();
+    let r = run_sharing(&store, apply(), Arc::clone(&kinds)).await;
+    assert!(r.ok, "{r:?}");
+    let first = discovered() - alone;
+    assert!(first >= 1, "the first step asks");
+    for _ in 0..3 {
+        let r = run_sharing(&store, apply(), Arc::clone(&kinds)).await;
+        assert!(r.ok, "{r:?}");
+    }
+    assert_eq!(discovered() - alone, first, "the next ones ask nothing");
 }
 
 #[tokio::test]

@@ -254,9 +254,10 @@ struct Measured {
 }
 
 /// Creates `dbs` (their Secrets first, untimed) and waits until they are served; then deletes
-/// them and waits until they and their pods are gone.
+/// them and waits until they and their pods are gone. The API requests of each, by verb and
+/// resource, are written to `dir` (`<ns>-requests-{create,delete}-<n>.txt`).
 async fn measure(
-    client: &Client,
+    (client, dir): (&Client, &Path),
     ns: &str,
     dbs: &[(String, &str)],
     phase: bool,
@@ -275,6 +276,8 @@ async fn measure(
     .await;
     let took = t.elapsed();
     let requests = before.until(&Requests::now(client).await);
+    let n = names.len();
+    requests.save(&dir.join(format!("{ns}-requests-create-{n}.txt")), n);
     let create = (served == names.len()).then_some(took);
     let create_note = format!(
         "{served}/{} served; all created in {}; {}; CPU {:.1} s (operator), {:.1} s (kube-apiserver)",
@@ -291,6 +294,7 @@ async fn measure(
     let gone = wait_all(client, ns, &names, timeout, "gone", |w, n| w.gone(n)).await;
     let took = t.elapsed();
     let requests = before.until(&Requests::now(client).await);
+    requests.save(&dir.join(format!("{ns}-requests-delete-{n}.txt")), n);
     let delete = (gone == names.len()).then_some(took);
     let delete_note = format!(
         "{gone}/{} gone; {}; CPU {:.1} s (operator), {:.1} s (kube-apiserver)",
@@ -332,7 +336,15 @@ pub async fn run(
         let op = start(env, client, dir, repo, &ns, driver).await;
         // Warm-up: one Database served and deleted, so that neither start-up is timed.
         let warm = names("warm", 1);
-        let warmed = measure(client, &ns, &warm, phase, Duration::from_secs(120), &op).await;
+        let warmed = measure(
+            (client, dir),
+            &ns,
+            &warm,
+            phase,
+            Duration::from_secs(120),
+            &op,
+        )
+        .await;
         assert!(
             warmed.create.is_some() && warmed.delete.is_some(),
             "{}: warm-up Database not served and deleted in 120 s ({} / {}; logs in {})",
@@ -341,7 +353,7 @@ pub async fn run(
             warmed.delete_note,
             dir.display()
         );
-        let m = measure(client, &ns, &names("", objects), phase, timeout, &op).await;
+        let m = measure((client, dir), &ns, &names("", objects), phase, timeout, &op).await;
         let peak = op.peak_kib() as f64 / 1024.0;
         op.stop().await;
         let against: &[Duration] = if driver == Driver::Kopf {
