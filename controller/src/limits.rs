@@ -37,9 +37,12 @@ pub const MAX_STEPS_IN_CONTROLLER: usize = 64;
 /// (`turns.rs`).
 pub const MAX_STEPS_IN_CONTROLLER_PER_NAMESPACE: usize = MAX_STEPS_IN_CONTROLLER / 4;
 
-/// Of those, how many one flow may run at once: a flow with a thousand parallel steps
-/// waits for its own turns and cannot take every turn of its namespace from its other flows.
-pub const MAX_STEPS_IN_CONTROLLER_PER_FLOW: usize = 4;
+/// Of those, how many one flow may run at once (half its namespace's): a flow with a thousand
+/// parallel steps, or a bound flow with a thousand objects, waits for its own turns and leaves
+/// half of its namespace's to its other flows. Was 4: a bound flow's burst of objects then
+/// queued on four turns where the kopf operator it replaces runs its handlers six at a time,
+/// and seed 001's 100 Databases took 1.5–2× kopf's time to be served (`make bench` section 8).
+pub const MAX_STEPS_IN_CONTROLLER_PER_FLOW: usize = MAX_STEPS_IN_CONTROLLER_PER_NAMESPACE / 2;
 
 /// Steps parked on a watch in the controller at once (a `waitFor`, a `delete` waiting for its
 /// object to go), across all flows; a parked step holds no turn of the above, only one of these
