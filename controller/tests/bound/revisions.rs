@@ -3,7 +3,8 @@
 //! change of its steps makes a ControllerRevision owned by the flow, numbered up; an edit that
 //! changes no step (a label, the selector) makes none; each object's record (its served mark,
 //! or its child flow) names the revision that last served it; `status.bound` counts objects per
-//! revision; the history limit prunes the oldest revision no object is served by.
+//! revision; the history limit prunes the oldest revision no object is served by; going back to
+//! an older spec numbers its revision newest instead of making one.
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use kube::api::{Api, ListParams, Patch, PatchParams};
@@ -208,6 +209,20 @@ async fn each_change_of_steps_is_a_revision(record: &str) {
         json!({"revision": 3, "name": name3, "objects": 2}),
         "{st:#}"
     );
+
+    // Back to revision 2's steps: no new revision, revision 2 is numbered newest (4), as a
+    // DaemonSet's is, and serves both objects again.
+    let f = flows(&client, &ns);
+    f.patch("widgets", &pp, &Patch::Merge(&change(2)))
+        .await
+        .unwrap();
+    eventually(60, "revision 2 renumbered 4", || async {
+        let now = revisions(&client, &ns, &uid).await;
+        let numbered: Vec<(i64, String)> = now.iter().map(|r| (r.0, r.1.clone())).collect();
+        numbered == [(3, name3.clone()), (4, name2.clone())]
+    })
+    .await;
+    served_by(&client, &ns, record, &name2, 2).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -265,3 +265,36 @@ pub(crate) async fn prune(
         r.own.revisions.put(r.uid, history.clone());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cr(owner: &str, controller: bool, data: Value, label: &str) -> ControllerRevision {
+        serde_json::from_value(json!({
+            "metadata": {"name": "widgets-x", "uid": "cr-1",
+                "labels": {REVISION_HASH_LABEL: label},
+                "ownerReferences": [{"apiVersion": "ops.example.com/v1alpha1",
+                    "kind": "PseudoFlow", "name": "widgets", "uid": owner,
+                    "controller": controller}]},
+            "data": data, "revision": 7}))
+        .unwrap()
+    }
+
+    /// Attack: whoever may write ControllerRevisions in the flow's namespace plants one
+    /// labelled for the flow, naming it as owner, with steps of their own in its data (what
+    /// an undo would serve objects with): it is not the flow's unless its data hashes to its
+    /// hash label and the flow is its controller.
+    #[test]
+    fn attack_a_revision_is_the_flows_only_if_owned_by_it_and_its_data_hashes_to_its_label() {
+        let spec = json!({"steps": [{"type": "log", "message": "a"}]});
+        let good = data(&spec);
+        let h = hash(&spec);
+        let ours_now = ours(&cr("flow-uid", true, good.clone(), &h), "flow-uid").unwrap();
+        assert_eq!((ours_now.number, ours_now.hash.as_str()), (7, h.as_str()));
+        assert_eq!(ours(&cr("other", true, good.clone(), &h), "flow-uid"), None);
+        assert_eq!(ours(&cr("flow-uid", false, good, &h), "flow-uid"), None);
+        let planted = data(&json!({"steps": [{"type": "log", "message": "evil"}]}));
+        assert_eq!(ours(&cr("flow-uid", true, planted, &h), "flow-uid"), None);
+    }
+}
