@@ -25,13 +25,13 @@ fn flow(record: &str, rev: u32) -> Value {
         f.as_object_mut().unwrap().remove("onDelete");
     }
     f["rollout"] = json!({"revisionHistoryLimit": 1});
-    f["steps"] = steps(&f, rev);
+    f["steps"] = steps(rev);
     f
 }
 
-/// The flow's steps with `rev` in what the first one makes.
-fn steps(f: &Value, rev: u32) -> Value {
-    let mut steps = f["steps"].clone();
+/// The widget flow's steps with `rev` in what the first one makes.
+fn steps(rev: u32) -> Value {
+    let mut steps = widget_flow(json!({}))["steps"].clone();
     let m = steps[0]["manifests"].as_str().unwrap().to_string();
     steps[0]["manifests"] = json!(format!("{m}  rev: \"{rev}\"\n"));
     steps
@@ -138,7 +138,7 @@ async fn each_change_of_steps_is_a_revision(record: &str) {
     );
 
     // A change of steps: revision 2, serving both objects.
-    let change = |rev: u32| json!({"spec": {"steps": steps(&flow(record, 1), rev)}});
+    let change = |rev: u32| json!({"spec": {"steps": steps(rev)}});
     let pp = PatchParams::default();
     flows(&client, &ns)
         .patch("widgets", &pp, &Patch::Merge(&change(2)))
@@ -233,4 +233,103 @@ async fn revisions_of_a_flow_recorded_in_its_objects() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn revisions_of_a_flow_recorded_in_child_flows() {
     each_change_of_steps_is_a_revision("Child").await;
+}
+
+/// Attack: whoever may write ControllerRevisions in the flow's namespace deletes one of its
+/// revisions and plants, under that name, one naming the flow as its controller, labelled for
+/// it, with steps of their own in its data. When the flow goes back to that revision's steps,
+/// the planted one is not taken (nor renumbered, nor pruned): a `RevisionRefused` Warning, no
+/// current revision in the status, and the objects are still served with the flow's own steps,
+/// their records naming the hash.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attack_a_revision_planted_under_its_name_is_not_taken() {
+    let (client, ns) = setup("rev-planted", all_verbs()).await;
+    create_flow(&client, &ns, "widgets", flow("Object", 1)).await;
+    let uid = flows(&client, &ns)
+        .get("widgets")
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    create_widget(&client, &ns, "a", json!({"version": "one"})).await;
+    create_widget(&client, &ns, "b", json!({"version": "one"})).await;
+    eventually(60, "the first revision", || async {
+        revisions(&client, &ns, &uid).await.len() == 1
+    })
+    .await;
+    let (_, name1, hash1, _) = revisions(&client, &ns, &uid).await[0].clone();
+    served_by(&client, &ns, "Object", &name1, 1).await;
+    let pp = PatchParams::default();
+    let change = |rev: u32| json!({"spec": {"steps": steps(rev)}});
+    let f = flows(&client, &ns);
+    f.patch("widgets", &pp, &Patch::Merge(&change(2)))
+        .await
+        .unwrap();
+    eventually(60, "the second revision", || async {
+        revisions(&client, &ns, &uid).await.len() == 2
+    })
+    .await;
+
+    let crs = Api::<ControllerRevision>::namespaced(client.clone(), &ns);
+    crs.delete(&name1, &Default::default()).await.unwrap();
+    eventually(30, "revision 1 gone", || async {
+        crs.get_opt(&name1).await.unwrap().is_none()
+    })
+    .await;
+    let evil = json!({"spec": {"serviceAccountName": "flow",
+        "bind": {"apiVersion": format!("{GROUP}/v1"), "kind": "Widget", "record": "Object"},
+        "steps": [{"type": "log", "message": "evil"}]}});
+    let planted: ControllerRevision = serde_json::from_value(json!({
+        "metadata": {"name": name1, "labels": {
+            "ops.example.com/revision-of": "widgets", REVISION_HASH_LABEL: hash1},
+            "ownerReferences": [{"apiVersion": "ops.example.com/v1alpha1", "kind": "PseudoFlow",
+                "name": "widgets", "uid": uid, "controller": true}]},
+        "data": evil, "revision": 99}))
+    .unwrap();
+    crs.create(&Default::default(), &planted).await.unwrap();
+
+    f.patch("widgets", &pp, &Patch::Merge(&change(1)))
+        .await
+        .unwrap();
+    eventually(60, "RevisionRefused told", || async {
+        let events = crate::common::flow_events(&client, &ns, "widgets").await;
+        events.iter().any(|e| {
+            e.reason.as_deref() == Some("RevisionRefused")
+                && e.message.as_deref().unwrap_or_default().contains(&name1)
+        })
+    })
+    .await;
+    for w in ["a", "b"] {
+        eventually(
+            90,
+            &format!("widget {w} served with the flow's own steps"),
+            || async {
+                let cm =
+                    Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), &ns);
+                let made = cm.get_opt(&format!("{w}-made-one")).await.unwrap();
+                let data = made.and_then(|c| c.data).unwrap_or_default();
+                data.get("rev").map(String::as_str) == Some("1")
+                    && recorded(&client, &ns, "Object", w).await.as_deref() == Some(&hash1)
+            },
+        )
+        .await;
+    }
+    let what = "both served, no revision current (the planted one is not the flow's)";
+    wait_status(&client, &ns, "widgets", 60, what, |s| {
+        s["bound"]["running"] == 2 && s["bound"].get("currentRevision").is_none()
+    })
+    .await;
+    let kept = crs.get(&name1).await.unwrap();
+    assert_eq!(kept.revision, 99, "not renumbered");
+    assert_eq!(kept.data.unwrap().0, evil, "not touched");
+    let ours: Vec<i64> = revisions(&client, &ns, &uid)
+        .await
+        .iter()
+        .map(|r| r.0)
+        .collect();
+    assert!(
+        ours.contains(&2),
+        "the flow's own revision 2 is kept: {ours:?}"
+    );
 }

@@ -49,7 +49,8 @@ pub struct History {
     pub current: Option<String>,
     /// Every revision of the flow.
     pub all: Vec<Revision>,
-    /// Whether reading or making them failed (tried again [`RETRY`] seconds on).
+    /// Whether reading or making them failed, or the current one's name is taken (tried again
+    /// [`RETRY`] seconds on).
     failed: bool,
 }
 
@@ -117,9 +118,13 @@ async fn read_and_make(r: &Reconciling<'_, Binder>, h: &str) -> Result<History, 
     let mut history = read(r).await?;
     history.generation = r.generation;
     history.read_at = r.now;
-    history.current = make_current(r, &mut history.all, h)
-        .await?
-        .then(|| h.to_string());
+    let made = make_current(r, &mut history.all, h).await?;
+    history.current = made.then(|| h.to_string());
+    if !made {
+        // A ControllerRevision of its name is not the flow's: told, and tried again later.
+        history.failed = true;
+        history.read_at = r.now - REREAD + RETRY;
+    }
     Ok(history)
 }
 
