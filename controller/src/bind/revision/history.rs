@@ -91,11 +91,11 @@ fn api(r: &Reconciling<'_, Binder>) -> Api<ControllerRevision> {
 /// being served: a `RevisionFailed` Warning says why, the status names no revision, and they
 /// are tried again [`RETRY`] seconds on.
 pub(crate) async fn current(r: &Reconciling<'_, Binder>) -> History {
-    let h = hash(&r.raw_spec);
     let kept = r.own.revisions.get(r.uid);
-    if let Some(k) = kept.filter(|k| fresh(k, r, &h)) {
+    if let Some(k) = kept.filter(|k| fresh(k, r)) {
         return k;
     }
+    let h = hash(&r.raw_spec);
     let history = match read_and_make(r, &h).await {
         Ok(history) => history,
         Err(e) => {
@@ -128,10 +128,10 @@ async fn read_and_make(r: &Reconciling<'_, Binder>, h: &str) -> Result<History, 
     Ok(history)
 }
 
-/// Whether the history kept for `r` still holds (same generation, current made or failing,
-/// read lately).
-fn fresh(k: &History, r: &Reconciling<'_, Binder>, h: &str) -> bool {
-    let made = k.current.as_deref() == Some(h) || k.failed;
+/// Whether the history kept for `r` still holds: read lately for the same generation (so the
+/// same spec, whose hash need not be computed again), its current revision made or failing.
+fn fresh(k: &History, r: &Reconciling<'_, Binder>) -> bool {
+    let made = k.current.is_some() || k.failed;
     k.generation == r.generation && made && r.now - k.read_at < REREAD
 }
 
