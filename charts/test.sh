@@ -98,6 +98,7 @@ role = next(d for d in defaults if d["kind"] == "ClusterRole")
 assert {"resources": ["secrets"], "verbs": ["get", "create", "update"]}.items() <= next(r for r in role["rules"] if r["resources"] == ["secrets"]).items()
 assert any(r["resources"] == ["serviceaccounts"] and r["verbs"] == ["impersonate"] for r in role["rules"]), role
 assert any(r["resources"] == ["jobs"] and "create" in r["verbs"] for r in role["rules"]), role
+assert {"apiGroups": ["apps"], "resources": ["controllerrevisions"], "verbs": ["list", "create", "patch", "delete"]} in role["rules"], role
 assert not any(d["kind"] == "Role" and d["metadata"]["name"].endswith(("-flows", "-own-secrets")) for d in defaults)
 PY
 python3 - "$out/all.yaml" tests/rendered-rules.yaml <<'PY'
@@ -142,10 +143,10 @@ allowed = next(v for v in policy["spec"]["variables"] if v["name"] == "allowed")
 assert allowed == '["flow","kube-system/node-ops"]', allowed
 assert policy["spec"]["matchConstraints"]["resourceRules"][0]["resources"] == ["pseudoflows"], policy
 # watchNamespaces set: Secrets and impersonation per watched namespace, not cluster-wide.
-assert not any(set(r["resources"]) & {"secrets", "serviceaccounts", "jobs", "pods"} for r in role["rules"]), role["rules"]
+assert not any(set(r["resources"]) & {"secrets", "serviceaccounts", "jobs", "pods", "controllerrevisions"} for r in role["rules"]), role["rules"]
 for ns in ["a", "b"]:
     r = next(d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == "pf-pseudoflow-flows" and d["metadata"]["namespace"] == ns)
-    assert r["rules"] == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create", "update"]}, {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["impersonate"]}, {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch", "create", "delete"]}, {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}], r
+    assert r["rules"] == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create", "update"]}, {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["impersonate"]}, {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch", "create", "delete"]}, {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}, {"apiGroups": ["apps"], "resources": ["controllerrevisions"], "verbs": ["list", "create", "patch", "delete"]}], r
     b = next(d for d in docs if d["kind"] == "RoleBinding" and d["metadata"]["name"] == "pf-pseudoflow-flows" and d["metadata"]["namespace"] == ns)
     assert b["subjects"] == [{"kind": "ServiceAccount", "name": "pf-pseudoflow", "namespace": "pseudoflow-system"}], b
 own = next(d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == "pf-pseudoflow-own-secrets")

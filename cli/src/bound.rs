@@ -9,13 +9,15 @@ use std::fmt::Write as _;
 use kube::api::{DynamicObject, ListParams};
 use pseudoflow_crd::bind::{Bind, BindRecord, BOUND_TO_LABEL, OBJECT_ANNOTATION};
 use pseudoflow_crd::protocol::label_value;
+use pseudoflow_crd::rollout::REVISION_ANNOTATION;
 use pseudoflow_crd::PseudoFlowStatus;
 
 use crate::cluster::{flows, status, Kube};
+use crate::revision::RevisionNumbers;
 use crate::show::{header, human, phase, table};
 
-/// One row of the objects table: OBJECT, FLOW, PHASE, LAST RUN, MESSAGE.
-type Row = [String; 5];
+/// One row of the objects table: OBJECT, FLOW, PHASE, LAST RUN, REVISION, MESSAGE.
+type Row = [String; 6];
 
 /// The bound flow `f` (its status `st`) and its objects, as `get` prints it.
 pub async fn render(k: &Kube, f: &DynamicObject, st: &PseudoFlowStatus) -> anyhow::Result<String> {
@@ -28,13 +30,15 @@ pub async fn render(k: &Kube, f: &DynamicObject, st: &PseudoFlowStatus) -> anyho
         "FLOW".into(),
         "PHASE".into(),
         "LAST RUN".into(),
+        "REVISION".into(),
         "MESSAGE".into(),
     ]];
+    let numbers = RevisionNumbers::of(st);
     let bind = f.data["spec"]["bind"].clone();
     let bind = serde_json::from_value::<Bind>(bind).ok();
     let mut unreadable = false;
     let served = match bind.filter(|b| b.record == BindRecord::Object) {
-        Some(b) => match crate::in_object::rows(&k.client, &k.namespace, &name, &uid, &b).await {
+        Some(b) => match crate::in_object::rows(k, &name, &uid, &b, &numbers).await {
             Ok(objects) => {
                 let served = objects.iter().filter(|o| o.served);
                 let served = served.map(|o| o.cells[0].clone()).collect();
@@ -47,7 +51,7 @@ pub async fn render(k: &Kube, f: &DynamicObject, st: &PseudoFlowStatus) -> anyho
                 Vec::new()
             }
         },
-        None => child_rows(k, &name, &uid, now, &mut rows).await?,
+        None => child_rows(k, (&name, &uid), now, &numbers, &mut rows).await?,
     };
     if rows.len() > 1 {
         out.push_str(&table(&rows));
@@ -67,9 +71,9 @@ pub async fn render(k: &Kube, f: &DynamicObject, st: &PseudoFlowStatus) -> anyho
 /// objects they serve.
 async fn child_rows(
     k: &Kube,
-    name: &str,
-    uid: &str,
+    (name, uid): (&str, &str),
     now: k8s_openapi::jiff::Timestamp,
+    numbers: &RevisionNumbers,
     rows: &mut Vec<Row>,
 ) -> anyhow::Result<Vec<String>> {
     let lp = ListParams::default().labels(&format!("{BOUND_TO_LABEL}={}", label_value(name)));
@@ -92,6 +96,7 @@ async fn child_rows(
                 .as_ref()
                 .map(|t| format!("{} ago", human(now.as_second() - t.0.as_second())))
                 .unwrap_or_else(|| "-".into()),
+            numbers.shown(revision_of(c)),
             // A successful run's message says nothing the phase does not.
             if failed {
                 cs.message.clone().unwrap_or_default()
@@ -109,6 +114,12 @@ fn object_of(c: &DynamicObject) -> String {
     a.and_then(|a| a.get(OBJECT_ANNOTATION))
         .cloned()
         .unwrap_or_default()
+}
+
+/// The hash of the revision child flow `c` was made from.
+fn revision_of(c: &DynamicObject) -> Option<&str> {
+    let a = c.metadata.annotations.as_ref()?;
+    a.get(REVISION_ANNOTATION).map(String::as_str)
 }
 
 /// Whether `c` is a child of the bound flow `uid` (a label alone can be written by anyone who

@@ -11,7 +11,9 @@ use pseudoflow_crd::protocol::served::mark_key;
 use pseudoflow_crd::selector::Selector;
 use serde_json::Value;
 
+use crate::cluster::Kube;
 use crate::escape::printable;
+use crate::revision::RevisionNumbers;
 use crate::show::human;
 
 /// Items per LIST request, as the controller reads the objects.
@@ -19,10 +21,11 @@ const PAGE: u32 = 100;
 /// What the FLOW column shows: there is no child flow.
 pub const IN_OBJECT: &str = "(in object)";
 
-/// One object's row: OBJECT, FLOW, PHASE, LAST RUN, MESSAGE; and whether this flow served it.
+/// One object's row: OBJECT, FLOW, PHASE, LAST RUN, REVISION, MESSAGE; and whether this flow
+/// served it.
 pub struct ObjectRow {
     /// The columns.
-    pub cells: [String; 5],
+    pub cells: [String; 6],
     /// Whether the object carries this flow's served mark (else it is `Pending`).
     pub served: bool,
 }
@@ -30,12 +33,13 @@ pub struct ObjectRow {
 /// The objects the bound flow (namespace `ns`, uid `flow_uid`, binding `bind`) serves, or a line
 /// saying why they cannot be read (a right the user lacks, a kind not served).
 pub async fn rows(
-    client: &kube::Client,
-    ns: &str,
+    k: &Kube,
     flow: &str,
     flow_uid: &str,
     bind: &Bind,
+    numbers: &RevisionNumbers,
 ) -> Result<Vec<ObjectRow>, String> {
+    let (client, ns) = (&k.client, k.namespace.as_str());
     let (group, version) = bind.group_version();
     let gvk = GroupVersionKind::gvk(group, version, &bind.kind);
     let (ar, caps) = pinned_kind(client, &gvk).await.map_err(|e| {
@@ -58,7 +62,7 @@ pub async fn rows(
         let labels = o.metadata.labels.clone().unwrap_or_default();
         selector
             .matches(&labels)
-            .then(|| row(&o, &key, flow_uid, bind, now))
+            .then(|| row(&o, (&key, flow_uid), bind, numbers, now))
     };
     let mut out = list_kept(client, &ar, scope, keep).await.map_err(|e| {
         let resource = resource_name(&ar);
@@ -129,22 +133,29 @@ fn object_key(o: &DynamicObject) -> String {
     }
 }
 
-/// Whether `o` carries flow `flow_uid`'s mark under `key` naming `o` itself (a mark copied from
+/// The mark of flow `flow_uid` under `key` on `o`, if it names `o` itself (a mark copied from
 /// another object, or left by an earlier flow of this name, counts as none, as for the
 /// controller).
-fn marked(o: &DynamicObject, key: &str, flow_uid: &str) -> bool {
+fn marked(o: &DynamicObject, key: &str, flow_uid: &str) -> Option<Value> {
     let raw = o.metadata.annotations.as_ref().and_then(|a| a.get(key));
-    let Some(mark) = raw.and_then(|r| serde_json::from_str::<Value>(r).ok()) else {
-        return false;
-    };
+    let mark = raw.and_then(|r| serde_json::from_str::<Value>(r).ok())?;
     let uid = o.metadata.uid.as_deref().unwrap_or_default();
-    mark["f"].as_str() == Some(flow_uid) && mark["u"].as_str() == Some(uid)
+    (mark["f"].as_str() == Some(flow_uid) && mark["u"].as_str() == Some(uid)).then_some(mark)
 }
 
-/// The row of object `o` at `now` (seconds).
-fn row(o: &DynamicObject, key: &str, flow_uid: &str, bind: &Bind, now: i64) -> ObjectRow {
+/// The row of object `o` at `now` (seconds), for the flow's mark `key` and uid.
+fn row(
+    o: &DynamicObject,
+    (key, flow_uid): (&str, &str),
+    bind: &Bind,
+    numbers: &RevisionNumbers,
+    now: i64,
+) -> ObjectRow {
     let status = o.data.get("status").cloned().unwrap_or(Value::Null);
-    let served = marked(o, key, flow_uid);
+    let mark = marked(o, key, flow_uid);
+    let served = mark.is_some();
+    // The revision that last served it (the mark's `v`).
+    let revision = numbers.shown(mark.as_ref().and_then(|m| m["v"].as_str()));
     let phase = if served {
         object_phase(&status, &bind.status.phase_field)
     } else {
@@ -165,6 +176,7 @@ fn row(o: &DynamicObject, key: &str, flow_uid: &str, bind: &Bind, now: i64) -> O
         IN_OBJECT.into(),
         printable(&phase),
         last,
+        revision,
         printable(&message),
     ];
     ObjectRow { cells, served }
@@ -218,6 +230,13 @@ mod tests {
         .unwrap()
     }
 
+    /// The revision numbers of a status listing revision 2 (`h2`).
+    fn numbers() -> RevisionNumbers {
+        let st = json!({"bound": {"objects": 1, "creating": 0, "running": 0, "failed": 1,
+            "revisions": [{"revision": 2, "name": "things-h2", "objects": 1}]}});
+        RevisionNumbers::of(&serde_json::from_value(st).unwrap())
+    }
+
     fn failed_status() -> Value {
         json!({"phase": "Failed", "message": "spec.steps[0]: boom", "conditions": [
             {"type": "Ready", "status": "False", "reason": "Failed",
@@ -229,10 +248,16 @@ mod tests {
     #[test]
     fn a_served_failed_object_shows_its_phase_time_and_message() {
         let key = mark_key("ops", "things");
-        let mark = json!({"f": "flow-1", "g": 1, "u": "obj-1", "x": true}).to_string();
+        let mark = json!({"f": "flow-1", "g": 1, "u": "obj-1", "x": true, "v": "h2"}).to_string();
         let o = object(json!({&key: mark}), failed_status());
         let now = "2026-01-01T00:01:10Z".parse::<k8s_openapi::jiff::Timestamp>();
-        let r = row(&o, &key, "flow-1", &bind(), now.unwrap().as_second());
+        let r = row(
+            &o,
+            (&key, "flow-1"),
+            &bind(),
+            &numbers(),
+            now.unwrap().as_second(),
+        );
         assert!(r.served);
         assert_eq!(
             r.cells,
@@ -241,6 +266,7 @@ mod tests {
                 IN_OBJECT,
                 "Failed",
                 "1m0s ago",
+                "2",
                 "spec.steps[0]: boom"
             ]
             .map(String::from)
@@ -256,9 +282,15 @@ mod tests {
             json!({&key: json!({"f": "flow-1", "u": "copied-from-another"}).to_string()}),
             json!({&key: "not json"}),
         ] {
-            let r = row(&object(ann, failed_status()), &key, "flow-1", &bind(), 0);
+            let r = row(
+                &object(ann, failed_status()),
+                (&key, "flow-1"),
+                &bind(),
+                &numbers(),
+                0,
+            );
             assert!(!r.served);
-            assert_eq!(r.cells[2..], ["Pending", "-", ""].map(String::from));
+            assert_eq!(r.cells[2..], ["Pending", "-", "-", ""].map(String::from));
         }
     }
 
@@ -273,22 +305,24 @@ mod tests {
 
     /// Attack: whoever may write an object's status (or put text into a step's failure) writes
     /// terminal escapes or a newline into its phase or message, to rewrite what the operator's
-    /// terminal shows (a fake row, a changed title).
+    /// terminal shows (a fake row, a changed title); or into the revision its served mark names
+    /// (anyone who may edit the object may write its annotations).
     #[test]
     fn attack_control_characters_in_an_objects_status_are_shown_escaped() {
         let key = mark_key("ops", "things");
-        let mark = json!({"f": "flow-1", "u": "obj-1"}).to_string();
+        let mark = json!({"f": "flow-1", "u": "obj-1", "v": "\u{1b}[2Jh"}).to_string();
         let failed = json!({"phase": "Failed",
             "message": "boom\u{1b}]0;owned\u{7}\nops/z   (in object)   Running"});
         let odd = json!({"phase": "Running\u{1b}[2J"});
         let rows = [failed, odd].map(|st| {
             let o = object(json!({&key: mark.clone()}), st);
-            row(&o, &key, "flow-1", &bind(), 0).cells
+            row(&o, (&key, "flow-1"), &bind(), &numbers(), 0).cells
         });
         for cell in rows.iter().flatten() {
             assert!(!cell.chars().any(char::is_control), "{cell:?}");
         }
-        let m = &rows[0][4];
+        assert_eq!(rows[0][4], "\\u{1b}[2Jh");
+        let m = &rows[0][5];
         assert!(m.starts_with("boom\\u{1b}]0;owned\\u{7}\\nops/z"), "{m}");
         assert_eq!(rows[1][2], "Running\\u{1b}[2J");
     }

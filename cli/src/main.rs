@@ -18,6 +18,7 @@ mod logs;
 mod placement;
 mod plan;
 mod retry;
+mod revision;
 mod runs;
 mod show;
 mod suspend;

@@ -19,6 +19,7 @@ pub mod limits;
 pub mod protocol;
 pub mod quoting;
 pub mod resource;
+pub mod rollout;
 pub mod schedule;
 pub mod schema;
 pub mod selector;

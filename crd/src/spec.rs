@@ -81,6 +81,9 @@ pub struct PseudoFlowSpec {
     /// object and what started the run, as the variables `object` and `trigger`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bound: Option<crate::bind::Bound>,
+    /// With `bind`: how the revisions of the flow's steps are kept (docs/bound-flows.md#revisions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<crate::rollout::Rollout>,
     /// How `${...}` enters shell commands: `quoted` (one shell word; `${x | raw}` opts out) or
     /// `raw` (as written). Default: `raw` in `v1alpha1`, `quoted` in `v1beta1`; the API server
     /// stores it, so a flow keeps what it was written for (docs/decisions.md#quoted-by-default).

@@ -135,6 +135,30 @@ pub struct BoundSummary {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 5))]
     pub failures: Vec<BoundFailure>,
+    /// The revision of the flow's steps as they are now, which serves its objects from now on:
+    /// its ControllerRevision's name (docs/bound-flows.md#revisions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_revision: Option<String>,
+    /// The objects per revision that last served them, newest revision first (at most
+    /// [`MAX_REVISIONS_SHOWN`]; an object served before revisions were kept is in none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_REVISIONS_SHOWN))]
+    pub revisions: Vec<RevisionCount>,
+}
+
+/// Most revisions `status.bound.revisions` lists.
+pub const MAX_REVISIONS_SHOWN: usize = 20;
+
+/// How many objects one revision of a bound flow last served.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RevisionCount {
+    /// Its number (the ControllerRevision's `revision`: higher is newer).
+    pub revision: i64,
+    /// The ControllerRevision's name (`<flow>-<hash>`).
+    pub name: String,
+    /// Objects it last served.
+    pub objects: u32,
 }
 
 /// One object whose run failed.

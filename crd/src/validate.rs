@@ -72,6 +72,15 @@ pub fn validate_spec(raw: &Value) -> (Option<PseudoFlowSpec>, Diagnostics) {
 
 /// `bind` is valid and not combined with what it replaces; `bound` only beside no `bind`.
 fn check_bind(spec: &PseudoFlowSpec, ctx: &mut Ctx) {
+    if let Some(rollout) = &spec.rollout {
+        rollout.validate(&mut ctx.at("rollout"));
+        if spec.bind.is_none() {
+            ctx.error(
+                "rollout",
+                "only a flow bound to a kind (spec.bind) has revisions to roll out",
+            );
+        }
+    }
     let Some(bind) = &spec.bind else {
         return;
     };
@@ -256,6 +265,24 @@ mod tests {
         let ok =
             serde_json::json!({"includeOnly": true, "steps": [{"type": "log", "message": "x"}]});
         assert!(!validate_spec(&ok).1.has_errors());
+    }
+
+    #[test]
+    fn a_rollout_needs_bind_and_a_history_limit_in_range() {
+        let log = serde_json::json!([{"type": "log", "message": "x"}]);
+        let bind = serde_json::json!({"apiVersion": "example.com/v1", "kind": "Gadget"});
+        let paths = |spec: Value| {
+            let (_, diags) = validate_spec(&spec);
+            diags.errors().map(|d| d.path.clone()).collect::<Vec<_>>()
+        };
+        let unbound = serde_json::json!({"steps": log, "rollout": {"revisionHistoryLimit": 3}});
+        assert_eq!(paths(unbound), ["spec.rollout"]);
+        let bound = serde_json::json!({"steps": log, "bind": bind,
+            "rollout": {"revisionHistoryLimit": 0}});
+        assert_eq!(paths(bound), Vec::<String>::new());
+        let many = serde_json::json!({"steps": log, "bind": bind,
+            "rollout": {"revisionHistoryLimit": 101}});
+        assert_eq!(paths(many), ["spec.rollout.revisionHistoryLimit"]);
     }
 
     #[test]

@@ -184,8 +184,9 @@ struct Outcome {
     message: Option<String>,
     events: usize,
     leader: Option<String>,
-    /// A flow bound to a kind served an object (its status written back) and let it go when
-    /// it was deleted: done as the flow's ServiceAccount, by impersonation.
+    /// A flow bound to a kind served an object (its status written back), kept its revision
+    /// (a ControllerRevision, with the controller's rights) and let the object go when it was
+    /// deleted: done as the flow's ServiceAccount, by impersonation.
     bound: bool,
 }
 
@@ -220,7 +221,8 @@ spec:
 "#;
 
 /// Whether, within 45 s each, a flow bound to Probes in `ns` writes `phase: Running` into a
-/// Probe's status, and deleting the Probe lets it go (its flow deleted, its finalizer removed).
+/// Probe's status, its revision is kept (its status names it, counting the Probe), and deleting
+/// the Probe lets it go (its flow deleted, its finalizer removed).
 async fn bound_probe(client: &Client, release: &str, ns: &str) -> bool {
     apply_text(client, PROBE_CRD, None).await.unwrap();
     let ar = kube::discovery::ApiResource {
@@ -254,6 +256,24 @@ async fn bound_probe(client: &Client, release: &str, ns: &str) -> bool {
     });
     if !running.await {
         eprintln!("{release}: the bound flow never wrote Running into its object's status");
+        return false;
+    }
+    // Its revision kept (a ControllerRevision the controller makes with its own rights) and
+    // counted in its status.
+    let flows: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &flow_resource());
+    let revision = within(30, || async {
+        flows
+            .get_opt("bound")
+            .await
+            .ok()
+            .flatten()
+            .is_some_and(|f| {
+                let b = &f.data["status"]["bound"];
+                b["currentRevision"].is_string() && b["revisions"][0]["objects"] == 1
+            })
+    });
+    if !revision.await {
+        eprintln!("{release}: the bound flow's revision was never kept");
         return false;
     }
     let _ = probes.delete("p", &Default::default()).await;

@@ -86,6 +86,21 @@ fn row(out: &str, ns: &str, object: &str) -> String {
         .to_string()
 }
 
+/// The REVISION cell of `object`'s row in `get`'s output `out` (the column under its header).
+fn revision_cell(out: &str, ns: &str, object: &str) -> String {
+    let header = out
+        .lines()
+        .find(|l| l.starts_with("OBJECT"))
+        .unwrap_or_else(|| panic!("no header: {out}"));
+    let at = header.find("REVISION").expect("a REVISION column");
+    let row = row(out, ns, object);
+    let cell = row.get(at..).unwrap_or_default();
+    cell.split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
 /// `get` of a flow bound to a kind: its objects, each with the flow serving it and its latest
 /// run (the failed one with why), instead of a step tree it does not have.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -106,6 +121,10 @@ async fn get_of_a_bound_flow_lists_its_objects_with_their_runs() {
         !good.contains("spec.steps"),
         "no message for a run that succeeded: {good}"
     );
+    // Both served by the flow's first revision, failed or not.
+    for o in ["good", "bad"] {
+        assert_eq!(revision_cell(out, &ns, o), "1", "{out}");
+    }
     ctl.abort();
 }
 
@@ -130,6 +149,10 @@ async fn get_of_a_bound_flow_recorded_in_its_objects_lists_them_from_the_objects
         bad.contains("(in object)") && bad.contains("Failed"),
         "{bad}"
     );
+    // Both served by the flow's first revision, as their served marks say.
+    for o in ["good", "bad"] {
+        assert_eq!(revision_cell(out, &ns, o), "1", "{out}");
+    }
     assert!(
         bad.contains("spec.steps[0]") && bad.contains("bad-NOT_A_NAME"),
         "why it failed: {bad}"

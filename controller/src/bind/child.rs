@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 /// bound flow re-makes every child, as a spec change re-runs an ordinary flow).
 pub const FLOW_GENERATION_ANNOTATION: &str = "ops.example.com/flow-generation";
 pub use pseudoflow_crd::bind::OBJECT_ANNOTATION;
+use pseudoflow_crd::rollout::REVISION_ANNOTATION;
 
 /// The child flow's name: `<parent>-<object>` with 128 bits of SHA-256 over both (and the
 /// object's namespace), at most 63 characters. Deterministic, so a restarted controller finds
@@ -133,6 +134,8 @@ pub fn child_flow(
     if let Some(s) = spec.as_object_mut() {
         s.remove("bind");
         s.remove("bound");
+        // Its revisions are the bound flow's (a flow without bind has none).
+        s.remove("rollout");
         s.insert(
             "bound".into(),
             json!({"object": view, "trigger": trigger, "plural": plural, "status": status}),
@@ -164,6 +167,7 @@ pub fn child_flow(
             "annotations": {
                 FLOW_GENERATION_ANNOTATION: p.generation.to_string(),
                 OBJECT_ANNOTATION: object,
+                REVISION_ANNOTATION: super::revision::hash(p.spec),
             },
             "ownerReferences": [{
                 "apiVersion": "ops.example.com/v1alpha1",
@@ -286,6 +290,8 @@ mod tests {
         assert_eq!(c["metadata"]["labels"][BOUND_TO_LABEL], "database");
         assert_eq!(c["metadata"]["ownerReferences"][0]["uid"], "u");
         assert_eq!(c["metadata"]["annotations"][OBJECT_ANNOTATION], "ops/pg");
+        let revision = &c["metadata"]["annotations"][REVISION_ANNOTATION];
+        assert_eq!(revision, &json!(crate::bind::revision::hash(&spec)));
         let n = child_name("database", "ops", "pg");
         assert_eq!(n, child_name("database", "ops", "pg"));
         assert_ne!(n, child_name("database", "other", "pg"));

@@ -23,6 +23,7 @@
 //! - [`in_object`]: a flow recorded in its objects (`bind.record: Object`): no child, each
 //!   object's steps run in the controller's memory and its result recorded in the object.
 //! - [`pending`]: which objects changed since the parent last served them (served alone).
+//! - [`revision`]: the flow's revisions (ControllerRevisions), and its objects per revision.
 //! - [`served`]: the served mark of a flow recorded in its objects (`bind.record: Object`),
 //!   from which the next serve computes `trigger`.
 
@@ -36,6 +37,7 @@ pub mod pages;
 pub mod parent;
 pub mod pending;
 pub mod related;
+pub mod revision;
 pub mod served;
 pub mod summary;
 pub mod watch;
@@ -78,6 +80,8 @@ pub struct Binder {
     pub outcomes: in_object::outcomes::Outcomes,
     /// The runs of objects of flows recorded in them, each in a task of its own.
     pub object_runs: in_object::tasks::Tasks,
+    /// Each bound flow's revisions as last read (so an unchanged flow reads none).
+    pub revisions: revision::history::Histories,
     /// Per child flow uid: a digest of the object status it last wrote, so an unchanged status is
     /// not written again (lost on restart: then it is written once more, harmlessly).
     written: Mutex<HashMap<String, u64>>,

@@ -7,6 +7,7 @@ use kube::api::{Api, DynamicObject, ListParams};
 
 use super::child::OBJECT_ANNOTATION;
 use super::decode::RawPage;
+use super::revision::REVISION_ANNOTATION;
 
 /// Items per LIST request: the most a reconcile holds in full at once.
 pub const PAGE: u32 = 100;
@@ -80,14 +81,17 @@ pub fn slim_child(mut child: DynamicObject) -> DynamicObject {
     child
 }
 
-/// A child flow cut to what summing up reads: the object it serves (its annotation) and its
-/// run's phase, message and last run time.
+/// A child flow cut to what summing up reads: the object it serves (its annotation), its
+/// run's phase, message and last run time, and the revision it was made from.
 pub fn child_state(child: DynamicObject) -> (String, DynamicObject) {
-    let data = match run_state(&child) {
+    let mut data = match run_state(&child) {
         Some(st) => serde_json::json!({ "status": st }),
         None => serde_json::json!({}),
     };
     let annotations = child.metadata.annotations.unwrap_or_default();
+    if let Some(h) = annotations.get(REVISION_ANNOTATION) {
+        data["revision"] = serde_json::json!(h);
+    }
     let object = annotations
         .get(OBJECT_ANNOTATION)
         .cloned()

@@ -69,6 +69,9 @@ pub struct Mark {
     /// What started the failed run (`${trigger}`), which its retries are run with.
     #[serde(rename = "r", default, skip_serializing_if = "Option::is_none")]
     pub retry_trigger: Option<Value>,
+    /// The hash of the flow's revision that served it ([`super::revision`]).
+    #[serde(rename = "v", default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -123,6 +126,7 @@ impl Mark {
             failed_at: 0,
             permanent: false,
             retry_trigger: None,
+            revision: None,
         }
     }
 

@@ -1,6 +1,8 @@
 //! The bound flow's own status: counts of its objects by phase and the latest failures (at most
 //! [`MAX_FAILURES_SHOWN`]), so it stays the same size at 10 or 10,000 objects.
 
+use std::collections::BTreeMap;
+
 use kube::api::DynamicObject;
 use pseudoflow_crd::bind::MAX_FAILURES_SHOWN;
 use pseudoflow_crd::status::{BoundFailure, BoundSummary};
@@ -59,6 +61,18 @@ pub fn summarise(children: &[(String, &DynamicObject)], refused: &[Refused]) -> 
         })
         .collect();
     s
+}
+
+/// The child flows counted per the hash of the revision each was made from (kept by
+/// [`super::pages::child_state`] as `revision`; a child made before revisions is in none).
+pub fn by_revision(children: &[(String, &DynamicObject)]) -> BTreeMap<String, u32> {
+    let mut out = BTreeMap::new();
+    for (_, c) in children {
+        if let Some(h) = c.data["revision"].as_str() {
+            *out.entry(h.to_string()).or_insert(0) += 1;
+        }
+    }
+    out
 }
 
 /// One line for the bound flow's `status.message`.

@@ -151,13 +151,16 @@ pub fn to_patch(status: &PseudoFlowStatus) -> Value {
 }
 
 /// The merge patch that replaces `previous` with `status`: `status`, plus a null for every field
-/// `previous` has and `status` does not (at the top and in `run`), since null is what deletes a
-/// field in a merge patch (a queued run that started, a current step that finished).
+/// `previous` has and `status` does not (at the top, in `run` and in `bound`), since null is what
+/// deletes a field in a merge patch (a queued run that started, a current step that finished, a
+/// bound flow's failures mended).
 pub fn replacing(previous: &Value, status: &PseudoFlowStatus) -> Value {
     let mut patch = to_patch(status);
     null_missing(previous, &mut patch);
-    if let (Some(prev_run), Some(run)) = (previous.get("run"), patch.get_mut("run")) {
-        null_missing(prev_run, run);
+    for nested in ["run", "bound"] {
+        if let (Some(prev), Some(now)) = (previous.get(nested), patch.get_mut(nested)) {
+            null_missing(prev, now);
+        }
     }
     patch
 }
@@ -540,6 +543,30 @@ mod tests {
 
     use super::*;
     use pseudoflow_walk::RUN_STATE_TOO_LARGE;
+
+    /// A bound flow's summary loses a field it had (its last failure mended, a revision no
+    /// longer current): the patch nulls it, or the merge would keep the old value for ever.
+    #[test]
+    fn a_field_the_bound_summary_no_longer_has_is_removed() {
+        let previous = json!({"phase": "Succeeded", "bound": {"objects": 1, "creating": 0,
+            "running": 0, "failed": 1, "failures": [{"object": "ns/a", "message": "boom"}],
+            "currentRevision": "f-h1", "revisions": [{"revision": 1, "name": "f-h1", "objects": 1}]}});
+        let status = PseudoFlowStatus {
+            phase: Some(FlowPhase::Succeeded),
+            bound: Some(pseudoflow_crd::status::BoundSummary {
+                objects: 1,
+                running: 1,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let patch = replacing(&previous, &status);
+        assert_eq!(
+            patch["bound"],
+            json!({"objects": 1, "creating": 0, "running": 1, "failed": 0,
+                "failures": null, "currentRevision": null, "revisions": null})
+        );
+    }
 
     #[test]
     fn a_new_status_deletes_what_the_last_one_said_and_no_longer_holds() {

@@ -22,6 +22,8 @@ use pseudoflow_test_support as common;
 
 /// The same, recorded in the objects (`bind.record: Object`).
 mod in_object;
+/// A bound flow's revisions (ControllerRevisions), under both ways of recording.
+mod revisions;
 
 use common::bound::*;
 use common::{apply, create_flow, eventually, flows, wait_status};

@@ -92,7 +92,8 @@ impl Serving<'_> {
         let next = retry::told(&policy, failures, false, ended_at);
         let message = message.map(|m| format!("{m}; {next}"));
         self.tell(obj, message.as_deref(), false).await;
-        self.outcome(&name, message.clone(), true);
+        let revision = crate::bind::revision::hash(self.parent.spec);
+        self.outcome(&name, message.clone(), true, Some(revision));
         let due = retry::due(&policy, failures, ended_at);
         let s = self.schedule(obj, failures, due, Some(trigger), "");
         outcomes.schedule(self.parent.uid, &name, Some(s));

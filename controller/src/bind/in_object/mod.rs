@@ -97,14 +97,16 @@ impl Serving<'_> {
                         outcomes.schedule(self.parent.uid, &name, Some(s));
                     }
                     let failure = "its last run failed (see its status)".to_string();
-                    self.outcome(&name, Some(failure), false);
+                    let marked = mark.as_ref().and_then(|m| m.revision.clone());
+                    self.outcome(&name, Some(failure), false, marked);
                     return Ok(None);
                 }
                 Next::Nothing => {
                     // Unchanged: what its last serve saw counts, known here or told by its mark.
-                    let failed = mark.is_some_and(|m| m.failed);
+                    let failed = mark.as_ref().is_some_and(|m| m.failed);
                     let failure = failed.then(|| "its last run failed (see its status)".into());
-                    self.outcome(&name, failure, false);
+                    let marked = mark.as_ref().and_then(|m| m.revision.clone());
+                    self.outcome(&name, failure, false, marked);
                     return Ok(None);
                 }
             };
@@ -220,7 +222,8 @@ impl Serving<'_> {
             format!("{m}; {next}")
         });
         self.tell(obj, message.as_deref(), permanent).await;
-        self.outcome(&name, message.clone(), true);
+        let revision = super::revision::hash(self.parent.spec);
+        self.outcome(&name, message.clone(), true, Some(revision.clone()));
         if let Err(e) = self
             .write_status(obj, &compiled, phase, message, &vars)
             .await
@@ -237,6 +240,7 @@ impl Serving<'_> {
         }
         let mut mark = Mark::of(self.parent.uid, self.parent.generation, &it.view, self.bind);
         mark.failed = failed;
+        mark.revision = Some(revision);
         if failed {
             mark.failures = failures;
             mark.failed_at = ended_at;
@@ -457,10 +461,15 @@ impl Serving<'_> {
     }
 
     /// Records what the serve of object `name` saw, for the summary: a run's end always, an
-    /// unchanged object's mark only where nothing is known yet (after a restart).
-    fn outcome(&self, name: &str, failure: Option<String>, ran: bool) {
+    /// unchanged object's mark only where nothing is known yet (after a restart); `revision`:
+    /// the hash of the revision that served it (that ran, or that its mark names).
+    fn outcome(&self, name: &str, failure: Option<String>, ran: bool, revision: Option<String>) {
         let at = k8s_openapi::jiff::Timestamp::now().as_second();
-        let o = outcomes::Outcome { failure, at };
+        let o = outcomes::Outcome {
+            failure,
+            at,
+            revision,
+        };
         let outcomes = &self.r.own.outcomes;
         if ran {
             outcomes.record(self.parent.uid, name.to_string(), Some(o));

@@ -21,6 +21,8 @@ pub struct Outcome {
     pub failure: Option<String>,
     /// When it ended (newest failures are listed first).
     pub at: i64,
+    /// The hash of the revision that served it (None: served before revisions were kept).
+    pub revision: Option<String>,
 }
 
 /// The outcomes of every flow recorded in its objects, by flow uid, then object key; the
@@ -112,6 +114,17 @@ impl Outcomes {
         (due, next)
     }
 
+    /// Flow `flow`'s objects counted per the hash of the revision that last served them.
+    pub fn by_revision(&self, flow: &str) -> BTreeMap<String, u32> {
+        let all = self.0.lock().expect("not poisoned");
+        let mut out = BTreeMap::new();
+        let served = all.get(flow).into_iter().flat_map(|f| f.values());
+        for h in served.filter_map(|o| o.revision.as_ref()) {
+            *out.entry(h.clone()).or_insert(0) += 1;
+        }
+        out
+    }
+
     /// Records `outcome` for `object` unless one is known already.
     pub fn record_if_unknown(&self, flow: &str, object: &str, outcome: Outcome) {
         let mut all = self.0.lock().expect("not poisoned");
@@ -181,6 +194,7 @@ mod tests {
         Some(Outcome {
             failure: Some(m.into()),
             at,
+            revision: None,
         })
     }
 
@@ -193,6 +207,7 @@ mod tests {
             Some(Outcome {
                 failure: None,
                 at: 1,
+                revision: None,
             }),
         );
         o.record("f", "ns/b".into(), failed("old", 2));
@@ -209,6 +224,7 @@ mod tests {
             Outcome {
                 failure: None,
                 at: 5,
+                revision: None,
             },
         );
         assert_eq!(o.summary("f", &[]).failed, 2, "known: kept");
@@ -218,6 +234,7 @@ mod tests {
             Outcome {
                 failure: None,
                 at: 5,
+                revision: None,
             },
         );
         assert_eq!(o.summary("f", &[]).running, 2, "unknown: recorded");
@@ -245,6 +262,7 @@ mod tests {
             Some(Outcome {
                 failure: None,
                 at: 2,
+                revision: None,
             }),
         );
         o.record("f", "ns/new".into(), failed("now", 3));
@@ -257,6 +275,34 @@ mod tests {
             2,
             "an object that left is not counted"
         );
+    }
+}
+
+#[cfg(test)]
+mod revision_tests {
+    use super::*;
+
+    #[test]
+    fn objects_are_counted_per_the_revision_that_last_served_them_until_they_leave() {
+        let o = Outcomes::default();
+        let served = |revision: Option<&str>| {
+            Some(Outcome {
+                failure: None,
+                at: 1,
+                revision: revision.map(String::from),
+            })
+        };
+        o.record("f", "ns/a".into(), served(Some("h1")));
+        o.record("f", "ns/b".into(), served(Some("h2")));
+        o.record("f", "ns/c".into(), served(Some("h2")));
+        o.record("f", "ns/old".into(), served(None));
+        o.record("g", "ns/x".into(), served(Some("h1")));
+        let want: BTreeMap<String, u32> = [("h1".into(), 1), ("h2".into(), 2)].into();
+        assert_eq!(o.by_revision("f"), want);
+        o.record("f", "ns/a".into(), served(Some("h2")));
+        o.record("f", "ns/c".into(), None);
+        let want: BTreeMap<String, u32> = [("h2".into(), 2)].into();
+        assert_eq!(o.by_revision("f"), want);
     }
 }
 

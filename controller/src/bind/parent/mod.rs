@@ -13,11 +13,13 @@ use kube::discovery::ApiResource;
 use kube::runtime::controller::Action;
 use pseudoflow_crd::bind::{Bind, BindRecord, BIND_FINALIZER};
 use pseudoflow_crd::selector::Selector;
+use pseudoflow_crd::status::BoundSummary;
 use pseudoflow_crd::PseudoFlowSpec;
 
 use super::child::Parent;
 use super::in_object;
 use super::pending::Pass;
+use super::revision;
 use super::summary::{self, Refused};
 use super::Binder;
 use crate::flow::{finalizer, Error, Reconciling};
@@ -65,6 +67,8 @@ pub(crate) async fn reconcile_parent(
             return Ok(Action::requeue(RETRY_REFUSED));
         }
     };
+    // Made before any object is served with it (so every record names a kept revision).
+    let mut history = revision::history::current(r).await;
     if bind.record != BindRecord::Object {
         // Switched to children: no object's run goes on in memory.
         r.own.object_runs.stop_flow(r.uid);
@@ -100,21 +104,10 @@ pub(crate) async fn reconcile_parent(
         // Summed up less than a second ago: a later reconcile does it.
         return Ok(Action::requeue(again.min(wait)));
     }
-    let refused: Vec<(String, String)> = pending.refused(r.uid).into_iter().collect();
-    let s = if bind.record == BindRecord::Object {
-        // No child to count: what its serves saw (bind/in_object/outcomes.rs).
-        r.own.outcomes.summary(r.uid, &refused)
-    } else {
-        let refusals: Vec<Refused> = refused
-            .into_iter()
-            .map(|(object, message)| Refused { object, message })
-            .collect();
-        let states = binding.child_states().await?;
-        let named: Vec<(String, &DynamicObject)> =
-            states.iter().map(|(o, c)| (o.clone(), c)).collect();
-        summary::summarise(&named, &refusals)
-    };
+    let (s, by_revision) = binding.sum_up().await?;
+    let s = revision::counted(s, &history, &by_revision);
     summarise(r, flows, previous, &bind.kind, s).await?;
+    revision::history::prune(r, &mut history, &by_revision).await;
     Ok(Action::requeue(again))
 }
 
@@ -143,6 +136,30 @@ impl Binding<'_> {
     fn leaving(&self, meta: &ObjectMeta) -> bool {
         let labels = meta.labels.clone().unwrap_or_default();
         meta.deletion_timestamp.is_some() || !self.selector.matches(&labels)
+    }
+
+    /// The flow's objects summed up (counted by phase, the latest failures, those refused),
+    /// and counted per revision hash.
+    async fn sum_up(&self) -> Result<(BoundSummary, BTreeMap<String, u32>), Error> {
+        let r = self.r;
+        let refused: Vec<(String, String)> =
+            r.own.watches.pending.refused(r.uid).into_iter().collect();
+        if self.bind.record == BindRecord::Object {
+            // No child to count: what its serves saw (bind/in_object/outcomes.rs).
+            let s = r.own.outcomes.summary(r.uid, &refused);
+            return Ok((s, r.own.outcomes.by_revision(r.uid)));
+        }
+        let refusals: Vec<Refused> = refused
+            .into_iter()
+            .map(|(object, message)| Refused { object, message })
+            .collect();
+        let states = self.child_states().await?;
+        let named: Vec<(String, &DynamicObject)> =
+            states.iter().map(|(o, c)| (o.clone(), c)).collect();
+        Ok((
+            summary::summarise(&named, &refusals),
+            summary::by_revision(&named),
+        ))
     }
 
     fn parent(&self) -> Parent<'_> {

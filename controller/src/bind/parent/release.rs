@@ -21,6 +21,7 @@ pub(crate) async fn release(r: &Reconciling<'_, Binder>) -> Result<(), Error> {
     r.own.forget(&format!("{}/", r.uid));
     r.own.object_runs.stop_flow(r.uid);
     r.own.outcomes.forget(r.uid);
+    r.own.revisions.forget(r.uid);
     let children = flows.list(&children_of(r.flow_id.name)).await?;
     let fin = object::finalizer_name(r.ns(), r.flow_id.name);
     for c in children.items.iter().filter(|c| owned_by(c, r.uid)) {
