@@ -60,7 +60,7 @@ async fn create_raw(client: &Client, ns: &str, body: Vec<u8>) -> Result<String, 
 }
 
 /// The process's resident memory now, in bytes.
-fn rss() -> u64 {
+pub(crate) fn rss() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
     let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
     let kb: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
@@ -69,7 +69,7 @@ fn rss() -> u64 {
 
 /// Samples [`rss`] every 10 ms on its own thread (the webhook's decoding keeps the runtime's
 /// workers busy) until `stop`; the peak.
-fn sample_peak(stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
+pub(crate) fn sample_peak(stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
     std::thread::spawn(move || {
         let mut peak = 0;
         while !stop.load(Ordering::SeqCst) {

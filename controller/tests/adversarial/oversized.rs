@@ -1,0 +1,130 @@
+//! Attacks on what the controller holds of what others write (issue #42 item 3): a tenant who
+//! may create flows, and one who may create objects of a bound kind, write 100 of each of
+//! ~1.2 MB. Before, the flows' watch read them by pages of 500 and its store kept every spec
+//! (+242 MiB held), and the objects were read whole, a page of 100 at a time, before each was
+//! refused as too large (+703 MiB under 4 bound flows). Now the controller's peak stays within
+//! 128 MiB of idle, each oversized flow fails naming the limit and `spec`, each oversized
+//! object is named in its bound flow's status with the limit, and an ordinary flow still runs.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::json;
+
+use crate::admission_memory::{rss, sample_peak};
+use crate::common::bound::*;
+use crate::common::{create_flow, flows, wait_done, wait_status};
+
+/// How many of each: flows and objects.
+const COUNT: usize = 100;
+
+/// The payload of each: ~1.2 MB, under etcd's 1.5 MiB per object.
+const PAYLOAD: usize = 1_200_000;
+
+/// Gives freed memory back to the system, so that RSS measures what is held, not what the
+/// allocator keeps of what the test itself built.
+fn trim() {
+    // SAFETY: malloc_trim only releases free memory of glibc's heap.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_flows_and_a_hundred_objects_of_1_2_mb_cost_under_128_mib_and_are_refused_by_name(
+) {
+    let (client, ns) = setup("oversized", all_verbs()).await;
+    create_flow(&client, &ns, "widgets", widget_flow(json!({}))).await;
+    create_widget(&client, &ns, "ok", json!({"version": "one"})).await;
+    wait_widget(&client, &ns, "ok", "Running").await;
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    trim();
+    let idle = rss();
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = sample_peak(stop.clone());
+    let t0 = Instant::now();
+
+    // One at a time (each body built, sent and dropped), so the test's own buffers stay small.
+    let blob = "x".repeat(PAYLOAD);
+    for i in 0..COUNT {
+        let spec = json!({"suspend": true, "steps": [{"type": "log", "message": blob}]});
+        create_flow(&client, &ns, &format!("big-{i}"), spec).await;
+        create_widget(
+            &client,
+            &ns,
+            &format!("big-{i}"),
+            json!({"version": "one", "blob": blob}),
+        )
+        .await;
+    }
+    drop(blob);
+    trim();
+    let created = t0.elapsed();
+    // Every object named as refused, and the last flow reported.
+    let bound = wait_status(
+        &client,
+        &ns,
+        "widgets",
+        180,
+        "every big object refused",
+        |s| s["bound"]["failed"] == COUNT,
+    )
+    .await;
+    // Held for a while: the watches' stores, not only their pages.
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    trim();
+    let held = rss();
+    stop.store(true, Ordering::SeqCst);
+    let peak = sampler.join().unwrap();
+    eprintln!(
+        "{COUNT} flows and {COUNT} objects of {PAYLOAD} bytes: created in {created:?}, reported \
+         in {:?}; RSS idle {} MiB, peak {} MiB (+{} MiB), held {} MiB (+{} MiB)",
+        t0.elapsed(),
+        idle >> 20,
+        peak >> 20,
+        peak.saturating_sub(idle) >> 20,
+        held >> 20,
+        held.saturating_sub(idle) >> 20,
+    );
+
+    let message = bound["bound"]["failures"][0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("262144") && message.contains("spec"),
+        "the object's refusal names the limit and the field: {message}"
+    );
+    let last = format!("big-{}", COUNT - 1);
+    let big = wait_done(&client, &ns, &last, 60).await;
+    assert_eq!(big["phase"], "Failed", "{big:#}");
+    let said = big["message"].as_str().unwrap_or_default();
+    assert!(
+        said.contains("spec") && said.contains("524288"),
+        "the flow's refusal names the limit and the path: {big:#}"
+    );
+    // Every flow reported, not only the last (read one at a time).
+    for i in 0..COUNT {
+        let f = flows(&client, &ns).get(&format!("big-{i}")).await.unwrap();
+        assert_eq!(f.data["status"]["phase"], "Failed", "big-{i}");
+    }
+    assert!(
+        peak.saturating_sub(idle) < 128 << 20,
+        "the controller's peak grew by {} MiB over idle",
+        peak.saturating_sub(idle) >> 20
+    );
+
+    // The controller still serves: an ordinary flow runs, and the served object is still served.
+    create_flow(
+        &client,
+        &ns,
+        "ordinary",
+        json!({"serviceAccountName": "flow", "steps": [{"type": "log", "message": "hello"}]}),
+    )
+    .await;
+    let ok = wait_done(&client, &ns, "ordinary", 60).await;
+    assert_eq!(ok["phase"], "Succeeded", "{ok:#}");
+    assert_eq!(
+        widget_status(&client, &ns, "ok").await["phase"],
+        "Running",
+        "the ordinary object is still served"
+    );
+}
