@@ -1,15 +1,29 @@
 //! Lists of a bound flow's objects and child flows, read a page at a time and each item cut to
 //! what the reconcile reads as it comes: a bound flow serving 1,000 objects would otherwise
 //! hold two full lists (every child flow's status with its steps) at once, at every wake. The
-//! objects are served a page at a time, as each page comes, each decoded alone.
+//! objects are served a page at a time, as each page comes, each decoded alone. A page is read
+//! whole before any of its items is cut, so pages are small, and few are read at once across
+//! all bound flows ([`PAGE_READS`]): 100 objects of 1.2 MB, a page of 100 each under 4 bound
+//! flows, took the controller +703 MiB before each was refused as too large (issue #42).
 
 use kube::api::{Api, DynamicObject, ListParams};
+use tokio::sync::Semaphore;
 
 use super::child::OBJECT_ANNOTATION;
 use super::decode::RawPage;
+use crate::limits::WATCH_PAGE;
 
-/// Items per LIST request: the most a reconcile holds in full at once.
-pub const PAGE: u32 = 100;
+/// Child flows per LIST request: the most a reconcile holds in full at once (a child carries
+/// its object, at most [`super::decode::MAX_OBJECT_BYTES`], besides its flow's steps).
+pub const PAGE: u32 = 25;
+
+/// Objects of a bound kind per LIST request (what anyone who may create them writes; each of
+/// up to the API server's 1.5 MiB, read as text before the large ones are cut).
+pub const OBJECT_PAGE: u32 = WATCH_PAGE;
+
+/// Pages of objects or children read at once, across all bound flows (the others wait their
+/// turn): what is held as text at once is at most this many pages.
+static PAGE_READS: Semaphore = Semaphore::const_new(2);
 
 /// Every item `lp` selects, `keep` applied to each as its page comes.
 pub async fn list_kept<T>(
@@ -24,7 +38,10 @@ pub async fn list_kept<T>(
         if let Some(t) = token.take() {
             page = page.continue_token(&t);
         }
-        let list = api.list(&page).await?;
+        let list = {
+            let _turn = PAGE_READS.acquire().await.expect("never closed");
+            api.list(&page).await?
+        };
         out.extend(list.items.into_iter().filter_map(&mut keep));
         match list.metadata.continue_.filter(|t| !t.is_empty()) {
             Some(t) => token = Some(t),
@@ -41,7 +58,7 @@ pub async fn raw_page(
     lp: &ListParams,
     token: Option<&str>,
 ) -> Result<RawPage, ListError> {
-    let mut page = lp.clone().limit(PAGE);
+    let mut page = lp.clone().limit(OBJECT_PAGE);
     if let Some(t) = token {
         page = page.continue_token(t);
     }
@@ -49,10 +66,12 @@ pub async fn raw_page(
         .list(&page)
         .map_err(|e| ListError::Request(kube::Error::BuildRequest(e)))?;
     let client = api.clone().into_client();
+    let _turn = PAGE_READS.acquire().await.expect("never closed");
     let text = client
         .request_text(request)
         .await
         .map_err(ListError::Request)?;
+    // Borrowed from `text`: an object too large is measured there, never copied.
     serde_json::from_str(&text).map_err(ListError::Page)
 }
 
