@@ -51,7 +51,11 @@ fn deep(ns: &str, name: &str, depth: usize) -> Vec<u8> {
 type Make = fn(&str, &str) -> Vec<u8>;
 
 /// Posts a flow create as raw bytes (never decoded here); the API server's answer.
-async fn create_raw(client: &Client, ns: &str, body: Vec<u8>) -> Result<String, kube::Error> {
+pub(crate) async fn create_raw(
+    client: &Client,
+    ns: &str,
+    body: Vec<u8>,
+) -> Result<String, kube::Error> {
     let req = http::Request::post(format!("{URL}/{ns}/pseudoflows"))
         .header("content-type", "application/json")
         .body(body)
@@ -82,7 +86,7 @@ pub(crate) fn sample_peak(stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64>
 
 /// Waits until the validating webhook answers for `ns` (its configuration has propagated): a
 /// dry-run create of a flow with a typo is refused as invalid.
-async fn wait_validating(client: &Client, ns: &str) {
+pub(crate) async fn wait_validating(client: &Client, ns: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let body = serde_json::to_vec(&json!({"apiVersion": "ops.example.com/v1alpha1",

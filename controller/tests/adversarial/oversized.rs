@@ -12,9 +12,12 @@ use std::time::Instant;
 
 use serde_json::json;
 
-use crate::admission_memory::{rss, sample_peak};
+use crate::admission_memory::{create_raw, rss, sample_peak, wait_validating};
+use crate::common::admission::start_webhooks;
+use crate::common::approval::remove_webhooks;
 use crate::common::bound::*;
-use crate::common::{create_flow, flows, wait_done, wait_status};
+use crate::common::{create_flow, flows, prepare, wait_done, wait_status};
+use pseudoflow_controller::approval::Key;
 
 /// How many of each: flows and objects.
 const COUNT: usize = 100;
@@ -127,4 +130,30 @@ async fn a_hundred_flows_and_a_hundred_objects_of_1_2_mb_cost_under_128_mib_and_
         "Running",
         "the ordinary object is still served"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_webhook_refuses_a_flow_larger_than_the_controller_reads_naming_the_limit() {
+    let (client, ns) = prepare("oversized-webhook", json!([]), json!([])).await;
+    let name = start_webhooks(&client, &ns, &Key::random()).await;
+    wait_validating(&client, &ns).await;
+    let body = |name: &str, n: usize| {
+        serde_json::to_vec(&json!({"apiVersion": "ops.example.com/v1alpha1",
+            "kind": "PseudoFlow", "metadata": {"name": name, "namespace": ns},
+            "spec": {"steps": [{"type": "log", "message": "x".repeat(n)}]}}))
+        .unwrap()
+    };
+    let err = create_raw(&client, &ns, body("big", 600_000))
+        .await
+        .expect_err("a 600 kB flow was admitted")
+        .to_string();
+    assert!(
+        err.contains("denied the request")
+            && err.contains("spec: the flow's spec takes")
+            && err.contains("more than the 524288 bytes"),
+        "{err}"
+    );
+    let fits = create_raw(&client, &ns, body("fits", 400_000)).await;
+    assert!(fits.is_ok(), "a 400 kB flow was refused: {fits:?}");
+    remove_webhooks(&client, &name).await;
 }
