@@ -43,7 +43,7 @@ const OVERSIZED: &str = "pseudoflow.oversized";
 
 /// What was measured of an object too large to keep.
 #[derive(Deserialize)]
-struct Oversized {
+struct MeasuredTooLarge {
     bytes: usize,
     field: String,
     field_bytes: usize,
@@ -143,7 +143,7 @@ pub fn object(raw: &str, index: usize) -> Result<DynamicObject, Unreadable> {
         meta: Some(Box::new(metadata.clone())),
     };
     if let Some(o) = fields.get(OVERSIZED) {
-        let o: Oversized =
+        let o: MeasuredTooLarge =
             serde_json::from_str(o.get()).map_err(|e| fail(format!("{OVERSIZED}: {e}")))?;
         return Err(fail(too_large(o.bytes, &o.field, o.field_bytes)));
     }
