@@ -1,6 +1,6 @@
 //! Attacks on what the controller holds of what others write (issue #42 item 3): a tenant who
 //! may create flows, and one who may create objects of a bound kind, write 100 of each of
-//! ~1.2 MB. Before, the flows' watch read them by pages of 500 and its store kept every spec
+//! ~1.2 MB; then 4 bound flows on the kind are created, each reading every object at once. Before, the flows' watch read them by pages of 500 and its store kept every spec
 //! (+242 MiB held), and the objects were read whole, a page of 100 at a time, before each was
 //! refused as too large (+703 MiB under 4 bound flows). Now the controller's peak stays within
 //! 128 MiB of idle, each oversized flow fails naming the limit and `spec`, each oversized
@@ -25,6 +25,19 @@ const COUNT: usize = 100;
 /// The payload of each: ~1.2 MB, under etcd's 1.5 MiB per object.
 const PAYLOAD: usize = 1_200_000;
 
+/// The bound flows besides `widgets` (which writes the objects' status).
+const ALSO_BOUND: [&str; 3] = ["also-1", "also-2", "also-3"];
+
+/// A bound flow on widgets that writes nothing back to them.
+fn also_bound() -> serde_json::Value {
+    json!({
+        "serviceAccountName": "flow",
+        "bind": {"apiVersion": format!("{GROUP}/v1"), "kind": "Widget",
+            "status": {"phaseField": "", "conditions": false}},
+        "steps": [{"type": "log", "message": "${object.metadata.name}"}]
+    })
+}
+
 /// Gives freed memory back to the system, so that RSS measures what is held, not what the
 /// allocator keeps of what the test itself built.
 fn trim() {
@@ -38,9 +51,7 @@ fn trim() {
 async fn a_hundred_flows_and_a_hundred_objects_of_1_2_mb_cost_under_128_mib_and_are_refused_by_name(
 ) {
     let (client, ns) = setup("oversized", all_verbs()).await;
-    create_flow(&client, &ns, "widgets", widget_flow(json!({}))).await;
     create_widget(&client, &ns, "ok", json!({"version": "one"})).await;
-    wait_widget(&client, &ns, "ok", "Running").await;
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     trim();
     let idle = rss();
@@ -64,7 +75,13 @@ async fn a_hundred_flows_and_a_hundred_objects_of_1_2_mb_cost_under_128_mib_and_
     drop(blob);
     trim();
     let created = t0.elapsed();
-    // Every object named as refused, and the last flow reported.
+    // Then four bound flows on the kind, each reading every object at once in its first pass
+    // (as at the issue's filing).
+    create_flow(&client, &ns, "widgets", widget_flow(json!({}))).await;
+    for flow in ALSO_BOUND {
+        create_flow(&client, &ns, flow, also_bound()).await;
+    }
+    // Every object named as refused by each bound flow.
     let bound = wait_status(
         &client,
         &ns,
@@ -74,6 +91,13 @@ async fn a_hundred_flows_and_a_hundred_objects_of_1_2_mb_cost_under_128_mib_and_
         |s| s["bound"]["failed"] == COUNT,
     )
     .await;
+    for flow in ALSO_BOUND {
+        wait_status(&client, &ns, flow, 180, "every big object refused", |s| {
+            s["bound"]["failed"] == COUNT
+        })
+        .await;
+    }
+    wait_widget(&client, &ns, "ok", "Running").await;
     // Held for a while: the watches' stores, not only their pages.
     tokio::time::sleep(std::time::Duration::from_secs(5)).await;
     trim();
