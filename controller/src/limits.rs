@@ -15,7 +15,7 @@ pub const MAX_RUN_STATE_DEPTH: usize = 100;
 /// The API server stores at most 1 MiB per object; this leaves room for the object around it.
 pub const MAX_RUN_STATE_BYTES: usize = 900 * 1024;
 
-/// Largest flow spec the controller reads, in bytes of JSON (docs/decisions.md#largest-flow-the-controller-reads).
+/// Largest flow spec the controller reads, in bytes of JSON (docs/decisions.md#largest-flow-the-controller-reads-512-kib-of-spec).
 /// A flow over it is refused (Failed, naming the limit) and its spec is dropped as its watch
 /// decodes it, so the watch's store never holds it: otherwise anyone who may create flows
 /// makes the controller hold what they write (100 flows of 1.2 MB kept it +242 MiB). Real
