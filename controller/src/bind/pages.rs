@@ -6,16 +6,18 @@
 //! all bound flows ([`PAGE_READS`]): 100 objects of 1.2 MB, a page of 100 each under 4 bound
 //! flows, took the controller +1,055 MiB before each was refused as too large (issue #42).
 
-use kube::api::{Api, DynamicObject, ListParams};
+use kube::api::{Api, DynamicObject, ListParams, ObjectList};
 use tokio::sync::Semaphore;
 
 use super::child::OBJECT_ANNOTATION;
 use super::decode::RawPage;
 use crate::limits::WATCH_PAGE;
+use crate::raw::RawFlow;
 
 /// Child flows per LIST request: the most a reconcile holds in full at once (a child carries
-/// its object, at most [`super::decode::MAX_OBJECT_BYTES`], besides its flow's steps).
-pub const PAGE: u32 = 25;
+/// its object, at most [`super::decode::MAX_OBJECT_BYTES`], besides its flow's steps, and
+/// anyone who may create flows can label one a child).
+pub const PAGE: u32 = WATCH_PAGE;
 
 /// Objects of a bound kind per LIST request (what anyone who may create them writes; each of
 /// up to the API server's 1.5 MiB, read as text before the large ones are cut).
@@ -26,7 +28,10 @@ pub const OBJECT_PAGE: u32 = WATCH_PAGE;
 /// 100 objects of 1.2 MB to +88 MiB, one to +53 MiB).
 static PAGE_READS: Semaphore = Semaphore::const_new(1);
 
-/// Every item `lp` selects, `keep` applied to each as its page comes.
+/// Every flow `lp` selects, `keep` applied to each as its page comes. The flows are decoded as
+/// the flows' watch decodes them ([`RawFlow`]): one whose spec is too large or too deep to read
+/// (anyone who may create flows can label one a child) is passed on with its metadata and
+/// status only, its spec never decoded.
 pub async fn list_kept<T>(
     api: &Api<DynamicObject>,
     lp: &ListParams,
@@ -34,21 +39,41 @@ pub async fn list_kept<T>(
 ) -> Result<Vec<T>, kube::Error> {
     let mut out = Vec::new();
     let mut token: Option<String> = None;
+    let client = api.clone().into_client();
     loop {
         let mut page = lp.clone().limit(PAGE);
         if let Some(t) = token.take() {
             page = page.continue_token(&t);
         }
+        let request = kube::core::Request::new(api.resource_url())
+            .list(&page)
+            .map_err(kube::Error::BuildRequest)?;
         let list = {
             let _turn = PAGE_READS.acquire().await.expect("never closed");
-            api.list(&page).await?
+            client.request::<ObjectList<RawFlow>>(request).await?
         };
-        out.extend(list.items.into_iter().filter_map(&mut keep));
+        out.extend(list.items.into_iter().map(as_listed).filter_map(&mut keep));
         match list.metadata.continue_.filter(|t| !t.is_empty()) {
             Some(t) => token = Some(t),
             None => return Ok(out),
         }
     }
+}
+
+/// A listed flow as the untyped object the reconcile reads; one whose spec cannot be read, its
+/// metadata and status only.
+fn as_listed(flow: RawFlow) -> DynamicObject {
+    flow.decode().unwrap_or_else(|_| {
+        let data = match flow.status_value() {
+            Some(status) => serde_json::json!({ "status": status }),
+            None => serde_json::json!({}),
+        };
+        DynamicObject {
+            types: None,
+            metadata: flow.metadata,
+            data,
+        }
+    })
 }
 
 /// One page of the objects `lp` selects, after the page `token` names (the first: `None`),
@@ -152,6 +177,26 @@ mod tests {
         assert_eq!(slim.data["status"]["message"], "why");
         assert!(slim.data["status"].get("steps").is_none());
         assert_eq!(slim.metadata.annotations.unwrap()["a"], "b");
+    }
+
+    #[test]
+    fn a_listed_flow_too_large_to_read_keeps_its_metadata_and_status_only() {
+        let text = format!(
+            r#"{{"metadata":{{"name":"c","labels":{{"l":"v"}}}},"spec":{{"x":"{}"}},"status":{{"phase":"Failed"}}}}"#,
+            "x".repeat(crate::limits::MAX_FLOW_SPEC_BYTES)
+        );
+        let listed = as_listed(serde_json::from_str(&text).unwrap());
+        assert_eq!(listed.metadata.name.as_deref(), Some("c"));
+        assert_eq!(
+            listed.data,
+            serde_json::json!({"status": {"phase": "Failed"}})
+        );
+        let small: RawFlow =
+            serde_json::from_str(r#"{"metadata":{"name":"d"},"spec":{"steps":[]}}"#).unwrap();
+        assert_eq!(
+            as_listed(small).data,
+            serde_json::json!({"spec": {"steps": []}})
+        );
     }
 
     #[test]

@@ -16,8 +16,9 @@ use crate::admission_memory::{create_raw, rss, sample_peak, wait_validating};
 use crate::common::admission::start_webhooks;
 use crate::common::approval::remove_webhooks;
 use crate::common::bound::*;
-use crate::common::{create_flow, flows, prepare, wait_done, wait_status};
+use crate::common::{apply, create_flow, flows, prepare, wait_done, wait_status};
 use pseudoflow_controller::approval::Key;
+use pseudoflow_crd::bind::BOUND_TO_LABEL;
 
 /// How many of each: flows and objects.
 const COUNT: usize = 100;
@@ -62,8 +63,12 @@ async fn a_hundred_flows_and_a_hundred_objects_of_1_2_mb_cost_under_128_mib_and_
     // One at a time (each body built, sent and dropped), so the test's own buffers stay small.
     let blob = "x".repeat(PAYLOAD);
     for i in 0..COUNT {
-        let spec = json!({"suspend": true, "steps": [{"type": "log", "message": blob}]});
-        create_flow(&client, &ns, &format!("big-{i}"), spec).await;
+        // Labelled as children of the bound flow `widgets`: its lists of children read them too.
+        let flow = json!({"apiVersion": "ops.example.com/v1alpha1", "kind": "PseudoFlow",
+            "metadata": {"name": format!("big-{i}"), "namespace": ns,
+                "labels": {BOUND_TO_LABEL: "widgets"}},
+            "spec": {"suspend": true, "steps": [{"type": "log", "message": blob}]}});
+        apply(&client, flow).await;
         create_widget(
             &client,
             &ns,
