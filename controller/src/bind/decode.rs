@@ -56,25 +56,39 @@ fn kept_items<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Box<RawValue>>, D::
     Ok(items.into_iter().map(keep).collect())
 }
 
-/// `item` as it is, or, when its fields take more than [`MAX_OBJECT_BYTES`], its metadata and
-/// what was measured (under [`OVERSIZED`]): the object itself is never copied.
+/// `item` as it is, or, when its fields take more than [`MAX_OBJECT_BYTES`], its [`stub`]: the
+/// object itself is never copied.
 fn keep(item: &RawValue) -> Box<RawValue> {
-    if item.get().len() <= MAX_OBJECT_BYTES {
-        return item.to_owned();
-    }
-    let Ok(fields) = serde_json::from_str::<BTreeMap<String, &RawValue>>(item.get()) else {
-        return item.to_owned();
+    stub(item).unwrap_or_else(|| item.to_owned())
+}
+
+/// An object read alone (a GET's text), cut as a page's items are ([`keep`]): its text, or its
+/// [`stub`] when it is too large.
+pub fn cut(text: String) -> String {
+    let stubbed = match serde_json::from_str::<&RawValue>(&text) {
+        Ok(item) => stub(item).map(|s| s.get().to_string()),
+        Err(_) => None,
     };
+    stubbed.unwrap_or(text)
+}
+
+/// When `item`'s fields take more than [`MAX_OBJECT_BYTES`]: its metadata and what was measured
+/// (under [`OVERSIZED`]).
+fn stub(item: &RawValue) -> Option<Box<RawValue>> {
+    if item.get().len() <= MAX_OBJECT_BYTES {
+        return None;
+    }
+    let fields = serde_json::from_str::<BTreeMap<String, &RawValue>>(item.get()).ok()?;
     let (bytes, (field, field_bytes)) = measure(&fields);
     if bytes <= MAX_OBJECT_BYTES {
-        return item.to_owned();
+        return None;
     }
     let metadata = fields.get("metadata").map_or("{}", |m| m.get());
     let stub = format!(
         r#"{{"metadata":{metadata},"{OVERSIZED}":{{"bytes":{bytes},"field":{},"field_bytes":{field_bytes}}}}}"#,
         Value::String(field)
     );
-    RawValue::from_string(stub).unwrap_or_else(|_| item.to_owned())
+    RawValue::from_string(stub).ok()
 }
 
 /// The bytes an object's fields take (all but `metadata`, `status`, `apiVersion` and `kind`),
@@ -248,6 +262,12 @@ mod tests {
             e.message
         );
         assert!(object(page.items[1].get(), 1).is_ok());
+        // Read alone, the same.
+        let alone = cut(widget("big", &big));
+        assert!(alone.len() < 10_000, "not kept whole");
+        assert_eq!(object(&alone, 0).unwrap_err().message, e.message);
+        let ok = widget("ok", r#"{"version":"1"}"#);
+        assert_eq!(cut(ok.clone()), ok);
     }
 
     #[test]
