@@ -10,6 +10,7 @@ use kube::api::{Api, DynamicObject, ListParams, ObjectList};
 use tokio::sync::Semaphore;
 
 use super::child::OBJECT_ANNOTATION;
+use super::claim::UNREADABLE;
 use super::decode::RawPage;
 use crate::limits::WATCH_PAGE;
 use crate::raw::RawFlow;
@@ -61,13 +62,13 @@ pub async fn list_kept<T>(
 }
 
 /// A listed flow as the untyped object the reconcile reads; one whose spec cannot be read, its
-/// metadata and status only.
+/// metadata, status and why ([`UNREADABLE`]).
 fn as_listed(flow: RawFlow) -> DynamicObject {
-    flow.decode().unwrap_or_else(|_| {
-        let data = match flow.status_value() {
-            Some(status) => serde_json::json!({ "status": status }),
-            None => serde_json::json!({}),
-        };
+    flow.decode().unwrap_or_else(|e| {
+        let mut data = serde_json::json!({ UNREADABLE: e.to_string() });
+        if let Some(status) = flow.status_value() {
+            data["status"] = status;
+        }
         DynamicObject {
             types: None,
             metadata: flow.metadata,
@@ -117,10 +118,14 @@ pub enum ListError {
 pub fn slim_child(mut child: DynamicObject) -> DynamicObject {
     let bound = child.data["spec"]["bound"].take();
     let status = run_state(&child);
+    let unreadable = child.data[UNREADABLE].take();
     child.metadata.managed_fields = None;
     child.data = serde_json::json!({"spec": {"bound": bound}});
     if let Some(st) = status {
         child.data["status"] = st;
+    }
+    if !unreadable.is_null() {
+        child.data[UNREADABLE] = unreadable;
     }
     child
 }
@@ -188,8 +193,16 @@ mod tests {
         let listed = as_listed(serde_json::from_str(&text).unwrap());
         assert_eq!(listed.metadata.name.as_deref(), Some("c"));
         assert_eq!(
-            listed.data,
-            serde_json::json!({"status": {"phase": "Failed"}})
+            listed.data["status"],
+            serde_json::json!({"phase": "Failed"})
+        );
+        let why = listed.data[UNREADABLE].as_str().unwrap().to_string();
+        assert!(why.contains("more than the 524288 bytes"), "{why}");
+        assert!(listed.data.get("spec").is_none());
+        // Cut to what serving reads, it still says why.
+        assert_eq!(
+            slim_child(listed).data[UNREADABLE].as_str(),
+            Some(why.as_str())
         );
         let small: RawFlow =
             serde_json::from_str(r#"{"metadata":{"name":"d"},"spec":{"steps":[]}}"#).unwrap();

@@ -186,3 +186,37 @@ async fn the_webhook_refuses_a_flow_larger_than_the_controller_reads_naming_the_
     assert!(fits.is_ok(), "a 400 kB flow was refused: {fits:?}");
     remove_webhooks(&client, &name).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_flow_over_the_limit_fails_naming_it_and_its_bound_flow_says_why() {
+    let (client, ns) = setup("oversized-child", all_verbs()).await;
+    // 300 kB of steps plus an object of 250 kB: each within its limit, their child is not.
+    let flow = json!({
+        "serviceAccountName": "flow",
+        "bind": {"apiVersion": format!("{GROUP}/v1"), "kind": "Widget",
+            "status": {"phaseField": "", "conditions": false}},
+        "steps": [{"type": "log", "message": "y".repeat(300_000)}]
+    });
+    create_flow(&client, &ns, "big-steps", flow).await;
+    create_widget(&client, &ns, "w", json!({"blob": "x".repeat(250_000)})).await;
+    let status = wait_status(&client, &ns, "big-steps", 60, "the object refused", |s| {
+        s["bound"]["failed"] == 1
+    })
+    .await;
+    let message = status["bound"]["failures"][0]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        message.contains("spec: ") && message.contains("more than the 524288 bytes"),
+        "{status:#}"
+    );
+    let child = pseudoflow_controller::bind::child::child_name("big-steps", &ns, "w");
+    let child = wait_done(&client, &ns, &child, 60).await;
+    assert_eq!(child["phase"], "Failed", "{child:#}");
+    assert!(
+        child["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("spec: the flow's spec takes")),
+        "{child:#}"
+    );
+}
