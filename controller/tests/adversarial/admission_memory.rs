@@ -63,6 +63,10 @@ pub(crate) async fn create_raw(
     client.request_text(req).await
 }
 
+/// Held by a test of this binary while it measures the process's memory: the tests run at once
+/// in one process, and one's growth would count in another's measure.
+pub(crate) static MEASURING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// The process's resident memory now, in bytes.
 pub(crate) fn rss() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
@@ -137,6 +141,7 @@ async fn ten_concurrent_3_mib_worst_case_reviews_are_refused_by_the_decode_budge
         );
     }
     // Warm up (the first answers allocate what later ones reuse), then measure.
+    let _measuring = MEASURING.lock().await;
     wait_validating(&client, &ns).await;
     let before = rss();
     let stop = Arc::new(AtomicBool::new(false));

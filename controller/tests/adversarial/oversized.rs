@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use serde_json::json;
 
-use crate::admission_memory::{create_raw, rss, sample_peak, wait_validating};
+use crate::admission_memory::{create_raw, rss, sample_peak, wait_validating, MEASURING};
 use crate::common::admission::start_webhooks;
 use crate::common::approval::remove_webhooks;
 use crate::common::bound::*;
@@ -53,6 +53,7 @@ async fn a_hundred_flows_and_a_hundred_objects_of_1_2_mb_cost_under_128_mib_and_
 ) {
     let (client, ns) = setup("oversized", all_verbs()).await;
     create_widget(&client, &ns, "ok", json!({"version": "one"})).await;
+    let _measuring = MEASURING.lock().await;
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     trim();
     let idle = rss();
