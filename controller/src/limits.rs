@@ -15,6 +15,19 @@ pub const MAX_RUN_STATE_DEPTH: usize = 100;
 /// The API server stores at most 1 MiB per object; this leaves room for the object around it.
 pub const MAX_RUN_STATE_BYTES: usize = 900 * 1024;
 
+/// Largest flow spec the controller reads, in bytes of JSON (docs/decisions.md#largest-flow-the-controller-reads-512-kib-of-spec).
+/// A flow over it is refused (Failed, naming the limit) and its spec is dropped as its watch
+/// decodes it, so the watch's store never holds it: otherwise anyone who may create flows
+/// makes the controller hold what they write (100 flows of 1.2 MB kept it +242 MiB). Real
+/// flows are a few tens of KB; a bound flow's child carries its object (at most
+/// [`crate::bind::decode::MAX_OBJECT_BYTES`]) besides its flow's steps.
+pub const MAX_FLOW_SPEC_BYTES: usize = 512 * 1024;
+
+/// Items per LIST page of the controller's watches of what others write (flows, bound
+/// objects): one page is held whole, as text, while it is decoded; at most 10 objects of the
+/// API server's 1.5 MiB each.
+pub const WATCH_PAGE: u32 = 10;
+
 /// Longest `status.message` (and condition message), in characters.
 pub const MAX_STATUS_MESSAGE_CHARS: usize = 2000;
 

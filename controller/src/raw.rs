@@ -3,6 +3,8 @@
 //! (whose `fieldsV1` mirror the spec's nesting) is dropped unread. So one flow nested deeper than
 //! serde_json's limit of 128 cannot fail the LIST that holds every flow: it fails alone, in its
 //! own reconcile, which checks the depth ([`pseudoflow_walk::depth`]) before anything parses the spec.
+//! A spec larger than [`MAX_FLOW_SPEC_BYTES`] is dropped as it is decoded (only its size is
+//! kept), so the watch's store never holds it, and the flow's reconcile refuses it.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -17,7 +19,7 @@ use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::limits::MAX_SPEC_DEPTH;
+use crate::limits::{MAX_FLOW_SPEC_BYTES, MAX_SPEC_DEPTH};
 use pseudoflow_walk::depth::{self, TooDeep};
 
 /// A PseudoFlow with its `spec` and `status` undecoded.
@@ -29,6 +31,9 @@ pub struct RawFlow {
     pub spec: Option<Box<RawValue>>,
     /// The status as last written, likewise kept raw.
     pub status: Option<Box<RawValue>>,
+    /// The spec's size in bytes when it was larger than [`MAX_FLOW_SPEC_BYTES`]: then `spec` is
+    /// `None`, never held.
+    pub oversized: Option<usize>,
 }
 
 /// Why a flow cannot become the untyped object the reconcile reads.
@@ -40,6 +45,12 @@ pub enum DecodeError {
     /// The document is not the JSON it should be (which part, the error).
     #[error("{0}: {1}")]
     Json(&'static str, serde_json::Error),
+    /// The spec is larger than the controller reads.
+    #[error(
+        "spec: the flow's spec takes {0} bytes, more than the {MAX_FLOW_SPEC_BYTES} bytes the \
+         controller reads of a flow; it is not read"
+    )]
+    TooLarge(usize),
 }
 
 impl RawFlow {
@@ -47,6 +58,9 @@ impl RawFlow {
     /// known to nest at most [`MAX_SPEC_DEPTH`] deep. A status nested deeper (only someone
     /// allowed to write `pseudoflows/status` can do that) is read as absent.
     pub fn decode(&self) -> Result<DynamicObject, DecodeError> {
+        if let Some(bytes) = self.oversized {
+            return Err(DecodeError::TooLarge(bytes));
+        }
         let mut data = serde_json::Map::new();
         if let Some(spec) = &self.spec {
             depth::check(spec.get(), "spec", MAX_SPEC_DEPTH)?;
@@ -74,6 +88,25 @@ impl RawFlow {
     }
 }
 
+/// The bytes `v` takes as compact JSON (counted, not written): what the webhook measures of a
+/// spec against [`MAX_FLOW_SPEC_BYTES`], so a flow the controller would not read is refused
+/// when it is written.
+pub fn json_bytes(v: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    let _ = serde_json::to_writer(&mut count, v);
+    count.0
+}
+
 impl<'de> Deserialize<'de> for RawFlow {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         #[derive(Deserialize)]
@@ -90,10 +123,16 @@ impl<'de> Deserialize<'de> for RawFlow {
             Some(raw) => without_managed_fields(raw.get()).map_err(D::Error::custom)?,
             None => ObjectMeta::default(),
         };
+        let size = wire.spec.as_ref().map_or(0, |s| s.get().len());
+        let (spec, oversized) = match wire.spec {
+            Some(_) if size > MAX_FLOW_SPEC_BYTES => (None, Some(size)),
+            spec => (spec, None),
+        };
         Ok(RawFlow {
             metadata,
-            spec: wire.spec,
+            spec,
             status: wire.status,
+            oversized,
         })
     }
 }
@@ -206,6 +245,29 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_spec_over_the_limit_is_dropped_as_it_is_read_and_refused_naming_the_limit() {
+        let text = |n: usize| {
+            format!(
+                r#"{{"metadata":{{"name":"x"}},"spec":{{"steps":[{{"type":"log","message":"{}"}}]}}}}"#,
+                "x".repeat(n)
+            )
+        };
+        let fits: RawFlow = serde_json::from_str(&text(MAX_FLOW_SPEC_BYTES - 100)).unwrap();
+        assert!(fits.spec.is_some() && fits.oversized.is_none());
+        assert!(fits.decode().is_ok());
+        let big: RawFlow = serde_json::from_str(&text(MAX_FLOW_SPEC_BYTES)).unwrap();
+        assert!(big.spec.is_none(), "not held");
+        assert_eq!(big.metadata.name.as_deref(), Some("x"));
+        let e = big.decode().unwrap_err();
+        assert!(matches!(e, DecodeError::TooLarge(n) if n > MAX_FLOW_SPEC_BYTES));
+        let message = e.to_string();
+        assert!(
+            message.starts_with("spec: ") && message.contains("more than the 524288 bytes"),
+            "{message}"
+        );
     }
 
     #[test]

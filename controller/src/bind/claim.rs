@@ -35,10 +35,17 @@ pub fn recorded_uid(child: &DynamicObject) -> Option<&str> {
     child.data["spec"]["bound"]["object"]["metadata"]["uid"].as_str()
 }
 
+/// Where a listed child whose spec cannot be read says why ([`super::pages::list_kept`]): it
+/// records no object, and stands for none.
+pub const UNREADABLE: &str = "unreadable";
+
 /// How `child` (owned by the bound flow, by its owner reference) stands to `obj`, given the
 /// bound flow's mark annotation and finalizer.
 pub fn standing(child: &DynamicObject, obj: &DynamicObject, mark: &str, fin: &str) -> Standing {
     let name = child.metadata.name.as_deref().unwrap_or_default();
+    if let Some(why) = child.data[UNREADABLE].as_str() {
+        return Standing::Foreign(format!("the PseudoFlow {name} cannot be read: {why}"));
+    }
     let obj_uid = obj.metadata.uid.as_deref().unwrap_or_default();
     let recorded = recorded_uid(child);
     if recorded != Some(obj_uid) {
@@ -135,6 +142,23 @@ mod tests {
         serde_json::from_value(json!({"metadata": {"name": "c", "uid": uid},
             "spec": {"bound": {"object": {"metadata": {"uid": object_uid}}}}}))
         .unwrap()
+    }
+
+    #[test]
+    fn a_child_that_cannot_be_read_stands_for_no_object_and_says_why() {
+        let fin = "ops.example.com/flow-widgets-x";
+        let m = mark_key("ops", "widgets");
+        let c: DynamicObject = serde_json::from_value(
+            json!({"metadata": {"name": "c", "uid": "c1"}, UNREADABLE: "spec: too large"}),
+        )
+        .unwrap();
+        let named = obj(json!({m.clone(): "c1"}), &[fin]);
+        match standing(&c, &named, &m, fin) {
+            Standing::Foreign(why) => {
+                assert_eq!(why, "the PseudoFlow c cannot be read: spec: too large")
+            }
+            s => panic!("{s:?}"),
+        }
     }
 
     #[test]

@@ -3,13 +3,15 @@
 //! and with it every other object of the kind: none was served, and their deletions hung on the
 //! finalizer. Here the page's items are kept as raw text (serde_json skips a raw value without
 //! recursing), each is checked for depth ([`pseudoflow_walk::depth`], no recursion) and size, then decoded;
-//! one that cannot be is named with why, and the others are served.
+//! one that cannot be is named with why, and the others are served. An object whose fields take
+//! more than [`MAX_OBJECT_BYTES`] is measured where the page's text lies and only its metadata
+//! and its size are kept (never copied whole, never decoded).
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ListMeta, ObjectMeta};
 use kube::api::{DynamicObject, TypeMeta};
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
@@ -30,9 +32,89 @@ pub struct RawPage {
     /// The continue token.
     #[serde(default)]
     pub metadata: ListMeta,
-    /// The items, as raw text.
-    #[serde(default)]
+    /// The items, as raw text (an object too large: its metadata and its size, [`keep`]).
+    #[serde(default, deserialize_with = "kept_items")]
     pub items: Vec<Box<RawValue>>,
+}
+
+/// The key under which [`keep`] records what it measured of an object too large to keep. An
+/// object that has it of its own is refused by its own numbers: it can only refuse itself.
+const OVERSIZED: &str = "pseudoflow.oversized";
+
+/// What was measured of an object too large to keep.
+#[derive(Deserialize)]
+struct MeasuredTooLarge {
+    bytes: usize,
+    field: String,
+    field_bytes: usize,
+}
+
+/// The items of a page, each [`keep`]'t as it lies in the page's text (which must be borrowed:
+/// `serde_json::from_str`).
+fn kept_items<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Box<RawValue>>, D::Error> {
+    let items: Vec<&'de RawValue> = Vec::deserialize(d)?;
+    Ok(items.into_iter().map(keep).collect())
+}
+
+/// `item` as it is, or, when its fields take more than [`MAX_OBJECT_BYTES`], its [`stub`]: the
+/// object itself is never copied.
+fn keep(item: &RawValue) -> Box<RawValue> {
+    stub(item).unwrap_or_else(|| item.to_owned())
+}
+
+/// An object read alone (a GET's text), cut as a page's items are ([`keep`]): its text, or its
+/// [`stub`] when it is too large.
+pub fn cut(text: String) -> String {
+    let stubbed = match serde_json::from_str::<&RawValue>(&text) {
+        Ok(item) => stub(item).map(|s| s.get().to_string()),
+        Err(_) => None,
+    };
+    stubbed.unwrap_or(text)
+}
+
+/// When `item`'s fields take more than [`MAX_OBJECT_BYTES`]: its metadata and what was measured
+/// (under [`OVERSIZED`]).
+fn stub(item: &RawValue) -> Option<Box<RawValue>> {
+    if item.get().len() <= MAX_OBJECT_BYTES {
+        return None;
+    }
+    let fields = serde_json::from_str::<BTreeMap<String, &RawValue>>(item.get()).ok()?;
+    let (bytes, (field, field_bytes)) = measure(&fields);
+    if bytes <= MAX_OBJECT_BYTES {
+        return None;
+    }
+    let metadata = fields.get("metadata").map_or("{}", |m| m.get());
+    let stub = format!(
+        r#"{{"metadata":{metadata},"{OVERSIZED}":{{"bytes":{bytes},"field":{},"field_bytes":{field_bytes}}}}}"#,
+        Value::String(field)
+    );
+    RawValue::from_string(stub).ok()
+}
+
+/// The bytes an object's fields take (all but `metadata`, `status`, `apiVersion` and `kind`),
+/// and its largest field with its bytes.
+fn measure(fields: &BTreeMap<String, &RawValue>) -> (usize, (String, usize)) {
+    let mut bytes = 0;
+    let mut largest = (String::new(), 0);
+    for (k, v) in fields {
+        if matches!(k.as_str(), "metadata" | "status" | "apiVersion" | "kind") {
+            continue;
+        }
+        let n = v.get().len();
+        bytes += n;
+        if n > largest.1 {
+            largest = (k.clone(), n);
+        }
+    }
+    (bytes, largest)
+}
+
+/// Why an object is too large, naming its largest field.
+fn too_large(bytes: usize, field: &str, field_bytes: usize) -> String {
+    format!(
+        "its fields take {bytes} bytes ({field}: {field_bytes}), more than the \
+         {MAX_OBJECT_BYTES} bytes its flow may carry; it is not read"
+    )
 }
 
 /// An object that cannot be served as it is, named as the bound flow's status names objects.
@@ -54,7 +136,7 @@ pub fn object(raw: &str, index: usize) -> Result<DynamicObject, Unreadable> {
         message,
         meta: None,
     };
-    let fields: BTreeMap<String, Box<RawValue>> = serde_json::from_str(raw).map_err(|e| {
+    let fields: BTreeMap<String, &RawValue> = serde_json::from_str(raw).map_err(|e| {
         unreadable(
             format!("item {index} of a page"),
             format!("not an object: {e}"),
@@ -74,21 +156,24 @@ pub fn object(raw: &str, index: usize) -> Result<DynamicObject, Unreadable> {
         message,
         meta: Some(Box::new(metadata.clone())),
     };
+    if let Some(o) = fields.get(OVERSIZED) {
+        let o: MeasuredTooLarge =
+            serde_json::from_str(o.get()).map_err(|e| fail(format!("{OVERSIZED}: {e}")))?;
+        return Err(fail(too_large(o.bytes, &o.field, o.field_bytes)));
+    }
+    // Measured before anything is decoded.
+    let (bytes, (field, field_bytes)) = measure(&fields);
+    if bytes > MAX_OBJECT_BYTES {
+        return Err(fail(too_large(bytes, &field, field_bytes)));
+    }
     let mut data = serde_json::Map::new();
-    let mut bytes = 0;
     for (k, v) in &fields {
         if matches!(k.as_str(), "metadata" | "status" | "apiVersion" | "kind") {
             continue;
         }
-        bytes += v.get().len();
         depth::check(v.get(), k, MAX_OBJECT_DEPTH).map_err(|e| fail(e.to_string()))?;
         let value: Value = serde_json::from_str(v.get()).map_err(|e| fail(format!("{k}: {e}")))?;
         data.insert(k.clone(), value);
-    }
-    if bytes > MAX_OBJECT_BYTES {
-        return Err(fail(format!(
-            "its fields take {bytes} bytes, more than the {MAX_OBJECT_BYTES} its flow may carry"
-        )));
     }
     let text = |k: &str| {
         fields
@@ -156,6 +241,33 @@ mod tests {
         let e = object(&widget("big", &big), 0).unwrap_err();
         assert_eq!(e.object, "ops/big");
         assert!(e.message.contains("more than the 262144"), "{}", e.message);
+    }
+
+    #[test]
+    fn a_page_keeps_of_an_object_too_large_only_its_metadata_and_size_and_names_its_field() {
+        let big = format!(r#"{{"blob":"{}"}}"#, "x".repeat(MAX_OBJECT_BYTES));
+        let page = format!(
+            r#"{{"metadata":{{}},"items":[{},{}]}}"#,
+            widget("big", &big),
+            widget("ok", r#"{"version":"1"}"#)
+        );
+        let page: RawPage = serde_json::from_str(&page).unwrap();
+        assert!(page.items[0].get().len() < 10_000, "not kept whole");
+        let e = object(page.items[0].get(), 0).unwrap_err();
+        assert_eq!(e.object, "ops/big");
+        assert_eq!(e.meta.unwrap().name.as_deref(), Some("big"));
+        assert!(
+            e.message.contains("(spec: 262155)") && e.message.contains("more than the 262144"),
+            "{}",
+            e.message
+        );
+        assert!(object(page.items[1].get(), 1).is_ok());
+        // Read alone, the same.
+        let alone = cut(widget("big", &big));
+        assert!(alone.len() < 10_000, "not kept whole");
+        assert_eq!(object(&alone, 0).unwrap_err().message, e.message);
+        let ok = widget("ok", r#"{"version":"1"}"#);
+        assert_eq!(cut(ok.clone()), ok);
     }
 
     #[test]

@@ -1,18 +1,39 @@
 //! Lists of a bound flow's objects and child flows, read a page at a time and each item cut to
 //! what the reconcile reads as it comes: a bound flow serving 1,000 objects would otherwise
 //! hold two full lists (every child flow's status with its steps) at once, at every wake. The
-//! objects are served a page at a time, as each page comes, each decoded alone.
+//! objects are served a page at a time, as each page comes, each decoded alone. A page is read
+//! whole before any of its items is cut, so pages are small, and one is read at a time across
+//! all bound flows ([`PAGE_READS`]): 100 objects of 1.2 MB, a page of 100 each under 4 bound
+//! flows, took the controller +1,055 MiB before each was refused as too large (issue #42).
 
-use kube::api::{Api, DynamicObject, ListParams};
+use kube::api::{Api, DynamicObject, ListParams, ObjectList};
+use tokio::sync::Semaphore;
 
 use super::child::OBJECT_ANNOTATION;
+use super::claim::UNREADABLE;
 use super::decode::RawPage;
 use super::revision::REVISION_ANNOTATION;
+use crate::limits::WATCH_PAGE;
+use crate::raw::RawFlow;
 
-/// Items per LIST request: the most a reconcile holds in full at once.
-pub const PAGE: u32 = 100;
+/// Child flows per LIST request: the most a reconcile holds in full at once (a child carries
+/// its object, at most [`super::decode::MAX_OBJECT_BYTES`], besides its flow's steps, and
+/// anyone who may create flows can label one a child).
+pub const PAGE: u32 = WATCH_PAGE;
 
-/// Every item `lp` selects, `keep` applied to each as its page comes.
+/// Objects of a bound kind per LIST request (what anyone who may create them writes; each of
+/// up to the API server's 1.5 MiB, read as text before the large ones are cut).
+pub const OBJECT_PAGE: u32 = WATCH_PAGE;
+
+/// Pages of objects or children read at once, across all bound flows (the others wait their
+/// turn): what is held as text at once is one page (two took 4 bound flows' first passes over
+/// 100 objects of 1.2 MB to +88 MiB, one to +53 MiB).
+static PAGE_READS: Semaphore = Semaphore::const_new(1);
+
+/// Every flow `lp` selects, `keep` applied to each as its page comes. The flows are decoded as
+/// the flows' watch decodes them ([`RawFlow`]): one whose spec is too large or too deep to read
+/// (anyone who may create flows can label one a child) is passed on with its metadata and
+/// status only, its spec never decoded.
 pub async fn list_kept<T>(
     api: &Api<DynamicObject>,
     lp: &ListParams,
@@ -20,18 +41,41 @@ pub async fn list_kept<T>(
 ) -> Result<Vec<T>, kube::Error> {
     let mut out = Vec::new();
     let mut token: Option<String> = None;
+    let client = api.clone().into_client();
     loop {
         let mut page = lp.clone().limit(PAGE);
         if let Some(t) = token.take() {
             page = page.continue_token(&t);
         }
-        let list = api.list(&page).await?;
-        out.extend(list.items.into_iter().filter_map(&mut keep));
+        let request = kube::core::Request::new(api.resource_url())
+            .list(&page)
+            .map_err(kube::Error::BuildRequest)?;
+        let list = {
+            let _turn = PAGE_READS.acquire().await.expect("never closed");
+            client.request::<ObjectList<RawFlow>>(request).await?
+        };
+        out.extend(list.items.into_iter().map(as_listed).filter_map(&mut keep));
         match list.metadata.continue_.filter(|t| !t.is_empty()) {
             Some(t) => token = Some(t),
             None => return Ok(out),
         }
     }
+}
+
+/// A listed flow as the untyped object the reconcile reads; one whose spec cannot be read, its
+/// metadata, status and why ([`UNREADABLE`]).
+fn as_listed(flow: RawFlow) -> DynamicObject {
+    flow.decode().unwrap_or_else(|e| {
+        let mut data = serde_json::json!({ UNREADABLE: e.to_string() });
+        if let Some(status) = flow.status_value() {
+            data["status"] = status;
+        }
+        DynamicObject {
+            types: None,
+            metadata: flow.metadata,
+            data,
+        }
+    })
 }
 
 /// One page of the objects `lp` selects, after the page `token` names (the first: `None`),
@@ -42,7 +86,7 @@ pub async fn raw_page(
     lp: &ListParams,
     token: Option<&str>,
 ) -> Result<RawPage, ListError> {
-    let mut page = lp.clone().limit(PAGE);
+    let mut page = lp.clone().limit(OBJECT_PAGE);
     if let Some(t) = token {
         page = page.continue_token(t);
     }
@@ -50,10 +94,12 @@ pub async fn raw_page(
         .list(&page)
         .map_err(|e| ListError::Request(kube::Error::BuildRequest(e)))?;
     let client = api.clone().into_client();
+    let _turn = PAGE_READS.acquire().await.expect("never closed");
     let text = client
         .request_text(request)
         .await
         .map_err(ListError::Request)?;
+    // Borrowed from `text`: an object too large is measured there, never copied.
     serde_json::from_str(&text).map_err(ListError::Page)
 }
 
@@ -73,10 +119,14 @@ pub enum ListError {
 pub fn slim_child(mut child: DynamicObject) -> DynamicObject {
     let bound = child.data["spec"]["bound"].take();
     let status = run_state(&child);
+    let unreadable = child.data[UNREADABLE].take();
     child.metadata.managed_fields = None;
     child.data = serde_json::json!({"spec": {"bound": bound}});
     if let Some(st) = status {
         child.data["status"] = st;
+    }
+    if !unreadable.is_null() {
+        child.data[UNREADABLE] = unreadable;
     }
     child
 }
@@ -136,6 +186,34 @@ mod tests {
         assert_eq!(slim.data["status"]["message"], "why");
         assert!(slim.data["status"].get("steps").is_none());
         assert_eq!(slim.metadata.annotations.unwrap()["a"], "b");
+    }
+
+    #[test]
+    fn a_listed_flow_too_large_to_read_keeps_its_metadata_and_status_only() {
+        let text = format!(
+            r#"{{"metadata":{{"name":"c","labels":{{"l":"v"}}}},"spec":{{"x":"{}"}},"status":{{"phase":"Failed"}}}}"#,
+            "x".repeat(crate::limits::MAX_FLOW_SPEC_BYTES)
+        );
+        let listed = as_listed(serde_json::from_str(&text).unwrap());
+        assert_eq!(listed.metadata.name.as_deref(), Some("c"));
+        assert_eq!(
+            listed.data["status"],
+            serde_json::json!({"phase": "Failed"})
+        );
+        let why = listed.data[UNREADABLE].as_str().unwrap().to_string();
+        assert!(why.contains("more than the 524288 bytes"), "{why}");
+        assert!(listed.data.get("spec").is_none());
+        // Cut to what serving reads, it still says why.
+        assert_eq!(
+            slim_child(listed).data[UNREADABLE].as_str(),
+            Some(why.as_str())
+        );
+        let small: RawFlow =
+            serde_json::from_str(r#"{"metadata":{"name":"d"},"spec":{"steps":[]}}"#).unwrap();
+        assert_eq!(
+            as_listed(small).data,
+            serde_json::json!({"spec": {"steps": []}})
+        );
     }
 
     #[test]

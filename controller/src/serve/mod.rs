@@ -31,7 +31,7 @@ pub use context::Context;
 
 use crate::backoff::{Backoff, WatchBackoff};
 use crate::flow::{outcome, Error};
-use crate::limits::MAX_CONCURRENT_RECONCILES;
+use crate::limits::{MAX_CONCURRENT_RECONCILES, WATCH_PAGE};
 use crate::metrics::Metrics;
 use crate::raw::{DecodeError, RawFlow};
 use crate::reconcile::on_delete;
@@ -46,7 +46,11 @@ struct LoopState {
 
 /// Runs the controller until the process is told to stop; `namespace` limits it to one.
 pub async fn run_controller(ctx: Arc<Context>, namespace: Option<String>) {
-    let (flows, jobs, journals): (Api<RawFlow>, Api<PartialObjectMeta<Job>>, Api<ConfigMap>) = (
+    let (flows, jobs, journals): (
+        Api<RawFlow>,
+        Api<PartialObjectMeta<Job>>,
+        Api<PartialObjectMeta<ConfigMap>>,
+    ) = (
         scoped(&ctx, &namespace),
         scoped(&ctx, &namespace),
         scoped(&ctx, &namespace),
@@ -161,7 +165,7 @@ fn flow_events(
     // so a second waiter can sleep forever: the leading replica then never passed /readyz).
     let mut synced = Some(on_event.ctx.readiness.watch_started());
     let mut gone = Gone::new(namespace);
-    watcher(flows, watcher::Config::default())
+    watcher(flows, watch_config())
         .backoff(WatchBackoff::default())
         .inspect_ok(move |ev| {
             if matches!(ev, watcher::Event::InitDone) {
@@ -180,8 +184,18 @@ fn flow_events(
         })
 }
 
+/// How the controller's watches of what others may write list: [`WATCH_PAGE`] items a page,
+/// so that one page of large objects is never hundreds of MB held at once (a flow over
+/// [`crate::limits::MAX_FLOW_SPEC_BYTES`] is dropped as it is decoded, but its page was read
+/// whole first: kube-runtime's default is 500 items a page).
+fn watch_config() -> watcher::Config {
+    watcher::Config::default().page_size(WATCH_PAGE)
+}
+
 /// The objects of `api` with labels matching `selector`, as they change: a watch retried with
-/// its own backoff, its errors logged and dropped (see [`quiet`]).
+/// its own backoff, its errors logged and dropped (see [`quiet`]). Jobs and journals are
+/// watched as `PartialObjectMeta` (metadata-only requests): their owner is all that is read,
+/// and anyone who may write ConfigMaps can label one a journal.
 fn labelled<K>(
     api: Api<K>,
     selector: &str,
@@ -190,7 +204,7 @@ fn labelled<K>(
 where
     K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
 {
-    let watch = watcher(api, watcher::Config::default().labels(selector))
+    let watch = watcher(api, watch_config().labels(selector))
         .backoff(WatchBackoff::default())
         .touched_objects();
     quiet(watch, what)
@@ -237,7 +251,7 @@ fn refusal(e: &watcher::Error) -> Option<String> {
 }
 
 /// The flow a journal ConfigMap belongs to (its PseudoFlow owner).
-fn journal_owner(cm: ConfigMap) -> Option<ObjectRef<RawFlow>> {
+fn journal_owner(cm: PartialObjectMeta<ConfigMap>) -> Option<ObjectRef<RawFlow>> {
     let ns = cm.namespace()?;
     cm.owner_references()
         .iter()
@@ -252,7 +266,7 @@ fn children_watch(
     ctx: &Arc<Context>,
     children: Api<RawFlow>,
 ) -> impl futures::Stream<Item = Result<RawFlow, watcher::Error>> + Send + 'static {
-    let config = watcher::Config::default().labels(pseudoflow_crd::bind::BOUND_TO_LABEL);
+    let config = watch_config().labels(pseudoflow_crd::bind::BOUND_TO_LABEL);
     let events = watcher(children, config).backoff(WatchBackoff::default());
     let ctx = ctx.clone();
     let changes = wake::child_changes(events, move |child| serve_childs_object(&ctx, child));
@@ -336,11 +350,12 @@ async fn decode_and_reconcile(flow: &RawFlow, ctx: &Context) -> Result<Action, E
     let dynamic = match flow.decode() {
         Ok(d) => d,
         Err(e) => {
-            let message = match e {
-                DecodeError::TooDeep(TooDeep { .. }) => e.to_string(),
-                DecodeError::Json(..) => format!("the flow cannot be read: {e}"),
+            let (reason, message) = match e {
+                DecodeError::TooDeep(TooDeep { .. }) => ("InvalidSpec", e.to_string()),
+                DecodeError::TooLarge(_) => ("SpecTooLarge", e.to_string()),
+                DecodeError::Json(..) => ("InvalidSpec", format!("the flow cannot be read: {e}")),
             };
-            outcome::refuse(&ctx.shared, flow, "InvalidSpec", &message).await?;
+            outcome::refuse(&ctx.shared, flow, reason, &message).await?;
             on_delete::let_go(&ctx.shared.client, flow).await?;
             return Ok(Action::await_change());
         }

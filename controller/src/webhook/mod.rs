@@ -217,6 +217,12 @@ pub fn review_request(req: &AdmissionRequest<DynamicObject>) -> AdmissionRespons
         .namespace
         .as_deref()
         .or(req.namespace.as_deref());
+    // The controller would not read it (crate::raw): refused now, naming the limit.
+    let bytes = crate::raw::json_bytes(spec);
+    if bytes > crate::limits::MAX_FLOW_SPEC_BYTES {
+        let why = crate::raw::DecodeError::TooLarge(bytes).to_string();
+        return allow.deny(refusal(name, &[why]));
+    }
     let id = FlowId { name, namespace };
     match compile(&id, spec) {
         Ok(compiled) => {

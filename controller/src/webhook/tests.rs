@@ -125,6 +125,21 @@ fn status_updates_deletes_and_spec_preserving_updates_are_never_blocked() {
 }
 
 #[test]
+fn a_flow_larger_than_the_controller_reads_is_refused_naming_the_limit() {
+    let spec = |n: usize| json!({"steps": [{"type": "log", "message": "x".repeat(n)}]});
+    let limit = crate::limits::MAX_FLOW_SPEC_BYTES;
+    let fits = review_request(&request("CREATE", None, flow("f", spec(limit - 100)), None));
+    assert!(fits.allowed, "{:?}", fits.result);
+    let big = review_request(&request("CREATE", None, flow("b", spec(limit)), None));
+    assert!(!big.allowed);
+    let message = big.result.message;
+    assert!(
+        message.contains("spec: the flow's spec takes 524327 bytes, more than the 524288"),
+        "{message}"
+    );
+}
+
+#[test]
 fn a_flow_without_a_spec_is_refused() {
     let mut obj = good();
     obj.as_object_mut().unwrap().remove("spec");

@@ -51,7 +51,11 @@ fn deep(ns: &str, name: &str, depth: usize) -> Vec<u8> {
 type Make = fn(&str, &str) -> Vec<u8>;
 
 /// Posts a flow create as raw bytes (never decoded here); the API server's answer.
-async fn create_raw(client: &Client, ns: &str, body: Vec<u8>) -> Result<String, kube::Error> {
+pub(crate) async fn create_raw(
+    client: &Client,
+    ns: &str,
+    body: Vec<u8>,
+) -> Result<String, kube::Error> {
     let req = http::Request::post(format!("{URL}/{ns}/pseudoflows"))
         .header("content-type", "application/json")
         .body(body)
@@ -59,8 +63,12 @@ async fn create_raw(client: &Client, ns: &str, body: Vec<u8>) -> Result<String, 
     client.request_text(req).await
 }
 
+/// Held by a test of this binary while it measures the process's memory: the tests run at once
+/// in one process, and one's growth would count in another's measure.
+pub(crate) static MEASURING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// The process's resident memory now, in bytes.
-fn rss() -> u64 {
+pub(crate) fn rss() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
     let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
     let kb: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
@@ -69,7 +77,7 @@ fn rss() -> u64 {
 
 /// Samples [`rss`] every 10 ms on its own thread (the webhook's decoding keeps the runtime's
 /// workers busy) until `stop`; the peak.
-fn sample_peak(stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
+pub(crate) fn sample_peak(stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
     std::thread::spawn(move || {
         let mut peak = 0;
         while !stop.load(Ordering::SeqCst) {
@@ -82,7 +90,7 @@ fn sample_peak(stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
 
 /// Waits until the validating webhook answers for `ns` (its configuration has propagated): a
 /// dry-run create of a flow with a typo is refused as invalid.
-async fn wait_validating(client: &Client, ns: &str) {
+pub(crate) async fn wait_validating(client: &Client, ns: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let body = serde_json::to_vec(&json!({"apiVersion": "ops.example.com/v1alpha1",
@@ -133,6 +141,7 @@ async fn ten_concurrent_3_mib_worst_case_reviews_are_refused_by_the_decode_budge
         );
     }
     // Warm up (the first answers allocate what later ones reuse), then measure.
+    let _measuring = MEASURING.lock().await;
     wait_validating(&client, &ns).await;
     let before = rss();
     let stop = Arc::new(AtomicBool::new(false));

@@ -15,6 +15,7 @@ mod limits;
 mod memory;
 mod metrics_port;
 mod node_optin;
+mod oversized;
 mod own_kinds;
 mod run_state;
 mod secret_values;

@@ -8,10 +8,15 @@ use std::time::Duration;
 use futures::StreamExt;
 use kube::api::{Api, DynamicObject, GetParams};
 use pseudoflow_crd::bind::BindRecord;
+use tokio::sync::Semaphore;
 
 use super::children::{owned_by, Children};
 use super::{Binding, OBJECTS_SERVED_AT_ONCE, RESYNC, RETRY_OBJECT};
-use crate::bind::{child, object, pages, summary::Refused};
+use crate::bind::{child, decode, object, pages, summary::Refused};
+
+/// Objects read alone at once, across all bound flows (8 at once per bound flow, 16 bound flows
+/// reconciled at once): each is held whole, as text, until it is cut.
+static OBJECT_READS: Semaphore = Semaphore::const_new(4);
 
 impl Binding<'_> {
     /// Serves `objects` (namespace, name), several at once; returns how soon to look again.
@@ -76,8 +81,9 @@ impl Binding<'_> {
         (refusal, again)
     }
 
-    /// The object as raw text (decoded alone by the caller, like a list's items), as the
-    /// flow's ServiceAccount; None when it does not exist.
+    /// The object as raw text (decoded alone by the caller, like a list's items; one too large
+    /// cut to its metadata and size as soon as it is read), as the flow's ServiceAccount; None
+    /// when it does not exist. At most [`OBJECT_READS`] are read at once across bound flows.
     async fn raw_object(&self, ns: &str, name: &str) -> Result<Option<String>, kube::Error> {
         let client = self.objects.clone().into_client();
         let api: Api<DynamicObject> = if ns.is_empty() {
@@ -88,8 +94,9 @@ impl Binding<'_> {
         let request = kube::core::Request::new(api.resource_url())
             .get(name, &GetParams::default())
             .map_err(kube::Error::BuildRequest)?;
+        let _turn = OBJECT_READS.acquire().await.expect("never closed");
         match client.request_text(request).await {
-            Ok(text) => Ok(Some(text)),
+            Ok(text) => Ok(Some(decode::cut(text))),
             Err(kube::Error::Api(e)) if e.code == 404 => Ok(None),
             Err(e) => Err(e),
         }

@@ -7,7 +7,7 @@ use serde_json::json;
 
 use super::children::{children_of, owned_by};
 use crate::bind::child::OBJECT_ANNOTATION;
-use crate::bind::{in_object, object, Binder};
+use crate::bind::{in_object, object, pages, Binder};
 use crate::flow::events::EventType;
 use crate::flow::{finalizer, Error, Reconciling};
 
@@ -22,9 +22,13 @@ pub(crate) async fn release(r: &Reconciling<'_, Binder>) -> Result<(), Error> {
     r.own.object_runs.stop_flow(r.uid);
     r.own.outcomes.forget(r.uid);
     r.own.revisions.forget(r.uid);
-    let children = flows.list(&children_of(r.flow_id.name)).await?;
+    // A page at a time, as the reconcile lists them (`pages::list_kept`).
+    let children = pages::list_kept(flows, &children_of(r.flow_id.name), |c| {
+        owned_by(&c, r.uid).then_some(c)
+    })
+    .await?;
     let fin = object::finalizer_name(r.ns(), r.flow_id.name);
-    for c in children.items.iter().filter(|c| owned_by(c, r.uid)) {
+    for c in &children {
         // The child's account is the bound flow's when it was made: known even if the bound
         // flow's spec no longer reads.
         let sa = c.data["spec"]["serviceAccountName"]
