@@ -20,6 +20,7 @@ use serde_json::{json, Value};
 use similar::TextDiff;
 
 use pseudoflow_crd::protocol::FIELD_MANAGER;
+use pseudoflow_crd::steps::copy::COPIED_FROM;
 use pseudoflow_crd::steps::registry::plan_as;
 use pseudoflow_crd::steps::{Nesting, PlanAs, Preview};
 
@@ -839,7 +840,7 @@ impl Planner {
                 "apiVersion": "v1",
                 "kind": kind,
                 "metadata": {"name": name, "namespace": ns,
-                    "annotations": {"ops.example.com/copied-from": format!("{src_ns}/{src_name}")}},
+                    "annotations": {COPIED_FROM: format!("{src_ns}/{src_name}")}},
             });
             body.as_object_mut()
                 .expect("an object")

@@ -12,6 +12,13 @@ use super::{Placement, PlanAs, Preview, StepParams};
 use crate::check::Ctx;
 use crate::text::{is_dns_label, is_dns_subdomain};
 
+/// Annotation on every copy naming its source (`namespace/name`): written by the executor,
+/// shown by `kubectl pf plan`'s preview of a copy.
+pub const COPIED_FROM: &str = "ops.example.com/copied-from";
+/// Annotation on every copy naming the flow whose `copy` wrote it (`namespace/name`): what
+/// tells a copy of this flow's from an object it must never overwrite or delete.
+pub const COPIED_BY: &str = "ops.example.com/copied-by";
+
 /// Most targets one `copy` step writes.
 pub const MAX_COPY_TARGETS: usize = 100;
 

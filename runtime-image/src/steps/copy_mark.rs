@@ -7,10 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::context::ExecCtx;
 
-/// Annotation on every copy naming its source (`namespace/name`).
-pub const COPIED_FROM: &str = "ops.example.com/copied-from";
-/// Annotation on every copy naming the flow whose `copy` wrote it (`namespace/name`).
-pub const COPIED_BY: &str = "ops.example.com/copied-by";
+pub use pseudoflow_crd::steps::copy::{COPIED_BY, COPIED_FROM};
 
 /// This flow's mark: its namespace and name (a bound flow's child keeps its name across a
 /// re-created parent, so its copies stay its own).
