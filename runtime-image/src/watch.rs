@@ -49,12 +49,39 @@ pub async fn watch_until<F>(
 where
     F: FnMut(Option<&DynamicObject>) -> Result<Seen, StepError>,
 {
-    watch_until_with(ctx, api, call, None, check).await
+    watch_from_list(ctx, api, call, None, check).await
 }
 
-/// Like [`watch_until`]; `rewatch_seconds` bounds how long one silent watch request is trusted
+/// Like [`watch_until`], for a `waitFor`: first one GET of the object, which ends the wait when
+/// it is already true; `rewatch_seconds` bounds how long one silent watch request is trusted
 /// before the server ends it and it is re-established (`waitFor.intervalSeconds`).
 pub async fn watch_until_with<F>(
+    ctx: &ExecCtx,
+    api: Api<DynamicObject>,
+    call: Call<'_>,
+    rewatch_seconds: Option<u32>,
+    mut check: F,
+) -> Result<Option<DynamicObject>, StepError>
+where
+    F: FnMut(Option<&DynamicObject>) -> Result<Seen, StepError>,
+{
+    // One GET first: most waits a run reaches are already true (a Secret its owner made, an
+    // object applied a step before), and a GET by name costs the API server far less than the
+    // watcher's LIST with a field selector (5 ms against 50 ms per object, seed 001's bench).
+    // Anything but a clear answer (a 403 where only list/watch is granted, an error) leaves it
+    // to the watch, as before.
+    if let Some(current) = read_once(&api, call.name).await {
+        let seen = check(current.as_ref())?;
+        ctx.note(seen.note.clone());
+        if seen.done {
+            return Ok(current);
+        }
+    }
+    watch_from_list(ctx, api, call, rewatch_seconds, check).await
+}
+
+/// The watch itself: its first listing judged, then every change.
+async fn watch_from_list<F>(
     ctx: &ExecCtx,
     api: Api<DynamicObject>,
     call: Call<'_>,
@@ -108,6 +135,18 @@ where
         }
     }
     Err(StepError::failed("watch ended unexpectedly"))
+}
+
+/// The object `name` as one GET reads it (None inside: it does not exist); None when the GET
+/// gave no answer to judge (refused, or failed).
+async fn read_once(api: &Api<DynamicObject>, name: &str) -> Option<Option<DynamicObject>> {
+    match api.get_opt(name).await {
+        Ok(found) => Some(found),
+        Err(e) => {
+            tracing::debug!(error = %e, "no GET of the awaited object; watching it");
+            None
+        }
+    }
 }
 
 /// The 403 inside a watcher error, if that is what it is: retrying cannot fix missing RBAC.

@@ -24,6 +24,9 @@ struct Store {
     rv: u64,
     /// Discovery requests served.
     discovered: usize,
+    /// Lists and watches served.
+    listed: usize,
+    watched: usize,
 }
 
 type Shared = Arc<Mutex<Store>>;
@@ -77,6 +80,7 @@ fn handle(store: &Shared, method: &str, path: &str, query: &str, body: Value) ->
         }
     }
     if query.contains("watch=true") {
+        s.watched += 1;
         // One queued event per watch request; the stream then ends and the watcher re-watches.
         let ev = if s.watch_events.is_empty() {
             Value::Null
@@ -90,6 +94,7 @@ fn handle(store: &Shared, method: &str, path: &str, query: &str, body: Value) ->
             if let Some(o) = s.objects.get(path) {
                 return (200, o.clone());
             }
+            s.listed += 1;
             let prefix = format!("{path}/");
             let selector = query
                 .split('&')
@@ -445,6 +450,22 @@ async fn list_nodes_and_include_from_a_secret() {
         "{r:?}"
     );
     assert!(!r.message.contains("169.254"), "{}", r.message);
+}
+
+#[tokio::test]
+async fn a_wait_already_true_is_answered_by_one_get_with_no_list_or_watch() {
+    let store = Shared::default();
+    store.lock().unwrap().objects.insert(
+        "/api/v1/namespaces/ops/secrets/creds".into(),
+        json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "creds", "namespace": "ops", "resourceVersion": "3"}}),
+    );
+    let step = json!({"type": "waitFor", "resource": {"kind": "Secret", "name": "creds"},
+        "condition": "Exist"});
+    let r = run(&store, Task::Run, step).await;
+    assert!(r.ok, "{r:?}");
+    let s = store.lock().unwrap();
+    assert_eq!((s.listed, s.watched), (0, 0), "one GET said it exists");
 }
 
 #[tokio::test]

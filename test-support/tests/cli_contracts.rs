@@ -15,7 +15,11 @@ fn the_cli_names_no_annotation_label_or_finalizer_of_its_own() {
     let dir = crate_dir("cli").join("src");
     let mut files = Vec::new();
     collect_rs(&dir, &mut files);
-    assert!(files.len() > 10, "the scan found only {} files", files.len());
+    assert!(
+        files.len() > 10,
+        "the scan found only {} files",
+        files.len()
+    );
     let mut copied = Vec::new();
     for file in files {
         let text = std::fs::read_to_string(&file).unwrap();
