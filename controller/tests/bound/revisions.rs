@@ -110,9 +110,10 @@ async fn served_by(client: &Client, ns: &str, record: &str, name: &str, rev: u32
     status
 }
 
-async fn each_change_of_steps_is_a_revision(record: &str) {
-    let prefix = format!("rev-{}", record.to_lowercase());
-    let (client, ns) = setup(&prefix, all_verbs()).await;
+/// A namespace (`prefix`) with the widget flow recorded as `record` at its first steps and
+/// widgets `a` and `b`, once its first revision is kept; the flow's uid.
+async fn widgets_at_first_revision(prefix: &str, record: &str) -> (Client, String, String) {
+    let (client, ns) = setup(prefix, all_verbs()).await;
     create_flow(&client, &ns, "widgets", flow(record, 1)).await;
     let uid = flows(&client, &ns)
         .get("widgets")
@@ -127,6 +128,12 @@ async fn each_change_of_steps_is_a_revision(record: &str) {
         revisions(&client, &ns, &uid).await.len() == 1
     })
     .await;
+    (client, ns, uid)
+}
+
+async fn each_change_of_steps_is_a_revision(record: &str) {
+    let prefix = format!("rev-{}", record.to_lowercase());
+    let (client, ns, uid) = widgets_at_first_revision(&prefix, record).await;
     let first = revisions(&client, &ns, &uid).await;
     let (n1, name1, hash1, owned) = first[0].clone();
     assert_eq!((n1, owned), (1, true), "{first:?}");
@@ -243,21 +250,7 @@ async fn revisions_of_a_flow_recorded_in_child_flows() {
 /// their records naming the hash.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn attack_a_revision_planted_under_its_name_is_not_taken() {
-    let (client, ns) = setup("rev-planted", all_verbs()).await;
-    create_flow(&client, &ns, "widgets", flow("Object", 1)).await;
-    let uid = flows(&client, &ns)
-        .get("widgets")
-        .await
-        .unwrap()
-        .metadata
-        .uid
-        .unwrap();
-    create_widget(&client, &ns, "a", json!({"version": "one"})).await;
-    create_widget(&client, &ns, "b", json!({"version": "one"})).await;
-    eventually(60, "the first revision", || async {
-        revisions(&client, &ns, &uid).await.len() == 1
-    })
-    .await;
+    let (client, ns, uid) = widgets_at_first_revision("rev-planted", "Object").await;
     let (_, name1, hash1, _) = revisions(&client, &ns, &uid).await[0].clone();
     served_by(&client, &ns, "Object", &name1, 1).await;
     let pp = PatchParams::default();
