@@ -144,6 +144,71 @@ pub struct BoundSummary {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = MAX_REVISIONS_SHOWN))]
     pub revisions: Vec<RevisionCount>,
+    /// The rollout of the newest revision to the objects (docs/bound-flows.md#rollouts); None
+    /// when no revision is kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RolloutStatus>,
+}
+
+/// Where a rollout stands.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum RolloutPhase {
+    /// Waves are under way.
+    #[default]
+    Progressing,
+    /// Paused by hand (`kubectl pf rollout pause`): Argo CD's Suspended.
+    Paused,
+    /// Stopped because `maxFailures` objects of the revision failed: Argo CD's Degraded.
+    Stopped,
+    /// Every object is served by the revision.
+    Completed,
+}
+
+/// The rollout of one revision to a bound flow's objects, as `kubectl pf rollout status` shows it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutStatus {
+    /// The revision being rolled out (its ControllerRevision's name): the current one, or after
+    /// an `undo` the previous one.
+    pub revision: String,
+    /// The revision objects not yet reached keep (None: none served before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// Where it stands.
+    pub phase: RolloutPhase,
+    /// The wave under way (1-based), of `waves`.
+    pub wave: u32,
+    /// Waves in all (the implied last one counted).
+    pub waves: u32,
+    /// Objects the waves reached so far are to have on `revision`.
+    pub target: u32,
+    /// Objects `revision` served without failure.
+    pub updated: u32,
+    /// Objects of `revision` whose latest run failed (`namespace/name`, at most 5).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 5))]
+    pub failed_objects: Vec<String>,
+    /// Why it stands where it does, for a person.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The revision an `undo` took back (the flow's spec still names it until it changes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub undone: Option<String>,
+    /// The last action a person asked for and the controller accepted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_action: Option<RolloutActionRecord>,
+}
+
+/// An accepted `kubectl pf rollout` action, as the webhook's stamp recorded it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutActionRecord {
+    /// What was asked.
+    pub action: crate::rollout::RolloutAction,
+    /// The user the API server authenticated.
+    pub user: String,
+    /// When the webhook admitted it.
+    pub time: Time,
 }
 
 /// Most revisions `status.bound.revisions` lists.

@@ -283,6 +283,19 @@ mod tests {
         let many = serde_json::json!({"steps": log, "bind": bind,
             "rollout": {"revisionHistoryLimit": 101}});
         assert_eq!(paths(many), ["spec.rollout.revisionHistoryLimit"]);
+        let waves = serde_json::json!({"steps": log, "bind": bind,
+            "rollout": {"waves": [1, 0, "10%", "5%", "x", "100%"], "maxFailures": 2}});
+        assert_eq!(
+            paths(waves),
+            [
+                "spec.rollout.waves[1]",
+                "spec.rollout.waves[3]",
+                "spec.rollout.waves[4]"
+            ]
+        );
+        let none_allowed = serde_json::json!({"steps": log, "bind": bind,
+            "rollout": {"maxFailures": 0}});
+        assert_eq!(paths(none_allowed), ["spec.rollout.maxFailures"]);
     }
 
     #[test]
