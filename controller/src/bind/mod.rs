@@ -38,6 +38,7 @@ pub mod parent;
 pub mod pending;
 pub mod related;
 pub mod revision;
+pub mod rollout;
 pub mod served;
 pub mod summary;
 pub mod watch;
