@@ -293,7 +293,7 @@ impl Intents {
         let (Some(_), Some(uid)) = (o.metadata.generation, o.metadata.uid.clone()) else {
             return true;
         };
-        let h = crate::intent::metadata_intent(&o.metadata);
+        let h = crate::intent::bound_object_intent(&o.metadata);
         let map = self.relisting.as_mut().unwrap_or(&mut self.last);
         map.insert(uid, h) != Some(h)
     }
@@ -381,6 +381,36 @@ mod tests {
             seen.changed(&watched("a", Some(2), &[("l", "v")])),
             "not in the relist"
         );
+    }
+
+    /// The echo of a bound flow's own writes on its object (its served mark, its child mark,
+    /// its finalizer) wakes no flow; anyone else's annotation, finalizer or deletion does.
+    #[test]
+    fn the_echo_of_a_bound_flows_own_marks_and_finalizer_wakes_nothing() {
+        let mut seen = Intents::default();
+        let mut w = watched("a", Some(1), &[]);
+        assert!(seen.changed(&w), "first sight");
+        let served = pseudoflow_crd::protocol::served::mark_key("ns", "widgets");
+        let child = crate::bind::claim::mark_key("ns", "widgets");
+        let fin = crate::bind::object::finalizer_name("ns", "widgets");
+        w.metadata.annotations = Some([(served, "{}".into()), (child, "u".into())].into());
+        w.metadata.finalizers = Some(vec![fin.clone()]);
+        assert!(!seen.changed(&w), "our marks and finalizer");
+        let mut others = w.clone();
+        let a = others.metadata.annotations.as_mut().unwrap();
+        a.insert("team".into(), "x".into());
+        assert!(seen.changed(&others), "another annotation");
+        assert!(seen.changed(&w), "back to only ours");
+        let mut theirs = w.clone();
+        theirs.metadata.finalizers = Some(vec![fin, "example.com/keep".into()]);
+        assert!(seen.changed(&theirs), "another finalizer");
+        assert!(seen.changed(&w), "back to only ours");
+        let mut gone = w.clone();
+        gone.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ));
+        assert!(seen.changed(&gone), "deleted");
     }
 
     #[tokio::test]
