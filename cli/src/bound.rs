@@ -37,7 +37,10 @@ pub async fn render(k: &Kube, f: &DynamicObject, st: &PseudoFlowStatus) -> anyho
     let bind = f.data["spec"]["bind"].clone();
     let bind = serde_json::from_value::<Bind>(bind).ok();
     let mut unreadable = false;
-    let served = match bind.filter(|b| b.record == BindRecord::Object) {
+    // Where its objects' runs are recorded: as asked, or as the controller chose (status).
+    let chosen = st.bound.as_ref().and_then(|b| b.record);
+    let record_in = |b: &Bind| b.record.or(chosen) == Some(BindRecord::Object);
+    let served = match bind.filter(record_in) {
         Some(b) => match crate::in_object::rows(k, &name, &uid, &b, &numbers).await {
             Ok(objects) => {
                 let served = objects.iter().filter(|o| o.served);

@@ -54,7 +54,7 @@ pub fn compile_with(
     limits: PlanLimits,
 ) -> Result<Compiled, Diagnostics> {
     let (spec, mut diags) = validate_spec(raw_spec);
-    let Some(spec) = spec else {
+    let Some(mut spec) = spec else {
         return Err(diags);
     };
     crate::expr::check_with_includes(&spec, expansions, &mut diags);
@@ -76,7 +76,7 @@ pub fn compile_with(
         .on_delete
         .as_deref()
         .map(|s| build_plan(s, "spec.onDelete", "d", expansions, &mut budget, api_steps));
-    crate::record::check(&spec, &plan, on_delete.as_ref(), &mut budget.diags);
+    crate::record::resolve(&mut spec, &plan, on_delete.as_ref(), &mut budget.diags);
     if budget.diags.has_errors() {
         diags.extend(budget.diags);
         return Err(diags);

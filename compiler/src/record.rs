@@ -22,24 +22,26 @@ use crate::plan::{LoopOver, NodeKind, Plan, PlanNode};
 pub enum RecordIn {
     /// Not a bound flow.
     Unbound,
-    /// A child flow per object (`bind.record: Child`, the default).
+    /// A child flow per object (`bind.record: Child`, or unset and a step needs it).
     Child,
-    /// Only the object (`bind.record: Object`): every step runs in the controller.
+    /// Only the object (`bind.record: Object`, or unset and every step allows it): every
+    /// step runs in the controller.
     Object,
 }
 
 impl RecordIn {
-    /// What `spec.bind.record` asks for.
+    /// Where a compiled flow records (its `bind.record` is set by [`resolve`]; an unset one,
+    /// read before compiling, counts as `Child`).
     pub fn of(spec: &PseudoFlowSpec) -> Self {
         match spec.bind.as_ref().map(|b| b.record) {
             None => RecordIn::Unbound,
-            Some(BindRecord::Child) => RecordIn::Child,
-            Some(BindRecord::Object) => RecordIn::Object,
+            Some(Some(BindRecord::Object)) => RecordIn::Object,
+            Some(_) => RecordIn::Child,
         }
     }
 
     /// What `pseudoflow-compile` shows for it in the flow's title (None: nothing beyond
-    /// today's title, for a plain flow and the default `Child`).
+    /// today's title, for a plain flow and a child-recorded one).
     pub fn describe(&self) -> Option<&'static str> {
         match self {
             RecordIn::Unbound | RecordIn::Child => None,
@@ -53,31 +55,101 @@ impl RecordIn {
 
 const NEEDS: &str = "bind.record: Object needs every step to run in the controller";
 
-/// Refuses `bind.record: Object` for a flow whose plan (or onDelete plan) is not eligible, with
-/// an error naming each step that is not and why.
-pub(crate) fn check(
-    spec: &PseudoFlowSpec,
+/// Decides where a bound flow records each object's run. `record: Object` is refused for a
+/// flow whose plan (or onDelete plan) is not eligible, with an error naming each step that is
+/// not and why; `record: Child` is kept; unset, it becomes `Object` when the flow is eligible
+/// and `Child` otherwise (so a flow as a new user writes it takes the fast path when it can),
+/// and a `bind.retry` (which only a flow recorded in its objects has) on a flow that cannot be
+/// is refused naming why.
+pub(crate) fn resolve(
+    spec: &mut PseudoFlowSpec,
     plan: &Plan,
     on_delete: Option<&Plan>,
     diags: &mut Diagnostics,
 ) {
-    if RecordIn::of(spec) != RecordIn::Object {
+    let Some(asked) = spec.bind.as_ref().map(|b| b.record) else {
         return;
+    };
+    let why_not = reasons(spec, plan, on_delete);
+    let chosen = match asked {
+        Some(BindRecord::Object) => {
+            // A `related` list is refused by validation already, naming it.
+            for r in why_not
+                .into_iter()
+                .filter(|r| r.path != "spec.bind.related")
+            {
+                let message = match r.step_type {
+                    Some(t) => format!("({t}): {NEEDS}; {}", r.why),
+                    None => format!("{NEEDS}; {}", r.why),
+                };
+                diags.error(r.path, message);
+            }
+            BindRecord::Object
+        }
+        Some(BindRecord::Child) => BindRecord::Child,
+        None => match why_not.first() {
+            None => BindRecord::Object,
+            Some(r) => {
+                if spec.bind.as_ref().is_some_and(|b| b.retry.is_some()) {
+                    let step = r.step_type.as_deref().map(|t| format!(" ({t})"));
+                    diags.error(
+                        "spec.bind.retry",
+                        format!(
+                            "only a flow recorded in its objects retries a failed object, and \
+                             this one cannot be: {}{}: {}",
+                            r.path,
+                            step.unwrap_or_default(),
+                            r.why
+                        ),
+                    );
+                }
+                BindRecord::Child
+            }
+        },
+    };
+    if let Some(b) = spec.bind.as_mut() {
+        b.record = Some(chosen);
     }
+}
+
+/// One reason a flow cannot be recorded in its objects.
+struct Reason {
+    /// Where in the flow.
+    path: String,
+    /// The step's type, when a step is the reason.
+    step_type: Option<String>,
+    /// Why.
+    why: &'static str,
+}
+
+/// Each reason the flow cannot be recorded in its objects.
+fn reasons(spec: &PseudoFlowSpec, plan: &Plan, on_delete: Option<&Plan>) -> Vec<Reason> {
+    let reason = |path: &str, why| Reason {
+        path: path.into(),
+        step_type: None,
+        why,
+    };
     if spec.options.api_steps == ApiSteps::Job {
-        diags.error(
-            "spec.options.apiSteps",
-            format!("{NEEDS}; apiSteps: Job runs its API steps in pods"),
-        );
-        return;
+        let why = "apiSteps: Job runs its API steps in pods";
+        return vec![reason("spec.options.apiSteps", why)];
+    }
+    let mut out = Vec::new();
+    if spec.bind.as_ref().is_some_and(|b| !b.related.is_empty()) {
+        let why = "it does not follow related objects (yet)";
+        out.push(reason("spec.bind.related", why));
     }
     // onDelete steps run the same way, behind the flow's finalizer on the object, when it is
     // deleted: the same rules hold, each error naming its `spec.onDelete[i]` path.
     for n in std::iter::once(plan).chain(on_delete).flat_map(Plan::nodes) {
         if let Some(why) = ineligible(n) {
-            diags.error(n.path.clone(), format!("({}): {NEEDS}; {why}", n.step_type));
+            out.push(Reason {
+                path: n.path.clone(),
+                step_type: Some(n.step_type.to_string()),
+                why,
+            });
         }
     }
+    out
 }
 
 /// Why node `n` cannot run in the controller's memory, if it cannot.
@@ -117,6 +189,7 @@ fn action_ineligible(n: &PlanNode) -> Option<&'static str> {
 
 #[cfg(test)]
 mod tests {
+    use super::RecordIn;
     use crate::compile::{compile, FlowId};
     use serde_json::{json, Value};
 
@@ -220,10 +293,52 @@ mod tests {
         );
     }
 
+    fn chosen(spec: &Value) -> RecordIn {
+        RecordIn::of(&compile(&FlowId::default(), spec).expect("compiles").spec)
+    }
+
+    /// Unset, `record` is the fast path whenever the flow allows it, as a new user writes it.
     #[test]
-    fn the_default_record_refuses_nothing() {
-        let spec = json!({"steps": [{"type": "exec", "cmd": "true"}],
-            "bind": {"apiVersion": "example.com/v1", "kind": "Gadget"}});
-        assert!(compile(&FlowId::default(), &spec).is_ok());
+    fn unset_the_record_is_the_object_when_every_step_allows_it_else_a_child() {
+        let bind = json!({"apiVersion": "example.com/v1", "kind": "Gadget"});
+        let fast = json!({"steps": [cm("a")], "bind": bind});
+        assert_eq!(chosen(&fast), RecordIn::Object);
+        let pod = json!({"steps": [cm("a"), {"type": "exec", "cmd": "true"}], "bind": bind});
+        assert_eq!(
+            chosen(&pod),
+            RecordIn::Child,
+            "a step in a pod refuses nothing"
+        );
+        let on_delete = json!({"steps": [cm("a")], "bind": bind,
+            "onDelete": [{"type": "approval", "name": "go", "message": "ok?"}]});
+        assert_eq!(chosen(&on_delete), RecordIn::Child);
+        let jobs = json!({"steps": [cm("a")], "bind": bind, "options": {"apiSteps": "Job"}});
+        assert_eq!(chosen(&jobs), RecordIn::Child);
+        let mut related = fast.clone();
+        related["bind"]["related"] = json!([{"apiVersion": "v1", "kind": "Secret", "name": "s"}]);
+        assert_eq!(chosen(&related), RecordIn::Child);
+        let mut asked = fast.clone();
+        asked["bind"]["record"] = json!("Child");
+        assert_eq!(chosen(&asked), RecordIn::Child, "what is asked is kept");
+    }
+
+    #[test]
+    fn a_retry_on_a_flow_that_cannot_be_recorded_in_its_objects_says_why() {
+        let spec = json!({"steps": [cm("a"), {"type": "exec", "cmd": "true"}],
+            "bind": {"apiVersion": "example.com/v1", "kind": "Gadget", "retry": {}}});
+        let e: Vec<String> = match compile(&FlowId::default(), &spec) {
+            Ok(_) => vec![],
+            Err(d) => d.errors().map(|d| d.to_string()).collect(),
+        };
+        assert_eq!(
+            e,
+            [
+                "error: spec.bind.retry: only a flow recorded in its objects retries a failed \
+              object, and this one cannot be: spec.steps[1] (exec): this one runs in a pod"
+            ]
+        );
+        let mut fast = spec.clone();
+        fast["steps"] = json!([cm("a")]);
+        assert_eq!(chosen(&fast), RecordIn::Object);
     }
 }

@@ -69,14 +69,15 @@ pub struct Bind {
     /// What is written back into each object's status.
     #[serde(default)]
     pub status: BindStatus,
-    /// Where each object's run is recorded: `Child` (default) keeps a child flow (and its run
-    /// state) per object; `Object` runs the object's steps in the controller's memory and
-    /// records the result only in the object (its status and a served mark), as a hand-written
-    /// operator would: every step (`onDelete` steps too, run behind a finalizer on the object
-    /// when it is deleted) must run in the controller, and no `related`
+    /// Where each object's run is recorded: `Object` runs the object's steps in the
+    /// controller's memory and records the result only in the object (its status and a served
+    /// mark), as a hand-written operator would: every step (`onDelete` steps too, run behind a
+    /// finalizer on the object when it is deleted) must run in the controller, and no
+    /// `related`; `Child` keeps a child flow (and its run state) per object. Unset (the
+    /// default): `Object` when the flow allows it, else `Child`, as the compiler decides
     /// (docs/decisions.md#bound-flows-recorded-in-the-object).
-    #[serde(default, skip_serializing_if = "BindRecord::is_child")]
-    pub record: BindRecord,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record: Option<BindRecord>,
     /// With `record: Object`: how a failed object is tried again (capped exponential backoff,
     /// as a kopf handler that raised is retried); default 10 s doubling to 300 s. A failure
     /// no attempt can mend (the step cannot be rendered from the object) is not retried.
@@ -159,21 +160,13 @@ impl BindRetry {
 }
 
 /// Where a bound flow records each object's run (see [`Bind::record`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[schemars(transform = crate::enum_schema::plain_enum)]
 pub enum BindRecord {
-    #[default]
     /// A child flow per object, with its runs, status, run state and `onDelete`.
     Child,
     /// Only in the object: its status and a served mark; no child flow, no run-state Secret.
     Object,
-}
-
-impl BindRecord {
-    /// Whether this is the default (not written out).
-    pub fn is_child(&self) -> bool {
-        *self == BindRecord::Child
-    }
 }
 
 /// One object an object of the bound kind names, templated from `${object}`.
@@ -316,7 +309,7 @@ impl Bind {
         }
         self.status.validate(&mut ctx.at("status"));
         if let Some(retry) = &self.retry {
-            if self.record == BindRecord::Child {
+            if self.record == Some(BindRecord::Child) {
                 ctx.error(
                     "retry",
                     "only bind.record: Object retries a failed object; a child flow's steps \
@@ -325,7 +318,7 @@ impl Bind {
             }
             retry.validate(&mut ctx.at("retry"));
         }
-        if self.record == BindRecord::Object && !self.related.is_empty() {
+        if self.record == Some(BindRecord::Object) && !self.related.is_empty() {
             ctx.error(
                 "related",
                 "bind.record: Object does not follow related objects (yet); use record: Child",
@@ -465,10 +458,13 @@ mod tests {
     }
 
     #[test]
-    fn record_defaults_to_child_and_object_refuses_related_objects() {
+    fn record_is_left_to_the_compiler_unless_set_and_object_refuses_related_objects() {
         let v = json!({"apiVersion": "example.com/v1", "kind": "Gadget"});
         let bind: Bind = serde_json::from_value(v.clone()).unwrap();
-        assert_eq!(bind.record, BindRecord::Child);
+        assert_eq!(bind.record, None);
+        let mut retried = v.clone();
+        retried["retry"] = json!({});
+        assert!(problems(retried).is_empty(), "unset may resolve to Object");
         assert!(serde_json::to_value(&bind).unwrap().get("record").is_none());
         let mut object = v.clone();
         object["record"] = json!("Object");

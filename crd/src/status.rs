@@ -135,6 +135,10 @@ pub struct BoundSummary {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 5))]
     pub failures: Vec<BoundFailure>,
+    /// Where each object's run is recorded: `spec.bind.record`, or, unset, what the compiler
+    /// chose (`Object` when every step runs in the controller).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record: Option<crate::bind::BindRecord>,
     /// The revision of the flow's steps as they are now, which serves its objects from now on:
     /// its ControllerRevision's name (docs/bound-flows.md#revisions).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -182,10 +182,12 @@ pub async fn may(client: &Client, user: &str, ns: &str, verb: &str) -> bool {
 /// A bound flow `name` over widgets: it applies ConfigMap `<widget>-made` holding the widget's
 /// `spec.version` (a version that is no valid name part fails the step), counts runs started
 /// by create in ConfigMap `<widget>-created` (a loop over one item on create, none otherwise),
-/// and its onDelete applies `<widget>-farewell`.
+/// and its onDelete applies `<widget>-farewell`. Recorded in a child flow per widget unless
+/// `extra_bind` says otherwise (every step could run in the controller, so unset it would be
+/// recorded in the widgets).
 pub fn widget_flow(extra_bind: Value) -> Value {
     let mut bind = json!({"apiVersion": format!("{GROUP}/v1"), "kind": "Widget",
-        "status": {"fields": {"made": "${object.metadata.name}-made"}}});
+        "record": "Child", "status": {"fields": {"made": "${object.metadata.name}-made"}}});
     if let (Some(b), Some(extra)) = (bind.as_object_mut(), extra_bind.as_object()) {
         b.extend(extra.clone());
     }

@@ -105,7 +105,7 @@ fn revision_cell(out: &str, ns: &str, object: &str) -> String {
 /// run (the failed one with why), instead of a step tree it does not have.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn get_of_a_bound_flow_lists_its_objects_with_their_runs() {
-    let (client, ns, ctl) = things_served("pf-bound", None).await;
+    let (client, ns, ctl) = things_served("pf-bound", Some("Child")).await;
     let out = &served_listed_and_got(&client, &ns).await;
     assert!(!out.contains("no step has run yet"), "{out}");
     let good = row(out, &ns, "good");
@@ -128,12 +128,14 @@ async fn get_of_a_bound_flow_lists_its_objects_with_their_runs() {
     ctl.abort();
 }
 
-/// `get` of a flow bound to a kind and recorded in its objects (`bind.record: Object`): it has
-/// no child flow, so each object's row comes from the object itself (its status and this
-/// flow's served mark), and a served object that failed is a row, not a `not served` line.
+/// `get` of a flow bound to a kind and recorded in its objects (`bind.record` unset, which the
+/// controller resolves to `Object` for this flow, every step running in it, and shows in
+/// `status.bound.record`): it has no child flow, so each object's row comes from the object
+/// itself (its status and this flow's served mark), and a served object that failed is a row,
+/// not a `not served` line.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn get_of_a_bound_flow_recorded_in_its_objects_lists_them_from_the_objects() {
-    let (client, ns, ctl) = things_served("pf-inobj", Some("Object")).await;
+    let (client, ns, ctl) = things_served("pf-inobj", None).await;
     let out = &served_listed_and_got(&client, &ns).await;
     assert!(!out.contains("no object of the kind matches yet"), "{out}");
     assert!(!out.contains("not served"), "both were served: {out}");

@@ -5,10 +5,12 @@
 //! release `pseudoflow-controller`; `kopf run` on the host, as the seeds' operators ran), so its
 //! peak RSS is its own. Reported per driver: one object create → Ready (median of 5 after a
 //! warm-up, timed by a watch), then each count of objects created at once → all Ready. The
-//! bound flow runs three times: as written (every Event), with `options.events: Warnings`, which
-//! publishes nothing on success — as this kopf operator, whose Event posting is off — and with
-//! `Warnings` and `bind.record: Object` (no child flow or run state per object: the result is
-//! recorded only in the object, as kopf records it).
+//! bound flow runs three times: as a new user writes it (no `record`, which resolves to
+//! `Object` for this flow: no child flow or run state per object, the result recorded only in
+//! the object, as kopf records it; every Event); with a child flow per object
+//! (`bind.record: Child`) and `options.events: Warnings`, which publishes nothing on success —
+//! as this kopf operator, whose Event posting is off; and recorded in the object with
+//! `Warnings`.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -33,9 +35,10 @@ use crate::bound::{bound_flow, ready, GROUP};
 /// Who serves the Gadgets, in the order they are measured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Driver {
-    /// The bound flow as written: an Event per step start and end, and per run.
+    /// The bound flow as a new user writes it (`record` unset: `Object` for it): an Event per
+    /// step start and end, and per run.
     Flow,
-    /// The same flow with `options.events: Warnings`.
+    /// The same flow with a child per object (`record: Child`) and `options.events: Warnings`.
     QuietFlow,
     /// The same flow with `options.events: Warnings` and `bind.record: Object`.
     ObjectFlow,
@@ -53,9 +56,13 @@ impl Driver {
 
     fn name(self) -> &'static str {
         match self {
-            Driver::Flow => "PseudoFlow bound flow (release `pseudoflow-controller` process)",
+            Driver::Flow => {
+                "PseudoFlow bound flow as written (release `pseudoflow-controller` process; \
+                 `record` unset, so `Object`)"
+            }
             Driver::QuietFlow => {
-                "PseudoFlow bound flow, `options.events: Warnings` (no Event on success)"
+                "PseudoFlow bound flow, `record: Child`, `options.events: Warnings` (no Event \
+                 on success)"
             }
             Driver::ObjectFlow => {
                 "PseudoFlow bound flow, `events: Warnings`, `bind.record: Object` (no child flow)"
@@ -67,7 +74,7 @@ impl Driver {
     /// How a kopf row names this flow's ratio (None: the flow as written, the row's own ratio).
     fn ratio_label(self) -> Option<&'static str> {
         match self {
-            Driver::QuietFlow => Some("`events: Warnings` flow"),
+            Driver::QuietFlow => Some("`record: Child`, `events: Warnings` flow"),
             Driver::ObjectFlow => Some("`record: Object` flow"),
             Driver::Flow | Driver::Kopf => None,
         }
@@ -133,6 +140,9 @@ async fn start(env: &TestEnv, client: &Client, dir: &Path, ns: &str, driver: Dri
         let mut flow = bound_flow(ns);
         if driver != Driver::Flow {
             flow["spec"]["options"] = json!({"events": "Warnings"});
+        }
+        if driver == Driver::QuietFlow {
+            flow["spec"]["bind"]["record"] = json!("Child");
         }
         if driver == Driver::ObjectFlow {
             flow["spec"]["bind"]["record"] = json!("Object");

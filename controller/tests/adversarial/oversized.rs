@@ -33,7 +33,7 @@ const ALSO_BOUND: [&str; 3] = ["also-1", "also-2", "also-3"];
 fn also_bound() -> serde_json::Value {
     json!({
         "serviceAccountName": "flow",
-        "bind": {"apiVersion": format!("{GROUP}/v1"), "kind": "Widget",
+        "bind": {"apiVersion": format!("{GROUP}/v1"), "kind": "Widget", "record": "Child",
             "status": {"phaseField": "", "conditions": false}},
         "steps": [{"type": "log", "message": "${object.metadata.name}"}]
     })
@@ -194,7 +194,7 @@ async fn a_child_flow_over_the_limit_fails_naming_it_and_its_bound_flow_says_why
     // 300 kB of steps plus an object of 250 kB: each within its limit, their child is not.
     let flow = json!({
         "serviceAccountName": "flow",
-        "bind": {"apiVersion": format!("{GROUP}/v1"), "kind": "Widget",
+        "bind": {"apiVersion": format!("{GROUP}/v1"), "kind": "Widget", "record": "Child",
             "status": {"phaseField": "", "conditions": false}},
         "steps": [{"type": "log", "message": "y".repeat(300_000)}]
     });

@@ -37,7 +37,7 @@ fn bound_flow(ns: &str, name: &str, flow_version: &str, api_version: &str, kind:
     json!({"apiVersion": format!("ops.example.com/{flow_version}"), "kind": "PseudoFlow",
         "metadata": {"name": name, "namespace": ns},
         "spec": {"serviceAccountName": "flow",
-            "bind": {"apiVersion": api_version, "kind": kind},
+            "bind": {"apiVersion": api_version, "kind": kind, "record": "Child"},
             "steps": [{"type": "log", "message": "hi ${object.metadata.name}"}]}})
 }
 
@@ -223,7 +223,7 @@ async fn a_flow_bound_to_config_maps_never_serves_the_ones_runs_write() {
         &ns,
         "cms",
         json!({"serviceAccountName": "flow",
-            "bind": {"apiVersion": "v1", "kind": "ConfigMap",
+            "bind": {"apiVersion": "v1", "kind": "ConfigMap", "record": "Child",
                 "status": {"phaseField": "", "conditions": false}},
             "steps": [{"type": "log", "message": "seen ${object.metadata.name}"}]}),
     )

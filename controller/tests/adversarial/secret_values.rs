@@ -250,7 +250,7 @@ async fn binding_to_secrets_is_an_invalid_spec_naming_the_path_and_no_child_is_m
     plant_secret(&client, &ns).await;
     let flow = json!({"apiVersion": "ops.example.com/v1alpha1", "kind": "PseudoFlow",
         "metadata": {"name": "secrets"}, "spec": {"serviceAccountName": "flow",
-        "bind": {"apiVersion": "v1", "kind": "Secret", "status": {"phaseField": "", "conditions": false}},
+        "bind": {"apiVersion": "v1", "kind": "Secret", "record": "Child", "status": {"phaseField": "", "conditions": false}},
         "steps": [{"type": "log", "message": "${object.data}"}]}});
     flows(&client, &ns)
         .create(

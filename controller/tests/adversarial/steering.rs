@@ -50,7 +50,7 @@ async fn an_objects_namespace_never_chooses_where_a_copy_reads_the_flow_is_refus
     }
     create_flow(&client, &ns, "sync", json!({
         "serviceAccountName": "flow",
-        "bind": {"apiVersion": format!("{GROUP}/v1"), "kind": "Widget"},
+        "bind": {"apiVersion": format!("{GROUP}/v1"), "kind": "Widget", "record": "Child"},
         "steps": [{"type": "copy", "name": "share",
             "from": {"kind": "Secret", "name": "db-admin", "namespace": "${object.spec.from}"},
             "to": [{"namespace": "${object.metadata.namespace}", "name": "${object.metadata.name}-copy"}]}]}))
@@ -115,7 +115,7 @@ async fn a_copy_target_taken_from_the_object_when_allowed_is_told_in_status_and_
         json!({
         "serviceAccountName": "flow",
         "allowObjectData": ["targetNamespace"],
-        "bind": {"apiVersion": format!("{GROUP}/v1"), "kind": "Widget"},
+        "bind": {"apiVersion": format!("{GROUP}/v1"), "kind": "Widget", "record": "Child"},
         "steps": [{"type": "copy", "name": "share",
             "from": {"kind": "Secret", "name": "shared"},
             "to": [{"namespace": "${object.spec.to}"}]}]}),
@@ -165,7 +165,7 @@ async fn an_artifacts_namespace_taken_from_the_object_fails_the_step_and_writes_
         json!({
         "serviceAccountName": "flow",
         "artifacts": [{"configMap": "arts"}],
-        "bind": {"apiVersion": format!("{GROUP}/v1"), "kind": "Widget"},
+        "bind": {"apiVersion": format!("{GROUP}/v1"), "kind": "Widget", "record": "Child"},
         "steps": [{"type": "applyFile", "path": "app.yaml"}]}),
     )
     .await;

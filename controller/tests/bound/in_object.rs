@@ -966,3 +966,56 @@ async fn switching_to_child_hands_the_finalizer_to_the_child() {
         "the child's onDelete ran"
     );
 }
+
+/// The bound flow `widgets`' `status.bound.record`, as the controller wrote it.
+async fn record_shown(client: &Client, ns: &str) -> Option<String> {
+    let f = flows(client, ns).get("widgets").await.unwrap();
+    f.data["status"]["bound"]["record"]
+        .as_str()
+        .map(String::from)
+}
+
+/// A bound flow as a new user writes it, with no `bind.record`, takes the fast path whenever
+/// every step runs in the controller: the widget is recorded in itself (no child flow, its
+/// served mark) and the flow's status says `record: Object`. An edit that adds a step the
+/// controller cannot run alone (an `approval`) makes it a flow with a child per widget, and
+/// its status says `record: Child`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unset_record_is_the_object_until_a_step_needs_more_then_a_child_flow() {
+    let (client, ns) = setup("inobj-default", all_verbs()).await;
+    let mut flow = in_object_flow();
+    flow["bind"].as_object_mut().unwrap().remove("record");
+    create_flow(&client, &ns, "widgets", flow.clone()).await;
+    create_widget(&client, &ns, "w", json!({"version": "one"})).await;
+    wait_widget(&client, &ns, "w", "Running").await;
+    assert!(config_map(&client, &ns, "w-made-one").await.is_some());
+    eventually(30, "the served mark", || async {
+        mark_of(&client, &ns, "w").await.is_some()
+    })
+    .await;
+    eventually(30, "status.bound.record Object", || async {
+        record_shown(&client, &ns).await.as_deref() == Some("Object")
+    })
+    .await;
+    let child = pseudoflow_controller::bind::child::child_name("widgets", &ns, "w");
+    assert!(
+        flows(&client, &ns).get_opt(&child).await.unwrap().is_none(),
+        "no child flow"
+    );
+
+    let steps = flow["steps"].as_array_mut().unwrap();
+    steps.push(json!({"type": "approval", "name": "go", "message": "ok?"}));
+    let patch = json!({"spec": {"steps": flow["steps"]}});
+    flows(&client, &ns)
+        .patch("widgets", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    eventually(60, "a child flow for the widget", || async {
+        flows(&client, &ns).get_opt(&child).await.unwrap().is_some()
+    })
+    .await;
+    eventually(30, "status.bound.record Child", || async {
+        record_shown(&client, &ns).await.as_deref() == Some("Child")
+    })
+    .await;
+}

@@ -52,7 +52,7 @@ async fn a_bound_flow_serves_an_object_without_a_job_or_a_pod() {
         &ns,
         "gadgets",
         json!({"serviceAccountName": "flow",
-            "bind": {"apiVersion": "inctl.test.example.com/v1", "kind": "Gadget"},
+            "bind": {"apiVersion": "inctl.test.example.com/v1", "kind": "Gadget", "record": "Child"},
             "steps": [{"type": "apply", "manifests": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ${object.metadata.name}-size\ndata:\n  size: \"${object.spec.size}\"\n"}]}),
     )
     .await;

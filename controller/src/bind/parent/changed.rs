@@ -65,7 +65,7 @@ impl Binding<'_> {
             Ok(None) => return (None, RESYNC),
             Err(e) => return failed(format!("reading it: {e}")),
         };
-        let children = if self.bind.record == BindRecord::Object {
+        let children = if self.bind.record == Some(BindRecord::Object) {
             // Recorded in the object: no child to read (one `record: Child` left is let go by
             // the full pass that follows the flow's change of `record`).
             Children::default()

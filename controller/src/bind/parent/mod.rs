@@ -69,11 +69,11 @@ pub(crate) async fn reconcile_parent(
     };
     // Made before any object is served with it (so every record names a kept revision).
     let mut history = revision::history::current(r).await;
-    if bind.record != BindRecord::Object {
+    if bind.record != Some(BindRecord::Object) {
         // Switched to children: no object's run goes on in memory.
         r.own.object_runs.stop_flow(r.uid);
     }
-    if bind.record == BindRecord::Object && in_object::deleted::has_on_delete(&r.raw_spec) {
+    if bind.record == Some(BindRecord::Object) && in_object::deleted::has_on_delete(&r.raw_spec) {
         // Before any object carries its finalizer: what its release lists.
         in_object::release::note(r, &binding.finalizes).await?;
     }
@@ -105,7 +105,8 @@ pub(crate) async fn reconcile_parent(
         return Ok(Action::requeue(again.min(wait)));
     }
     let (s, by_revision) = binding.sum_up().await?;
-    let s = revision::counted(s, &history, &by_revision);
+    let mut s = revision::counted(s, &history, &by_revision);
+    s.record = bind.record;
     summarise(r, flows, previous, &bind.kind, s).await?;
     revision::history::prune(r, &mut history, &by_revision).await;
     Ok(Action::requeue(again))
@@ -144,7 +145,7 @@ impl Binding<'_> {
         let r = self.r;
         let refused: Vec<(String, String)> =
             r.own.watches.pending.refused(r.uid).into_iter().collect();
-        if self.bind.record == BindRecord::Object {
+        if self.bind.record == Some(BindRecord::Object) {
             // No child to count: what its serves saw (bind/in_object/outcomes.rs).
             let s = r.own.outcomes.summary(r.uid, &refused);
             return Ok((s, r.own.outcomes.by_revision(r.uid)));

@@ -25,7 +25,7 @@ impl Binding<'_> {
         let obj_name = obj.metadata.name.as_deref().unwrap_or_default();
         let name = child::child_name(self.r.flow_id.name, obj_ns, obj_name);
         let leaving = self.leaving(&obj.metadata);
-        if self.bind.record == BindRecord::Object {
+        if self.bind.record == Some(BindRecord::Object) {
             return self.serve_in_object(obj, children, leaving).await;
         }
         let (child, old) = match self.pick(obj, children) {
