@@ -6,7 +6,8 @@
 //! The mark is compact JSON: the bound flow's uid and generation, the object's uid and
 //! generation, a short digest per two-level field path (the granularity `trigger.changed`
 //! names) and one per `watchFields` path. Pure. A tenant who writes the mark of their own
-//! object can only make that object be served again or not at once (the mark names the
+//! object can only make that object be served again (at its next change or full pass) or not
+//! (the mark names the
 //! object's uid, so a mark copied from another object counts as none).
 
 use std::collections::BTreeMap;

@@ -164,7 +164,8 @@ async fn a_flow_with_a_step_in_a_pod_is_refused_naming_the_step() {
 }
 
 /// A tenant who writes objects of the kind copies object B's served mark onto object A (same
-/// content, same generation): A is served again as if new, and B is not touched.
+/// content, same generation): A is served again as if new, and B is not touched. (The mark's
+/// own write wakes no flow, as the flow's own echo would not; the label written with it does.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn attack_a_forged_mark_moves_only_its_own_object() {
     let (client, ns) = setup("inobj-forge", all_verbs()).await;
@@ -182,7 +183,8 @@ async fn attack_a_forged_mark_moves_only_its_own_object() {
     delete_config_map(&client, &ns, "a-created").await;
     delete_config_map(&client, &ns, "b-created").await;
     let b_mark = mark_of(&client, &ns, "b").await.unwrap();
-    let forged = json!({"metadata": {"annotations": {mark_key(&ns, "widgets"): b_mark}}});
+    let forged = json!({"metadata": {"annotations": {mark_key(&ns, "widgets"): b_mark},
+        "labels": {"touched": "yes"}}});
     widgets(&client, &ns)
         .patch("a", &PatchParams::default(), &Patch::Merge(&forged))
         .await
