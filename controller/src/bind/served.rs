@@ -7,8 +7,7 @@
 //! generation, a short digest per two-level field path (the granularity `trigger.changed`
 //! names) and one per `watchFields` path. Pure. A tenant who writes the mark of their own
 //! object can only make that object be served again (at its next change or full pass) or not
-//! (the mark names the
-//! object's uid, so a mark copied from another object counts as none).
+//! (the mark names the object's uid, so a mark copied from another object counts as none).
 
 use std::collections::BTreeMap;
 
