@@ -79,6 +79,47 @@ impl Turns {
     }
 }
 
+/// Reads of one bound object at a time (`bind/parent/changed.rs`), shared as work turns are:
+/// at most [`OBJECT_READS_PER_NAMESPACE`] for the bound flows of one namespace, of
+/// [`OBJECT_READS`] in all. Each read holds the object whole, as text, until it is cut, so the
+/// total bounds the memory; the share per namespace keeps one tenant's burst (or a kind whose
+/// API answers slowly) from queueing every other tenant's reads.
+pub struct ObjectReads {
+    all: Arc<Semaphore>,
+    per_namespace: Shares,
+}
+
+/// Objects read at once, across all bound flows.
+pub const OBJECT_READS: usize = 8;
+/// Objects read at once for the bound flows of one namespace.
+pub const OBJECT_READS_PER_NAMESPACE: usize = OBJECT_READS / 2;
+
+impl Default for ObjectReads {
+    fn default() -> Self {
+        ObjectReads {
+            all: Arc::new(Semaphore::new(OBJECT_READS)),
+            per_namespace: Shares::new(OBJECT_READS_PER_NAMESPACE),
+        }
+    }
+}
+
+/// A read of one object may go on. Dropped, it is free.
+pub struct ObjectRead {
+    _namespace: OwnedSemaphorePermit,
+    _controller: OwnedSemaphorePermit,
+}
+
+impl ObjectReads {
+    /// Waits for a read for a bound flow of `namespace` (its own share first).
+    pub async fn read(&self, namespace: &str) -> ObjectRead {
+        let ns = self.per_namespace.of(namespace);
+        ObjectRead {
+            _namespace: permit(ns).await,
+            _controller: permit(self.all.clone()).await,
+        }
+    }
+}
+
 async fn permit(s: Arc<Semaphore>) -> OwnedSemaphorePermit {
     s.acquire_owned().await.expect("never closed")
 }
@@ -118,6 +159,22 @@ mod tests {
         tokio::time::timeout(Duration::from_millis(100), f)
             .await
             .ok()
+    }
+
+    #[tokio::test]
+    async fn one_namespace_reads_at_most_its_share_of_objects_and_another_still_reads() {
+        let reads = ObjectReads::default();
+        let mut held = Vec::new();
+        for _ in 0..OBJECT_READS_PER_NAMESPACE {
+            held.push(reads.read("tenant").await);
+        }
+        assert!(within(reads.read("tenant")).await.is_none(), "its share");
+        for _ in 0..OBJECT_READS - OBJECT_READS_PER_NAMESPACE {
+            held.push(within(reads.read("other")).await.expect("not the tenant's"));
+        }
+        assert!(within(reads.read("third")).await.is_none(), "all taken");
+        held.pop();
+        assert!(within(reads.read("third")).await.is_some(), "one freed");
     }
 
     #[tokio::test]

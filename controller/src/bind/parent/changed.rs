@@ -3,20 +3,22 @@
 //! child listed at each wake.
 
 use std::collections::BTreeSet;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use futures::StreamExt;
 use kube::api::{Api, DynamicObject, GetParams};
 use pseudoflow_crd::bind::BindRecord;
-use tokio::sync::Semaphore;
 
 use super::children::{owned_by, Children};
 use super::{Binding, OBJECTS_SERVED_AT_ONCE, RESYNC, RETRY_OBJECT};
 use crate::bind::{child, decode, object, pages, summary::Refused};
+use crate::turns::ObjectReads;
 
-/// Objects read alone at once, across all bound flows (8 at once per bound flow, 16 bound flows
-/// reconciled at once): each is held whole, as text, until it is cut.
-static OBJECT_READS: Semaphore = Semaphore::const_new(4);
+/// Objects read alone at once (8 at once per bound flow, 16 bound flows reconciled at once):
+/// each is held whole, as text, until it is cut, so they are shared per namespace and bounded
+/// in all ([`crate::turns::ObjectReads`]).
+static OBJECT_READS: LazyLock<ObjectReads> = LazyLock::new(ObjectReads::default);
 
 impl Binding<'_> {
     /// Serves `objects` (namespace, name), several at once; returns how soon to look again.
@@ -83,7 +85,7 @@ impl Binding<'_> {
 
     /// The object as raw text (decoded alone by the caller, like a list's items; one too large
     /// cut to its metadata and size as soon as it is read), as the flow's ServiceAccount; None
-    /// when it does not exist. At most [`OBJECT_READS`] are read at once across bound flows.
+    /// when it does not exist. Reads are shared per namespace of the bound flow ([`OBJECT_READS`]).
     async fn raw_object(&self, ns: &str, name: &str) -> Result<Option<String>, kube::Error> {
         let client = self.objects.clone().into_client();
         let api: Api<DynamicObject> = if ns.is_empty() {
@@ -94,7 +96,7 @@ impl Binding<'_> {
         let request = kube::core::Request::new(api.resource_url())
             .get(name, &GetParams::default())
             .map_err(kube::Error::BuildRequest)?;
-        let _turn = OBJECT_READS.acquire().await.expect("never closed");
+        let _turn = OBJECT_READS.read(self.r.ns()).await;
         match client.request_text(request).await {
             Ok(text) => Ok(Some(decode::cut(text))),
             Err(kube::Error::Api(e)) if e.code == 404 => Ok(None),
