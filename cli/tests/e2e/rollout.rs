@@ -1,0 +1,141 @@
+//! `rollout status|pause|resume|promote|undo`: the status of a bound flow's rollout as
+//! `status.bound.rollout` says (written here, with no controller, so every phase can be shown),
+//! waiting until it completes, failing when it stopped or on `--timeout`; and the annotation the
+//! other verbs set, refused where it would mean nothing. (Who may set it, and the webhook's
+//! stamp, are proven in `controller/tests/admission/rollout.rs`.)
+
+use kube::api::{Patch, PatchParams};
+use kube::Client;
+use pseudoflow_test_support::{create_flow, flows};
+use serde_json::{json, Value};
+
+use crate::support::{lines_until, namespace, pf, spawn_pf};
+
+/// Writes `rollout` as flow `widgets`' `status.bound.rollout`.
+async fn set_rollout(client: &Client, ns: &str, rollout: Value) {
+    let status = json!({"status": {"phase": "Running", "bound": {
+        "objects": 3, "creating": 1, "running": 2, "failed": 0, "rollout": rollout}}});
+    flows(client, ns)
+        .patch_status("widgets", &PatchParams::default(), &Patch::Merge(status))
+        .await
+        .unwrap();
+}
+
+fn rollout(phase: &str, wave: u32, updated: u32) -> Value {
+    json!({"revision": "widgets-2b", "from": "widgets-1a", "phase": phase, "wave": wave,
+        "waves": 2, "target": 2, "updated": updated})
+}
+
+async fn rollout_annotation(client: &Client, ns: &str) -> Option<String> {
+    let f = flows(client, ns).get("widgets").await.unwrap();
+    f.metadata
+        .annotations
+        .unwrap_or_default()
+        .get("ops.example.com/rollout")
+        .cloned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollout_status_waits_for_completion_and_fails_when_stopped_or_timed_out() {
+    let (client, ns) = namespace("pf-rollout").await;
+    create_flow(&client, &ns, "widgets", json!({"serviceAccountName": "flow",
+        "bind": {"apiVersion": "example.com/v1", "kind": "Widget"},
+        "steps": [{"type": "log", "message": "served"}]}))
+    .await;
+    create_flow(&client, &ns, "plain", json!({"serviceAccountName": "flow",
+        "steps": [{"type": "log", "message": "hi"}]}))
+    .await;
+    let o = pf(&["rollout", "status", "widgets", "-n", &ns, "-w=false"]).await;
+    assert_eq!(o.code, 1, "no rollout yet: {}", o.stdout);
+    assert!(o.stderr.contains("has no rollout yet"), "{}", o.stderr);
+    let o = pf(&["rollout", "status", "plain", "-n", &ns]).await;
+    assert_eq!(o.code, 1, "{}", o.stdout);
+    assert!(o.stderr.contains("is not bound to a kind"), "{}", o.stderr);
+
+    set_rollout(&client, &ns, rollout("Progressing", 1, 1)).await;
+    let o = pf(&["rollout", "status", "widgets", "-n", &ns, "--watch=false"]).await;
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(
+        o.stdout.contains("rollout of revision widgets-2b (from widgets-1a)")
+            && o.stdout.contains("wave:        1/2")
+            && o.stdout.contains("updated:     1/2 objects"),
+        "{}",
+        o.stdout
+    );
+    let o = pf(&["rollout", "status", "widgets", "-n", &ns, "--timeout", "2s"]).await;
+    assert_eq!(o.code, 1, "{}", o.stdout);
+    assert!(o.stderr.contains("timed out after 2s"), "{}", o.stderr);
+
+    // Waiting: each change printed, exit 0 once Completed.
+    let mut child = spawn_pf(&["rollout", "status", "widgets", "-n", &ns]);
+    let stdout = child.stdout.take().unwrap();
+    let reading = tokio::spawn(lines_until(stdout, 60, |l| l.contains("rolled out")));
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    set_rollout(&client, &ns, rollout("Progressing", 2, 2)).await;
+    set_rollout(&client, &ns, rollout("Completed", 2, 2)).await;
+    let seen = reading.await.unwrap();
+    assert!(
+        seen.contains("(Completed)") && seen.contains("revision widgets-2b rolled out"),
+        "{seen}"
+    );
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(status.success());
+
+    // Stopped: exit 1 with the message and the failed objects.
+    let mut stopped = rollout("Stopped", 1, 0);
+    stopped["failedObjects"] = json!([format!("{ns}/w-1")]);
+    stopped["message"] = json!("1 object of revision widgets-2b failed");
+    set_rollout(&client, &ns, stopped).await;
+    let o = pf(&["rollout", "status", "widgets", "-n", &ns]).await;
+    assert_eq!(o.code, 1, "{}", o.stdout);
+    assert!(
+        o.stderr.contains("stopped: 1 object of revision widgets-2b failed")
+            && o.stderr.contains(&format!("(failed: {ns}/w-1)")),
+        "{}",
+        o.stderr
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollout_actions_set_the_annotation_each_time_and_refuse_what_means_nothing() {
+    let (client, ns) = namespace("pf-rollout-act").await;
+    create_flow(&client, &ns, "widgets", json!({"serviceAccountName": "flow",
+        "bind": {"apiVersion": "example.com/v1", "kind": "Widget"},
+        "steps": [{"type": "log", "message": "served"}]}))
+    .await;
+    let o = pf(&["rollout", "promote", "widgets", "-n", &ns]).await;
+    assert_eq!(o.code, 1, "{}", o.stdout);
+    assert!(o.stderr.contains("has no rollout yet"), "{}", o.stderr);
+    set_rollout(&client, &ns, rollout("Progressing", 1, 1)).await;
+    let o = pf(&["rollout", "resume", "widgets", "-n", &ns]).await;
+    assert_eq!(o.code, 1, "{}", o.stdout);
+    assert!(
+        o.stderr.contains("is not paused (Progressing); nothing asked"),
+        "{}",
+        o.stderr
+    );
+    assert_eq!(rollout_annotation(&client, &ns).await, None);
+    // Set, and set again (removed first: an unchanged annotation is no new request). No webhook
+    // here: no stamp, which the plugin warns about.
+    for _ in 0..2 {
+        let o = pf(&["rollout", "pause", "widgets", "-n", &ns]).await;
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        assert!(
+            o.stdout
+                .contains("widgets rollout of revision widgets-2b: pause asked"),
+            "{}",
+            o.stdout
+        );
+        assert!(o.stderr.contains("no ops.example.com/rollout-by stamp"), "{}", o.stderr);
+        assert_eq!(rollout_annotation(&client, &ns).await.as_deref(), Some("pause"));
+    }
+    set_rollout(&client, &ns, rollout("Completed", 2, 2)).await;
+    let o = pf(&["rollout", "promote", "widgets", "-n", &ns]).await;
+    assert_eq!(o.code, 1, "{}", o.stdout);
+    assert!(o.stderr.contains("nothing to promote"), "{}", o.stderr);
+    let o = pf(&["rollout", "undo", "widgets", "-n", &ns]).await;
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(rollout_annotation(&client, &ns).await.as_deref(), Some("undo"));
+}
