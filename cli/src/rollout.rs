@@ -102,7 +102,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         digits.clear();
     }
     if !digits.is_empty() || text.is_empty() {
-        return Err(format!("{text:?}: a unit after each number (30s, 5m, 1h30m)"));
+        return Err(format!(
+            "{text:?}: a unit after each number (30s, 5m, 1h30m)"
+        ));
     }
     Ok(Duration::from_secs(secs))
 }
@@ -113,15 +115,12 @@ fn rollout_of(f: &DynamicObject) -> anyhow::Result<RolloutStatus> {
     if f.data.pointer("/spec/bind").is_none_or(Value::is_null) {
         anyhow::bail!("pseudoflow {name:?} is not bound to a kind (spec.bind): it has no rollout");
     }
-    status(f)
-        .bound
-        .and_then(|b| b.rollout)
-        .ok_or_else(|| {
-            anyhow::anyhow!(
-                "pseudoflow {name:?} has no rollout yet (status.bound.rollout): the controller \
+    status(f).bound.and_then(|b| b.rollout).ok_or_else(|| {
+        anyhow::anyhow!(
+            "pseudoflow {name:?} has no rollout yet (status.bound.rollout): the controller \
                  has not kept a revision of it"
-            )
-        })
+        )
+    })
 }
 
 fn phase_name(p: RolloutPhase) -> &'static str {
@@ -348,7 +347,11 @@ async fn patch(
 
 /// Who the webhook's stamp on `f` says asked (unverified: the controller checks it).
 fn stamped_by(f: &DynamicObject) -> Option<String> {
-    let value = f.metadata.annotations.as_ref()?.get(ROLLOUT_BY_ANNOTATION)?;
+    let value = f
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(ROLLOUT_BY_ANNOTATION)?;
     let stamp: Value = serde_json::from_str(value).ok()?;
     stamp["user"].as_str().map(str::to_string)
 }
@@ -425,10 +428,13 @@ mod tests {
             }
         };
         let pf = "kubectl-pf";
-        assert_eq!(parse(&[pf, "rollout", "status", "f"]), (true, Duration::ZERO));
-        assert_eq!(parse(&[pf, "rollout", "status", "f", "-w=false"]).0, false);
-        assert_eq!(parse(&[pf, "rollout", "status", "f", "--watch=false"]).0, false);
-        assert_eq!(parse(&[pf, "rollout", "status", "-w", "f"]).0, true);
+        assert_eq!(
+            parse(&[pf, "rollout", "status", "f"]),
+            (true, Duration::ZERO)
+        );
+        assert!(!parse(&[pf, "rollout", "status", "f", "-w=false"]).0);
+        assert!(!parse(&[pf, "rollout", "status", "f", "--watch=false"]).0);
+        assert!(parse(&[pf, "rollout", "status", "-w", "f"]).0);
         let (_, t) = parse(&[pf, "rollout", "status", "f", "--timeout", "2m"]);
         assert_eq!(t, Duration::from_secs(120));
     }
@@ -442,7 +448,9 @@ mod tests {
             "time": "2026-12-07T15:20:00Z"}}));
         let text = describe("widgets", &r);
         assert!(
-            text.starts_with("pseudoflow.ops.example.com/widgets rollout of revision w-2 (from w-1)\n"),
+            text.starts_with(
+                "pseudoflow.ops.example.com/widgets rollout of revision w-2 (from w-1)\n"
+            ),
             "{text}"
         );
         for want in [
@@ -465,8 +473,10 @@ mod tests {
     #[test]
     fn only_a_completed_rollout_ends_the_wait_well() {
         let at = |phase: &str| {
-            rollout(json!({"revision": "w-2", "phase": phase, "wave": 1, "waves": 1,
-                "target": 1, "updated": 1}))
+            rollout(
+                json!({"revision": "w-2", "phase": phase, "wave": 1, "waves": 1,
+                "target": 1, "updated": 1}),
+            )
         };
         assert!(matches!(settled("f", &at("Completed")), Some(Ok(()))));
         assert!(matches!(settled("f", &at("Stopped")), Some(Err(_))));
@@ -477,8 +487,10 @@ mod tests {
     #[test]
     fn actions_that_mean_nothing_now_are_refused() {
         let at = |phase: &str, from: Option<&str>| {
-            rollout(json!({"revision": "w-2", "from": from, "phase": phase, "wave": 1,
-                "waves": 2, "target": 1, "updated": 0}))
+            rollout(
+                json!({"revision": "w-2", "from": from, "phase": phase, "wave": 1,
+                "waves": 2, "target": 1, "updated": 0}),
+            )
         };
         let p = |a, phase, from| pointless(a, &at(phase, from));
         assert!(p(RolloutAction::Pause, "Progressing", None).is_none());

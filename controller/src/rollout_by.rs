@@ -141,7 +141,11 @@ pub async fn authorize(
     if crate::webhook::approval::may(client, req, VERB).await? {
         return Ok(());
     }
-    let who = req.user_info.username.as_deref().unwrap_or("(unknown user)");
+    let who = req
+        .user_info
+        .username
+        .as_deref()
+        .unwrap_or("(unknown user)");
     let namespace = req.namespace.as_deref().unwrap_or_default();
     Err(format!(
         "{who} may not {} the rollout of PseudoFlow {:?}: setting {ROLLOUT_ANNOTATION} needs \
@@ -179,11 +183,18 @@ mod tests {
     #[test]
     fn an_action_is_stamped_with_the_revision_as_admitted_the_user_and_only_this_key() {
         let key = Key::random();
-        let r = req("UPDATE", json!({ROLLOUT_ANNOTATION: "promote"}), Some(json!({})));
+        let r = req(
+            "UPDATE",
+            json!({ROLLOUT_ANNOTATION: "promote"}),
+            Some(json!({})),
+        );
         let action = asked(&r).unwrap().unwrap();
         assert_eq!(action, RolloutAction::Promote);
         let ops = stamp_ops(&r, action, Some(&key), 7).unwrap();
-        assert_eq!(ops[0]["path"], "/metadata/annotations/ops.example.com~1rollout-by");
+        assert_eq!(
+            ops[0]["path"],
+            "/metadata/annotations/ops.example.com~1rollout-by"
+        );
         let value = ops[0]["value"].as_str().unwrap();
         let stamp = RolloutStamp::verify(&key, "ns", "f", value).unwrap();
         assert_eq!(
@@ -226,7 +237,10 @@ mod tests {
         let e = asked(&req("CREATE", json!({ROLLOUT_BY_ANNOTATION: "{}"}), None)).unwrap_err();
         assert!(e.contains("written by the admission webhook only"), "{e}");
         let kept = json!({ROLLOUT_ANNOTATION: "pause", ROLLOUT_BY_ANNOTATION: "{}"});
-        assert_eq!(asked(&req("UPDATE", kept.clone(), Some(kept.clone()))), Ok(None));
+        assert_eq!(
+            asked(&req("UPDATE", kept.clone(), Some(kept.clone()))),
+            Ok(None)
+        );
         assert_eq!(asked(&req("UPDATE", json!({}), Some(kept))), Ok(None));
         // Sent with an action, the client's stamp is replaced by the webhook's.
         let both = json!({ROLLOUT_ANNOTATION: "pause", ROLLOUT_BY_ANNOTATION: "{}"});
@@ -236,13 +250,25 @@ mod tests {
 
     #[test]
     fn a_value_naming_no_action_is_refused_and_no_key_stamps_nothing() {
-        let r = req("UPDATE", json!({ROLLOUT_ANNOTATION: "Pause"}), Some(json!({})));
+        let r = req(
+            "UPDATE",
+            json!({ROLLOUT_ANNOTATION: "Pause"}),
+            Some(json!({})),
+        );
         let e = asked(&r).unwrap_err();
         assert!(e.contains("names no rollout action"), "{e}");
-        let r = req("UPDATE", json!({ROLLOUT_ANNOTATION: "pause"}), Some(json!({})));
+        let r = req(
+            "UPDATE",
+            json!({ROLLOUT_ANNOTATION: "pause"}),
+            Some(json!({})),
+        );
         let e = stamp_ops(&r, RolloutAction::Pause, None, 1).unwrap_err();
         assert!(e.contains("no approval key"), "{e}");
-        let status = req("UPDATE", json!({ROLLOUT_ANNOTATION: "pause"}), Some(json!({})));
+        let status = req(
+            "UPDATE",
+            json!({ROLLOUT_ANNOTATION: "pause"}),
+            Some(json!({})),
+        );
         let mut status = status;
         status.sub_resource = Some("status".into());
         assert_eq!(asked(&status), Ok(None));

@@ -38,12 +38,22 @@ async fn rollout_annotation(client: &Client, ns: &str) -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rollout_status_waits_for_completion_and_fails_when_stopped_or_timed_out() {
     let (client, ns) = namespace("pf-rollout").await;
-    create_flow(&client, &ns, "widgets", json!({"serviceAccountName": "flow",
+    create_flow(
+        &client,
+        &ns,
+        "widgets",
+        json!({"serviceAccountName": "flow",
         "bind": {"apiVersion": "example.com/v1", "kind": "Widget"},
-        "steps": [{"type": "log", "message": "served"}]}))
+        "steps": [{"type": "log", "message": "served"}]}),
+    )
     .await;
-    create_flow(&client, &ns, "plain", json!({"serviceAccountName": "flow",
-        "steps": [{"type": "log", "message": "hi"}]}))
+    create_flow(
+        &client,
+        &ns,
+        "plain",
+        json!({"serviceAccountName": "flow",
+        "steps": [{"type": "log", "message": "hi"}]}),
+    )
     .await;
     let o = pf(&["rollout", "status", "widgets", "-n", &ns, "-w=false"]).await;
     assert_eq!(o.code, 1, "no rollout yet: {}", o.stdout);
@@ -56,7 +66,8 @@ async fn rollout_status_waits_for_completion_and_fails_when_stopped_or_timed_out
     let o = pf(&["rollout", "status", "widgets", "-n", &ns, "--watch=false"]).await;
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert!(
-        o.stdout.contains("rollout of revision widgets-2b (from widgets-1a)")
+        o.stdout
+            .contains("rollout of revision widgets-2b (from widgets-1a)")
             && o.stdout.contains("wave:        1/2")
             && o.stdout.contains("updated:     1/2 objects"),
         "{}",
@@ -91,7 +102,8 @@ async fn rollout_status_waits_for_completion_and_fails_when_stopped_or_timed_out
     let o = pf(&["rollout", "status", "widgets", "-n", &ns]).await;
     assert_eq!(o.code, 1, "{}", o.stdout);
     assert!(
-        o.stderr.contains("stopped: 1 object of revision widgets-2b failed")
+        o.stderr
+            .contains("stopped: 1 object of revision widgets-2b failed")
             && o.stderr.contains(&format!("(failed: {ns}/w-1)")),
         "{}",
         o.stderr
@@ -101,9 +113,14 @@ async fn rollout_status_waits_for_completion_and_fails_when_stopped_or_timed_out
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rollout_actions_set_the_annotation_each_time_and_refuse_what_means_nothing() {
     let (client, ns) = namespace("pf-rollout-act").await;
-    create_flow(&client, &ns, "widgets", json!({"serviceAccountName": "flow",
+    create_flow(
+        &client,
+        &ns,
+        "widgets",
+        json!({"serviceAccountName": "flow",
         "bind": {"apiVersion": "example.com/v1", "kind": "Widget"},
-        "steps": [{"type": "log", "message": "served"}]}))
+        "steps": [{"type": "log", "message": "served"}]}),
+    )
     .await;
     let o = pf(&["rollout", "promote", "widgets", "-n", &ns]).await;
     assert_eq!(o.code, 1, "{}", o.stdout);
@@ -112,7 +129,8 @@ async fn rollout_actions_set_the_annotation_each_time_and_refuse_what_means_noth
     let o = pf(&["rollout", "resume", "widgets", "-n", &ns]).await;
     assert_eq!(o.code, 1, "{}", o.stdout);
     assert!(
-        o.stderr.contains("is not paused (Progressing); nothing asked"),
+        o.stderr
+            .contains("is not paused (Progressing); nothing asked"),
         "{}",
         o.stderr
     );
@@ -128,8 +146,15 @@ async fn rollout_actions_set_the_annotation_each_time_and_refuse_what_means_noth
             "{}",
             o.stdout
         );
-        assert!(o.stderr.contains("no ops.example.com/rollout-by stamp"), "{}", o.stderr);
-        assert_eq!(rollout_annotation(&client, &ns).await.as_deref(), Some("pause"));
+        assert!(
+            o.stderr.contains("no ops.example.com/rollout-by stamp"),
+            "{}",
+            o.stderr
+        );
+        assert_eq!(
+            rollout_annotation(&client, &ns).await.as_deref(),
+            Some("pause")
+        );
     }
     set_rollout(&client, &ns, rollout("Completed", 2, 2)).await;
     let o = pf(&["rollout", "promote", "widgets", "-n", &ns]).await;
@@ -137,5 +162,8 @@ async fn rollout_actions_set_the_annotation_each_time_and_refuse_what_means_noth
     assert!(o.stderr.contains("nothing to promote"), "{}", o.stderr);
     let o = pf(&["rollout", "undo", "widgets", "-n", &ns]).await;
     assert_eq!(o.code, 0, "{}", o.stderr);
-    assert_eq!(rollout_annotation(&client, &ns).await.as_deref(), Some("undo"));
+    assert_eq!(
+        rollout_annotation(&client, &ns).await.as_deref(),
+        Some("undo")
+    );
 }

@@ -93,7 +93,11 @@ pub async fn authorize(
     if may(client, req, VERB).await? {
         return Ok(());
     }
-    let who = req.user_info.username.as_deref().unwrap_or("(unknown user)");
+    let who = req
+        .user_info
+        .username
+        .as_deref()
+        .unwrap_or("(unknown user)");
     let namespace = req.namespace.clone().unwrap_or_default();
     let action = if *key == APPROVE_ANNOTATION {
         "approve"

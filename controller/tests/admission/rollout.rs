@@ -28,8 +28,7 @@ async fn annotations(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn only_a_user_who_may_rollout_acts_on_a_rollout_and_the_stamp_names_them_and_the_revision(
-) {
+async fn only_a_user_who_may_rollout_acts_on_a_rollout_and_the_stamp_names_them_and_the_revision() {
     let (client, ns) = prepare("rollout-by", json!([]), json!([])).await;
     editor_and_approver(&client, &ns).await;
     // `boss` may also `rollout`; `tenant` may edit the flow (and `approve` is not `rollout`).
@@ -37,15 +36,23 @@ async fn only_a_user_who_may_rollout_acts_on_a_rollout_and_the_stamp_names_them_
         "metadata": {"name": "flow-roller", "namespace": ns},
         "rules": [{"apiGroups": ["ops.example.com"], "resources": ["pseudoflows"], "verbs": ["rollout"]}]}))
     .await;
-    apply(&client, json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+    apply(
+        &client,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
         "metadata": {"name": "rollers", "namespace": ns},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "flow-roller"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "boss"}]}))
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "boss"}]}),
+    )
     .await;
     // A bound flow whose rollout status is written here (no controller: nothing else writes it).
-    create_flow(&client, &ns, "gated", json!({"serviceAccountName": "flow",
+    create_flow(
+        &client,
+        &ns,
+        "gated",
+        json!({"serviceAccountName": "flow",
         "bind": {"apiVersion": "example.com/v1", "kind": "Widget"},
-        "steps": [{"type": "log", "message": "served"}]}))
+        "steps": [{"type": "log", "message": "served"}]}),
+    )
     .await;
     flows(&client, &ns)
         .patch_status(
@@ -63,7 +70,13 @@ async fn only_a_user_who_may_rollout_acts_on_a_rollout_and_the_stamp_names_them_
     wait_webhooks_active(&ns).await;
 
     // Edit rights do not roll out: refused, naming the verb; nothing set.
-    let (ok, out) = annotate(&ns, "gated", Some("tenant"), "ops.example.com/rollout=promote").await;
+    let (ok, out) = annotate(
+        &ns,
+        "gated",
+        Some("tenant"),
+        "ops.example.com/rollout=promote",
+    )
+    .await;
     assert!(
         !ok && out.contains("tenant may not promote the rollout")
             && out.contains("needs the \"rollout\" verb"),
@@ -91,12 +104,24 @@ async fn only_a_user_who_may_rollout_acts_on_a_rollout_and_the_stamp_names_them_
         );
     }
     // A value that names no action is refused.
-    let (ok, out) = annotate(&ns, "gated", Some("boss"), "ops.example.com/rollout=rollback").await;
+    let (ok, out) = annotate(
+        &ns,
+        "gated",
+        Some("boss"),
+        "ops.example.com/rollout=rollback",
+    )
+    .await;
     assert!(!ok && out.contains("names no rollout action"), "{out}");
 
     // The user who may: stamped with their name, groups and the revision status showed, which
     // the controller accepts for that revision only.
-    let (ok, out) = annotate(&ns, "gated", Some("boss"), "ops.example.com/rollout=promote").await;
+    let (ok, out) = annotate(
+        &ns,
+        "gated",
+        Some("boss"),
+        "ops.example.com/rollout=promote",
+    )
+    .await;
     assert!(ok, "{out}");
     let ann = annotations(&client, &ns).await;
     let stamp = RolloutStamp::verify(&key, &ns, "gated", &ann["ops.example.com/rollout-by"])
@@ -121,7 +146,15 @@ async fn only_a_user_who_may_rollout_acts_on_a_rollout_and_the_stamp_names_them_
     let patch = json!({"metadata": {"annotations": {
         "ops.example.com/rollout": "pause", "ops.example.com/rollout-by": forged}}});
     let (ok, out) = kubectl_async(&[
-        "patch", "pf", "gated", "-n", &ns, "--type=merge", "--as=boss", "-p", &patch.to_string(),
+        "patch",
+        "pf",
+        "gated",
+        "-n",
+        &ns,
+        "--type=merge",
+        "--as=boss",
+        "-p",
+        &patch.to_string(),
     ])
     .await;
     assert!(ok, "{out}");

@@ -47,7 +47,8 @@ pub fn asked(
     let Some(value) = annotations.get(ROLLOUT_ANNOTATION) else {
         return Asked::Nothing;
     };
-    let ignored = |why: &str| Asked::Ignored(format!("{ROLLOUT_ANNOTATION}={value} not accepted: {why}"));
+    let ignored =
+        |why: &str| Asked::Ignored(format!("{ROLLOUT_ANNOTATION}={value} not accepted: {why}"));
     let Some(action) = RolloutAction::parse(value) else {
         return ignored("it names no action (pause, resume, promote or undo)");
     };
@@ -141,7 +142,8 @@ mod tests {
         let key = Key::random();
         let none = BTreeMap::from([(ROLLOUT_ANNOTATION.to_string(), "pause".to_string())]);
         assert!(accepted(Some(&key), FLOW, &none, "widgets-2").is_none());
-        let other_key = stamp(RolloutAction::Pause, "widgets-2").sign(&Key::random(), "team", "widgets");
+        let other_key =
+            stamp(RolloutAction::Pause, "widgets-2").sign(&Key::random(), "team", "widgets");
         assert!(accepted(Some(&key), FLOW, &ann("pause", &other_key), "widgets-2").is_none());
         let altered = stamp(RolloutAction::Pause, "widgets-2")
             .sign(&key, "team", "widgets")
@@ -202,6 +204,9 @@ mod tests {
         ));
         // Withdrawn: the stamp stays, the annotation is gone.
         let withdrawn = BTreeMap::from([(ROLLOUT_BY_ANNOTATION.to_string(), pause)]);
-        assert_eq!(asked(Some(&key), FLOW, &withdrawn, "widgets-2"), Asked::Nothing);
+        assert_eq!(
+            asked(Some(&key), FLOW, &withdrawn, "widgets-2"),
+            Asked::Nothing
+        );
     }
 }
