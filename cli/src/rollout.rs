@@ -345,14 +345,23 @@ async fn patch(
     )
 }
 
-/// Who the webhook's stamp on `f` says asked (unverified: the controller checks it).
-fn stamped_by(f: &DynamicObject) -> Option<String> {
-    let value = f
-        .metadata
-        .annotations
-        .as_ref()?
-        .get(ROLLOUT_BY_ANNOTATION)?;
-    let stamp: Value = serde_json::from_str(value).ok()?;
+/// The webhook's stamp on `f`, as written (unverified: the controller checks it).
+fn stamp_of(f: &DynamicObject) -> Option<&String> {
+    f.metadata.annotations.as_ref()?.get(ROLLOUT_BY_ANNOTATION)
+}
+
+/// Who the stamp `after` says asked for `action`, if the webhook wrote it for this request:
+/// another value than the stamp `before` it, naming that action.
+fn stamped_by(
+    before: Option<&String>,
+    after: Option<&String>,
+    action: RolloutAction,
+) -> Option<String> {
+    let after = after.filter(|a| Some(*a) != before)?;
+    let stamp: Value = serde_json::from_str(after).ok()?;
+    if stamp["action"] != action.as_str() {
+        return None;
+    }
     stamp["user"].as_str().map(str::to_string)
 }
 
@@ -374,9 +383,10 @@ async fn act(k: &Kube, name: &str, action: RolloutAction) -> anyhow::Result<()> 
         // removed and set again.
         patch(k, name, &r.revision, Value::Null, action).await?;
     }
+    let before = stamp_of(&current).cloned();
     let patched = patch(k, name, &r.revision, json!(action.as_str()), action).await?;
     let rev = printable(&r.revision);
-    match stamped_by(&patched) {
+    match stamped_by(before.as_ref(), stamp_of(&patched), action) {
         Some(user) => outln!(
             "pseudoflow.ops.example.com/{name} rollout of revision {rev}: {} asked by {}",
             action.as_str(),
@@ -403,6 +413,26 @@ mod tests {
 
     fn rollout(v: Value) -> RolloutStatus {
         serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn only_a_new_stamp_for_the_action_asked_names_who_asked() {
+        let pause = r#"{"action":"pause","revision":"w-2","user":"alice","time":1,"mac":"m"}"#;
+        let older = r#"{"action":"pause","revision":"w-2","user":"bob","time":0,"mac":"n"}"#;
+        let (new, old) = (pause.to_string(), older.to_string());
+        let p = RolloutAction::Pause;
+        assert_eq!(
+            stamped_by(Some(&old), Some(&new), p).as_deref(),
+            Some("alice")
+        );
+        assert_eq!(stamped_by(None, Some(&new), p).as_deref(), Some("alice"));
+        assert_eq!(
+            stamped_by(Some(&new), Some(&new), p),
+            None,
+            "left from before"
+        );
+        assert_eq!(stamped_by(None, Some(&new), RolloutAction::Undo), None);
+        assert_eq!(stamped_by(Some(&old), None, p), None);
     }
 
     #[test]

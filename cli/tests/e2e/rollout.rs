@@ -1,8 +1,9 @@
 //! `rollout status|pause|resume|promote|undo`: the status of a bound flow's rollout as
 //! `status.bound.rollout` says (written here, with no controller, so every phase can be shown),
 //! waiting until it completes, failing when it stopped or on `--timeout`; and the annotation the
-//! other verbs set, refused where it would mean nothing. (Who may set it, and the webhook's
-//! stamp, are proven in `controller/tests/admission/rollout.rs`.)
+//! other verbs set, refused where it would mean nothing; through the admission webhooks, the
+//! plugin names who the stamp records. (Who may set it is proven in
+//! `controller/tests/admission/rollout.rs`.)
 
 use kube::api::{Patch, PatchParams};
 use kube::Client;
@@ -10,13 +11,22 @@ use pseudoflow_test_support::{create_flow, flows};
 use serde_json::{json, Value};
 
 use crate::support::{lines_until, namespace, pf, spawn_pf};
+use pseudoflow_controller::approval::Key;
+use pseudoflow_controller::rollout_by::RolloutStamp;
+use pseudoflow_test_support::admission::{editor_and_approver, start_webhooks};
+use pseudoflow_test_support::approval::{remove_webhooks, wait_webhooks_active};
 
 /// Writes `rollout` as flow `widgets`' `status.bound.rollout`.
 async fn set_rollout(client: &Client, ns: &str, rollout: Value) {
+    set_rollout_of(client, ns, "widgets", rollout).await
+}
+
+/// Writes `rollout` as flow `name`'s `status.bound.rollout`.
+async fn set_rollout_of(client: &Client, ns: &str, name: &str, rollout: Value) {
     let status = json!({"status": {"phase": "Running", "bound": {
         "objects": 3, "creating": 1, "running": 2, "failed": 0, "rollout": rollout}}});
     flows(client, ns)
-        .patch_status("widgets", &PatchParams::default(), &Patch::Merge(status))
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(status))
         .await
         .unwrap();
 }
@@ -166,4 +176,40 @@ async fn rollout_actions_set_the_annotation_each_time_and_refuse_what_means_noth
         rollout_annotation(&client, &ns).await.as_deref(),
         Some("undo")
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_the_webhooks_an_action_is_stamped_and_the_plugin_names_who_asked() {
+    let (client, ns) = namespace("pf-rollout-by").await;
+    editor_and_approver(&client, &ns).await;
+    // Named as the webhook probe expects.
+    create_flow(
+        &client,
+        &ns,
+        "gated",
+        json!({"serviceAccountName": "flow",
+        "bind": {"apiVersion": "example.com/v1", "kind": "Widget"},
+        "steps": [{"type": "log", "message": "served"}]}),
+    )
+    .await;
+    set_rollout_of(&client, &ns, "gated", rollout("Progressing", 1, 1)).await;
+    let key = Key::random();
+    let hooks = start_webhooks(&client, &ns, &key).await;
+    wait_webhooks_active(&ns).await;
+    for _ in 0..2 {
+        let o = pf(&["rollout", "promote", "gated", "-n", &ns]).await;
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        assert!(!o.stderr.contains("warning"), "{}", o.stderr);
+        let f = flows(&client, &ns).get("gated").await.unwrap();
+        let ann = f.metadata.annotations.unwrap_or_default();
+        let stamp = RolloutStamp::verify(&key, &ns, "gated", &ann["ops.example.com/rollout-by"])
+            .expect("stamped by the webhook");
+        assert_eq!(stamp.revision, "widgets-2b");
+        let said = format!(
+            "gated rollout of revision widgets-2b: promote asked by {}",
+            stamp.user
+        );
+        assert!(o.stdout.contains(&said), "{}", o.stdout);
+    }
+    remove_webhooks(&client, &hooks).await;
 }
