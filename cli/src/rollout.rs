@@ -213,31 +213,74 @@ fn settled(name: &str, r: &RolloutStatus) -> Option<anyhow::Result<()>> {
     }
 }
 
+/// What a waiter sees of a bound flow's rollout.
+enum Seen {
+    /// The controller has not yet observed the flow's newest generation (this one): its status
+    /// may show an older rollout, or none yet, so nothing is settled.
+    Unobserved(i64),
+    /// The rollout, as of the newest generation.
+    Rollout(RolloutStatus),
+}
+
+/// The generation of `f` its status has not observed yet, if any.
+fn unobserved(f: &DynamicObject) -> Option<i64> {
+    let generation = f.metadata.generation?;
+    let observed = status(f).observed_generation;
+    observed
+        .is_none_or(|o| o < generation)
+        .then_some(generation)
+}
+
+/// What a waiter sees of `f`, or why it has no rollout to wait for.
+fn seen(f: &DynamicObject) -> anyhow::Result<Seen> {
+    match (rollout_of(f), unobserved(f)) {
+        (Err(e), _) if f.data.pointer("/spec/bind").is_none_or(Value::is_null) => Err(e),
+        (_, Some(generation)) => Ok(Seen::Unobserved(generation)),
+        (rollout, None) => rollout.map(Seen::Rollout),
+    }
+}
+
+/// The line a waiter prints for `seen`.
+fn seen_line(seen: &Seen) -> String {
+    match seen {
+        Seen::Unobserved(g) => format!("waiting for the controller to observe generation {g}"),
+        Seen::Rollout(r) => progress(r),
+    }
+}
+
 /// `rollout status NAME [-w=false] [--timeout D]`.
 async fn status_of(k: &Kube, name: &str, watch: bool, timeout: Duration) -> anyhow::Result<()> {
     let f = flow(k, name).await?;
-    let r = rollout_of(&f)?;
-    out!("{}", describe(name, &r));
-    if let Some(done) = settled(name, &r) {
-        return done;
+    let now = seen(&f)?;
+    match &now {
+        Seen::Rollout(r) => {
+            out!("{}", describe(name, r));
+            if let Some(done) = settled(name, r) {
+                return done;
+            }
+        }
+        Seen::Unobserved(_) => {
+            if let Ok(r) = rollout_of(&f) {
+                out!("{}", describe(name, &r));
+            }
+            outln!("{}", seen_line(&now));
+        }
     }
     if !watch {
         return Ok(());
     }
-    let waiting = wait(k, name, progress(&r));
+    let waiting = wait(k, name, seen_line(&now));
     if timeout.is_zero() {
         return waiting.await;
     }
     match tokio::time::timeout(timeout, waiting).await {
         Ok(done) => done,
         Err(_) => {
-            let now = rollout_of(&flow(k, name).await?)?;
+            let now = seen(&flow(k, name).await?)?;
             anyhow::bail!(
-                "timed out after {}s waiting for the rollout of revision {} of pseudoflow \
-                 {name:?}: {}",
+                "timed out after {}s waiting for the rollout of pseudoflow {name:?}: {}",
                 timeout.as_secs(),
-                printable(&now.revision),
-                progress(&now)
+                seen_line(&now)
             )
         }
     }
@@ -254,12 +297,13 @@ async fn wait(k: &Kube, name: &str, mut last: String) -> anyhow::Result<()> {
     .applied_objects());
     while let Some(event) = events.next().await {
         let Ok(f) = event else { continue };
-        let r = rollout_of(&f)?;
-        let line = progress(&r);
+        let now = seen(&f)?;
+        let line = seen_line(&now);
         if line != last {
             outln!("{line}");
             last = line;
         }
+        let Seen::Rollout(r) = now else { continue };
         if let Some(done) = settled(name, &r) {
             if done.is_ok() {
                 outln!(
@@ -497,6 +541,48 @@ mod tests {
         assert!(
             err.contains("stopped: 2 objects failed (failed: team/a,"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn a_generation_the_controller_has_not_observed_is_waited_for_even_with_a_rollout_shown() {
+        let flow = |generation: i64, observed: Option<i64>, rollout: Option<Value>| {
+            let mut status = json!({"bound": {"objects": 1, "creating": 0, "running": 1,
+                "failed": 0, "rollout": rollout}});
+            if let Some(o) = observed {
+                status["observedGeneration"] = json!(o);
+            }
+            serde_json::from_value::<DynamicObject>(json!({
+                "apiVersion": "ops.example.com/v1alpha1", "kind": "PseudoFlow",
+                "metadata": {"name": "w", "generation": generation},
+                "spec": {"bind": {"apiVersion": "example.com/v1", "kind": "Widget"}},
+                "status": status}))
+            .unwrap()
+        };
+        let done = json!({"revision": "w-1", "phase": "Completed", "wave": 1, "waves": 1,
+            "target": 1, "updated": 1});
+        assert!(matches!(
+            seen(&flow(2, Some(1), Some(done.clone()))),
+            Ok(Seen::Unobserved(2))
+        ));
+        assert!(matches!(
+            seen(&flow(1, None, None)),
+            Ok(Seen::Unobserved(1))
+        ));
+        assert!(matches!(
+            seen(&flow(2, Some(2), Some(done))),
+            Ok(Seen::Rollout(_))
+        ));
+        assert!(
+            seen(&flow(2, Some(2), None)).is_err(),
+            "observed, and no rollout"
+        );
+        let mut plain = flow(1, None, None);
+        plain.data["spec"] = json!({"steps": []});
+        assert!(seen(&plain).is_err(), "not bound");
+        assert_eq!(
+            seen_line(&Seen::Unobserved(2)),
+            "waiting for the controller to observe generation 2"
         );
     }
 

@@ -21,9 +21,15 @@ async fn set_rollout(client: &Client, ns: &str, rollout: Value) {
     set_rollout_of(client, ns, "widgets", rollout).await
 }
 
-/// Writes `rollout` as flow `name`'s `status.bound.rollout`.
+/// Writes `rollout` as flow `name`'s `status.bound.rollout`, of the generation it has.
 async fn set_rollout_of(client: &Client, ns: &str, name: &str, rollout: Value) {
-    let status = json!({"status": {"phase": "Running", "bound": {
+    let generation = flows(client, ns)
+        .get(name)
+        .await
+        .unwrap()
+        .metadata
+        .generation;
+    let status = json!({"status": {"phase": "Running", "observedGeneration": generation, "bound": {
         "objects": 3, "creating": 1, "running": 2, "failed": 0, "rollout": rollout}}});
     flows(client, ns)
         .patch_status(name, &PatchParams::default(), &Patch::Merge(status))
@@ -65,6 +71,22 @@ async fn rollout_status_waits_for_completion_and_fails_when_stopped_or_timed_out
         "steps": [{"type": "log", "message": "hi"}]}),
     )
     .await;
+    // Not yet observed by a controller: waited for (`-w=false`: said, exit 0).
+    let o = pf(&["rollout", "status", "widgets", "-n", &ns, "-w=false"]).await;
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(
+        o.stdout
+            .contains("waiting for the controller to observe generation 1"),
+        "{}",
+        o.stdout
+    );
+    // Observed, with no rollout: nothing to wait for.
+    let observed = json!({"status": {"phase": "Running", "observedGeneration": 1,
+        "bound": {"objects": 0, "creating": 0, "running": 0, "failed": 0}}});
+    flows(&client, &ns)
+        .patch_status("widgets", &PatchParams::default(), &Patch::Merge(observed))
+        .await
+        .unwrap();
     let o = pf(&["rollout", "status", "widgets", "-n", &ns, "-w=false"]).await;
     assert_eq!(o.code, 1, "no rollout yet: {}", o.stdout);
     assert!(o.stderr.contains("has no rollout yet"), "{}", o.stderr);
@@ -103,6 +125,24 @@ async fn rollout_status_waits_for_completion_and_fails_when_stopped_or_timed_out
         .await
         .unwrap();
     assert!(status.success());
+
+    // A spec change the controller has not observed: the Completed rollout shown is an older
+    // generation's, so status waits (here until its timeout).
+    let spec = json!({"spec": {"steps": [{"type": "log", "message": "served again"}]}});
+    flows(&client, &ns)
+        .patch("widgets", &PatchParams::default(), &Patch::Merge(spec))
+        .await
+        .unwrap();
+    let o = pf(&["rollout", "status", "widgets", "-n", &ns, "--timeout", "2s"]).await;
+    assert_eq!(o.code, 1, "{}", o.stdout);
+    assert!(
+        o.stdout.contains("phase:       Completed")
+            && o.stderr.contains("timed out after 2s")
+            && o.stderr.contains("observe generation 2"),
+        "{}{}",
+        o.stdout,
+        o.stderr
+    );
 
     // Stopped: exit 1 with the message and the failed objects.
     let mut stopped = rollout("Stopped", 1, 0);
