@@ -6,7 +6,8 @@ import os
 import sys
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pseudoflow-operator", "argocd")
-ACTIONS = ["approve", "reject", "retry", "retry-from-failed", "stop", "suspend", "resume"]
+ACTIONS = ["approve", "reject", "retry", "retry-from-failed", "stop", "suspend", "resume",
+           "rollout-pause", "rollout-resume", "rollout-promote", "rollout-undo"]
 
 
 def read(*path):

@@ -104,5 +104,40 @@ check("suspend sets spec.suspend", ok and out.spec.suspend == true and out.spec.
 local ok2, out2 = run("resume/action.lua", flow({phase = "Running"}, {suspend = true, serviceAccountName = "flow"}))
 check("resume clears spec.suspend", ok2 and out2.spec.suspend == false and out2.spec.serviceAccountName == "flow", out2)
 
+-- rollout-pause / -resume / -promote / -undo: offered only for a flow bound to a kind with a
+-- rollout; each sets the ops.example.com/rollout value `kubectl pf rollout` sets, nothing else.
+local function rolling(phase, from, annotations)
+  return flow({phase = "Succeeded", bound = {objects = 3, creating = 0, running = 3, failed = 0,
+    rollout = {revision = "upgrade-2b", from = from, phase = phase, wave = 1, waves = 2, target = 1, updated = 1}}},
+    {serviceAccountName = "flow", bind = {apiVersion = "example.com/v1", kind = "Widget"}}, annotations)
+end
+local ok, listed = run("discovery.lua", rolling("Progressing", "upgrade-1a"))
+local rnames = {}
+for n, _ in pairs(listed) do if n:find("^rollout%-") then rnames[#rnames + 1] = n end end
+table.sort(rnames)
+check("discovery lists the four rollout actions for a bound flow with a rollout", ok and table.concat(rnames, ",") == "rollout-pause,rollout-promote,rollout-resume,rollout-undo", table.concat(rnames, ","))
+expect("rollout progressing", rolling("Progressing", "upgrade-1a"), "retry,rollout-pause,rollout-promote,rollout-undo,suspend")
+expect("rollout paused", rolling("Paused", "upgrade-1a"), "retry,rollout-promote,rollout-resume,rollout-undo,suspend")
+expect("rollout stopped", rolling("Stopped", "upgrade-1a"), "retry,rollout-pause,rollout-promote,rollout-undo,suspend")
+expect("rollout completed", rolling("Completed", "upgrade-1a"), "retry,rollout-undo,suspend")
+expect("first rollout (no previous revision)", rolling("Progressing", nil), "retry,rollout-pause,rollout-promote,suspend")
+for _, case in ipairs({{"pause", "Progressing"}, {"resume", "Paused"}, {"promote", "Stopped"}, {"undo", "Completed"}}) do
+  local verb, phase = case[1], case[2]
+  local path = "rollout-" .. verb .. "/action.lua"
+  local ok, out = run(path, rolling(phase, "upgrade-1a"))
+  check("rollout-" .. verb .. " sets ops.example.com/rollout=" .. verb, ok and out.metadata.annotations["ops.example.com/rollout"] == verb
+    and out.metadata.annotations["ops.example.com/rollout-by"] == nil and out.spec.serviceAccountName == "flow", out)
+  local ok2, err2 = run(path, flow({phase = "Succeeded"}))
+  check("rollout-" .. verb .. " refused without a rollout", not ok2 and err2:find("has no rollout", 1, true), err2)
+  local ok3, err3 = run(path, rolling(phase, "upgrade-1a", {["ops.example.com/rollout"] = verb}))
+  check("rollout-" .. verb .. " refuses a request left from before (no change = no request)", not ok3 and err3:find("from an earlier request", 1, true), err3)
+end
+local ok, err = run("rollout-promote/action.lua", rolling("Completed", "upgrade-1a"))
+check("rollout-promote refused once completed", not ok and err:find("nothing to promote", 1, true), err)
+local ok, err = run("rollout-resume/action.lua", rolling("Progressing", "upgrade-1a"))
+check("rollout-resume refused when not paused", not ok and err:find("is not paused", 1, true), err)
+local ok, err = run("rollout-undo/action.lua", rolling("Progressing", nil))
+check("rollout-undo refused without a previous revision", not ok and err:find("no previous revision", 1, true), err)
+
 print(((total - failures) .. " passed, " .. failures .. " failed"))
 os.exit(failures == 0 and 0 or 1)

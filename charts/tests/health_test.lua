@@ -47,5 +47,27 @@ check("library flow: a run annotation asks for nothing", {metadata = {generation
 check("retry of the re-run succeeded (a retry keeps the trigger)", rerun("2", {id = "c", generation = 2, trigger = "2", retryOf = "b"}, "Succeeded"), "Healthy", nil)
 check("re-run asked after a retry", rerun("3", {id = "c", generation = 2, trigger = "2", retryOf = "b"}, "Succeeded"), "Progressing", "re-run 3")
 check("annotation but invalid spec (no run)", {metadata = {generation = 1, annotations = {["ops.example.com/run"] = "2"}}, status = {observedGeneration = 1, phase = "Failed", reason = "InvalidSpec", message = "spec.steps[0]: bad"}}, "Degraded", "InvalidSpec")
+-- A flow bound to a kind rolling a revision out (status.bound.rollout): Stopped is Degraded naming
+-- the revision and the failing objects, Paused is Suspended, Progressing is Progressing,
+-- Completed is the flow's own verdict; a stale generation is still Progressing first.
+local function bound(phase, rollout, generation)
+  return {metadata = {generation = 2}, spec = {bind = {apiVersion = "example.com/v1", kind = "Widget"}},
+          status = {observedGeneration = generation or 2, phase = phase, reason = "Bound", message = "3 Widget object(s)",
+                    bound = {objects = 3, creating = 0, running = 3, failed = 0, rollout = rollout}}}
+end
+local function rollout(phase, extra)
+  local r = {revision = "widgets-2b", from = "widgets-1a", phase = phase, wave = 2, waves = 3, target = 2, updated = 1}
+  for k, v in pairs(extra or {}) do r[k] = v end
+  return r
+end
+check("rollout stopped", bound("Succeeded", rollout("Stopped", {failedObjects = {"team/w-1", "team/w-2"}, message = "2 objects failed (maxFailures 1)"})), "Degraded", "Rollout of revision widgets-2b stopped, failed: team/w-1, team/w-2 (2 objects failed")
+check("rollout stopped on a flow whose objects failed", bound("Failed", rollout("Stopped")), "Degraded", "widgets-2b stopped")
+check("rollout paused", bound("Succeeded", rollout("Paused", {lastAction = {action = "pause", user = "alice", time = "2026-12-07T15:00:00Z"}})), "Suspended", "widgets-2b paused at wave 2/3 by alice")
+check("rollout paused but objects failed", bound("Failed", rollout("Paused")), "Degraded", "Bound")
+check("rollout progressing", bound("Succeeded", rollout("Progressing")), "Progressing", "widgets-2b: wave 2/3, 1/2 objects updated")
+check("rollout completed", bound("Succeeded", rollout("Completed", {wave = 3, target = 3, updated = 3})), "Healthy", "Bound: 3 Widget")
+check("rollout completed, object runs going", bound("Running", rollout("Completed")), "Progressing", "Bound")
+check("rollout stopped but generation not observed", bound("Succeeded", rollout("Stopped"), 1), "Progressing", "generation 2")
+check("bound flow without a rollout", bound("Succeeded", nil), "Healthy", "Bound")
 print((failures == 0) and (total .. " passed, 0 failed") or ((total - failures) .. " passed, " .. failures .. " failed"))
 os.exit(failures == 0 and 0 or 1)

@@ -54,7 +54,11 @@ pub async fn complete(args: &[String]) -> Vec<String> {
         Some("-o" | "--output") => out = vec!["yaml".into(), "json".into()],
         Some(_) => {}
         None if partial.starts_with('-') => {
-            let sub = positional.first().and_then(|v| cmd.find_subcommand(v));
+            let mut sub = positional.first().and_then(|v| cmd.find_subcommand(v));
+            // `rollout status --<TAB>`: the nested verb's flags.
+            if let Some(nested) = sub.and_then(|s| s.find_subcommand(positional.get(1)?)) {
+                sub = Some(nested);
+            }
             let flags = sub
                 .unwrap_or(&cmd)
                 .get_arguments()
@@ -76,6 +80,8 @@ pub async fn complete(args: &[String]) -> Vec<String> {
             ["completion"] => out = ["bash", "zsh", "fish"].map(String::from).to_vec(),
             ["get" | "logs" | "plan" | "retry" | "run" | "stop" | "suspend" | "resume"
             | "approve" | "reject"] => out = flow_names(&g).await,
+            ["rollout"] => out = ROLLOUT_VERBS.map(String::from).to_vec(),
+            ["rollout", _] => out = flow_names(&g).await,
             ["logs", flow] => out = step_names(&g, flow).await,
             _ => {}
         },
@@ -87,6 +93,9 @@ pub async fn complete(args: &[String]) -> Vec<String> {
     lines
 }
 
+/// `kubectl pf rollout`'s own verbs.
+const ROLLOUT_VERBS: [&str; 5] = ["status", "pause", "resume", "promote", "undo"];
+
 fn takes_value(flag: &str) -> bool {
     matches!(
         flag,
@@ -97,6 +106,7 @@ fn takes_value(flag: &str) -> bool {
             | "--output"
             | "-f"
             | "--filename"
+            | "--timeout"
     )
 }
 

@@ -1,5 +1,5 @@
 //! `kubectl-pf`: the kubectl plugin for PseudoFlows. `kubectl pf
-//! list|get|logs|plan|retry|suspend|resume|approve|reject` once it is on `PATH` (docs/cli.md).
+//! list|get|logs|plan|retry|run|stop|suspend|resume|approve|reject|rollout` once it is on `PATH` (docs/cli.md).
 //!
 //! Exit codes follow kubectl: 0 success, 1 an error. `plan` follows `flux diff`: 0 no change,
 //! 1 changes, 2 an error.
@@ -19,6 +19,7 @@ mod placement;
 mod plan;
 mod retry;
 mod revision;
+mod rollout;
 mod runs;
 mod show;
 mod suspend;
@@ -163,6 +164,13 @@ enum Verb {
         #[arg(long)]
         run: Option<String>,
     },
+    /// A bound flow's rollout of its newest revision: `status` (wait until it completes),
+    /// `pause`, `resume`, `promote`, `undo` (these need the `rollout` verb on pseudoflows; the
+    /// webhook records who asked).
+    Rollout {
+        #[command(subcommand)]
+        verb: rollout::RolloutVerb,
+    },
     /// Print a shell completion script: `source <(kubectl pf completion bash)`.
     Completion {
         /// The shell.
@@ -264,6 +272,11 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         Verb::Reject { name, step, run } => {
             let k = cluster::connect(g, None).await?;
             approve::decide(&k, &name, &step, false, run.as_deref()).await?;
+            Ok(0)
+        }
+        Verb::Rollout { verb } => {
+            let k = cluster::connect(g, None).await?;
+            rollout::rollout(&k, verb).await?;
             Ok(0)
         }
         Verb::Completion { .. } => unreachable!("handled before the runtime starts"),

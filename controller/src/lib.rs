@@ -22,6 +22,7 @@ pub mod metrics;
 pub mod raw;
 pub mod reconcile;
 pub mod redact;
+pub mod rollout_by;
 pub mod secret;
 pub mod serve;
 pub mod stopped_by;

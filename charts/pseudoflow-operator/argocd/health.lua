@@ -11,6 +11,11 @@
 -- suspended), WaitingForSchedule (before its first slot) or ScheduleEnded. Not Argo CD's
 -- Suspended: a sync wave waits on it as on Progressing. Any other Pending (a queued run) is
 -- Progressing.
+-- A flow bound to a kind rolling a new revision out to its objects (status.bound.rollout,
+-- docs/bound-flows.md#rollouts): Stopped (maxFailures of its objects failed) is Degraded, naming
+-- the revision and the failing objects; Paused by hand (kubectl pf rollout pause) is Suspended
+-- (a sync wave waits, as it should: the rollout owes work); Progressing is Progressing. Judged
+-- after the checks above; a Degraded flow stays Degraded; Completed leaves the flow's own verdict.
 local settled = {IncludeOnly = true, Suspended = true, WaitingForSchedule = true, ScheduleEnded = true}
 local hs = {}
 if obj.status == nil or obj.status.phase == nil then
@@ -51,4 +56,29 @@ if obj.status.reason ~= nil then
   message = obj.status.reason .. ": " .. (message or phase)
 end
 hs.message = message or phase
+local rollout = obj.status.bound and obj.status.bound.rollout
+if rollout == nil then
+  return hs
+end
+local revision = tostring(rollout.revision)
+if rollout.phase == "Stopped" then
+  hs.status = "Degraded"
+  hs.message = "Rollout of revision " .. revision .. " stopped"
+  if rollout.failedObjects ~= nil and #rollout.failedObjects > 0 then
+    hs.message = hs.message .. ", failed: " .. table.concat(rollout.failedObjects, ", ")
+  end
+  if rollout.message ~= nil then
+    hs.message = hs.message .. " (" .. rollout.message .. ")"
+  end
+elseif hs.status ~= "Degraded" and rollout.phase == "Paused" then
+  hs.status = "Suspended"
+  hs.message = "Rollout of revision " .. revision .. " paused at wave " .. tostring(rollout.wave) .. "/" .. tostring(rollout.waves)
+  local last = rollout.lastAction
+  if last ~= nil and last.action == "pause" then
+    hs.message = hs.message .. " by " .. tostring(last.user)
+  end
+elseif hs.status ~= "Degraded" and rollout.phase == "Progressing" then
+  hs.status = "Progressing"
+  hs.message = "Rollout of revision " .. revision .. ": wave " .. tostring(rollout.wave) .. "/" .. tostring(rollout.waves) .. ", " .. tostring(rollout.updated) .. "/" .. tostring(rollout.target) .. " objects updated"
+end
 return hs

@@ -20,6 +20,7 @@ async fn help_on_every_verb_and_shell_completion() {
         "resume",
         "approve",
         "reject",
+        "rollout",
         "completion",
     ] {
         let o = pf(&[verb, "--help"]).await;
@@ -79,6 +80,7 @@ async fn kubectl_plugin_completion_names_verbs_flows_and_files() {
             "reject",
             "resume",
             "retry",
+            "rollout",
             "run",
             "stop",
             "suspend",
@@ -106,6 +108,20 @@ async fn kubectl_plugin_completion_names_verbs_flows_and_files() {
         [":0"],
         "file names for -f"
     );
+    assert_eq!(
+        c(vec!["rollout", "p"]).await.unwrap(),
+        ["pause", "promote", ":4"]
+    );
+    assert_eq!(
+        c(vec!["--kubeconfig", &kc, "-n", &ns, "rollout", "undo", "a"])
+            .await
+            .unwrap(),
+        ["alpha", ":4"]
+    );
+    assert!(c(vec!["rollout", "status", "--t"])
+        .await
+        .unwrap()
+        .contains(&"--timeout".to_string()));
     assert!(c(vec!["get", "--w"])
         .await
         .unwrap()

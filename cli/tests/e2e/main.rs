@@ -3,7 +3,8 @@
 //! own namespace). One module per verb, named as the plugin's own module for it (`cli/src/`):
 //! `list` and `get [-w]` ([`get`]), `get` of a bound flow ([`bound`]), `logs` ([`logs`]),
 //! `plan` ([`plan`]), `suspend` and `resume` ([`suspend`]), `approve` and `reject`
-//! ([`approve`]), `retry` ([`retry`]), `run` and `stop` ([`runs`]), `--help`, `completion` and
+//! ([`approve`]), `retry` ([`retry`]), `run` and `stop` ([`runs`]), `rollout` of a bound flow
+//! ([`rollout`]), `--help`, `completion` and
 //! kubectl's plugin completion ([`complete`]); what they share (the cluster, a namespace, the
 //! controller, running the plugin) is in [`support`].
 
@@ -14,6 +15,7 @@ mod get;
 mod logs;
 mod plan;
 mod retry;
+mod rollout;
 mod runs;
 mod support;
 mod suspend;

@@ -83,6 +83,9 @@ pub struct Binder {
     pub object_runs: in_object::tasks::Tasks,
     /// Each bound flow's revisions as last read (so an unchanged flow reads none).
     pub revisions: revision::history::Histories,
+    /// Checks the webhook's rollout stamps ([`rollout::control`]); without it no `kubectl pf
+    /// rollout` action is accepted (the plain flows' approval key: [`crate::Context`]).
+    pub approval_key: Option<crate::approval::Key>,
     /// Per child flow uid: a digest of the object status it last wrote, so an unchanged status is
     /// not written again (lost on restart: then it is written once more, harmlessly).
     written: Mutex<HashMap<String, u64>>,

@@ -395,6 +395,51 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn mutate_stamps_no_rollout_action_for_a_caller_not_proven_to_be_the_api_server() {
+        use pseudoflow_crd::rollout::{ROLLOUT_ANNOTATION, ROLLOUT_BY_ANNOTATION};
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let mut state = State::new(Arc::default());
+        state.webhook = Some(crate::webhook::Webhook::with_key(
+            kube::Client::try_from(config).unwrap(),
+            crate::approval::Key::random(),
+        ));
+        let router = router(state);
+        for (annotations, refusal) in [
+            (
+                serde_json::json!({ROLLOUT_ANNOTATION: "undo"}),
+                crate::webhook::UNAUTHENTICATED_APPROVAL,
+            ),
+            (
+                serde_json::json!({ROLLOUT_BY_ANNOTATION: "{}"}),
+                "written by the admission webhook only",
+            ),
+        ] {
+            let review = create_review(
+                serde_json::json!({"name": "f", "namespace": "t", "annotations": annotations}),
+                serde_json::json!({"steps": []}),
+            );
+            let resp = router
+                .clone()
+                .oneshot(
+                    Request::post("/mutate")
+                        .header(header::CONTENT_TYPE, "application/json")
+                        .body(Body::from(serde_json::to_vec(&review).unwrap()))
+                        .unwrap(),
+                )
+                .await
+                .unwrap();
+            let body = axum::body::to_bytes(resp.into_body(), 1 << 20)
+                .await
+                .unwrap();
+            let answer: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(answer["response"]["allowed"], false, "{answer}");
+            assert!(answer["response"]["patch"].is_null(), "no stamp: {answer}");
+            let why = answer["response"]["status"]["message"].as_str().unwrap();
+            assert!(why.contains(refusal), "{why}");
+        }
+    }
+
+    #[tokio::test]
     async fn a_standby_replica_is_ready() {
         let state = State::new(Arc::default());
         state.readiness.set_standby();

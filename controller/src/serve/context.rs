@@ -57,10 +57,11 @@ impl Context {
         self
     }
 
-    /// The same context accepting approvals stamped with `key` (the admission webhook's), and
-    /// sealing run state with a key derived from it.
+    /// The same context accepting approvals (and bound flows' rollout actions) stamped with
+    /// `key` (the admission webhook's), and sealing run state with a key derived from it.
     pub fn with_approval_key(mut self, key: crate::approval::Key) -> Self {
         self.runs.run_state_key = RunStateKey::from_approval(&key);
+        self.binder.approval_key = Some(key.clone());
         self.runs.approval_key = Some(key);
         self
     }

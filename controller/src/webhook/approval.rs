@@ -44,16 +44,14 @@ pub fn decisions(req: &AdmissionRequest<DynamicObject>) -> Vec<(&'static str, St
         .collect()
 }
 
-/// Refuses (with the reason) a request making an approval decision unless its user may
-/// `approve` pseudoflows in the namespace; a failed review refuses too.
-pub async fn authorize(
+/// Whether the user of `req` may `verb` pseudoflows (this one) in its namespace, as the API
+/// server's own authorizer answers a SubjectAccessReview for the user, groups and extra the API
+/// server put in the request; a review that fails is an error naming the verb.
+pub async fn may(
     client: &kube::Client,
     req: &AdmissionRequest<DynamicObject>,
-) -> Result<(), String> {
-    let decisions = decisions(req);
-    let Some((key, step)) = decisions.first() else {
-        return Ok(());
-    };
+    verb: &str,
+) -> Result<bool, String> {
     let user = &req.user_info;
     let namespace = req.namespace.clone().unwrap_or_default();
     let sar = SubjectAccessReview {
@@ -65,8 +63,8 @@ pub async fn authorize(
             resource_attributes: Some(ResourceAttributes {
                 group: Some("ops.example.com".into()),
                 resource: Some("pseudoflows".into()),
-                verb: Some(VERB.into()),
-                namespace: Some(namespace.clone()),
+                verb: Some(verb.into()),
+                namespace: Some(namespace),
                 name: Some(req.name.clone()).filter(|n| !n.is_empty()),
                 ..Default::default()
             }),
@@ -78,10 +76,29 @@ pub async fn authorize(
     let answer = Api::<SubjectAccessReview>::all(client.clone())
         .create(&PostParams::default(), &sar)
         .await
-        .map_err(|e| format!("cannot check whether {who} may approve: {e}"))?;
-    if answer.status.as_ref().is_some_and(|s| s.allowed) {
+        .map_err(|e| format!("cannot check whether {who} may {verb}: {e}"))?;
+    Ok(answer.status.as_ref().is_some_and(|s| s.allowed))
+}
+
+/// Refuses (with the reason) a request making an approval decision unless its user may
+/// `approve` pseudoflows in the namespace; a failed review refuses too.
+pub async fn authorize(
+    client: &kube::Client,
+    req: &AdmissionRequest<DynamicObject>,
+) -> Result<(), String> {
+    let decisions = decisions(req);
+    let Some((key, step)) = decisions.first() else {
+        return Ok(());
+    };
+    if may(client, req, VERB).await? {
         return Ok(());
     }
+    let who = req
+        .user_info
+        .username
+        .as_deref()
+        .unwrap_or("(unknown user)");
+    let namespace = req.namespace.clone().unwrap_or_default();
     let action = if *key == APPROVE_ANNOTATION {
         "approve"
     } else {

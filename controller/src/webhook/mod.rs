@@ -37,11 +37,12 @@ pub mod stamp;
 /// At most this many problems are listed in a refusal (the rest are counted).
 pub const MAX_LISTED: usize = 50;
 
-/// The refusal of an approval decision from a caller not proven to be the API server.
+/// The refusal of an approval decision (or a rollout action) from a caller not proven to be
+/// the API server.
 pub const UNAUTHENTICATED_APPROVAL: &str =
-    "approval decisions are checked only for the API server, proven by its client certificate, \
-     and this webhook has no client CA (--webhook-client-ca; docs/operations.md): it answers no \
-     approval question";
+    "approval decisions and rollout actions are checked only for the API server, proven by its \
+     client certificate, and this webhook has no client CA (--webhook-client-ca; \
+     docs/operations.md): it answers no approval question";
 
 /// The webhook's shared state.
 #[derive(Clone)]

@@ -5,7 +5,8 @@
 //! annotation [`APPROVED_BY`] written by this webhook: the decision, the step, the user and
 //! groups the API server authenticated, the time, the run status showed, and its HMAC. A
 //! request that writes that annotation itself, without a decision, is refused; removing it is
-//! allowed (it only withdraws a decision, as removing the approve annotation does).
+//! allowed (it only withdraws a decision, as removing the approve annotation does). It stamps
+//! stops ([`crate::stopped_by`]) and rollout actions ([`crate::rollout_by`]) the same way.
 
 use axum::extract::State;
 use axum::Json;
@@ -33,35 +34,63 @@ pub async fn handle(
     };
     let request: Result<AdmissionRequest<DynamicObject>, _> = review.try_into();
     let response = match request {
-        Ok(req) => {
-            let allow = AdmissionResponse::from(&req);
-            let now = crate::approval::now_ms();
-            let trusted = webhook.may_ask_about_approvals(caller.map(|c| c.0));
-            // Who stops a run is recorded only as the API server tells it (a stop needs no
-            // right beyond editing the flow: an unstamped stop still stops).
-            let key = webhook.key.as_ref().filter(|_| trusted.is_ok());
-            let stop = crate::stopped_by::stamp_ops(&req, key, now);
-            match (stamp_patch(&req, webhook.key.as_ref(), now), stop) {
-                (Err(refusal), _) | (_, Err(refusal)) => allow.deny(refusal),
-                (Ok(None), Ok(stop)) if stop.is_empty() => allow,
-                (Ok(None), Ok(stop)) => with_patch(allow, Value::Array(stop)),
-                (Ok(Some(patch)), Ok(stop)) => {
-                    let asked = match trusted {
-                        Ok(()) => super::approval::authorize(&webhook.client, &req).await,
-                        Err(refusal) => Err(refusal),
-                    };
-                    let mut ops = patch.as_array().cloned().unwrap_or_default();
-                    ops.extend(stop);
-                    match asked {
-                        Err(refusal) => allow.deny(refusal),
-                        Ok(()) => with_patch(allow, Value::Array(ops)),
-                    }
-                }
-            }
-        }
+        Ok(req) => answer(&webhook, &req, caller.map(|c| c.0)).await,
         Err(e) => AdmissionResponse::invalid(e),
     };
     Ok(Json(response.into_review()))
+}
+
+/// The answer to one request: its approval decision, stop and rollout action stamped (each
+/// after its own checks), or the first refusal.
+async fn answer(
+    webhook: &super::Webhook,
+    req: &AdmissionRequest<DynamicObject>,
+    caller: Option<super::Caller>,
+) -> AdmissionResponse {
+    let allow = AdmissionResponse::from(req);
+    let now = crate::approval::now_ms();
+    let trusted = webhook.may_ask_about_approvals(caller);
+    // Who stops a run is recorded only as the API server tells it (a stop needs no right
+    // beyond editing the flow: an unstamped stop still stops).
+    let key = webhook.key.as_ref().filter(|_| trusted.is_ok());
+    let stamped = (
+        stamp_patch(req, webhook.key.as_ref(), now),
+        crate::stopped_by::stamp_ops(req, key, now),
+        crate::rollout_by::asked(req),
+    );
+    let (approval, mut ops, rollout) = match stamped {
+        (Err(refusal), _, _) | (_, Err(refusal), _) | (_, _, Err(refusal)) => {
+            return allow.deny(refusal)
+        }
+        (Ok(approval), Ok(stop), Ok(rollout)) => (approval, stop, rollout),
+    };
+    if approval.is_some() || rollout.is_some() {
+        if let Err(refusal) = trusted {
+            return allow.deny(refusal);
+        }
+    }
+    if let Some(patch) = approval {
+        if let Err(refusal) = super::approval::authorize(&webhook.client, req).await {
+            return allow.deny(refusal);
+        }
+        let mut first = patch.as_array().cloned().unwrap_or_default();
+        first.append(&mut ops);
+        ops = first;
+    }
+    if let Some(action) = rollout {
+        if let Err(refusal) = crate::rollout_by::authorize(&webhook.client, req, action).await {
+            return allow.deny(refusal);
+        }
+        match crate::rollout_by::stamp_ops(req, action, webhook.key.as_ref(), now) {
+            Ok(stamp) => ops.extend(stamp),
+            Err(refusal) => return allow.deny(refusal),
+        }
+    }
+    if ops.is_empty() {
+        allow
+    } else {
+        with_patch(allow, Value::Array(ops))
+    }
 }
 
 fn with_patch(allow: AdmissionResponse, patch: Value) -> AdmissionResponse {

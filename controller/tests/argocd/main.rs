@@ -7,8 +7,9 @@
 //! Application Synced; pruning a flow runs its onDelete with its run state; the retry action
 //! runs through argocd-server; the approve action through argocd-server approves nothing (Argo
 //! CD's own identity may not approve: with the approval webhook the API server refuses its patch,
-//! and the human who then approves is the one recorded). Prints the time from a git commit to
-//! the flow Succeeded.
+//! and the human who then approves is the one recorded); a bound flow's rollout shows Degraded,
+//! Suspended or Progressing and its `rollout-*` actions need the `rollout` verb
+//! (`gitops::rollout`). Prints the time from a git commit to the flow Succeeded.
 
 use pseudoflow_test_support as common;
 mod gitops;

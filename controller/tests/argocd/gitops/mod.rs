@@ -17,6 +17,7 @@ use super::common;
 
 mod actions;
 mod approver;
+mod rollout;
 
 pub use approver::{approver_project, wait_webhooks_active, APPROVER};
 
