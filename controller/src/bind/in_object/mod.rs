@@ -30,6 +30,7 @@ use serde_json::{json, Value};
 use super::child::{self, Parent};
 use super::served::{self, Mark};
 use super::write_back::{object_status, rendered_fields, with_times};
+use super::rollout::{Assign, With};
 use super::{object, Binder};
 use crate::bind::{NotServed, Served};
 use crate::flow::events::EventType;
@@ -54,6 +55,9 @@ pub(crate) struct Serving<'a> {
     pub plural: &'a str,
     /// The objects' API in the object's namespace, as the flow's ServiceAccount.
     pub objects: Api<DynamicObject>,
+    /// The rollout of the flow's revision, when it keeps revisions: which one serves the
+    /// object (None: the flow's spec as it is now).
+    pub assign: Option<&'a Assign>,
 }
 
 /// An object whose run is due: what its serve read, and what its run starts from.
@@ -66,6 +70,8 @@ struct Due<'a> {
     /// `${trigger}`, and the failed runs in a row before this one.
     trigger: Value,
     failures: u32,
+    /// The revision it runs with.
+    with: With,
 }
 
 impl Serving<'_> {
@@ -78,9 +84,10 @@ impl Serving<'_> {
         let annotations = obj.metadata.annotations.as_ref();
         let raw = annotations.and_then(|a| a.get(&key)).map(String::as_str);
         let mark = raw.and_then(|raw| Mark::decode(raw, uid));
-        let flow = (self.parent.uid, self.parent.generation);
         let name = object::key(obj);
-        let changed = served::trigger(mark.as_ref(), flow, &view, self.bind);
+        let marked = mark.as_ref().and_then(|m| m.revision.as_deref());
+        let with = self.with(&name, marked);
+        let changed = self.changed(mark.as_ref(), &view, &with);
         let policy = self.bind.retry.unwrap_or_default();
         let outcomes = &self.r.own.outcomes;
         let known = outcomes.scheduled(self.parent.uid, &name);
@@ -122,8 +129,38 @@ impl Serving<'_> {
             raw: raw.map(str::to_string),
             trigger,
             failures,
+            with,
         };
         self.start(obj, work).await
+    }
+
+    /// The revision object `name` is served with, its mark naming `marked`: the rollout's
+    /// choice, or the flow's spec as it is now when it keeps no revision.
+    fn with(&self, name: &str, marked: Option<&str>) -> With {
+        match self.assign {
+            Some(a) => a.with(name, marked),
+            None => With {
+                hash: super::revision::hash(self.parent.spec),
+                spec: None,
+            },
+        }
+    }
+
+    /// What starts a run of the object seen as `view` ([`served::trigger`]), served `with`:
+    /// a change of its revision starts one; in a rollout by waves, a change of the flow alone
+    /// starts none while its revision stays (objects the waves did not reach keep theirs).
+    fn changed(&self, mark: Option<&Mark>, view: &Value, with: &With) -> Option<Value> {
+        let mut flow = (self.parent.uid, self.parent.generation);
+        let stays = mark.is_some_and(|m| m.revision.as_deref() == Some(with.hash.as_str()));
+        if let (Some(m), true) = (mark, stays && self.assign.is_some_and(|a| a.waved)) {
+            flow = (m.flow_uid.as_str(), m.flow_generation);
+        }
+        let changed = served::trigger(mark, flow, view, self.bind);
+        let moved = self.assign.is_some() && mark.is_some_and(|m| m.revision.is_some()) && !stays;
+        if changed.is_none() && moved {
+            return Some(json!({"event": "update", "changed": []}));
+        }
+        changed
     }
 
     /// Starts the object's run `work` in a task of its own ([`tasks`]) and returns: the bound
@@ -134,9 +171,15 @@ impl Serving<'_> {
         let key = Tasks::key(self.parent.uid, uid);
         let what = match &work {
             // The flow's generation, the object as its mark records it, and the attempt.
-            Work::Steps { view, failures, .. } => {
+            Work::Steps {
+                view,
+                failures,
+                with,
+                ..
+            } => {
                 let mark = Mark::of(self.parent.uid, self.parent.generation, view, self.bind);
-                format!("{}#{failures}", retry::digest(&mark.encode()))
+                let h = &with.hash;
+                format!("{}#{failures}@{h}", retry::digest(&mark.encode()))
             }
             Work::Deleted { .. } => format!("delete@{}", self.parent.generation),
         };
@@ -146,7 +189,11 @@ impl Serving<'_> {
         }
         let name = object::key(obj);
         let outcomes = &self.r.own.outcomes;
-        outcomes.running(self.parent.uid, &name);
+        let revision = match &work {
+            Work::Steps { with, .. } => Some(with.hash.clone()),
+            Work::Deleted { .. } => None,
+        };
+        outcomes.running(self.parent.uid, &name, revision);
         let d = Detached {
             flow: self.r.flow_owned(),
             bind: self.bind.clone(),
@@ -170,6 +217,7 @@ impl Serving<'_> {
                 raw,
                 trigger,
                 failures,
+                with,
             } => {
                 let due = Due {
                     view,
@@ -177,6 +225,7 @@ impl Serving<'_> {
                     raw: raw.as_deref(),
                     trigger,
                     failures,
+                    with,
                 };
                 self.run_and_record(obj, due).await
             }
@@ -190,7 +239,8 @@ impl Serving<'_> {
         let name = object::key(obj);
         let policy = self.bind.retry.unwrap_or_default();
         let outcomes = &self.r.own.outcomes;
-        let (made, compiled) = match self.compiled_for(&it.view, &it.trigger) {
+        let spec = it.with.spec.as_deref().unwrap_or(self.parent.spec);
+        let (made, compiled) = match self.compiled_with(spec, &it.view, &it.trigger) {
             Ok(c) => c,
             // Permanent: the flow is refused as a whole (InvalidSpec); nothing to retry.
             Err(d) => {
@@ -222,7 +272,7 @@ impl Serving<'_> {
             format!("{m}; {next}")
         });
         self.tell(obj, message.as_deref(), permanent).await;
-        let revision = super::revision::hash(self.parent.spec);
+        let revision = it.with.hash.clone();
         self.outcome(&name, message.clone(), true, Some(revision.clone()));
         if let Err(e) = self
             .write_status(obj, &compiled, phase, message, &vars)
@@ -293,8 +343,19 @@ impl Serving<'_> {
         view: &Value,
         trigger: &Value,
     ) -> Result<(Value, pseudoflow_compiler::Compiled), pseudoflow_crd::Diagnostics> {
+        self.compiled_with(self.parent.spec, view, trigger)
+    }
+
+    /// [`Serving::compiled_for`] with the flow's spec as `spec` (an older revision's).
+    fn compiled_with(
+        &self,
+        spec: &Value,
+        view: &Value,
+        trigger: &Value,
+    ) -> Result<(Value, pseudoflow_compiler::Compiled), pseudoflow_crd::Diagnostics> {
+        let parent = Parent { spec, ..self.parent };
         let made = child::child_flow(
-            &self.parent,
+            &parent,
             self.parent.name,
             self.plural,
             view,
@@ -503,6 +564,8 @@ pub(crate) async fn finish(r: &Reconciling<'_, Binder>, d: Detached) {
         parent,
         plural: &d.plural,
         objects: d.objects.clone(),
+        // The run's revision is in its work.
+        assign: None,
     };
     let name = object::key(&d.object);
     let refusal = match serving.run_now(&d.object, d.work).await {

@@ -6,13 +6,14 @@
 //! schedule ([`super::retry::Schedule`]), so a reconcile serves the objects whose attempt is due
 //! and is requeued for the next one.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 use pseudoflow_crd::bind::MAX_FAILURES_SHOWN;
 use pseudoflow_crd::status::{BoundFailure, BoundSummary};
 
 use super::retry::Schedule;
+use crate::bind::rollout::plan::{Record, State};
 
 /// One object's latest run: its failure (None: it succeeded) and when it ended (Unix seconds).
 #[derive(Debug, Clone, PartialEq)]
@@ -26,12 +27,13 @@ pub struct Outcome {
 }
 
 /// The outcomes of every flow recorded in its objects, by flow uid, then object key; the
-/// retry schedules of its failing objects, the same way; and the objects whose run is going.
+/// retry schedules of its failing objects, the same way; and the objects whose run is going,
+/// with the hash of the revision it runs (what a rollout counts it on).
 #[derive(Default)]
 pub struct Outcomes(
     Mutex<HashMap<String, BTreeMap<String, Outcome>>>,
     Mutex<HashMap<String, BTreeMap<String, Schedule>>>,
-    Mutex<HashMap<String, BTreeSet<String>>>,
+    Mutex<HashMap<String, BTreeMap<String, Option<String>>>>,
 );
 
 impl Outcomes {
@@ -55,14 +57,40 @@ impl Outcomes {
         }
     }
 
-    /// Object `object`'s run for flow `flow` started: counted as `creating` until its end is
-    /// [`Outcomes::record`]ed.
-    pub fn running(&self, flow: &str, object: &str) {
+    /// Object `object`'s run for flow `flow` started, with revision `revision` (its hash):
+    /// counted as `creating` until its end is [`Outcomes::record`]ed.
+    pub fn running(&self, flow: &str, object: &str, revision: Option<String>) {
         let mut going = self.2.lock().expect("not poisoned");
         going
             .entry(flow.to_string())
             .or_default()
-            .insert(object.to_string());
+            .insert(object.to_string(), revision);
+    }
+
+    /// Flow `flow`'s objects as a rollout plans from them ([`crate::bind::rollout::plan`]):
+    /// each with the revision that last served it (or serves it now) and its latest run.
+    pub fn records(&self, flow: &str) -> Vec<Record> {
+        let going = self.2.lock().expect("not poisoned");
+        let none = BTreeMap::new();
+        let going = going.get(flow).unwrap_or(&none);
+        let all = self.0.lock().expect("not poisoned");
+        let empty = BTreeMap::new();
+        let of_flow = all.get(flow).unwrap_or(&empty);
+        let mut out: BTreeMap<&String, Record> = BTreeMap::new();
+        for (key, o) in of_flow {
+            let state = match o.failure {
+                Some(_) => State::Failed,
+                None => State::Ready(o.at),
+            };
+            let revision = o.revision.clone();
+            out.insert(key, Record { key: key.clone(), revision, state });
+        }
+        for (key, revision) in going {
+            let revision = revision.clone();
+            let state = State::Running;
+            out.insert(key, Record { key: key.clone(), revision, state });
+        }
+        out.into_values().collect()
     }
 
     /// Sets (or with None, drops) object `object`'s retry schedule for flow `flow`.
@@ -144,16 +172,16 @@ impl Outcomes {
     /// The summary of flow `flow`'s objects, with `refused` (object, why) counted as failed.
     pub fn summary(&self, flow: &str, refused: &[(String, String)]) -> BoundSummary {
         let going = self.2.lock().expect("not poisoned");
-        let none = BTreeSet::new();
+        let none = BTreeMap::new();
         let going = going.get(flow).unwrap_or(&none);
         let all = self.0.lock().expect("not poisoned");
         let empty = BTreeMap::new();
         let of_flow = all.get(flow).unwrap_or(&empty);
         let mut s = BoundSummary::default();
         let mut failures: Vec<(i64, BoundFailure)> = Vec::new();
-        let first_runs = going.iter().filter(|o| !of_flow.contains_key(*o)).count();
+        let first_runs = going.keys().filter(|o| !of_flow.contains_key(*o)).count();
         for (object, o) in of_flow {
-            if going.contains(object) {
+            if going.contains_key(object) {
                 s.creating += 1;
                 continue;
             }
@@ -169,7 +197,7 @@ impl Outcomes {
             }
         }
         s.creating += first_runs as u32;
-        let known = |o: &String| of_flow.contains_key(o) || going.contains(o);
+        let known = |o: &String| of_flow.contains_key(o) || going.contains_key(o);
         let refusals = refused.iter().filter(|(o, _)| !known(o));
         s.objects = (of_flow.len() + first_runs + refusals.clone().count()) as u32;
         s.failed = (failures.len() + refusals.clone().count()) as u32;
@@ -251,8 +279,8 @@ mod tests {
     fn an_object_whose_run_is_going_counts_as_creating_until_its_end_is_recorded() {
         let o = Outcomes::default();
         o.record("f", "ns/a".into(), failed("before", 1));
-        o.running("f", "ns/a");
-        o.running("f", "ns/new");
+        o.running("f", "ns/a", None);
+        o.running("f", "ns/new", Some("h2".into()));
         let refused = [("ns/new".to_string(), "old refusal".to_string())];
         let s = o.summary("f", &refused);
         assert_eq!((s.objects, s.creating, s.running, s.failed), (2, 2, 0, 0));
@@ -268,7 +296,7 @@ mod tests {
         o.record("f", "ns/new".into(), failed("now", 3));
         let s = o.summary("f", &[]);
         assert_eq!((s.objects, s.creating, s.running, s.failed), (2, 0, 1, 1));
-        o.running("f", "ns/gone");
+        o.running("f", "ns/gone", None);
         o.record("f", "ns/gone".into(), None);
         assert_eq!(
             o.summary("f", &[]).objects,

@@ -51,6 +51,8 @@ pub enum Work {
         trigger: Value,
         /// See [`Work::Steps::trigger`].
         failures: u32,
+        /// The revision it runs with (a rollout's: `crate::bind::rollout`).
+        with: crate::bind::rollout::With,
     },
     /// Its `onDelete` steps (it is deleted and carries the flow's finalizer `finalizer`).
     Deleted {

@@ -20,8 +20,10 @@ use super::child::Parent;
 use super::in_object;
 use super::pending::Pass;
 use super::revision;
+use super::rollout;
 use super::summary::{self, Refused};
 use super::Binder;
+use crate::flow::events::EventType;
 use crate::flow::{finalizer, Error, Reconciling};
 
 mod changed;
@@ -60,7 +62,7 @@ pub(crate) async fn reconcile_parent(
         return Ok(Action::await_change());
     };
     finalizer::set_named(flows, r.flow, BIND_FINALIZER, true).await?;
-    let binding = match Binding::open(r, flows, spec, bind).await {
+    let mut binding = match Binding::open(r, flows, spec, bind).await {
         Ok(b) => b,
         Err(message) => {
             refused(r, flows, previous, &message).await?;
@@ -79,7 +81,14 @@ pub(crate) async fn reconcile_parent(
     }
     let pending = &r.own.watches.pending;
     let generation = r.flow.metadata.generation.unwrap_or(0);
-    let (again, summary_due) = match pending.take(r.uid, generation) {
+    let pass = pending.take(r.uid, generation);
+    // Which revision serves each object (`record: Object`; children are served with the
+    // flow's spec as it is now).
+    let accepted = rollout_action(r, &history);
+    if bind.record == BindRecord::Object {
+        binding.assign = rollout_plan(r, &history, accepted.as_ref());
+    }
+    let (again, summary_due) = match pass {
         Pass::Full => match binding.serve_all(generation).await? {
             Ok(again) => {
                 pending.summarised(r.uid);
@@ -91,8 +100,13 @@ pub(crate) async fn reconcile_parent(
             }
         },
         Pass::Changed(mut objects) => {
-            // And the failed objects (recorded in themselves) whose retry is due.
+            // And the failed objects (recorded in themselves) whose retry is due, and those
+            // the rollout's waves reached that their new revision does not serve yet.
             objects.extend(in_object::retries_due(r));
+            if let Some(a) = &binding.assign {
+                let records = r.own.outcomes.records(r.uid);
+                objects.extend(a.plan.due(&records).into_iter().map(split_key));
+            }
             (
                 binding.serve_changed(objects).await,
                 pending.summary_due(r.uid),
@@ -105,10 +119,65 @@ pub(crate) async fn reconcile_parent(
         return Ok(Action::requeue(again.min(wait)));
     }
     let (s, by_revision) = binding.sum_up().await?;
-    let s = revision::counted(s, &history, &by_revision);
+    let mut s = revision::counted(s, &history, &by_revision);
+    let mut again = again;
+    if bind.record == BindRecord::Object {
+        // The rollout as this serve left it.
+        if let Some(a) = rollout_plan(r, &history, accepted.as_ref()) {
+            let told = rollout::status(&a, r.flow_id.name, &history, accepted.as_ref());
+            let before = &previous["bound"]["rollout"];
+            if let Some((warning, reason, note)) = rollout::report::event(before, &told, a.waved) {
+                let ty = if warning { EventType::Warning } else { EventType::Normal };
+                r.publish(ty, reason, &note).await;
+            }
+            let records = r.own.outcomes.records(r.uid);
+            if !a.plan.due(&records).is_empty() {
+                // Objects the waves reached that no serve of this reconcile knew of.
+                again = again.min(RETRY_DUE);
+            }
+            if let Some(at) = a.plan.recheck_at {
+                let wait = u64::try_from(at - r.now).unwrap_or(0).max(1);
+                again = again.min(Duration::from_secs(wait));
+            }
+            s.rollout = Some(told);
+        }
+    }
     summarise(r, flows, previous, &bind.kind, s).await?;
     revision::history::prune(r, &mut history, &by_revision).await;
     Ok(Action::requeue(again))
+}
+
+/// How soon objects a rollout's wave reached, not served yet, are served.
+const RETRY_DUE: Duration = Duration::from_secs(1);
+
+/// The action a person asked for on the flow's rollout, if accepted ([`rollout::control`]).
+fn rollout_action(
+    r: &Reconciling<'_, Binder>,
+    history: &revision::history::History,
+) -> Option<rollout::control::Accepted> {
+    let annotations = r.flow.metadata.annotations.clone().unwrap_or_default();
+    rollout::action((r.ns(), r.flow_id.name), &annotations, history)
+}
+
+/// The plan of the flow's rollout from what this process knows of its objects' records (None:
+/// no revision kept).
+fn rollout_plan(
+    r: &Reconciling<'_, Binder>,
+    history: &revision::history::History,
+    accepted: Option<&rollout::control::Accepted>,
+) -> Option<rollout::Assign> {
+    let records = r.own.outcomes.records(r.uid);
+    let known = r.own.watches.pending.passed(r.uid);
+    let action = accepted.map(|a| a.action);
+    rollout::assign(&r.raw_spec, history, &records, known, action, r.now)
+}
+
+/// (namespace, name) of object key `key` (`namespace/name`, or a cluster-scoped `name`).
+fn split_key(key: &str) -> (String, String) {
+    match key.split_once('/') {
+        Some((ns, name)) => (ns.to_string(), name.to_string()),
+        None => (String::new(), key.to_string()),
+    }
 }
 
 /// A bound flow's binding, opened for one reconcile.
@@ -129,6 +198,8 @@ struct Binding<'a> {
     related_kinds: BTreeMap<(String, String), (ApiResource, bool)>,
     /// Where its objects are, for a flow recorded in them that finalizes them.
     finalizes: in_object::release::Finalizes,
+    /// The rollout of its revision, for a flow recorded in its objects.
+    assign: Option<rollout::Assign>,
 }
 
 impl Binding<'_> {

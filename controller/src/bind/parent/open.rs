@@ -92,6 +92,7 @@ impl<'a> Binding<'a> {
             selector,
             finalizer: object::finalizer_name(ns, r.flow_id.name),
             mark: claim::mark_key(ns, r.flow_id.name),
+            assign: None,
         })
     }
 }
