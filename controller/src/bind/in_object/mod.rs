@@ -136,7 +136,7 @@ impl Serving<'_> {
 
     /// The revision object `name` is served with, its mark naming `marked`: the rollout's
     /// choice, or the flow's spec as it is now when it keeps no revision.
-    fn with(&self, name: &str, marked: Option<&str>) -> With {
+    pub(super) fn with(&self, name: &str, marked: Option<&str>) -> With {
         match self.assign {
             Some(a) => a.with(name, marked),
             None => With {
@@ -181,7 +181,9 @@ impl Serving<'_> {
                 let h = &with.hash;
                 format!("{}#{failures}@{h}", retry::digest(&mark.encode()))
             }
-            Work::Deleted { .. } => format!("delete@{}", self.parent.generation),
+            Work::Deleted { with, .. } => {
+                format!("delete@{}@{}", self.parent.generation, with.hash)
+            }
         };
         let tasks = &self.r.own.object_runs;
         if tasks.going(&key, &what) {
@@ -190,8 +192,7 @@ impl Serving<'_> {
         let name = object::key(obj);
         let outcomes = &self.r.own.outcomes;
         let revision = match &work {
-            Work::Steps { with, .. } => Some(with.hash.clone()),
-            Work::Deleted { .. } => None,
+            Work::Steps { with, .. } | Work::Deleted { with, .. } => Some(with.hash.clone()),
         };
         outcomes.running(self.parent.uid, &name, revision);
         let d = Detached {
@@ -229,7 +230,7 @@ impl Serving<'_> {
                 };
                 self.run_and_record(obj, due).await
             }
-            Work::Deleted { finalizer } => self.run_deleted(obj, &finalizer).await,
+            Work::Deleted { finalizer, with } => self.run_deleted(obj, &finalizer, &with).await,
         }
     }
 
@@ -336,18 +337,10 @@ impl Serving<'_> {
         }
     }
 
-    /// The flow a child for an object seen as `view` would have, with `trigger`, and its
+    /// The flow a child for an object seen as `view` would have, with `trigger`, the bound
+    /// flow's spec being `spec` (its own, or an older revision's: bind/rollout), and its
     /// compiled form: what an object's run (main or onDelete) walks.
-    pub(crate) fn compiled_for(
-        &self,
-        view: &Value,
-        trigger: &Value,
-    ) -> Result<(Value, pseudoflow_compiler::Compiled), pseudoflow_crd::Diagnostics> {
-        self.compiled_with(self.parent.spec, view, trigger)
-    }
-
-    /// [`Serving::compiled_for`] with the flow's spec as `spec` (an older revision's).
-    fn compiled_with(
+    pub(super) fn compiled_with(
         &self,
         spec: &Value,
         view: &Value,

@@ -58,6 +58,8 @@ pub enum Work {
     Deleted {
         /// The flow's finalizer on the object.
         finalizer: String,
+        /// The revision whose `onDelete` runs (the one that serves the object).
+        with: crate::bind::rollout::With,
     },
 }
 
@@ -217,6 +219,10 @@ mod tests {
             object: DynamicObject::new("o", &ar),
             work: Work::Deleted {
                 finalizer: "f".into(),
+                with: crate::bind::rollout::With {
+                    hash: "h".into(),
+                    spec: None,
+                },
             },
         }
     }

@@ -65,7 +65,8 @@ pub fn status(p: &Plan, name: impl Fn(&str) -> String, max_failures: u32) -> Rol
 pub type Told = (bool, &'static str, String);
 
 /// The Event telling the change from the rollout status last written (`previous`, as the
-/// flow's status shows it, null when none) to `now`; `waved`: whether the flow has waves.
+/// flow's status shows it, null when none) to `now`; `waved`: whether the flow has waves. A
+/// flow's first revision (nothing before it to keep) has no waves nor completion to tell.
 pub fn event(previous: &Value, now: &RolloutStatus, waved: bool) -> Option<Told> {
     let same_revision = previous["revision"].as_str() == Some(now.revision.as_str())
         && previous["undone"].as_str() == now.undone.as_deref();
@@ -89,6 +90,7 @@ pub fn event(previous: &Value, now: &RolloutStatus, waved: bool) -> Option<Told>
         )),
         RolloutPhase::Progressing
             if waved
+                && now.from.is_some()
                 && (!same_revision || previous["wave"].as_u64() != Some(u64::from(now.wave))) =>
         {
             Some((
@@ -155,6 +157,9 @@ mod tests {
         assert_eq!(event(&Value::Null, &w1, false), None, "no waves: none told");
         let before = serde_json::to_value(&w1).unwrap();
         assert_eq!(event(&before, &w1, true), None);
+        let mut first = w1.clone();
+        first.from = None;
+        assert_eq!(event(&Value::Null, &first, true), None, "a first revision");
         let w2 = status(&plan(RolloutPhase::Progressing, 2, &[]), name, 1);
         assert_eq!(event(&before, &w2, true).unwrap().1, "RolloutWave");
         let done = status(&plan(RolloutPhase::Completed, 3, &[]), name, 1);
