@@ -83,6 +83,8 @@ pub struct Binder {
     pub object_runs: in_object::tasks::Tasks,
     /// Each bound flow's revisions as last read (so an unchanged flow reads none).
     pub revisions: revision::history::Histories,
+    /// The child flows of each bound flow recorded in them, as a rollout plans from them.
+    pub child_records: rollout::children::Kept,
     /// Per child flow uid: a digest of the object status it last wrote, so an unchanged status is
     /// not written again (lost on restart: then it is written once more, harmlessly).
     written: Mutex<HashMap<String, u64>>,

@@ -1,13 +1,16 @@
 //! A bound flow's new revision reaching its objects in waves (`spec.rollout.waves`,
-//! docs/bound-flows.md#rollouts), on testenv, with 20 widgets recorded in themselves
-//! (`record: Object`) and waves `[1, "50%"]`: a revision whose step fails stops after the first
-//! wave (one object ran it, 19 keep the old revision's result, the status and a
-//! `RolloutStopped` Warning name the failing object and the revision); a good revision then
-//! goes through every wave, in name order (the objects' records say so), to `Completed`.
+//! docs/bound-flows.md#rollouts), on testenv, with 20 widgets and waves `[1, "50%"]`, under
+//! both ways of recording (`record: Object`, `record: Child`): a revision whose step fails
+//! stops after the first wave (one object ran it, 19 keep the old revision's result and their
+//! records name the old revision, the status and a `RolloutStopped` Warning name the failing
+//! object and the revision); a good revision then goes through every wave, in name order (what
+//! each object's run wrote says so), to `Completed`.
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams};
 use kube::Client;
+use pseudoflow_controller::bind::child::child_name;
+use pseudoflow_controller::bind::revision::REVISION_ANNOTATION;
 use pseudoflow_controller::bind::served::mark_key;
 use serde_json::{json, Value};
 
@@ -38,9 +41,9 @@ fn steps(rev: u32, fails: bool) -> Value {
     json!(s)
 }
 
-/// The widget flow recorded in the objects, rolled out in waves of 1, then half, then all.
-fn flow(rev: u32) -> Value {
-    let mut f = widget_flow(json!({"record": "Object"}));
+/// The widget flow recorded as `record`, rolled out in waves of 1, then half, then all.
+fn flow(record: &str, rev: u32) -> Value {
+    let mut f = widget_flow(json!({ "record": record }));
     f.as_object_mut().unwrap().remove("onDelete");
     f["rollout"] = json!({"waves": [1, "50%"]});
     f["steps"] = steps(rev, false);
@@ -64,10 +67,18 @@ async fn ran(client: &Client, ns: &str, rev: u32) -> usize {
     n
 }
 
-/// The revision hash each widget's served mark names, in name order.
-async fn recorded(client: &Client, ns: &str) -> Vec<Option<String>> {
+/// The revision hash each widget's record names (its served mark, or its child flow), in name
+/// order.
+async fn recorded(client: &Client, ns: &str, record: &str) -> Vec<Option<String>> {
     let mut out = Vec::new();
     for i in 0..WIDGETS {
+        if record == "Child" {
+            let child = child_name("widgets", ns, &widget_name(i));
+            let c = flows(client, ns).get(&child).await.unwrap();
+            let a = c.metadata.annotations.unwrap_or_default();
+            out.push(a.get(REVISION_ANNOTATION).cloned());
+            continue;
+        }
         let w = widgets(client, ns).get(&widget_name(i)).await.unwrap();
         let a = w.metadata.annotations.unwrap_or_default();
         let mark: Option<Value> = a
@@ -105,9 +116,23 @@ async fn told(client: &Client, ns: &str, reason: &str) -> Vec<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failing_revision_stops_after_the_first_wave_and_a_good_one_goes_through_every_wave() {
-    let (client, ns) = setup("rollout-waves", all_verbs()).await;
-    create_flow(&client, &ns, "widgets", flow(1)).await;
+async fn waves_of_a_flow_recorded_in_its_objects() {
+    a_failing_revision_stops_after_the_first_wave_and_a_good_one_goes_through_every_wave("Object")
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waves_of_a_flow_recorded_in_child_flows() {
+    a_failing_revision_stops_after_the_first_wave_and_a_good_one_goes_through_every_wave("Child")
+        .await;
+}
+
+async fn a_failing_revision_stops_after_the_first_wave_and_a_good_one_goes_through_every_wave(
+    record: &str,
+) {
+    let prefix = format!("rollout-{}", record.to_lowercase());
+    let (client, ns) = setup(&prefix, all_verbs()).await;
+    create_flow(&client, &ns, "widgets", flow(record, 1)).await;
     for i in 0..WIDGETS {
         create_widget(&client, &ns, &widget_name(i), json!({"version": "one"})).await;
     }
@@ -143,7 +168,7 @@ async fn a_failing_revision_stops_after_the_first_wave_and_a_good_one_goes_throu
     tokio::time::sleep(std::time::Duration::from_secs(5)).await;
     assert_eq!(ran(&client, &ns, 2).await, 1, "one object ran revision 2");
     assert!(written(&client, &ns, "w-00-rev2").await.is_some());
-    let marks = recorded(&client, &ns).await;
+    let marks = recorded(&client, &ns, record).await;
     assert_eq!(marks[0], hash(&second));
     assert!(marks[1..].iter().all(|m| *m == hash(&first)), "{marks:?}");
     let st = wait_status(&client, &ns, "widgets", 5, "still stopped", |s| {
@@ -163,7 +188,7 @@ async fn a_failing_revision_stops_after_the_first_wave_and_a_good_one_goes_throu
     assert_eq!((r["wave"].as_u64(), r["waves"].as_u64()), (Some(3), Some(3)));
     assert_eq!(r["from"], second);
     assert_eq!(ran(&client, &ns, 3).await, WIDGETS);
-    let marks = recorded(&client, &ns).await;
+    let marks = recorded(&client, &ns, record).await;
     assert!(marks.iter().all(|m| *m == hash(&third)), "{marks:?}");
     // In waves, in name order: w-00 wrote before any other, w-01..w-09 before w-10..w-19 (a
     // wave starts only once the one before is recorded; resourceVersions order the writes).

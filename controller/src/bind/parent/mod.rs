@@ -82,12 +82,9 @@ pub(crate) async fn reconcile_parent(
     let pending = &r.own.watches.pending;
     let generation = r.flow.metadata.generation.unwrap_or(0);
     let pass = pending.take(r.uid, generation);
-    // Which revision serves each object (`record: Object`; children are served with the
-    // flow's spec as it is now).
+    // Which revision serves each object.
     let accepted = rollout_action(r, &history);
-    if bind.record == BindRecord::Object {
-        binding.assign = rollout_plan(r, &history, accepted.as_ref());
-    }
+    binding.assign = rollout_plan(r, bind, &history, accepted.as_ref());
     let (again, summary_due) = match pass {
         Pass::Full => match binding.serve_all(generation).await? {
             Ok(again) => {
@@ -104,7 +101,7 @@ pub(crate) async fn reconcile_parent(
             // the rollout's waves reached that their new revision does not serve yet.
             objects.extend(in_object::retries_due(r));
             if let Some(a) = &binding.assign {
-                let records = r.own.outcomes.records(r.uid);
+                let records = rollout_records(r, bind).unwrap_or_default();
                 objects.extend(a.plan.due(&records).into_iter().map(split_key));
             }
             (
@@ -121,26 +118,28 @@ pub(crate) async fn reconcile_parent(
     let (s, by_revision) = binding.sum_up().await?;
     let mut s = revision::counted(s, &history, &by_revision);
     let mut again = again;
-    if bind.record == BindRecord::Object {
-        // The rollout as this serve left it.
-        if let Some(a) = rollout_plan(r, &history, accepted.as_ref()) {
-            let told = rollout::status(&a, r.flow_id.name, &history, accepted.as_ref());
-            let before = &previous["bound"]["rollout"];
-            if let Some((warning, reason, note)) = rollout::report::event(before, &told, a.waved) {
-                let ty = if warning { EventType::Warning } else { EventType::Normal };
-                r.publish(ty, reason, &note).await;
-            }
-            let records = r.own.outcomes.records(r.uid);
-            if !a.plan.due(&records).is_empty() {
-                // Objects the waves reached that no serve of this reconcile knew of.
-                again = again.min(RETRY_DUE);
-            }
-            if let Some(at) = a.plan.recheck_at {
-                let wait = u64::try_from(at - r.now).unwrap_or(0).max(1);
-                again = again.min(Duration::from_secs(wait));
-            }
-            s.rollout = Some(told);
+    // The rollout as this serve left it.
+    if let Some(a) = rollout_plan(r, bind, &history, accepted.as_ref()) {
+        let told = rollout::status(&a, r.flow_id.name, &history, accepted.as_ref());
+        let before = &previous["bound"]["rollout"];
+        if let Some((warning, reason, note)) = rollout::report::event(before, &told, a.waved) {
+            let ty = if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            };
+            r.publish(ty, reason, &note).await;
         }
+        let records = rollout_records(r, bind).unwrap_or_default();
+        if !a.plan.due(&records).is_empty() {
+            // Objects the waves reached that no serve of this reconcile knew of.
+            again = again.min(RETRY_DUE);
+        }
+        if let Some(at) = a.plan.recheck_at {
+            let wait = u64::try_from(at - r.now).unwrap_or(0).max(1);
+            again = again.min(Duration::from_secs(wait));
+        }
+        s.rollout = Some(told);
     }
     summarise(r, flows, previous, &bind.kind, s).await?;
     revision::history::prune(r, &mut history, &by_revision).await;
@@ -163,13 +162,24 @@ fn rollout_action(
 /// no revision kept).
 fn rollout_plan(
     r: &Reconciling<'_, Binder>,
+    bind: &Bind,
     history: &revision::history::History,
     accepted: Option<&rollout::control::Accepted>,
 ) -> Option<rollout::Assign> {
-    let records = r.own.outcomes.records(r.uid);
-    let known = r.own.watches.pending.passed(r.uid);
+    let records = rollout_records(r, bind);
+    let known = r.own.watches.pending.passed(r.uid) && records.is_some();
+    let records = records.unwrap_or_default();
     let action = accepted.map(|a| a.action);
     rollout::assign(&r.raw_spec, history, &records, known, action, r.now)
+}
+
+/// The objects' records as this process knows them: what the serves of a flow recorded in its
+/// objects saw, or the children its last summary listed (None: not listed yet).
+fn rollout_records(r: &Reconciling<'_, Binder>, bind: &Bind) -> Option<Vec<rollout::plan::Record>> {
+    match bind.record {
+        BindRecord::Object => Some(r.own.outcomes.records(r.uid)),
+        _ => r.own.child_records.get(r.uid),
+    }
 }
 
 /// (namespace, name) of object key `key` (`namespace/name`, or a cluster-scoped `name`).
@@ -225,6 +235,8 @@ impl Binding<'_> {
             .map(|(object, message)| Refused { object, message })
             .collect();
         let states = self.child_states().await?;
+        let records = rollout::children::records(&states);
+        r.own.child_records.put(r.uid, records);
         let named: Vec<(String, &DynamicObject)> =
             states.iter().map(|(o, c)| (o.clone(), c)).collect();
         Ok((

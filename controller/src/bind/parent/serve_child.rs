@@ -12,7 +12,9 @@ use tracing::info;
 use super::children::{Children, Picked};
 use super::release::retire;
 use super::Binding;
-use crate::bind::child::{self, FLOW_GENERATION_ANNOTATION};
+use crate::bind::child::{self, Parent, FLOW_GENERATION_ANNOTATION};
+use crate::bind::revision::REVISION_ANNOTATION;
+use crate::bind::rollout::With;
 use crate::bind::{claim, object};
 use crate::bind::{NotServed, Served};
 use crate::flow::events::EventType;
@@ -60,7 +62,18 @@ impl Binding<'_> {
             let g = a.and_then(|a| a.get(FLOW_GENERATION_ANNOTATION));
             g.map(String::as_str) != Some(&self.parent().generation.to_string())
         }) || old.is_some();
-        if trigger.is_none() && !flow_changed {
+        // The revision it is served with (a rollout's: bind/rollout): a change of it re-makes
+        // the child; in waves, the flow's change alone re-makes none whose revision stays.
+        let recorded = child.and_then(|c| {
+            let a = c.metadata.annotations.as_ref();
+            a.and_then(|a| a.get(REVISION_ANNOTATION)).cloned()
+        });
+        let with = self.with(&object::key(obj), recorded.as_deref());
+        let stays = recorded.as_deref() == Some(with.hash.as_str());
+        let waved = self.assign.as_ref().is_some_and(|a| a.waved);
+        let flow_changed = flow_changed && !(waved && stays && old.is_none());
+        let moved = self.assign.is_some() && recorded.is_some() && !stays;
+        if trigger.is_none() && !flow_changed && !moved {
             self.remember(&name, &seen);
             return Ok(None);
         }
@@ -69,8 +82,13 @@ impl Binding<'_> {
             .iter()
             .map(|(key, s)| (key.clone(), s.version.clone()))
             .collect();
+        let spec = with.spec.as_deref().unwrap_or(&self.r.raw_spec);
+        let parent = Parent {
+            spec,
+            ..self.parent()
+        };
         let made = child::child_flow(
-            &self.parent(),
+            &parent,
             &name,
             &self.ar.plural,
             &view,
@@ -91,6 +109,18 @@ impl Binding<'_> {
             retire(self.flows, old.metadata.name.as_deref().unwrap_or_default()).await?;
         }
         Ok(None)
+    }
+
+    /// The revision the object `key` is served with, its record naming `recorded`: the
+    /// rollout's choice, or the flow's spec as it is now when it keeps no revision.
+    pub(super) fn with(&self, key: &str, recorded: Option<&str>) -> With {
+        match &self.assign {
+            Some(a) => a.with(key, recorded),
+            None => With {
+                hash: crate::bind::revision::hash(&self.r.raw_spec),
+                spec: None,
+            },
+        }
     }
 
     /// Creates the child, or updates the one it owns, and returns its UID; a flow of that name

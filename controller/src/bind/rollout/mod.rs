@@ -6,11 +6,13 @@
 //!   (pure), so nothing of a rollout lives only in memory.
 //! - [`report`]: the plan told in `status.bound.rollout` and in Events.
 //! - [`control`]: the action a person asked for (the webhook's stamp).
+//! - [`children`]: the records of a flow recorded in child flows.
 //!
 //! Here: the plan of one reconcile ([`Assign`]), and the revision each object is served with
 //! ([`With`]): the target if the waves reached it, else the revision that last served it, whose
 //! spec is rebuilt from its ControllerRevision's `data`.
 
+pub mod children;
 pub mod control;
 pub mod plan;
 pub mod report;
