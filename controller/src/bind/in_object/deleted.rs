@@ -101,7 +101,7 @@ impl Serving<'_> {
         let next = retry::told(&policy, failures, false, ended_at);
         let message = message.map(|m| format!("{m}; {next}"));
         self.tell(obj, message.as_deref(), false).await;
-        self.outcome(&name, message.clone(), true, Some(with.hash.clone()));
+        self.outcome(&name, message.clone(), None, Some(with.hash.clone()));
         let due = retry::due(&policy, failures, ended_at);
         let s = self.schedule(obj, failures, due, Some(trigger), "");
         outcomes.schedule(self.parent.uid, &name, Some(s));

@@ -105,7 +105,8 @@ impl Serving<'_> {
                     }
                     let failure = "its last run failed (see its status)".to_string();
                     let marked = mark.as_ref().and_then(|m| m.revision.clone());
-                    self.outcome(&name, Some(failure), false, marked);
+                    let at = Some(mark.as_ref().map_or(0, |m| m.served_at));
+                    self.outcome(&name, Some(failure), at, marked);
                     return Ok(None);
                 }
                 Next::Nothing => {
@@ -113,7 +114,8 @@ impl Serving<'_> {
                     let failed = mark.as_ref().is_some_and(|m| m.failed);
                     let failure = failed.then(|| "its last run failed (see its status)".into());
                     let marked = mark.as_ref().and_then(|m| m.revision.clone());
-                    self.outcome(&name, failure, false, marked);
+                    let at = Some(mark.as_ref().map_or(0, |m| m.served_at));
+                    self.outcome(&name, failure, at, marked);
                     return Ok(None);
                 }
             };
@@ -274,7 +276,7 @@ impl Serving<'_> {
         });
         self.tell(obj, message.as_deref(), permanent).await;
         let revision = it.with.hash.clone();
-        self.outcome(&name, message.clone(), true, Some(revision.clone()));
+        self.outcome(&name, message.clone(), None, Some(revision.clone()));
         if let Err(e) = self
             .write_status(obj, &compiled, phase, message, &vars)
             .await
@@ -292,6 +294,7 @@ impl Serving<'_> {
         let mut mark = Mark::of(self.parent.uid, self.parent.generation, &it.view, self.bind);
         mark.failed = failed;
         mark.revision = Some(revision);
+        mark.served_at = ended_at;
         if failed {
             mark.failures = failures;
             mark.failed_at = ended_at;
@@ -514,18 +517,26 @@ impl Serving<'_> {
         (FlowPhase::Failed, Some(message), vars)
     }
 
-    /// Records what the serve of object `name` saw, for the summary: a run's end always, an
-    /// unchanged object's mark only where nothing is known yet (after a restart); `revision`:
-    /// the hash of the revision that served it (that ran, or that its mark names).
-    fn outcome(&self, name: &str, failure: Option<String>, ran: bool, revision: Option<String>) {
-        let at = k8s_openapi::jiff::Timestamp::now().as_second();
+    /// Records what the serve of object `name` saw, for the summary: a run's end always (now),
+    /// an unchanged object's mark only where nothing is known yet (after a restart; `marked`:
+    /// when its mark says it was served, else now); `revision`: the hash of the revision that
+    /// served it (that ran, or that its mark names).
+    fn outcome(
+        &self,
+        name: &str,
+        failure: Option<String>,
+        marked: Option<i64>,
+        revision: Option<String>,
+    ) {
+        let now = k8s_openapi::jiff::Timestamp::now().as_second();
+        let at = marked.filter(|at| *at > 0 && *at <= now).unwrap_or(now);
         let o = outcomes::Outcome {
             failure,
             at,
             revision,
         };
         let outcomes = &self.r.own.outcomes;
-        if ran {
+        if marked.is_none() {
             outcomes.record(self.parent.uid, name.to_string(), Some(o));
         } else {
             outcomes.record_if_unknown(self.parent.uid, name, o);
