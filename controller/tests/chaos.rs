@@ -745,7 +745,10 @@ fn revision_step(rev: u32) -> Value {
 /// The widgets whose served mark of flow `widgets` names revision `hash`.
 async fn widgets_on(client: &Client, ns: &str, hash: &str) -> std::collections::BTreeSet<String> {
     let key = pseudoflow_controller::bind::served::mark_key(ns, "widgets");
-    let all = bound::widgets(client, ns).list(&Default::default()).await.unwrap();
+    let all = bound::widgets(client, ns)
+        .list(&Default::default())
+        .await
+        .unwrap();
     all.items
         .into_iter()
         .filter(|w| {
@@ -802,7 +805,11 @@ async fn controller_sigkilled_mid_rollout_goes_on_where_it_was() {
     let at_kill = widgets_on(&client, &ns, &hash).await;
     assert!(at_kill.contains("w-00"), "CHAOS_SEED={seed}: {at_kill:?}");
     tokio::time::sleep(rng.millis(500, 2000)).await;
-    assert_eq!(widgets_on(&client, &ns, &hash).await, at_kill, "nothing moves while it is down");
+    assert_eq!(
+        widgets_on(&client, &ns, &hash).await,
+        at_kill,
+        "nothing moves while it is down"
+    );
     controller.restart();
     // From where it was: no object on revision 2 goes back, and the status never shows an
     // earlier wave than the one under way at the kill.
@@ -810,7 +817,10 @@ async fn controller_sigkilled_mid_rollout_goes_on_where_it_was() {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let now = widgets_on(&client, &ns, &hash).await;
-        assert!(now.is_superset(&seen), "CHAOS_SEED={seed}: {seen:?} then {now:?}");
+        assert!(
+            now.is_superset(&seen),
+            "CHAOS_SEED={seed}: {seen:?} then {now:?}"
+        );
         seen = now;
         let f = flows(&client, &ns).get("widgets").await.unwrap();
         let r = &f.data["status"]["bound"]["rollout"];
@@ -818,7 +828,11 @@ async fn controller_sigkilled_mid_rollout_goes_on_where_it_was() {
         if r["phase"] == "Completed" && r["updated"] == 20 {
             break;
         }
-        assert!(Instant::now() < deadline, "CHAOS_SEED={seed}: not completed: {r:#}; see {}", controller.log().display());
+        assert!(
+            Instant::now() < deadline,
+            "CHAOS_SEED={seed}: not completed: {r:#}; see {}",
+            controller.log().display()
+        );
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     assert_eq!(seen.len(), 20);

@@ -111,7 +111,9 @@ async fn roll(client: &Client, ns: &str, steps: Value) -> String {
 /// The notes of the flow's Events of `reason`.
 async fn told(client: &Client, ns: &str, reason: &str) -> Vec<String> {
     let events = flow_events(client, ns, "widgets").await;
-    let of = events.into_iter().filter(|e| e.reason.as_deref() == Some(reason));
+    let of = events
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason));
     of.filter_map(|e| e.message).collect()
 }
 
@@ -155,14 +157,21 @@ async fn a_failing_revision_stops_after_the_first_wave_and_a_good_one_goes_throu
     let failing = format!("{ns}/w-00");
     assert_eq!(r["revision"], second, "{st:#}");
     assert_eq!(r["from"], first, "{st:#}");
-    assert_eq!((r["wave"].as_u64(), r["target"].as_u64()), (Some(1), Some(1)));
+    assert_eq!(
+        (r["wave"].as_u64(), r["target"].as_u64()),
+        (Some(1), Some(1))
+    );
     assert_eq!(r["failedObjects"], json!([failing]), "{st:#}");
-    eventually(30, "a RolloutStopped Warning naming w-00 and the revision", || async {
-        told(&client, &ns, "RolloutStopped")
-            .await
-            .iter()
-            .any(|n| n.contains(&failing) && n.contains(&second))
-    })
+    eventually(
+        30,
+        "a RolloutStopped Warning naming w-00 and the revision",
+        || async {
+            told(&client, &ns, "RolloutStopped")
+                .await
+                .iter()
+                .any(|n| n.contains(&failing) && n.contains(&second))
+        },
+    )
     .await;
     // It stays stopped (its retries fail too): the 19 others keep revision 1's result.
     tokio::time::sleep(std::time::Duration::from_secs(5)).await;
@@ -185,7 +194,10 @@ async fn a_failing_revision_stops_after_the_first_wave_and_a_good_one_goes_throu
     })
     .await;
     let r = &st["bound"]["rollout"];
-    assert_eq!((r["wave"].as_u64(), r["waves"].as_u64()), (Some(3), Some(3)));
+    assert_eq!(
+        (r["wave"].as_u64(), r["waves"].as_u64()),
+        (Some(3), Some(3))
+    );
     assert_eq!(r["from"], second);
     assert_eq!(ran(&client, &ns, 3).await, WIDGETS);
     let marks = recorded(&client, &ns, record).await;

@@ -28,9 +28,9 @@ use pseudoflow_walk::{RunPhase, StoredRun};
 use serde_json::{json, Value};
 
 use super::child::{self, Parent};
+use super::rollout::{Assign, With};
 use super::served::{self, Mark};
 use super::write_back::{object_status, rendered_fields, with_times};
-use super::rollout::{Assign, With};
 use super::{object, Binder};
 use crate::bind::{NotServed, Served};
 use crate::flow::events::EventType;
@@ -349,7 +349,10 @@ impl Serving<'_> {
         view: &Value,
         trigger: &Value,
     ) -> Result<(Value, pseudoflow_compiler::Compiled), pseudoflow_crd::Diagnostics> {
-        let parent = Parent { spec, ..self.parent };
+        let parent = Parent {
+            spec,
+            ..self.parent
+        };
         let made = child::child_flow(
             &parent,
             self.parent.name,

@@ -83,12 +83,26 @@ impl Outcomes {
                 None => State::Ready(o.at),
             };
             let revision = o.revision.clone();
-            out.insert(key, Record { key: key.clone(), revision, state });
+            out.insert(
+                key,
+                Record {
+                    key: key.clone(),
+                    revision,
+                    state,
+                },
+            );
         }
         for (key, revision) in going {
             let revision = revision.clone();
             let state = State::Running;
-            out.insert(key, Record { key: key.clone(), revision, state });
+            out.insert(
+                key,
+                Record {
+                    key: key.clone(),
+                    revision,
+                    state,
+                },
+            );
         }
         out.into_values().collect()
     }

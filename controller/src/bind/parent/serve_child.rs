@@ -87,14 +87,7 @@ impl Binding<'_> {
             spec,
             ..self.parent()
         };
-        let made = child::child_flow(
-            &parent,
-            &name,
-            &self.ar.plural,
-            &view,
-            &trigger,
-            &versions,
-        );
+        let made = child::child_flow(&parent, &name, &self.ar.plural, &view, &trigger, &versions);
         let child_uid = match self.write_child(&name, child, made).await? {
             Ok(uid) => uid,
             Err(why) => return Ok(Some(NotServed(why))),

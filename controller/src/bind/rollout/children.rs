@@ -54,7 +54,10 @@ impl Kept {
 
     /// Keeps flow `uid`'s records.
     pub fn put(&self, uid: &str, records: Vec<Record>) {
-        self.0.lock().expect("not poisoned").insert(uid.into(), records);
+        self.0
+            .lock()
+            .expect("not poisoned")
+            .insert(uid.into(), records);
     }
 
     /// Forgets flow `uid` (released).
@@ -69,9 +72,11 @@ mod tests {
     use serde_json::json;
 
     fn state(generation: i64, run: i64, phase: &str) -> DynamicObject {
-        serde_json::from_value(json!({"metadata": {}, "revision": "R", "generation": generation,
+        serde_json::from_value(
+            json!({"metadata": {}, "revision": "R", "generation": generation,
             "status": {"phase": phase, "run": {"generation": run,
-                "finishedAt": "2026-01-01T00:00:10Z"}}}))
+                "finishedAt": "2026-01-01T00:00:10Z"}}}),
+        )
         .unwrap()
     }
 

@@ -60,7 +60,11 @@ impl Assign {
         let kept = |h: &str| h == self.current || self.data.contains_key(h);
         let hash = self.plan.revision_for(key, recorded, kept);
         let spec = (hash != self.current)
-            .then(|| self.data.get(&hash).map(|d| Arc::new(spec_of(d, &self.spec))))
+            .then(|| {
+                self.data
+                    .get(&hash)
+                    .map(|d| Arc::new(spec_of(d, &self.spec)))
+            })
             .flatten();
         if hash != self.current && spec.is_none() {
             // Not kept after all: the flow's own.
@@ -146,7 +150,12 @@ pub fn action(
 }
 
 /// The status of the rollout `a` plans, for flow `flow` with `history`.
-pub fn status(a: &Assign, flow: &str, history: &History, accepted: Option<&control::Accepted>) -> RolloutStatus {
+pub fn status(
+    a: &Assign,
+    flow: &str,
+    history: &History,
+    accepted: Option<&control::Accepted>,
+) -> RolloutStatus {
     let name = |h: &str| {
         history
             .by_hash(h)
@@ -182,6 +191,10 @@ mod tests {
         assert_eq!(s["bind"]["allNamespaces"], true);
         assert_eq!(s["suspend"], true);
         assert!(s.get("rollout").is_none());
-        assert_eq!(revision::hash(&s), revision::hash_of_data(&old), "the same revision");
+        assert_eq!(
+            revision::hash(&s),
+            revision::hash_of_data(&old),
+            "the same revision"
+        );
     }
 }

@@ -165,8 +165,15 @@ pub fn plan(i: &Input<'_>) -> Plan {
         State::Ready(at) => Some(at.saturating_add(min_ready)),
         _ => None,
     };
-    let ready = on.iter().filter_map(ready_at).filter(|t| *t <= i.now).count() as u32;
-    let updated = on.iter().filter(|o| matches!(o.state, State::Ready(_))).count() as u32;
+    let ready = on
+        .iter()
+        .filter_map(ready_at)
+        .filter(|t| *t <= i.now)
+        .count() as u32;
+    let updated = on
+        .iter()
+        .filter(|o| matches!(o.state, State::Ready(_)))
+        .count() as u32;
     let waiting = on.iter().filter_map(ready_at).filter(|t| *t > i.now).min();
     // Failures below `maxFailures` are tolerated: those objects count as done for their wave.
     let tolerated = (failed.len() as u32) < i.rollout.failures_allowed();
@@ -290,7 +297,11 @@ mod tests {
         assert_eq!(p.revision_for("ns/new", None, |_| true), "R");
         assert_eq!(serve(&mut objects, &p, &["ns/w-03"], 5), 20);
         let p = plan(&input(&objects, &r));
-        assert_eq!(p.phase, RolloutPhase::Progressing, "a failure stops nothing");
+        assert_eq!(
+            p.phase,
+            RolloutPhase::Progressing,
+            "a failure stops nothing"
+        );
         assert_eq!(p.failed, ["ns/w-03"]);
         objects[3].state = State::Ready(6);
         let p = plan(&input(&objects, &r));
@@ -344,7 +355,10 @@ mod tests {
         // Mended (its retry succeeds): the stop clears itself and the waves go on.
         objects[0].state = State::Ready(20);
         let p = plan(&input(&objects, &r));
-        assert_eq!((p.phase, p.wave, p.reach), (RolloutPhase::Progressing, 2, 10));
+        assert_eq!(
+            (p.phase, p.wave, p.reach),
+            (RolloutPhase::Progressing, 2, 10)
+        );
     }
 
     #[test]
@@ -354,7 +368,10 @@ mod tests {
         let p = plan(&input(&objects, &r));
         serve(&mut objects, &p, &["ns/w-00"], 10);
         let p = plan(&input(&objects, &r));
-        assert_eq!((p.phase, p.wave, p.reach), (RolloutPhase::Progressing, 2, 10));
+        assert_eq!(
+            (p.phase, p.wave, p.reach),
+            (RolloutPhase::Progressing, 2, 10)
+        );
         serve(&mut objects, &p, &["ns/w-05"], 10);
         let p = plan(&input(&objects, &r));
         assert_eq!((p.phase, p.wave), (RolloutPhase::Stopped, 2));
@@ -420,7 +437,10 @@ mod tests {
         let mut i = input(&objects, &r);
         i.action = Some(RolloutAction::Promote);
         let p = plan(&i);
-        assert_eq!((p.phase, p.wave, p.reach), (RolloutPhase::Progressing, 3, 20));
+        assert_eq!(
+            (p.phase, p.wave, p.reach),
+            (RolloutPhase::Progressing, 3, 20)
+        );
         assert!(p.everyone);
         assert_eq!(p.due(&objects).len(), 19);
     }
@@ -441,7 +461,10 @@ mod tests {
         };
         let p = undo(&objects);
         assert_eq!(p.target, "S");
-        assert_eq!((p.from.as_deref(), p.undone.as_deref()), (Some("R"), Some("R")));
+        assert_eq!(
+            (p.from.as_deref(), p.undone.as_deref()),
+            (Some("R"), Some("R"))
+        );
         // 10 of 20 are on S already: the first two waves are complete, the last goes on.
         assert_eq!((p.wave, p.reach), (3, 20));
         assert_eq!(p.due(&objects).len(), 10);
@@ -504,7 +527,10 @@ mod tests {
         assert_eq!(p.revision_for("ns/other", Some("S"), |_| true), "S");
         let no_waves = Rollout::default();
         i.rollout = &no_waves;
-        assert!(plan(&i).everyone, "no waves: every object at once, as always");
+        assert!(
+            plan(&i).everyone,
+            "no waves: every object at once, as always"
+        );
     }
 
     #[test]

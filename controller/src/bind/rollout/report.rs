@@ -145,7 +145,10 @@ mod tests {
         let (warning, reason, note) = event(&Value::Null, &s, true).unwrap();
         assert!(warning);
         assert_eq!(reason, "RolloutStopped");
-        assert!(note.contains("widgets-h2") && note.contains("ns/w-00"), "{note}");
+        assert!(
+            note.contains("widgets-h2") && note.contains("ns/w-00"),
+            "{note}"
+        );
         let written = serde_json::to_value(&s).unwrap();
         assert_eq!(event(&written, &s, true), None, "told once");
     }
@@ -166,6 +169,10 @@ mod tests {
         assert_eq!(event(&before, &done, true).unwrap().1, "RolloutCompleted");
         let mut first = done.clone();
         first.from = None;
-        assert_eq!(event(&json!(null), &first, true), None, "a flow's first revision");
+        assert_eq!(
+            event(&json!(null), &first, true),
+            None,
+            "a flow's first revision"
+        );
     }
 }
