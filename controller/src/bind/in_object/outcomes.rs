@@ -13,7 +13,7 @@ use pseudoflow_crd::bind::MAX_FAILURES_SHOWN;
 use pseudoflow_crd::status::{BoundFailure, BoundSummary};
 
 use super::retry::Schedule;
-use crate::bind::rollout::plan::{Record, State};
+use crate::bind::rollout::plan::{LatestRun, Record};
 
 /// One object's latest run: its failure (None: it succeeded) and when it ended (Unix seconds).
 #[derive(Debug, Clone, PartialEq)]
@@ -79,8 +79,8 @@ impl Outcomes {
         let mut out: BTreeMap<&String, Record> = BTreeMap::new();
         for (key, o) in of_flow {
             let state = match o.failure {
-                Some(_) => State::Failed,
-                None => State::Ready(o.at),
+                Some(_) => LatestRun::Failed,
+                None => LatestRun::Ready(o.at),
             };
             let revision = o.revision.clone();
             out.insert(
@@ -94,7 +94,7 @@ impl Outcomes {
         }
         for (key, revision) in going {
             let revision = revision.clone();
-            let state = State::Running;
+            let state = LatestRun::Running;
             out.insert(
                 key,
                 Record {

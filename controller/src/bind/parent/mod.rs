@@ -117,33 +117,45 @@ pub(crate) async fn reconcile_parent(
     }
     let (s, by_revision) = binding.sum_up().await?;
     let mut s = revision::counted(s, &history, &by_revision);
-    let mut again = again;
-    // The rollout as this serve left it.
-    if let Some(a) = rollout_plan(r, bind, &history, accepted.as_ref()) {
-        let told = rollout::status(&a, r.flow_id.name, &history, accepted.as_ref());
-        let before = &previous["bound"]["rollout"];
-        if let Some((warning, reason, note)) = rollout::report::event(before, &told, a.waved) {
-            let ty = if warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            };
-            r.publish(ty, reason, &note).await;
-        }
-        let records = rollout_records(r, bind).unwrap_or_default();
-        if !a.plan.due(&records).is_empty() {
-            // Objects the waves reached that no serve of this reconcile knew of.
-            again = again.min(RETRY_DUE);
-        }
-        if let Some(at) = a.plan.recheck_at {
-            let wait = u64::try_from(at - r.now).unwrap_or(0).max(1);
-            again = again.min(Duration::from_secs(wait));
-        }
-        s.rollout = Some(told);
-    }
+    let (rollout, again) = tell_rollout(r, bind, &history, accepted.as_ref(), again).await;
+    s.rollout = rollout;
     summarise(r, flows, previous, &bind.kind, s).await?;
     revision::history::prune(r, &mut history, &by_revision).await;
     Ok(Action::requeue(again))
+}
+
+/// The rollout as this reconcile's serves left it: its status, told in an Event when it moved
+/// ([`rollout::report::event`]), and how soon to look again (`again`, or sooner: objects the
+/// waves reached that no serve knew of yet, or the end of a `minReadySeconds`).
+async fn tell_rollout(
+    r: &Reconciling<'_, Binder>,
+    bind: &Bind,
+    history: &revision::history::History,
+    accepted: Option<&rollout::control::Accepted>,
+    mut again: Duration,
+) -> (Option<pseudoflow_crd::status::RolloutStatus>, Duration) {
+    let Some(a) = rollout_plan(r, bind, history, accepted) else {
+        return (None, again);
+    };
+    let told = rollout::status(&a, r.flow_id.name, history, accepted);
+    let before = &r.previous["bound"]["rollout"];
+    if let Some((warning, reason, note)) = rollout::report::event(before, &told, a.waved) {
+        let ty = if warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        };
+        r.publish(ty, reason, &note).await;
+    }
+    let records = rollout_records(r, bind).unwrap_or_default();
+    if !a.plan.due(&records).is_empty() {
+        again = again.min(RETRY_DUE);
+    }
+    if let Some(at) = a.plan.recheck_at {
+        let wait = u64::try_from(at - r.now).unwrap_or(0).max(1);
+        again = again.min(Duration::from_secs(wait));
+    }
+    (Some(told), again)
 }
 
 /// How soon objects a rollout's wave reached, not served yet, are served.

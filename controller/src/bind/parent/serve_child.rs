@@ -57,23 +57,8 @@ impl Binding<'_> {
             Some(c) => self.with_related(&name, c, trigger, &seen),
             None => trigger,
         };
-        let flow_changed = child.is_some_and(|c| {
-            let a = c.metadata.annotations.as_ref();
-            let g = a.and_then(|a| a.get(FLOW_GENERATION_ANNOTATION));
-            g.map(String::as_str) != Some(&self.parent().generation.to_string())
-        }) || old.is_some();
-        // The revision it is served with (a rollout's: bind/rollout): a change of it re-makes
-        // the child; in waves, the flow's change alone re-makes none whose revision stays.
-        let recorded = child.and_then(|c| {
-            let a = c.metadata.annotations.as_ref();
-            a.and_then(|a| a.get(REVISION_ANNOTATION)).cloned()
-        });
-        let with = self.with(&object::key(obj), recorded.as_deref());
-        let stays = recorded.as_deref() == Some(with.hash.as_str());
-        let waved = self.assign.as_ref().is_some_and(|a| a.waved);
-        let flow_changed = flow_changed && !(waved && stays && old.is_none());
-        let moved = self.assign.is_some() && recorded.is_some() && !stays;
-        if trigger.is_none() && !flow_changed && !moved {
+        let (with, remake) = self.revision_of(obj, child, old.is_some());
+        if trigger.is_none() && !remake {
             self.remember(&name, &seen);
             return Ok(None);
         }
@@ -102,6 +87,33 @@ impl Binding<'_> {
             retire(self.flows, old.metadata.name.as_deref().unwrap_or_default()).await?;
         }
         Ok(None)
+    }
+
+    /// The revision `obj` is served with, and whether its child (`child`; `old`: one an older
+    /// controller named) is re-made though the object did not change: the flow changed (in
+    /// waves, only if that changes the object's revision), or its revision did (a rollout's:
+    /// bind/rollout).
+    fn revision_of(
+        &self,
+        obj: &DynamicObject,
+        child: Option<&DynamicObject>,
+        old: bool,
+    ) -> (With, bool) {
+        let annotation = |c: &DynamicObject, k: &str| {
+            let a = c.metadata.annotations.as_ref();
+            a.and_then(|a| a.get(k)).cloned()
+        };
+        let generation = self.parent().generation.to_string();
+        let flow_changed = child.is_some_and(|c| {
+            annotation(c, FLOW_GENERATION_ANNOTATION).as_ref() != Some(&generation)
+        }) || old;
+        let recorded = child.and_then(|c| annotation(c, REVISION_ANNOTATION));
+        let with = self.with(&object::key(obj), recorded.as_deref());
+        let stays = recorded.as_deref() == Some(with.hash.as_str());
+        let waved = self.assign.as_ref().is_some_and(|a| a.waved);
+        let flow_changed = flow_changed && !(waved && stays && !old);
+        let moved = self.assign.is_some() && recorded.is_some() && !stays;
+        (with, flow_changed || moved)
     }
 
     /// The revision the object `key` is served with, its record naming `recorded`: the

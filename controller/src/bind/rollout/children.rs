@@ -10,7 +10,7 @@ use std::sync::Mutex;
 
 use kube::api::DynamicObject;
 
-use super::plan::{Record, State};
+use super::plan::{LatestRun, Record};
 
 /// Each child's record for the planner, from the children's states (object key, state).
 pub fn records(states: &[(String, DynamicObject)]) -> Vec<Record> {
@@ -26,9 +26,9 @@ pub fn records(states: &[(String, DynamicObject)]) -> Vec<Record> {
                 .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
                 .map(|t| t.as_second());
             let state = match (current, st["phase"].as_str(), at) {
-                (true, Some("Succeeded"), Some(at)) => State::Ready(at),
-                (true, Some("Failed" | "Aborted"), _) => State::Failed,
-                _ => State::Running,
+                (true, Some("Succeeded"), Some(at)) => LatestRun::Ready(at),
+                (true, Some("Failed" | "Aborted"), _) => LatestRun::Failed,
+                _ => LatestRun::Running,
             };
             Record {
                 key: key.clone(),
@@ -89,15 +89,15 @@ mod tests {
             ("ns/d".to_string(), state(2, 2, "Running")),
         ];
         let r = records(&states);
-        let got: Vec<(&str, State)> = r.iter().map(|r| (r.key.as_str(), r.state)).collect();
+        let got: Vec<(&str, LatestRun)> = r.iter().map(|r| (r.key.as_str(), r.state)).collect();
         let at = 1_767_225_610;
         assert_eq!(
             got,
             [
-                ("ns/a", State::Running),
-                ("ns/b", State::Ready(at)),
-                ("ns/c", State::Failed),
-                ("ns/d", State::Running)
+                ("ns/a", LatestRun::Running),
+                ("ns/b", LatestRun::Ready(at)),
+                ("ns/c", LatestRun::Failed),
+                ("ns/d", LatestRun::Running)
             ]
         );
         assert!(r.iter().all(|r| r.revision.as_deref() == Some("R")));

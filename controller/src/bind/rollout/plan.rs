@@ -11,7 +11,7 @@ use pseudoflow_crd::status::RolloutPhase;
 
 /// What an object's record says of its latest run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum State {
+pub enum LatestRun {
     /// Its run with the record's revision is going.
     Running,
     /// It succeeded, ending at this time (Unix seconds).
@@ -28,7 +28,7 @@ pub struct Record {
     /// The hash of the revision that last served it (or serves it now); None: none recorded.
     pub revision: Option<String>,
     /// Its latest run.
-    pub state: State,
+    pub state: LatestRun,
 }
 
 /// What the planner decides from.
@@ -133,81 +133,114 @@ pub fn reaches(rollout: &Rollout, n: u32) -> Vec<u32> {
     out
 }
 
-/// The rollout's plan.
-pub fn plan(i: &Input<'_>) -> Plan {
-    let (target, from, undone, action) = match (i.action, i.previous) {
+/// The revisions' roles after the action: (target, from, undone, the action taken). `undo`
+/// swaps them; with no previous revision there is nothing to undo to, and it is not taken.
+fn roles(
+    i: &Input<'_>,
+) -> (
+    String,
+    Option<String>,
+    Option<String>,
+    Option<RolloutAction>,
+) {
+    let current = i.current.to_string();
+    match (i.action, i.previous) {
         (Some(RolloutAction::Undo), Some(p)) => (
             p.to_string(),
-            Some(i.current.to_string()),
-            Some(i.current.to_string()),
+            Some(current.clone()),
+            Some(current),
             i.action,
         ),
-        // Nothing to undo to: the action is not taken.
-        (Some(RolloutAction::Undo), None) => (i.current.to_string(), None, None, None),
-        (a, p) => (i.current.to_string(), p.map(String::from), None, a),
-    };
-    let waved = !i.rollout.waves.is_empty();
-    let n = i.objects.len() as u32;
-    let reaches = reaches(i.rollout, n);
-    let last = reaches.len() - 1;
+        (Some(RolloutAction::Undo), None) => (current, None, None, None),
+        (a, p) => (current, p.map(String::from), None, a),
+    }
+}
+
+/// What the records say of the objects on the target.
+struct Counted {
+    /// Those on it (served, failed or running).
+    on: BTreeSet<String>,
+    /// Those whose latest run with it failed, in order.
+    failed: Vec<String>,
+    /// Those it served without failure, and of them those `minReadySeconds` ago.
+    updated: u32,
+    ready: u32,
+    /// The soonest a served one will have been served `minReadySeconds` ago.
+    waiting: Option<i64>,
+}
+
+fn counted(i: &Input<'_>, target: &str) -> Counted {
     let min_ready = i64::from(i.rollout.min_ready_seconds.unwrap_or(0));
     let on: Vec<&Record> = i
         .objects
         .iter()
-        .filter(|o| o.revision.as_deref() == Some(target.as_str()))
+        .filter(|o| o.revision.as_deref() == Some(target))
         .collect();
-    let failed: Vec<String> = on
+    let ready_at: Vec<i64> = on
         .iter()
-        .filter(|o| o.state == State::Failed)
+        .filter_map(|o| match o.state {
+            LatestRun::Ready(at) => Some(at.saturating_add(min_ready)),
+            _ => None,
+        })
+        .collect();
+    let mut failed: Vec<String> = on
+        .iter()
+        .filter(|o| o.state == LatestRun::Failed)
         .map(|o| o.key.clone())
         .collect();
-    let ready_at = |o: &&Record| match o.state {
-        State::Ready(at) => Some(at.saturating_add(min_ready)),
-        _ => None,
-    };
-    let ready = on
-        .iter()
-        .filter_map(ready_at)
-        .filter(|t| *t <= i.now)
-        .count() as u32;
-    let updated = on
-        .iter()
-        .filter(|o| matches!(o.state, State::Ready(_)))
-        .count() as u32;
-    let waiting = on.iter().filter_map(ready_at).filter(|t| *t > i.now).min();
+    failed.sort();
+    Counted {
+        on: on.iter().map(|o| o.key.clone()).collect(),
+        failed,
+        updated: ready_at.len() as u32,
+        ready: ready_at.iter().filter(|t| **t <= i.now).count() as u32,
+        waiting: ready_at.iter().copied().filter(|t| *t > i.now).min(),
+    }
+}
+
+/// The objects on the target, and the first others in name order up to `reach`.
+fn reached(objects: &[Record], on: &BTreeSet<String>, reach: u32) -> BTreeSet<String> {
+    let mut assigned = on.clone();
+    let need = (reach as usize).saturating_sub(assigned.len());
+    let mut others: Vec<&Record> = objects.iter().filter(|o| !on.contains(&o.key)).collect();
+    others.sort_by(|a, b| a.key.cmp(&b.key));
+    assigned.extend(others.into_iter().take(need).map(|o| o.key.clone()));
+    assigned
+}
+
+/// The rollout's plan.
+pub fn plan(i: &Input<'_>) -> Plan {
+    let (target, from, undone, action) = roles(i);
+    let waved = !i.rollout.waves.is_empty();
+    let n = i.objects.len() as u32;
+    let reaches = reaches(i.rollout, n);
+    let last = reaches.len() - 1;
+    let c = counted(i, &target);
+    let failures = c.failed.len() as u32;
     // Failures below `maxFailures` are tolerated: those objects count as done for their wave.
-    let tolerated = (failed.len() as u32) < i.rollout.failures_allowed();
-    let done = ready + if tolerated { failed.len() as u32 } else { 0 };
+    let tolerated = failures < i.rollout.failures_allowed();
+    let done = c.ready + if tolerated { failures } else { 0 };
     let promoted = action == Some(RolloutAction::Promote);
     let mut w = if promoted { last } else { 0 };
     while w < last && i.known && done >= reaches[w] {
         w += 1;
     }
-    let completed = i.known && updated == n;
-    let stopped = waved && !promoted && failed.len() as u32 >= i.rollout.failures_allowed();
-    let paused = action == Some(RolloutAction::Pause);
+    let completed = i.known && c.updated == n;
     let phase = if completed {
         RolloutPhase::Completed
-    } else if stopped {
+    } else if waved && !promoted && !tolerated {
         RolloutPhase::Stopped
-    } else if paused {
+    } else if action == Some(RolloutAction::Pause) {
         RolloutPhase::Paused
     } else {
         RolloutPhase::Progressing
     };
-    let mut assigned: BTreeSet<String> = on.iter().map(|o| o.key.clone()).collect();
     let moving = phase == RolloutPhase::Progressing && (i.known || !waved);
-    if moving {
-        let need = (reaches[w] as usize).saturating_sub(assigned.len());
-        let mut others: Vec<&Record> = i
-            .objects
-            .iter()
-            .filter(|o| !assigned.contains(&o.key))
-            .collect();
-        others.sort_by(|a, b| a.key.cmp(&b.key));
-        assigned.extend(others.into_iter().take(need).map(|o| o.key.clone()));
-    }
-    let everyone = completed || (moving && w == last);
+    let assigned = if moving {
+        reached(i.objects, &c.on, reaches[w])
+    } else {
+        c.on.clone()
+    };
     // The next wave waits for objects to have stayed ready long enough.
     let held = moving && w < last;
     Plan {
@@ -218,12 +251,12 @@ pub fn plan(i: &Input<'_>) -> Plan {
         wave: w as u32 + 1,
         waves: reaches.len() as u32,
         reach: reaches[w],
-        updated,
-        failed,
+        updated: c.updated,
+        failed: c.failed,
         assigned,
-        everyone,
+        everyone: completed || (moving && w == last),
         action,
-        recheck_at: waiting.filter(|_| held),
+        recheck_at: c.waiting.filter(|_| held),
         known: i.known,
     }
 }
@@ -247,7 +280,7 @@ mod tests {
             .map(|i| Record {
                 key: key(i),
                 revision: Some(rev.into()),
-                state: State::Ready(0),
+                state: LatestRun::Ready(0),
             })
             .collect()
     }
@@ -271,9 +304,9 @@ mod tests {
         for o in objects.iter_mut().filter(|o| due.contains(&o.key)) {
             o.revision = Some(p.target.clone());
             o.state = if fails.contains(&o.key.as_str()) {
-                State::Failed
+                LatestRun::Failed
             } else {
-                State::Ready(at)
+                LatestRun::Ready(at)
             };
         }
         due.len()
@@ -303,7 +336,7 @@ mod tests {
             "a failure stops nothing"
         );
         assert_eq!(p.failed, ["ns/w-03"]);
-        objects[3].state = State::Ready(6);
+        objects[3].state = LatestRun::Ready(6);
         let p = plan(&input(&objects, &r));
         assert_eq!((p.phase, p.updated), (RolloutPhase::Completed, 20));
     }
@@ -353,7 +386,7 @@ mod tests {
         }
         assert_eq!(on_target(&objects, "S"), 19);
         // Mended (its retry succeeds): the stop clears itself and the waves go on.
-        objects[0].state = State::Ready(20);
+        objects[0].state = LatestRun::Ready(20);
         let p = plan(&input(&objects, &r));
         assert_eq!(
             (p.phase, p.wave, p.reach),
@@ -401,7 +434,7 @@ mod tests {
         let r = rollout(json!({"waves": [1, "50%"]}));
         let mut objects = on(4, "S");
         objects[2].revision = Some("R".into());
-        objects[2].state = State::Running;
+        objects[2].state = LatestRun::Running;
         let p = plan(&input(&objects, &r));
         assert_eq!((p.wave, p.updated), (1, 0));
         assert_eq!(p.assigned, BTreeSet::from([key(2)]), "no second object");
@@ -493,7 +526,7 @@ mod tests {
         objects.push(Record {
             key: "ns/a-new".into(),
             revision: Some("S".into()),
-            state: State::Ready(11),
+            state: LatestRun::Ready(11),
         });
         let p = plan(&input(&objects, &r));
         assert_eq!(p.reach, 11, "half of 21, rounded up");
