@@ -346,6 +346,39 @@ mod revision_tests {
         let want: BTreeMap<String, u32> = [("h2".into(), 2)].into();
         assert_eq!(o.by_revision("f"), want);
     }
+
+    #[test]
+    fn a_rollout_sees_each_object_on_the_revision_it_last_ran_or_runs_now() {
+        let o = Outcomes::default();
+        let ended = |failure: Option<&str>, revision: &str| {
+            Some(Outcome {
+                failure: failure.map(String::from),
+                at: 7,
+                revision: Some(revision.into()),
+            })
+        };
+        o.record("f", "ns/a".into(), ended(None, "h1"));
+        o.record("f", "ns/b".into(), ended(Some("boom"), "h2"));
+        o.record("f", "ns/c".into(), ended(None, "h1"));
+        o.running("f", "ns/c", Some("h2".into()));
+        o.running("f", "ns/new", Some("h2".into()));
+        let got: Vec<(String, Option<String>, LatestRun)> = o
+            .records("f")
+            .into_iter()
+            .map(|r| (r.key, r.revision, r.state))
+            .collect();
+        let h = |s: &str| Some(s.to_string());
+        assert_eq!(
+            got,
+            [
+                ("ns/a".into(), h("h1"), LatestRun::Ready(7)),
+                ("ns/b".into(), h("h2"), LatestRun::Failed),
+                ("ns/c".into(), h("h2"), LatestRun::Running),
+                ("ns/new".into(), h("h2"), LatestRun::Running),
+            ]
+        );
+        assert!(o.records("g").is_empty());
+    }
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ pub mod plan;
 pub mod report;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use pseudoflow_crd::rollout::{Rollout, RolloutAction};
 use pseudoflow_crd::status::RolloutStatus;
@@ -39,19 +39,24 @@ pub struct With {
 
 /// A bound flow's rollout for one reconcile: its plan, and the specs of the revisions it
 /// serves objects with.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Assign {
     /// The plan.
     pub plan: Plan,
     /// Whether the flow rolls out in waves (then the flow's change alone runs no object whose
     /// revision stays).
     pub waved: bool,
+    /// `maxFailures`, as the status says it.
+    max_failures: u32,
     /// The current revision's hash.
     current: String,
-    /// The kept revisions' data, by hash.
+    /// The kept revisions' data, by hash (shared with the history).
     data: BTreeMap<String, Arc<Value>>,
-    /// The flow's spec as it is now.
-    spec: Arc<Value>,
+    /// What of the flow's spec now an older revision's spec takes ([`spec_of`]).
+    now: Value,
+    /// The specs of older revisions made so far this reconcile, by hash: each made once,
+    /// shared by the objects it serves.
+    made: Mutex<BTreeMap<String, Arc<Value>>>,
 }
 
 impl Assign {
@@ -59,21 +64,23 @@ impl Assign {
     pub fn with(&self, key: &str, recorded: Option<&str>) -> With {
         let kept = |h: &str| h == self.current || self.data.contains_key(h);
         let hash = self.plan.revision_for(key, recorded, kept);
-        let spec = (hash != self.current)
-            .then(|| {
-                self.data
-                    .get(&hash)
-                    .map(|d| Arc::new(spec_of(d, &self.spec)))
-            })
-            .flatten();
-        if hash != self.current && spec.is_none() {
-            // Not kept after all: the flow's own.
-            return With {
-                hash: self.current.clone(),
-                spec: None,
-            };
+        if hash == self.current {
+            return With { hash, spec: None };
         }
-        With { hash, spec }
+        let Some(data) = self.data.get(&hash) else {
+            // Not kept after all: the flow's own.
+            let hash = self.current.clone();
+            return With { hash, spec: None };
+        };
+        let mut made = self.made.lock().expect("not poisoned");
+        let spec = made
+            .entry(hash.clone())
+            .or_insert_with(|| Arc::new(spec_of(data, &self.now)))
+            .clone();
+        With {
+            hash,
+            spec: Some(spec),
+        }
     }
 }
 
@@ -81,15 +88,14 @@ impl Assign {
 /// (`bind.selector`, `bind.allNamespaces`) and `suspend` as the flow (`now`) has them.
 pub fn spec_of(data: &Value, now: &Value) -> Value {
     let mut spec = data["spec"].clone();
-    if let Some(s) = spec.as_object_mut() {
-        if let Some(v) = now.get("suspend") {
-            s.insert("suspend".into(), v.clone());
-        }
+    let given = |v: &Value| (!v.is_null()).then(|| v.clone());
+    if let (Some(s), Some(v)) = (spec.as_object_mut(), given(&now["suspend"])) {
+        s.insert("suspend".into(), v);
     }
     if let Some(b) = spec.get_mut("bind").and_then(Value::as_object_mut) {
         for k in ["selector", "allNamespaces"] {
-            if let Some(v) = now["bind"].get(k) {
-                b.insert(k.into(), v.clone());
+            if let Some(v) = given(&now["bind"][k]) {
+                b.insert(k.into(), v);
             }
         }
     }
@@ -125,12 +131,18 @@ pub fn assign(
         action,
         now,
     };
+    let now = serde_json::json!({
+        "suspend": spec["suspend"],
+        "bind": {"selector": spec["bind"]["selector"], "allNamespaces": spec["bind"]["allNamespaces"]},
+    });
     Some(Assign {
         plan: plan::plan(&input),
         waved: !rollout.waves.is_empty(),
+        max_failures: rollout.failures_allowed(),
         current: current.hash.clone(),
         data: history.data.clone(),
-        spec: Arc::new(spec.clone()),
+        now,
+        made: Mutex::default(),
     })
 }
 
@@ -162,8 +174,7 @@ pub fn status(
             .map(|r| r.name.clone())
             .unwrap_or_else(|| revision::name(flow, h))
     };
-    let max = rollout_of(&a.spec).failures_allowed();
-    let mut s = report::status(&a.plan, name, max);
+    let mut s = report::status(&a.plan, name, a.max_failures);
     s.last_action = accepted.map(|x| pseudoflow_crd::status::RolloutActionRecord {
         action: x.action,
         user: x.user.clone(),
@@ -195,6 +206,57 @@ mod tests {
             revision::hash(&s),
             revision::hash_of_data(&old),
             "the same revision"
+        );
+    }
+
+    #[test]
+    fn an_object_not_reached_is_served_with_its_own_revisions_spec_made_once() {
+        let now = json!({"steps": [{"type": "log", "message": "new"}],
+            "bind": {"kind": "Widget", "selector": "tier=prod"}, "rollout": {"waves": [1]}});
+        let old_spec = json!({"steps": [{"type": "log", "message": "old"}],
+            "bind": {"kind": "Widget"}});
+        let (old, new) = (revision::hash(&old_spec), revision::hash(&now));
+        let rev = |hash: &str, number| revision::history::Revision {
+            name: revision::name("widgets", hash),
+            number,
+            hash: hash.into(),
+            uid: format!("u{number}"),
+        };
+        let mut history = History::default();
+        history.current = Some(new.clone());
+        history.all = vec![rev(&old, 1), rev(&new, 2)];
+        history.data = [(old.clone(), Arc::new(revision::data(&old_spec)))].into();
+        let records: Vec<Record> = ["ns/a", "ns/b"]
+            .iter()
+            .map(|k| Record {
+                key: k.to_string(),
+                revision: Some(old.clone()),
+                state: plan::LatestRun::Ready(0),
+            })
+            .collect();
+        let a = assign(&now, &history, &records, true, None, 100).unwrap();
+        assert_eq!(
+            a.with("ns/a", Some(&old)),
+            With {
+                hash: new.clone(),
+                spec: None
+            }
+        );
+        let b = a.with("ns/b", Some(&old));
+        assert_eq!(b.hash, old);
+        let spec = b.spec.clone().unwrap();
+        assert_eq!(spec["steps"][0]["message"], "old");
+        assert_eq!(spec["bind"]["selector"], "tier=prod");
+        assert!(
+            Arc::ptr_eq(&spec, &a.with("ns/c", None).spec.unwrap()),
+            "made once"
+        );
+        // A revision no longer kept: the previous one (here, the same old one).
+        assert_eq!(a.with("ns/d", Some("gone")).hash, old);
+        let s = status(&a, "widgets", &history, None);
+        assert_eq!(
+            (s.revision, s.from),
+            (rev(&new, 2).name, Some(rev(&old, 1).name))
         );
     }
 }
