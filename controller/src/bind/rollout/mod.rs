@@ -146,10 +146,11 @@ pub fn assign(
     })
 }
 
-/// The action a person asked for on the rollout of flow `ns/name` (its `annotations`): one
-/// stamped for its current revision, or for the previous one (what the status names after an
-/// undo). The key that verifies the stamp is helper `control`'s to give (None until then).
+/// The action a person asked for on the rollout of flow `ns/name` (its `annotations`), its
+/// stamp verified with `key`: one stamped for its current revision, or for the previous one
+/// (what the status names after an undo).
 pub fn action(
+    key: Option<&crate::approval::Key>,
     (ns, name): (&str, &str),
     annotations: &BTreeMap<String, String>,
     history: &History,
@@ -158,7 +159,7 @@ pub fn action(
     names
         .into_iter()
         .flatten()
-        .find_map(|rev| control::accepted(None, (ns, name), annotations, &rev.name))
+        .find_map(|rev| control::accepted(key, (ns, name), annotations, &rev.name))
 }
 
 /// The status of the rollout `a` plans, for flow `flow` with `history`.

@@ -19,12 +19,12 @@ pub fn status(p: &Plan, name: impl Fn(&str) -> String, max_failures: u32) -> Rol
     let message = match p.phase {
         RolloutPhase::Completed => format!("{revision} serves every object ({})", p.updated),
         RolloutPhase::Stopped => format!(
-            "stopped at wave {} of {}: {} object(s) of {revision} failed (maxFailures {max_failures}): \
-             {}; no further object gets it until they are mended (their retry, or a change) or \
-             the rollout is promoted or undone",
+            "{} object(s) of revision {revision} failed (maxFailures {max_failures}) in wave {} \
+             of {}: {}; no further object gets it until they are mended (their retry, or a \
+             change), or the rollout is promoted or undone",
+            p.failed.len(),
             p.wave,
             p.waves,
-            p.failed.len(),
             named.join(", ")
         ),
         RolloutPhase::Paused => format!(
@@ -41,7 +41,9 @@ pub fn status(p: &Plan, name: impl Fn(&str) -> String, max_failures: u32) -> Rol
                 p.wave, p.waves, p.updated, p.reach
             );
             if let Some(at) = p.recheck_at {
-                m.push_str(&format!("; the next wave waits until each stayed ready (at {at})"));
+                m.push_str(&format!(
+                    "; the next wave waits until each stayed ready (at {at})"
+                ));
             }
             m
         }
