@@ -148,7 +148,13 @@ async fn tell_rollout(
         r.publish(ty, reason, &note).await;
     }
     let records = rollout_records(r, bind).unwrap_or_default();
-    if !a.plan.due(&records).is_empty() {
+    // Not for objects that cannot be served (tried again with the others' retries) nor while
+    // the flow is suspended (no run starts): looked at every second, they would be read as
+    // often.
+    let refused = r.own.watches.pending.refused(r.uid);
+    let suspended = r.raw_spec["suspend"] == serde_json::Value::Bool(true);
+    let due = a.plan.due(&records);
+    if !suspended && due.iter().any(|k| !refused.contains_key(*k)) {
         again = again.min(RETRY_DUE);
     }
     if let Some(at) = a.plan.recheck_at {
