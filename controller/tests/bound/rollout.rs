@@ -3,7 +3,9 @@
 //! both ways of recording (`record: Object`, `record: Child`): a revision whose step fails
 //! stops after the first wave (one object ran it, 19 keep the old revision's result and their
 //! records name the old revision, the status and a `RolloutStopped` Warning name the failing
-//! object and the revision); a good revision then goes through every wave, in name order (what
+//! object and the revision); while it is stopped, an object not reached that changes runs
+//! with its own (old) revision and one created then gets the previous revision, and an object
+//! deleted leaves the count; a good revision then goes through every wave, in name order (what
 //! each object's run wrote says so), to `Completed`.
 
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -24,10 +26,18 @@ fn widget_name(i: usize) -> String {
     format!("w-{i:02}")
 }
 
-/// The step of revision `rev`: ConfigMap `<widget>-rev<rev>` holding `rev`.
+/// The step of revision `rev`: ConfigMap `<widget>-rev<rev>` holding `rev` and the widget's
+/// `spec.version`.
 fn step(rev: u32) -> Value {
     json!({"type": "apply", "name": "rev", "manifests": format!(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ${{object.metadata.name}}-rev{rev}\ndata:\n  rev: \"{rev}\"\n")})
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ${{object.metadata.name}}-rev{rev}\ndata:\n  rev: \"{rev}\"\n  version: ${{object.spec.version}}\n")})
+}
+
+/// The `version` ConfigMap `name` holds (None: no such ConfigMap).
+async fn version_in(client: &Client, ns: &str, name: &str) -> Option<String> {
+    let cm = Api::<ConfigMap>::namespaced(client.clone(), ns);
+    let data = cm.get_opt(name).await.unwrap()?.data.unwrap_or_default();
+    data.get("version").cloned()
 }
 
 /// Revision `rev`'s steps: its step, then (`fails`) one that always fails (a ConfigMap name
@@ -185,6 +195,31 @@ async fn a_failing_revision_stops_after_the_first_wave_and_a_good_one_goes_throu
     })
     .await;
     assert_eq!(st["bound"]["rollout"]["updated"], 0);
+
+    // While it is stopped, an object not reached that changes runs with its own revision (1,
+    // read back from its ControllerRevision), and one created now with the previous revision.
+    create_widget(&client, &ns, "w-05", json!({"version": "two"})).await;
+    create_widget(&client, &ns, "z-new", json!({"version": "one"})).await;
+    eventually(60, "w-05 run again with revision 1", || async {
+        version_in(&client, &ns, "w-05-rev1").await.as_deref() == Some("two")
+    })
+    .await;
+    eventually(60, "z-new served with revision 1", || async {
+        version_in(&client, &ns, "z-new-rev1").await.as_deref() == Some("one")
+    })
+    .await;
+    assert_eq!(version_in(&client, &ns, "w-05-rev2").await, None);
+    assert_eq!(version_in(&client, &ns, "z-new-rev2").await, None);
+    assert_eq!(recorded(&client, &ns, record).await[5], hash(&first));
+    // Gone again before the next revision (whose waves the test counts in 20 objects).
+    widgets(&client, &ns)
+        .delete("z-new", &Default::default())
+        .await
+        .unwrap();
+    wait_status(&client, &ns, "widgets", 60, "z-new gone", |s| {
+        s["bound"]["objects"] == 20 && s["bound"]["rollout"]["phase"] == "Stopped"
+    })
+    .await;
 
     // (b) Revision 3 is good: it goes through every wave to Completed, all 20 on it.
     let third = roll(&client, &ns, steps(3, false)).await;

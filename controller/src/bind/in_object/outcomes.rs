@@ -6,7 +6,7 @@
 //! schedule ([`super::retry::Schedule`]), so a reconcile serves the objects whose attempt is due
 //! and is requeued for the next one.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
 
 use pseudoflow_crd::bind::MAX_FAILURES_SHOWN;
@@ -165,6 +165,17 @@ impl Outcomes {
             *out.entry(h.clone()).or_insert(0) += 1;
         }
         out
+    }
+
+    /// Forgets flow `flow`'s objects not in `listed` (gone without a watch event this process
+    /// saw), and their retry schedules.
+    pub fn retain(&self, flow: &str, listed: &BTreeSet<String>) {
+        if let Some(of_flow) = self.0.lock().expect("not poisoned").get_mut(flow) {
+            of_flow.retain(|k, _| listed.contains(k));
+        }
+        if let Some(of_flow) = self.1.lock().expect("not poisoned").get_mut(flow) {
+            of_flow.retain(|k, _| listed.contains(k));
+        }
     }
 
     /// Records `outcome` for `object` unless one is known already.
@@ -378,6 +389,14 @@ mod revision_tests {
             ]
         );
         assert!(o.records("g").is_empty());
+        let listed: BTreeSet<String> = ["ns/a".to_string()].into();
+        o.retain("f", &listed);
+        let keys: Vec<String> = o.records("f").into_iter().map(|r| r.key).collect();
+        assert_eq!(
+            keys,
+            ["ns/a", "ns/c", "ns/new"],
+            "those running stay until they end"
+        );
     }
 }
 

@@ -229,8 +229,10 @@ struct Binding<'a> {
     related_kinds: BTreeMap<(String, String), (ApiResource, bool)>,
     /// Where its objects are, for a flow recorded in them that finalizes them.
     finalizes: in_object::release::Finalizes,
-    /// The rollout of its revision, for a flow recorded in its objects.
+    /// The rollout of its revision: which revision serves each object.
     assign: Option<rollout::Assign>,
+    /// The objects a full pass listed (`namespace/name`).
+    listed: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl Binding<'_> {

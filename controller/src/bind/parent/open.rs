@@ -93,6 +93,7 @@ impl<'a> Binding<'a> {
             finalizer: object::finalizer_name(ns, r.flow_id.name),
             mark: claim::mark_key(ns, r.flow_id.name),
             assign: None,
+            listed: Default::default(),
         })
     }
 }
