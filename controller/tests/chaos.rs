@@ -10,7 +10,9 @@
 //! 3. a node dies while its node step runs (with a step timeout, and without one: the step
 //!    fails once the node is marked Unknown, its Job deleted);
 //! 4. the leader of two replicas is SIGKILLed mid-run;
-//! 5. the controller is SIGKILLed while a deleted flow's `onDelete` steps run.
+//! 5. the controller is SIGKILLed while a deleted flow's `onDelete` steps run;
+//! 6. the controller is SIGKILLed in the middle of a bound flow's rollout in waves
+//!    (docs/bound-flows.md#rollouts): the new process goes on where it was.
 //!
 //! Each checks that every flow reaches its correct final phase, that no Job is created twice for
 //! the same (run, node, instance, attempt) (a watch records every Job created), that every
@@ -31,7 +33,7 @@ use serde_json::{json, Value};
 use pseudoflow_test_support as common;
 
 use common::chaos::*;
-use common::{create_flow, flows, install_crd, label_privileged, FlowNamespace};
+use common::{bound, create_flow, flows, install_crd, label_privileged, FlowNamespace};
 
 /// Kills made by [`controller_sigkilled_at_random_points_loses_and_duplicates_nothing`] unless
 /// `CHAOS_KILLS` says otherwise: what keeps it around two minutes on two cores.
@@ -731,5 +733,118 @@ async fn controller_sigkilled_during_on_delete_keeps_the_finalizer_and_runs_them
         "CHAOS_SEED={seed}: Jobs created twice: {dups:#?}"
     );
     eprintln!("on-delete: CHAOS_SEED={seed}: {kills_during} SIGKILLs during onDelete; every onDelete step ran once");
+    controller.kill().await;
+}
+
+/// The step of a widget flow's revision `rev`: ConfigMap `<widget>-rev<rev>` holding `rev`.
+fn revision_step(rev: u32) -> Value {
+    json!([{"type": "apply", "name": "rev", "manifests": format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ${{object.metadata.name}}-rev{rev}\ndata:\n  rev: \"{rev}\"\n")}])
+}
+
+/// The widgets whose served mark of flow `widgets` names revision `hash`.
+async fn widgets_on(client: &Client, ns: &str, hash: &str) -> std::collections::BTreeSet<String> {
+    let key = pseudoflow_controller::bind::served::mark_key(ns, "widgets");
+    let all = bound::widgets(client, ns)
+        .list(&Default::default())
+        .await
+        .unwrap();
+    all.items
+        .into_iter()
+        .filter(|w| {
+            let a = w.metadata.annotations.clone().unwrap_or_default();
+            let mark: Option<Value> = a.get(&key).and_then(|m| serde_json::from_str(m).ok());
+            mark.is_some_and(|m| m["v"] == hash)
+        })
+        .filter_map(|w| w.metadata.name)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controller_sigkilled_mid_rollout_goes_on_where_it_was() {
+    let _shared = cluster_lock().read().await;
+    let client = env().client().await.unwrap();
+    let (mut rng, seed) = Rng::from_env("rollout");
+    install_crd(&client).await;
+    common::apply(&client, bound::widget().crd()).await;
+    let ns = FlowNamespace::new("chaos-rollout")
+        .rules(bound::flow_rules(bound::all_verbs()))
+        .create(env(), &client)
+        .await;
+    bound::wait_served(&client, &ns).await;
+    let mut controller = Controller::start("chaos-rollout", std::slice::from_ref(&ns), None);
+    let mut flow = bound::widget_flow(json!({"record": "Object"}));
+    flow.as_object_mut().unwrap().remove("onDelete");
+    flow["rollout"] = json!({"waves": [1, "50%"], "minReadySeconds": 3});
+    flow["steps"] = revision_step(1);
+    create_flow(&client, &ns, "widgets", flow).await;
+    let names: Vec<String> = (0..20).map(|i| format!("w-{i:02}")).collect();
+    for n in &names {
+        bound::create_widget(&client, &ns, n, json!({"version": "one"})).await;
+    }
+    common::wait_status(&client, &ns, "widgets", 120, "revision 1 everywhere", |s| {
+        s["bound"]["rollout"]["phase"] == "Completed" && s["bound"]["rollout"]["updated"] == 20
+    })
+    .await;
+    let patch = json!({"spec": {"steps": revision_step(2)}});
+    let pp = kube::api::PatchParams::default();
+    flows(&client, &ns)
+        .patch("widgets", &pp, &kube::api::Patch::Merge(&patch))
+        .await
+        .unwrap();
+    // Killed once the second wave is under way (the first held 3 s by minReadySeconds).
+    let st = common::wait_status(&client, &ns, "widgets", 90, "wave 2 under way", |s| {
+        let r = &s["bound"]["rollout"];
+        r["revision"] == s["bound"]["currentRevision"] && r["wave"] == 2
+    })
+    .await;
+    let second = st["bound"]["currentRevision"].as_str().unwrap().to_string();
+    let hash = second.rsplit('-').next().unwrap().to_string();
+    tokio::time::sleep(rng.millis(0, 1500)).await;
+    controller.kill().await;
+    let at_kill = widgets_on(&client, &ns, &hash).await;
+    assert!(at_kill.contains("w-00"), "CHAOS_SEED={seed}: {at_kill:?}");
+    tokio::time::sleep(rng.millis(500, 2000)).await;
+    assert_eq!(
+        widgets_on(&client, &ns, &hash).await,
+        at_kill,
+        "nothing moves while it is down"
+    );
+    controller.restart();
+    // From where it was: no object on revision 2 goes back, and the status never shows an
+    // earlier wave than the one under way at the kill.
+    let mut seen = at_kill.clone();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let now = widgets_on(&client, &ns, &hash).await;
+        assert!(
+            now.is_superset(&seen),
+            "CHAOS_SEED={seed}: {seen:?} then {now:?}"
+        );
+        seen = now;
+        let f = flows(&client, &ns).get("widgets").await.unwrap();
+        let r = &f.data["status"]["bound"]["rollout"];
+        assert!(r["wave"].as_u64() >= Some(2), "CHAOS_SEED={seed}: {r:#}");
+        if r["phase"] == "Completed" && r["updated"] == 20 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "CHAOS_SEED={seed}: not completed: {r:#}; see {}",
+            controller.log().display()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert_eq!(seen.len(), 20);
+    // In waves, in name order, across the kill: what each wrote, ordered by resourceVersion.
+    let cm = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), &ns);
+    let mut at = Vec::new();
+    for n in &names {
+        let c = cm.get(&format!("{n}-rev2")).await.unwrap();
+        at.push(c.metadata.resource_version.unwrap().parse::<u64>().unwrap());
+    }
+    assert!(at[..1].iter().max() < at[1..10].iter().min(), "{at:?}");
+    assert!(at[1..10].iter().max() < at[10..].iter().min(), "{at:?}");
+    eprintln!("rollout: CHAOS_SEED={seed}: killed at wave 2 with {} objects on the new revision; completed after the restart", at_kill.len());
     controller.kill().await;
 }

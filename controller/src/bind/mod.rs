@@ -86,6 +86,8 @@ pub struct Binder {
     /// Checks the webhook's rollout stamps ([`rollout::control`]); without it no `kubectl pf
     /// rollout` action is accepted (the plain flows' approval key: [`crate::Context`]).
     pub approval_key: Option<crate::approval::Key>,
+    /// The child flows of each bound flow recorded in them, as a rollout plans from them.
+    pub child_records: rollout::children::Kept,
     /// Per child flow uid: a digest of the object status it last wrote, so an unchanged status is
     /// not written again (lost on restart: then it is written once more, harmlessly).
     written: Mutex<HashMap<String, u64>>,

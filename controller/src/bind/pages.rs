@@ -142,6 +142,11 @@ pub fn child_state(child: DynamicObject) -> (String, DynamicObject) {
     if let Some(h) = annotations.get(REVISION_ANNOTATION) {
         data["revision"] = serde_json::json!(h);
     }
+    // Whether its latest run is for its spec as it is (a rollout counts it on its revision
+    // only then: bind/rollout).
+    if let Some(g) = child.metadata.generation {
+        data["generation"] = serde_json::json!(g);
+    }
     let object = annotations
         .get(OBJECT_ANNOTATION)
         .cloned()
@@ -154,13 +159,15 @@ pub fn child_state(child: DynamicObject) -> (String, DynamicObject) {
     (object, state)
 }
 
-/// A child's status cut to its run's phase, message and last run time.
+/// A child's status cut to its run's phase, message and last run time, and the generation its
+/// run was for and when it ended.
 fn run_state(child: &DynamicObject) -> Option<serde_json::Value> {
     child.data.get("status").map(|st| {
         serde_json::json!({
             "phase": st["phase"],
             "message": st["message"],
             "lastRunTime": st["lastRunTime"],
+            "run": {"generation": st["run"]["generation"], "finishedAt": st["run"]["finishedAt"]},
         })
     })
 }
@@ -219,16 +226,20 @@ mod tests {
     #[test]
     fn a_child_state_is_its_object_and_its_runs_phase_only() {
         let child: DynamicObject = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "c", "annotations": {OBJECT_ANNOTATION: "ops/db1"}},
+            "metadata": {"name": "c", "annotations": {OBJECT_ANNOTATION: "ops/db1"},
+                "generation": 3},
             "spec": {"steps": [{"type": "log", "message": "x"}], "bound": {"object": {}}},
-            "status": {"phase": "Failed", "message": "why", "lastRunTime": "t", "steps": []}
+            "status": {"phase": "Failed", "message": "why", "lastRunTime": "t", "steps": [],
+                "run": {"id": "r", "generation": 3, "finishedAt": "2026-01-01T00:00:00Z"}}
         }))
         .unwrap();
         let (object, state) = child_state(child);
         assert_eq!(object, "ops/db1");
         assert_eq!(
             state.data,
-            serde_json::json!({"status": {"phase": "Failed", "message": "why", "lastRunTime": "t"}})
+            serde_json::json!({"generation": 3, "status": {"phase": "Failed", "message": "why",
+                "lastRunTime": "t",
+                "run": {"generation": 3, "finishedAt": "2026-01-01T00:00:00Z"}}})
         );
         assert_eq!(state.metadata, Default::default());
         let never_ran: DynamicObject =

@@ -91,6 +91,13 @@ impl Pending {
         Pass::Changed(changed)
     }
 
+    /// Whether a full pass of bound flow `uid` completed in this process (at any generation):
+    /// then every object it serves has been looked at, and what is known of them is whole.
+    pub fn passed(&self, uid: &str) -> bool {
+        let flows = self.flows.lock().expect("not poisoned");
+        flows.get(uid).is_some_and(|f| f.full.is_some())
+    }
+
     /// A full pass at `generation` completed: its refusals replace those kept.
     pub fn full_pass_done(
         &self,

@@ -72,6 +72,10 @@ pub struct Mark {
     /// The hash of the flow's revision that served it ([`super::revision`]).
     #[serde(rename = "v", default, skip_serializing_if = "Option::is_none")]
     pub revision: Option<String>,
+    /// When that run ended (Unix seconds): a rollout's `minReadySeconds` counts from it, also
+    /// after a restart ([`super::rollout`]).
+    #[serde(rename = "s", default, skip_serializing_if = "is_zero_i64")]
+    pub served_at: i64,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -127,6 +131,7 @@ impl Mark {
             permanent: false,
             retry_trigger: None,
             revision: None,
+            served_at: 0,
         }
     }
 

@@ -24,6 +24,8 @@ use pseudoflow_test_support as common;
 mod in_object;
 /// A bound flow's revisions (ControllerRevisions), under both ways of recording.
 mod revisions;
+/// A bound flow's revision rolled out to its objects in waves, stopping on failure.
+mod rollout;
 
 use common::bound::*;
 use common::{apply, create_flow, eventually, flows, wait_status};

@@ -15,6 +15,8 @@ use serde_json::{json, Value};
 
 use super::{retry, retry_now, Serving};
 use crate::bind::object;
+use crate::bind::rollout::With;
+use crate::bind::served::{self, Mark};
 use crate::bind::{NotServed, Served};
 use crate::flow::finalizer;
 
@@ -43,13 +45,19 @@ impl Serving<'_> {
             return Ok(None);
         }
         let finalizer = fin.to_string();
-        self.start(obj, super::tasks::Work::Deleted { finalizer })
-            .await
+        // The onDelete steps of the revision that serves it (a rollout's: bind/rollout).
+        let key = served::mark_key(self.parent.namespace, self.parent.name);
+        let annotations = obj.metadata.annotations.as_ref();
+        let raw = annotations.and_then(|a| a.get(&key));
+        let mark = raw.and_then(|raw| Mark::decode(raw, uid));
+        let with = self.with(&name, mark.as_ref().and_then(|m| m.revision.as_deref()));
+        let work = super::tasks::Work::Deleted { finalizer, with };
+        self.start(obj, work).await
     }
 
     /// Runs the `onDelete` steps of `obj` (deleted, holding our finalizer `fin`) to their end:
     /// removes `fin` when they succeed, records the failure and its retry otherwise.
-    pub(super) async fn run_deleted(&self, obj: &DynamicObject, fin: &str) -> Served {
+    pub(super) async fn run_deleted(&self, obj: &DynamicObject, fin: &str, with: &With) -> Served {
         let name = object::key(obj);
         let uid = obj.metadata.uid.as_deref().unwrap_or_default();
         let outcomes = &self.r.own.outcomes;
@@ -58,7 +66,8 @@ impl Serving<'_> {
         let failures = known.map_or(0, |k| k.failures);
         let view = object::view(obj);
         let trigger = delete_trigger();
-        let (made, compiled) = match self.compiled_for(&view, &trigger) {
+        let spec = with.spec.as_deref().unwrap_or(self.parent.spec);
+        let (made, compiled) = match self.compiled_with(spec, &view, &trigger) {
             Ok(c) => c,
             Err(d) => {
                 return Ok(Some(NotServed(format!(
@@ -92,8 +101,7 @@ impl Serving<'_> {
         let next = retry::told(&policy, failures, false, ended_at);
         let message = message.map(|m| format!("{m}; {next}"));
         self.tell(obj, message.as_deref(), false).await;
-        let revision = crate::bind::revision::hash(self.parent.spec);
-        self.outcome(&name, message.clone(), true, Some(revision));
+        self.outcome(&name, message.clone(), None, Some(with.hash.clone()));
         let due = retry::due(&policy, failures, ended_at);
         let s = self.schedule(obj, failures, due, Some(trigger), "");
         outcomes.schedule(self.parent.uid, &name, Some(s));

@@ -28,6 +28,7 @@ use pseudoflow_walk::{RunPhase, StoredRun};
 use serde_json::{json, Value};
 
 use super::child::{self, Parent};
+use super::rollout::{Assign, With};
 use super::served::{self, Mark};
 use super::write_back::{object_status, rendered_fields, with_times};
 use super::{object, Binder};
@@ -54,6 +55,9 @@ pub(crate) struct Serving<'a> {
     pub plural: &'a str,
     /// The objects' API in the object's namespace, as the flow's ServiceAccount.
     pub objects: Api<DynamicObject>,
+    /// The rollout of the flow's revision, when it keeps revisions: which one serves the
+    /// object (None: the flow's spec as it is now).
+    pub assign: Option<&'a Assign>,
 }
 
 /// An object whose run is due: what its serve read, and what its run starts from.
@@ -66,6 +70,8 @@ struct Due<'a> {
     /// `${trigger}`, and the failed runs in a row before this one.
     trigger: Value,
     failures: u32,
+    /// The revision it runs with.
+    with: With,
 }
 
 impl Serving<'_> {
@@ -78,9 +84,10 @@ impl Serving<'_> {
         let annotations = obj.metadata.annotations.as_ref();
         let raw = annotations.and_then(|a| a.get(&key)).map(String::as_str);
         let mark = raw.and_then(|raw| Mark::decode(raw, uid));
-        let flow = (self.parent.uid, self.parent.generation);
         let name = object::key(obj);
-        let changed = served::trigger(mark.as_ref(), flow, &view, self.bind);
+        let marked = mark.as_ref().and_then(|m| m.revision.as_deref());
+        let with = self.with(&name, marked);
+        let changed = self.changed(mark.as_ref(), &view, &with);
         let policy = self.bind.retry.unwrap_or_default();
         let outcomes = &self.r.own.outcomes;
         let known = outcomes.scheduled(self.parent.uid, &name);
@@ -98,7 +105,8 @@ impl Serving<'_> {
                     }
                     let failure = "its last run failed (see its status)".to_string();
                     let marked = mark.as_ref().and_then(|m| m.revision.clone());
-                    self.outcome(&name, Some(failure), false, marked);
+                    let at = Some(mark.as_ref().map_or(0, |m| m.served_at));
+                    self.outcome(&name, Some(failure), at, marked);
                     return Ok(None);
                 }
                 Next::Nothing => {
@@ -106,7 +114,8 @@ impl Serving<'_> {
                     let failed = mark.as_ref().is_some_and(|m| m.failed);
                     let failure = failed.then(|| "its last run failed (see its status)".into());
                     let marked = mark.as_ref().and_then(|m| m.revision.clone());
-                    self.outcome(&name, failure, false, marked);
+                    let at = Some(mark.as_ref().map_or(0, |m| m.served_at));
+                    self.outcome(&name, failure, at, marked);
                     return Ok(None);
                 }
             };
@@ -122,8 +131,38 @@ impl Serving<'_> {
             raw: raw.map(str::to_string),
             trigger,
             failures,
+            with,
         };
         self.start(obj, work).await
+    }
+
+    /// The revision object `name` is served with, its mark naming `marked`: the rollout's
+    /// choice, or the flow's spec as it is now when it keeps no revision.
+    pub(super) fn with(&self, name: &str, marked: Option<&str>) -> With {
+        match self.assign {
+            Some(a) => a.with(name, marked),
+            None => With {
+                hash: super::revision::hash(self.parent.spec),
+                spec: None,
+            },
+        }
+    }
+
+    /// What starts a run of the object seen as `view` ([`served::trigger`]), served `with`:
+    /// a change of its revision starts one; in a rollout by waves, a change of the flow alone
+    /// starts none while its revision stays (objects the waves did not reach keep theirs).
+    fn changed(&self, mark: Option<&Mark>, view: &Value, with: &With) -> Option<Value> {
+        let mut flow = (self.parent.uid, self.parent.generation);
+        let stays = mark.is_some_and(|m| m.revision.as_deref() == Some(with.hash.as_str()));
+        if let (Some(m), true) = (mark, stays && self.assign.is_some_and(|a| a.waved)) {
+            flow = (m.flow_uid.as_str(), m.flow_generation);
+        }
+        let changed = served::trigger(mark, flow, view, self.bind);
+        let moved = self.assign.is_some() && mark.is_some_and(|m| m.revision.is_some()) && !stays;
+        if changed.is_none() && moved {
+            return Some(json!({"event": "update", "changed": []}));
+        }
+        changed
     }
 
     /// Starts the object's run `work` in a task of its own ([`tasks`]) and returns: the bound
@@ -134,11 +173,19 @@ impl Serving<'_> {
         let key = Tasks::key(self.parent.uid, uid);
         let what = match &work {
             // The flow's generation, the object as its mark records it, and the attempt.
-            Work::Steps { view, failures, .. } => {
+            Work::Steps {
+                view,
+                failures,
+                with,
+                ..
+            } => {
                 let mark = Mark::of(self.parent.uid, self.parent.generation, view, self.bind);
-                format!("{}#{failures}", retry::digest(&mark.encode()))
+                let h = &with.hash;
+                format!("{}#{failures}@{h}", retry::digest(&mark.encode()))
             }
-            Work::Deleted { .. } => format!("delete@{}", self.parent.generation),
+            Work::Deleted { with, .. } => {
+                format!("delete@{}@{}", self.parent.generation, with.hash)
+            }
         };
         let tasks = &self.r.own.object_runs;
         if tasks.going(&key, &what) {
@@ -146,7 +193,10 @@ impl Serving<'_> {
         }
         let name = object::key(obj);
         let outcomes = &self.r.own.outcomes;
-        outcomes.running(self.parent.uid, &name);
+        let revision = match &work {
+            Work::Steps { with, .. } | Work::Deleted { with, .. } => Some(with.hash.clone()),
+        };
+        outcomes.running(self.parent.uid, &name, revision);
         let d = Detached {
             flow: self.r.flow_owned(),
             bind: self.bind.clone(),
@@ -170,6 +220,7 @@ impl Serving<'_> {
                 raw,
                 trigger,
                 failures,
+                with,
             } => {
                 let due = Due {
                     view,
@@ -177,10 +228,11 @@ impl Serving<'_> {
                     raw: raw.as_deref(),
                     trigger,
                     failures,
+                    with,
                 };
                 self.run_and_record(obj, due).await
             }
-            Work::Deleted { finalizer } => self.run_deleted(obj, &finalizer).await,
+            Work::Deleted { finalizer, with } => self.run_deleted(obj, &finalizer, &with).await,
         }
     }
 
@@ -190,7 +242,8 @@ impl Serving<'_> {
         let name = object::key(obj);
         let policy = self.bind.retry.unwrap_or_default();
         let outcomes = &self.r.own.outcomes;
-        let (made, compiled) = match self.compiled_for(&it.view, &it.trigger) {
+        let spec = it.with.spec.as_deref().unwrap_or(self.parent.spec);
+        let (made, compiled) = match self.compiled_with(spec, &it.view, &it.trigger) {
             Ok(c) => c,
             // Permanent: the flow is refused as a whole (InvalidSpec); nothing to retry.
             Err(d) => {
@@ -222,8 +275,8 @@ impl Serving<'_> {
             format!("{m}; {next}")
         });
         self.tell(obj, message.as_deref(), permanent).await;
-        let revision = super::revision::hash(self.parent.spec);
-        self.outcome(&name, message.clone(), true, Some(revision.clone()));
+        let revision = it.with.hash.clone();
+        self.outcome(&name, message.clone(), None, Some(revision.clone()));
         if let Err(e) = self
             .write_status(obj, &compiled, phase, message, &vars)
             .await
@@ -241,6 +294,7 @@ impl Serving<'_> {
         let mut mark = Mark::of(self.parent.uid, self.parent.generation, &it.view, self.bind);
         mark.failed = failed;
         mark.revision = Some(revision);
+        mark.served_at = ended_at;
         if failed {
             mark.failures = failures;
             mark.failed_at = ended_at;
@@ -286,15 +340,21 @@ impl Serving<'_> {
         }
     }
 
-    /// The flow a child for an object seen as `view` would have, with `trigger`, and its
+    /// The flow a child for an object seen as `view` would have, with `trigger`, the bound
+    /// flow's spec being `spec` (its own, or an older revision's: bind/rollout), and its
     /// compiled form: what an object's run (main or onDelete) walks.
-    pub(crate) fn compiled_for(
+    pub(super) fn compiled_with(
         &self,
+        spec: &Value,
         view: &Value,
         trigger: &Value,
     ) -> Result<(Value, pseudoflow_compiler::Compiled), pseudoflow_crd::Diagnostics> {
+        let parent = Parent {
+            spec,
+            ..self.parent
+        };
         let made = child::child_flow(
-            &self.parent,
+            &parent,
             self.parent.name,
             self.plural,
             view,
@@ -460,18 +520,26 @@ impl Serving<'_> {
         (FlowPhase::Failed, Some(message), vars)
     }
 
-    /// Records what the serve of object `name` saw, for the summary: a run's end always, an
-    /// unchanged object's mark only where nothing is known yet (after a restart); `revision`:
-    /// the hash of the revision that served it (that ran, or that its mark names).
-    fn outcome(&self, name: &str, failure: Option<String>, ran: bool, revision: Option<String>) {
-        let at = k8s_openapi::jiff::Timestamp::now().as_second();
+    /// Records what the serve of object `name` saw, for the summary: a run's end always (now),
+    /// an unchanged object's mark only where nothing is known yet (after a restart; `marked`:
+    /// when its mark says it was served, else now); `revision`: the hash of the revision that
+    /// served it (that ran, or that its mark names).
+    fn outcome(
+        &self,
+        name: &str,
+        failure: Option<String>,
+        marked: Option<i64>,
+        revision: Option<String>,
+    ) {
+        let now = k8s_openapi::jiff::Timestamp::now().as_second();
+        let at = marked.filter(|at| *at > 0 && *at <= now).unwrap_or(now);
         let o = outcomes::Outcome {
             failure,
             at,
             revision,
         };
         let outcomes = &self.r.own.outcomes;
-        if ran {
+        if marked.is_none() {
             outcomes.record(self.parent.uid, name.to_string(), Some(o));
         } else {
             outcomes.record_if_unknown(self.parent.uid, name, o);
@@ -503,6 +571,8 @@ pub(crate) async fn finish(r: &Reconciling<'_, Binder>, d: Detached) {
         parent,
         plural: &d.plural,
         objects: d.objects.clone(),
+        // The run's revision is in its work.
+        assign: None,
     };
     let name = object::key(&d.object);
     let refusal = match serving.run_now(&d.object, d.work).await {

@@ -13,6 +13,7 @@ use pseudoflow_crd::bind::MAX_FAILURES_SHOWN;
 use pseudoflow_crd::status::{BoundFailure, BoundSummary};
 
 use super::retry::Schedule;
+use crate::bind::rollout::plan::{LatestRun, Record};
 
 /// One object's latest run: its failure (None: it succeeded) and when it ended (Unix seconds).
 #[derive(Debug, Clone, PartialEq)]
@@ -26,12 +27,13 @@ pub struct Outcome {
 }
 
 /// The outcomes of every flow recorded in its objects, by flow uid, then object key; the
-/// retry schedules of its failing objects, the same way; and the objects whose run is going.
+/// retry schedules of its failing objects, the same way; and the objects whose run is going,
+/// with the hash of the revision it runs (what a rollout counts it on).
 #[derive(Default)]
 pub struct Outcomes(
     Mutex<HashMap<String, BTreeMap<String, Outcome>>>,
     Mutex<HashMap<String, BTreeMap<String, Schedule>>>,
-    Mutex<HashMap<String, BTreeSet<String>>>,
+    Mutex<HashMap<String, BTreeMap<String, Option<String>>>>,
 );
 
 impl Outcomes {
@@ -55,14 +57,54 @@ impl Outcomes {
         }
     }
 
-    /// Object `object`'s run for flow `flow` started: counted as `creating` until its end is
-    /// [`Outcomes::record`]ed.
-    pub fn running(&self, flow: &str, object: &str) {
+    /// Object `object`'s run for flow `flow` started, with revision `revision` (its hash):
+    /// counted as `creating` until its end is [`Outcomes::record`]ed.
+    pub fn running(&self, flow: &str, object: &str, revision: Option<String>) {
         let mut going = self.2.lock().expect("not poisoned");
         going
             .entry(flow.to_string())
             .or_default()
-            .insert(object.to_string());
+            .insert(object.to_string(), revision);
+    }
+
+    /// Flow `flow`'s objects as a rollout plans from them ([`crate::bind::rollout::plan`]):
+    /// each with the revision that last served it (or serves it now) and its latest run.
+    pub fn records(&self, flow: &str) -> Vec<Record> {
+        let going = self.2.lock().expect("not poisoned");
+        let none = BTreeMap::new();
+        let going = going.get(flow).unwrap_or(&none);
+        let all = self.0.lock().expect("not poisoned");
+        let empty = BTreeMap::new();
+        let of_flow = all.get(flow).unwrap_or(&empty);
+        let mut out: BTreeMap<&String, Record> = BTreeMap::new();
+        for (key, o) in of_flow {
+            let state = match o.failure {
+                Some(_) => LatestRun::Failed,
+                None => LatestRun::Ready(o.at),
+            };
+            let revision = o.revision.clone();
+            out.insert(
+                key,
+                Record {
+                    key: key.clone(),
+                    revision,
+                    state,
+                },
+            );
+        }
+        for (key, revision) in going {
+            let revision = revision.clone();
+            let state = LatestRun::Running;
+            out.insert(
+                key,
+                Record {
+                    key: key.clone(),
+                    revision,
+                    state,
+                },
+            );
+        }
+        out.into_values().collect()
     }
 
     /// Sets (or with None, drops) object `object`'s retry schedule for flow `flow`.
@@ -125,6 +167,17 @@ impl Outcomes {
         out
     }
 
+    /// Forgets flow `flow`'s objects not in `listed` (gone without a watch event this process
+    /// saw), and their retry schedules.
+    pub fn retain(&self, flow: &str, listed: &BTreeSet<String>) {
+        if let Some(of_flow) = self.0.lock().expect("not poisoned").get_mut(flow) {
+            of_flow.retain(|k, _| listed.contains(k));
+        }
+        if let Some(of_flow) = self.1.lock().expect("not poisoned").get_mut(flow) {
+            of_flow.retain(|k, _| listed.contains(k));
+        }
+    }
+
     /// Records `outcome` for `object` unless one is known already.
     pub fn record_if_unknown(&self, flow: &str, object: &str, outcome: Outcome) {
         let mut all = self.0.lock().expect("not poisoned");
@@ -144,16 +197,16 @@ impl Outcomes {
     /// The summary of flow `flow`'s objects, with `refused` (object, why) counted as failed.
     pub fn summary(&self, flow: &str, refused: &[(String, String)]) -> BoundSummary {
         let going = self.2.lock().expect("not poisoned");
-        let none = BTreeSet::new();
+        let none = BTreeMap::new();
         let going = going.get(flow).unwrap_or(&none);
         let all = self.0.lock().expect("not poisoned");
         let empty = BTreeMap::new();
         let of_flow = all.get(flow).unwrap_or(&empty);
         let mut s = BoundSummary::default();
         let mut failures: Vec<(i64, BoundFailure)> = Vec::new();
-        let first_runs = going.iter().filter(|o| !of_flow.contains_key(*o)).count();
+        let first_runs = going.keys().filter(|o| !of_flow.contains_key(*o)).count();
         for (object, o) in of_flow {
-            if going.contains(object) {
+            if going.contains_key(object) {
                 s.creating += 1;
                 continue;
             }
@@ -169,7 +222,7 @@ impl Outcomes {
             }
         }
         s.creating += first_runs as u32;
-        let known = |o: &String| of_flow.contains_key(o) || going.contains(o);
+        let known = |o: &String| of_flow.contains_key(o) || going.contains_key(o);
         let refusals = refused.iter().filter(|(o, _)| !known(o));
         s.objects = (of_flow.len() + first_runs + refusals.clone().count()) as u32;
         s.failed = (failures.len() + refusals.clone().count()) as u32;
@@ -251,8 +304,8 @@ mod tests {
     fn an_object_whose_run_is_going_counts_as_creating_until_its_end_is_recorded() {
         let o = Outcomes::default();
         o.record("f", "ns/a".into(), failed("before", 1));
-        o.running("f", "ns/a");
-        o.running("f", "ns/new");
+        o.running("f", "ns/a", None);
+        o.running("f", "ns/new", Some("h2".into()));
         let refused = [("ns/new".to_string(), "old refusal".to_string())];
         let s = o.summary("f", &refused);
         assert_eq!((s.objects, s.creating, s.running, s.failed), (2, 2, 0, 0));
@@ -268,7 +321,7 @@ mod tests {
         o.record("f", "ns/new".into(), failed("now", 3));
         let s = o.summary("f", &[]);
         assert_eq!((s.objects, s.creating, s.running, s.failed), (2, 0, 1, 1));
-        o.running("f", "ns/gone");
+        o.running("f", "ns/gone", None);
         o.record("f", "ns/gone".into(), None);
         assert_eq!(
             o.summary("f", &[]).objects,
@@ -303,6 +356,47 @@ mod revision_tests {
         o.record("f", "ns/c".into(), None);
         let want: BTreeMap<String, u32> = [("h2".into(), 2)].into();
         assert_eq!(o.by_revision("f"), want);
+    }
+
+    #[test]
+    fn a_rollout_sees_each_object_on_the_revision_it_last_ran_or_runs_now() {
+        let o = Outcomes::default();
+        let ended = |failure: Option<&str>, revision: &str| {
+            Some(Outcome {
+                failure: failure.map(String::from),
+                at: 7,
+                revision: Some(revision.into()),
+            })
+        };
+        o.record("f", "ns/a".into(), ended(None, "h1"));
+        o.record("f", "ns/b".into(), ended(Some("boom"), "h2"));
+        o.record("f", "ns/c".into(), ended(None, "h1"));
+        o.running("f", "ns/c", Some("h2".into()));
+        o.running("f", "ns/new", Some("h2".into()));
+        let got: Vec<(String, Option<String>, LatestRun)> = o
+            .records("f")
+            .into_iter()
+            .map(|r| (r.key, r.revision, r.state))
+            .collect();
+        let h = |s: &str| Some(s.to_string());
+        assert_eq!(
+            got,
+            [
+                ("ns/a".into(), h("h1"), LatestRun::Ready(7)),
+                ("ns/b".into(), h("h2"), LatestRun::Failed),
+                ("ns/c".into(), h("h2"), LatestRun::Running),
+                ("ns/new".into(), h("h2"), LatestRun::Running),
+            ]
+        );
+        assert!(o.records("g").is_empty());
+        let listed: BTreeSet<String> = ["ns/a".to_string()].into();
+        o.retain("f", &listed);
+        let keys: Vec<String> = o.records("f").into_iter().map(|r| r.key).collect();
+        assert_eq!(
+            keys,
+            ["ns/a", "ns/c", "ns/new"],
+            "those running stay until they end"
+        );
     }
 }
 

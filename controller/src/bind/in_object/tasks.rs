@@ -51,11 +51,15 @@ pub enum Work {
         trigger: Value,
         /// See [`Work::Steps::trigger`].
         failures: u32,
+        /// The revision it runs with (a rollout's: `crate::bind::rollout`).
+        with: crate::bind::rollout::With,
     },
     /// Its `onDelete` steps (it is deleted and carries the flow's finalizer `finalizer`).
     Deleted {
         /// The flow's finalizer on the object.
         finalizer: String,
+        /// The revision whose `onDelete` runs (the one that serves the object).
+        with: crate::bind::rollout::With,
     },
 }
 
@@ -215,6 +219,10 @@ mod tests {
             object: DynamicObject::new("o", &ar),
             work: Work::Deleted {
                 finalizer: "f".into(),
+                with: crate::bind::rollout::With {
+                    hash: "h".into(),
+                    spec: None,
+                },
             },
         }
     }

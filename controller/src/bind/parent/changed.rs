@@ -64,7 +64,11 @@ impl Binding<'_> {
         };
         let raw = match self.raw_object(ns, name).await {
             Ok(Some(raw)) => raw,
-            Ok(None) => return (None, RESYNC),
+            Ok(None) => {
+                // Gone: what its serves saw goes too (a flow recorded in its objects).
+                self.r.own.outcomes.record(self.r.uid, object.clone(), None);
+                return (None, RESYNC);
+            }
             Err(e) => return failed(format!("reading it: {e}")),
         };
         let children = if self.bind.record == Some(BindRecord::Object) {

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use kube::api::{DynamicObject, ListParams};
+use pseudoflow_crd::bind::BindRecord;
 use serde_json::json;
 
 use super::children::Children;
@@ -15,6 +16,14 @@ use crate::bind::{decode, object, pages};
 use crate::flow::Error;
 
 impl Binding<'_> {
+    /// Object `key` was listed by this reconcile's full pass.
+    fn listed(&self, key: &str) {
+        self.listed
+            .lock()
+            .expect("not poisoned")
+            .insert(key.to_string());
+    }
+
     /// Serves every object, a page at a time, each decoded alone (one that cannot be, too deep
     /// or too large, is named and skipped, and the others are served); returns how soon to look
     /// again, or why the objects cannot be listed.
@@ -54,6 +63,11 @@ impl Binding<'_> {
         }
         let pending = &self.r.own.watches.pending;
         pending.full_pass_done(self.r.uid, generation, legacy, refusals);
+        if self.bind.record == Some(BindRecord::Object) {
+            // What was served of objects gone since (deleted while no watch told of it) goes.
+            let listed = self.listed.lock().expect("not poisoned");
+            self.r.own.outcomes.retain(self.r.uid, &listed);
+        }
         if again < RESYNC {
             // An object to try again soon: which one is in no list kept, so all are.
             pending.everything(self.r.uid);
@@ -94,10 +108,12 @@ impl Binding<'_> {
                 },
                 None => {
                     let (object, message) = (u.object, u.message);
+                    self.listed(&object);
                     return Some(Refused { object, message });
                 }
             },
         };
+        self.listed(&object::key(&obj));
         let message = match self.serve(&obj, children).await {
             Ok(None) => return None,
             Ok(Some(why)) => why.0,

@@ -92,6 +92,8 @@ impl<'a> Binding<'a> {
             selector,
             finalizer: object::finalizer_name(ns, r.flow_id.name),
             mark: claim::mark_key(ns, r.flow_id.name),
+            assign: None,
+            listed: Default::default(),
         })
     }
 }

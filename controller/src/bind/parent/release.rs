@@ -22,6 +22,7 @@ pub(crate) async fn release(r: &Reconciling<'_, Binder>) -> Result<(), Error> {
     r.own.object_runs.stop_flow(r.uid);
     r.own.outcomes.forget(r.uid);
     r.own.revisions.forget(r.uid);
+    r.own.child_records.forget(r.uid);
     // A page at a time, as the reconcile lists them (`pages::list_kept`).
     let children = pages::list_kept(flows, &children_of(r.flow_id.name), |c| {
         owned_by(&c, r.uid).then_some(c)

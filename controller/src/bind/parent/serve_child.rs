@@ -12,7 +12,9 @@ use tracing::info;
 use super::children::{Children, Picked};
 use super::release::retire;
 use super::Binding;
-use crate::bind::child::{self, FLOW_GENERATION_ANNOTATION};
+use crate::bind::child::{self, Parent, FLOW_GENERATION_ANNOTATION};
+use crate::bind::revision::REVISION_ANNOTATION;
+use crate::bind::rollout::With;
 use crate::bind::{claim, object};
 use crate::bind::{NotServed, Served};
 use crate::flow::events::EventType;
@@ -55,12 +57,8 @@ impl Binding<'_> {
             Some(c) => self.with_related(&name, c, trigger, &seen),
             None => trigger,
         };
-        let flow_changed = child.is_some_and(|c| {
-            let a = c.metadata.annotations.as_ref();
-            let g = a.and_then(|a| a.get(FLOW_GENERATION_ANNOTATION));
-            g.map(String::as_str) != Some(&self.parent().generation.to_string())
-        }) || old.is_some();
-        if trigger.is_none() && !flow_changed {
+        let (with, remake) = self.revision_of(obj, child, old.is_some());
+        if trigger.is_none() && !remake {
             self.remember(&name, &seen);
             return Ok(None);
         }
@@ -69,14 +67,12 @@ impl Binding<'_> {
             .iter()
             .map(|(key, s)| (key.clone(), s.version.clone()))
             .collect();
-        let made = child::child_flow(
-            &self.parent(),
-            &name,
-            &self.ar.plural,
-            &view,
-            &trigger,
-            &versions,
-        );
+        let spec = with.spec.as_deref().unwrap_or(&self.r.raw_spec);
+        let parent = Parent {
+            spec,
+            ..self.parent()
+        };
+        let made = child::child_flow(&parent, &name, &self.ar.plural, &view, &trigger, &versions);
         let child_uid = match self.write_child(&name, child, made).await? {
             Ok(uid) => uid,
             Err(why) => return Ok(Some(NotServed(why))),
@@ -91,6 +87,45 @@ impl Binding<'_> {
             retire(self.flows, old.metadata.name.as_deref().unwrap_or_default()).await?;
         }
         Ok(None)
+    }
+
+    /// The revision `obj` is served with, and whether its child (`child`; `old`: one an older
+    /// controller named) is re-made though the object did not change: the flow changed (in
+    /// waves, only if that changes the object's revision), or its revision did (a rollout's:
+    /// bind/rollout).
+    fn revision_of(
+        &self,
+        obj: &DynamicObject,
+        child: Option<&DynamicObject>,
+        old: bool,
+    ) -> (With, bool) {
+        let annotation = |c: &DynamicObject, k: &str| {
+            let a = c.metadata.annotations.as_ref();
+            a.and_then(|a| a.get(k)).cloned()
+        };
+        let generation = self.parent().generation.to_string();
+        let flow_changed = child.is_some_and(|c| {
+            annotation(c, FLOW_GENERATION_ANNOTATION).as_ref() != Some(&generation)
+        }) || old;
+        let recorded = child.and_then(|c| annotation(c, REVISION_ANNOTATION));
+        let with = self.with(&object::key(obj), recorded.as_deref());
+        let stays = recorded.as_deref() == Some(with.hash.as_str());
+        let waved = self.assign.as_ref().is_some_and(|a| a.waved);
+        let flow_changed = flow_changed && !(waved && stays && !old);
+        let moved = self.assign.is_some() && recorded.is_some() && !stays;
+        (with, flow_changed || moved)
+    }
+
+    /// The revision the object `key` is served with, its record naming `recorded`: the
+    /// rollout's choice, or the flow's spec as it is now when it keeps no revision.
+    pub(super) fn with(&self, key: &str, recorded: Option<&str>) -> With {
+        match &self.assign {
+            Some(a) => a.with(key, recorded),
+            None => With {
+                hash: crate::bind::revision::hash(&self.r.raw_spec),
+                spec: None,
+            },
+        }
     }
 
     /// Creates the child, or updates the one it owns, and returns its UID; a flow of that name

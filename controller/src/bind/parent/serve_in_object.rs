@@ -30,6 +30,7 @@ impl Binding<'_> {
             parent: self.parent(),
             plural: &self.ar.plural,
             objects: self.objects_api(obj),
+            assign: self.assign.as_ref(),
         };
         // Our finalizer holds each object only for the flow's onDelete steps.
         let holds = in_object::deleted::has_on_delete(&self.r.raw_spec);

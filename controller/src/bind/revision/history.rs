@@ -7,7 +7,7 @@
 //! its hash label, so one planted under its name is never taken for it.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
@@ -49,6 +49,9 @@ pub struct History {
     pub current: Option<String>,
     /// Every revision of the flow.
     pub all: Vec<Revision>,
+    /// Each revision's `data` by hash, to serve an object with a revision not current (a
+    /// rollout's, bind/rollout): as many as the history limit keeps, shared, never copied.
+    pub data: BTreeMap<String, Arc<Value>>,
     /// Whether reading or making them failed, or the current one's name is taken (tried again
     /// [`RETRY`] seconds on).
     failed: bool,
@@ -58,6 +61,18 @@ impl History {
     /// The current revision.
     pub fn current(&self) -> Option<&Revision> {
         let h = self.current.as_deref()?;
+        self.all.iter().find(|r| r.hash == h)
+    }
+
+    /// The revision before the current one (the highest-numbered below it), if any.
+    pub fn previous(&self) -> Option<&Revision> {
+        let c = self.current()?;
+        let below = self.all.iter().filter(|r| r.number < c.number);
+        below.max_by_key(|r| r.number)
+    }
+
+    /// The revision of hash `h`, if kept.
+    pub fn by_hash(&self, h: &str) -> Option<&Revision> {
         self.all.iter().find(|r| r.hash == h)
     }
 }
@@ -118,7 +133,7 @@ async fn read_and_make(r: &Reconciling<'_, Binder>, h: &str) -> Result<History, 
     let mut history = read(r).await?;
     history.generation = r.generation;
     history.read_at = r.now;
-    let made = make_current(r, &mut history.all, h).await?;
+    let made = make_current(r, &mut history, h).await?;
     history.current = made.then(|| h.to_string());
     if !made {
         // A ControllerRevision of its name is not the flow's: told, and tried again later.
@@ -143,11 +158,15 @@ async fn read(r: &Reconciling<'_, Binder>) -> Result<History, Error> {
         label_value(r.flow_id.name)
     ));
     let list = api(r).list(&lp).await?;
-    let all = list.items.iter().filter_map(|cr| ours(cr, r.uid)).collect();
-    Ok(History {
-        all,
-        ..Default::default()
-    })
+    let mut history = History::default();
+    for cr in &list.items {
+        if let Some(rev) = ours(cr, r.uid) {
+            let data = cr.data.as_ref().map(|d| d.0.clone()).unwrap_or_default();
+            history.data.insert(rev.hash.clone(), Arc::new(data));
+            history.all.push(rev);
+        }
+    }
+    Ok(history)
 }
 
 /// `cr` as the flow `uid`'s revision, if it is one.
@@ -175,9 +194,10 @@ fn ours(cr: &ControllerRevision, uid: &str) -> Option<Revision> {
 /// (told as a `RevisionRefused` Warning: objects are still served, their records name `h`).
 async fn make_current(
     r: &Reconciling<'_, Binder>,
-    all: &mut Vec<Revision>,
+    history: &mut History,
     h: &str,
 ) -> Result<bool, Error> {
+    let all = &mut history.all;
     let max = all.iter().map(|x| x.number).max().unwrap_or(0);
     if let Some(x) = all.iter_mut().find(|x| x.hash == h) {
         if x.number < max {
@@ -191,7 +211,11 @@ async fn make_current(
     let made = made(r, h, max + 1);
     match api(r).create(&PostParams::default(), &made).await {
         Ok(cr) => {
-            all.extend(ours(&cr, r.uid));
+            if let Some(rev) = ours(&cr, r.uid) {
+                let data = cr.data.map(|d| d.0).unwrap_or_default();
+                history.data.insert(rev.hash.clone(), Arc::new(data));
+                history.all.push(rev);
+            }
             Ok(true)
         }
         Err(kube::Error::Api(e)) if e.code == 409 => {
@@ -265,6 +289,9 @@ pub(crate) async fn prune(
             }
         }
         history.all.retain(|x| x.uid != g.uid);
+        if !history.all.iter().any(|x| x.hash == g.hash) {
+            history.data.remove(&g.hash);
+        }
     }
     if !gone.is_empty() {
         r.own.revisions.put(r.uid, history.clone());
