@@ -143,6 +143,10 @@ Database {DATABASE}: its pod, status.phase and status.podName; delete it and its
   kubectl get database {DATABASE} -o jsonpath='{{.status}}{{"\n"}}'
   kubectl get pod {DATABASE}-pod
   kubectl pf get database
+A change of the flow is a new revision, rolled out in waves (docs/bound-flows.md#rollouts):
+  kubectl patch pf database --type=merge -p '{{"spec": {{"rollout": {{"waves": [1, "50%"]}}, "vars": {{"edition": "2"}}}}}}'
+  kubectl pf rollout status database --timeout 2m
+  kubectl pf rollout undo database
   kubectl delete database {DATABASE}
 
 An approval waiting (examples/steps/approval.yaml): the run holds at step "promote".
