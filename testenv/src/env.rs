@@ -114,7 +114,6 @@ impl Options {
 /// A running cluster.
 pub struct TestEnv {
     dir: PathBuf,
-    _tmp: Option<tempfile::TempDir>,
     kubeconfig: PathBuf,
     kubelets: KubeletConfig,
     nodes: Vec<String>,
@@ -130,6 +129,32 @@ pub struct TestEnv {
     real_nodes: Vec<crate::real_node::RealNode>,
     /// Their bridge on the machine and its guardian.
     _network: Option<crate::real_node::Network>,
+    /// The cluster's directory, removed last (fields drop in this order): after every process
+    /// that writes in it was stopped, the real nodes waited for ([`Drop`]).
+    _tmp: Option<tempfile::TempDir>,
+}
+
+/// Longest a dropped cluster waits for its real nodes to be gone before its directory goes.
+const REAL_NODES_GONE: Duration = Duration::from_secs(10);
+
+impl Drop for TestEnv {
+    /// Stops the real nodes and waits (at most [`REAL_NODES_GONE`]) until each node's PID 1 is
+    /// gone, then lets the fields go, the directory last. The directory used to be removed
+    /// first, while the nodes still ran and wrote in it: on a loaded machine a file a node wrote
+    /// meanwhile left `nodes/<node>/root` behind (`tests/real_nodes.rs` saw it).
+    fn drop(&mut self) {
+        let inits: Vec<u32> = self
+            .real_nodes
+            .iter()
+            .filter_map(|n| n.init_pid())
+            .collect();
+        self.real_nodes.clear();
+        let deadline = Instant::now() + REAL_NODES_GONE;
+        let alive = |pid: &u32| Path::new(&format!("/proc/{pid}")).exists();
+        while inits.iter().any(alive) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
 }
 
 fn probe_binary() -> PathBuf {
@@ -216,7 +241,7 @@ impl TestEnv {
             .filter(|n| n.labels.contains_key(CONTROL_PLANE_LABEL))
             .map(|n| n.name.clone())
             .collect();
-        let env = TestEnv {
+        let mut env = TestEnv {
             dir: dir.to_path_buf(),
             _tmp: None,
             kubeconfig: cp.kubeconfig.clone(),
@@ -236,10 +261,8 @@ impl TestEnv {
         };
         env.wait_until_usable(&client, Duration::from_secs(90))
             .await?;
-        Ok(TestEnv {
-            startup: t0.elapsed(),
-            ..env
-        })
+        env.startup = t0.elapsed();
+        Ok(env)
     }
 
     /// Nodes Ready and the `default` ServiceAccount created (pods can be admitted).
