@@ -274,13 +274,16 @@ impl Serving<'_> {
             let next = retry::told(&policy, failures, permanent, ended_at);
             format!("{m}; {next}")
         });
-        self.tell(obj, message.as_deref(), permanent).await;
+        // Told on the object after its status and mark are written (a Ready object's watcher
+        // does not wait for the Event), or at once when they cannot be.
+        let told = message.clone();
         let revision = it.with.hash.clone();
         self.outcome(&name, message.clone(), None, Some(revision.clone()));
         if let Err(e) = self
             .write_status(obj, &compiled, phase, message, &vars)
             .await
         {
+            self.tell(obj, told.as_deref(), permanent).await;
             // Unrecorded: an error, so the object is tried again soon (not a refusal, which
             // waits for the next full pass, five minutes on), and at the latest when a backoff
             // from now is due.
@@ -302,7 +305,9 @@ impl Serving<'_> {
             mark.retry_trigger = Some(it.trigger.clone());
         }
         let encoded = mark.encode();
-        let refusal = self.mark(obj, &it.key, &encoded).await?;
+        let marked = self.mark(obj, &it.key, &encoded).await;
+        self.tell(obj, told.as_deref(), permanent).await;
+        let refusal = marked?;
         let schedule = (failed && !permanent).then(|| {
             let due = retry::due(&policy, failures, ended_at);
             self.schedule(obj, failures, due, Some(it.trigger), &encoded)
