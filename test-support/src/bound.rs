@@ -13,6 +13,7 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::config::{AuthInfo, KubeConfigOptions, Kubeconfig};
 use kube::Client;
+use pseudoflow_controller::approval::Key;
 use pseudoflow_controller::metrics::Metrics;
 use pseudoflow_controller::{run_controller, Context};
 use serde_json::{json, Value};
@@ -58,6 +59,22 @@ pub async fn setup_with_context(
     prefix: &str,
     widget_verbs: Value,
 ) -> (Client, String, Arc<Context>) {
+    setup_controller(prefix, widget_verbs, None).await
+}
+
+/// [`setup`], its controller holding the approval `key`: it accepts the rollout actions (and
+/// approvals) the admission webhooks stamp with it ([`crate::admission::start_webhooks`]).
+pub async fn setup_with_key(prefix: &str, widget_verbs: Value, key: &Key) -> (Client, String) {
+    let (client, ns, _) = setup_controller(prefix, widget_verbs, Some(key)).await;
+    (client, ns)
+}
+
+/// [`setup`], its controller holding `key` when given; with its context.
+async fn setup_controller(
+    prefix: &str,
+    widget_verbs: Value,
+    key: Option<&Key>,
+) -> (Client, String, Arc<Context>) {
     let client = env().client().await.unwrap();
     install_crd(&client).await;
     apply(&client, widget().crd()).await;
@@ -78,8 +95,11 @@ pub async fn setup_with_context(
         .await,
         "the controller must hold no rights on the kind"
     );
-    let ctx =
-        Arc::new(Context::new(ctl, IMAGE.into(), Arc::new(Metrics::default())).with_config(config));
+    let mut ctx = Context::new(ctl, IMAGE.into(), Arc::new(Metrics::default())).with_config(config);
+    if let Some(key) = key {
+        ctx = ctx.with_approval_key(key.clone());
+    }
+    let ctx = Arc::new(ctx);
     tokio::spawn(run_controller(ctx.clone(), Some(ns.clone())));
     (client, ns, ctx)
 }
