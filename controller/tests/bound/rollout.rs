@@ -265,3 +265,81 @@ async fn a_failing_revision_stops_after_the_first_wave_and_a_good_one_goes_throu
         "revision 3 never stopped"
     );
 }
+
+/// Attack: someone who may create ControllerRevisions in the flow's namespace and write objects
+/// of the bound kind plants a revision of their own (owned by the flow, labelled for it, its
+/// hash label consistent with its data) and points a widget's served mark at it while a
+/// rollout is stopped, so that the widget, not reached by the rollout, would be served with
+/// the planted steps as the flow's ServiceAccount. The controller trusts only the revisions it
+/// sealed: the widget runs with the revision before the rollout's, and the planted steps never.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attack_a_planted_revision_named_by_an_objects_mark_is_never_served() {
+    use k8s_openapi::api::apps::v1::ControllerRevision;
+    use pseudoflow_controller::bind::revision;
+
+    let key = pseudoflow_controller::approval::Key::new("r".repeat(32)).unwrap();
+    let (client, ns) = setup_with_key("rollout-plant", all_verbs(), &key).await;
+    let mut f = flow("Object", 1);
+    f["rollout"] = json!({"waves": [1]});
+    create_flow(&client, &ns, "widgets", f.clone()).await;
+    let uid = flows(&client, &ns)
+        .get("widgets")
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    for w in ["a", "b"] {
+        create_widget(&client, &ns, w, json!({"version": "one"})).await;
+    }
+    eventually(60, "both served by revision 1", || async {
+        version_in(&client, &ns, "a-rev1").await.is_some()
+            && version_in(&client, &ns, "b-rev1").await.is_some()
+    })
+    .await;
+
+    let mut planted = f.clone();
+    planted["steps"] = json!([{"type": "apply", "manifests":
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ${object.metadata.name}-planted\n"}]);
+    let h = revision::hash(&planted);
+    let cr: ControllerRevision = serde_json::from_value(json!({
+        "metadata": {"name": revision::name("widgets", &h), "namespace": ns,
+            "labels": {revision::REVISION_OF_LABEL: "widgets", revision::REVISION_HASH_LABEL: h},
+            "ownerReferences": [{"apiVersion": "ops.example.com/v1alpha1", "kind": "PseudoFlow",
+                "name": "widgets", "uid": uid, "controller": true}]},
+        "data": revision::data(&planted), "revision": 99}))
+    .unwrap();
+    Api::<ControllerRevision>::namespaced(client.clone(), &ns)
+        .create(&Default::default(), &cr)
+        .await
+        .unwrap();
+
+    // Revision 2 fails on `a`, the first wave: the rollout stops before `b`.
+    roll(&client, &ns, steps(2, true)).await;
+    wait_status(&client, &ns, "widgets", 60, "the rollout stopped", |s| {
+        s["bound"]["rollout"]["phase"] == "Stopped"
+    })
+    .await;
+
+    // `b`'s mark now names the planted revision, and `b` changes.
+    let b = widgets(&client, &ns).get("b").await.unwrap();
+    let key_of_mark = mark_key(&ns, "widgets");
+    let mark = b.metadata.annotations.unwrap_or_default()[&key_of_mark].clone();
+    let mut mark: Value = serde_json::from_str(&mark).unwrap();
+    mark["v"] = json!(h);
+    let patch = json!({"metadata": {"annotations": {key_of_mark: mark.to_string()}},
+        "spec": {"version": "two"}});
+    widgets(&client, &ns)
+        .patch("b", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    eventually(60, "b served again, with revision 1", || async {
+        version_in(&client, &ns, "b-rev1").await.as_deref() == Some("two")
+    })
+    .await;
+    let cm = Api::<ConfigMap>::namespaced(client.clone(), &ns);
+    assert!(
+        cm.get_opt("b-planted").await.unwrap().is_none(),
+        "the planted revision's steps ran"
+    );
+}

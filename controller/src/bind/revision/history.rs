@@ -16,7 +16,7 @@ use pseudoflow_crd::protocol::label_value;
 use pseudoflow_crd::rollout::Rollout;
 use serde_json::{json, Value};
 
-use super::{counts, data, hash, hash_of_data, name, REVISION_HASH_LABEL, REVISION_OF_LABEL};
+use super::{counts, data, hash, hash_of_data, name, seal, REVISION_HASH_LABEL, REVISION_OF_LABEL};
 use crate::bind::Binder;
 use crate::flow::events::EventType;
 use crate::flow::{Error, Reconciling};
@@ -130,7 +130,7 @@ pub(crate) async fn current(r: &Reconciling<'_, Binder>) -> History {
 
 /// The flow's revisions read, and its current one `h` made.
 async fn read_and_make(r: &Reconciling<'_, Binder>, h: &str) -> Result<History, Error> {
-    let mut history = read(r).await?;
+    let mut history = read(r, h).await?;
     history.generation = r.generation;
     history.read_at = r.now;
     let made = make_current(r, &mut history, h).await?;
@@ -150,9 +150,11 @@ fn fresh(k: &History, r: &Reconciling<'_, Binder>) -> bool {
     k.generation == r.generation && made && r.now - k.read_at < REREAD
 }
 
-/// Reads the flow's revisions: those labelled for it that name it as their controller and
-/// whose data hashes to their hash label.
-async fn read(r: &Reconciling<'_, Binder>) -> Result<History, Error> {
+/// Reads the flow's revisions: those labelled for it that name it as their controller, whose
+/// data hashes to their hash label and that carry this controller's seal ([`seal`]). One
+/// unsealed but otherwise the flow's whose hash is the current spec's `h` (made before
+/// revisions were sealed) is sealed now: its data is the spec the flow's author wrote.
+async fn read(r: &Reconciling<'_, Binder>, h: &str) -> Result<History, Error> {
     let lp = ListParams::default().labels(&format!(
         "{REVISION_OF_LABEL}={}",
         label_value(r.flow_id.name)
@@ -160,7 +162,10 @@ async fn read(r: &Reconciling<'_, Binder>) -> Result<History, Error> {
     let list = api(r).list(&lp).await?;
     let mut history = History::default();
     for cr in &list.items {
-        if let Some(rev) = ours(cr, r.uid) {
+        let Some(rev) = ours(cr, r.uid) else {
+            continue;
+        };
+        if trusted(r, cr, &rev, h).await? {
             let data = cr.data.as_ref().map(|d| d.0.clone()).unwrap_or_default();
             history.data.insert(rev.hash.clone(), Arc::new(data));
             history.all.push(rev);
@@ -169,7 +174,35 @@ async fn read(r: &Reconciling<'_, Binder>) -> Result<History, Error> {
     Ok(history)
 }
 
-/// `cr` as the flow `uid`'s revision, if it is one.
+/// Whether the flow's revision `rev` (`cr`) was made by this controller: sealed under its key
+/// (with no key, as in tests without one, every revision is). An unsealed one is sealed if it
+/// is the current spec's revision `h`.
+async fn trusted(
+    r: &Reconciling<'_, Binder>,
+    cr: &ControllerRevision,
+    rev: &Revision,
+    h: &str,
+) -> Result<bool, Error> {
+    let Some(key) = r.own.approval_key.as_ref() else {
+        return Ok(true);
+    };
+    let at = (r.ns(), r.flow_id.name);
+    if seal::is_sealed(key, at, r.uid, &rev.hash, cr.metadata.annotations.as_ref()) {
+        return Ok(true);
+    }
+    if rev.hash != h {
+        return Ok(false);
+    }
+    let value = seal::seal(key, at, r.uid, h);
+    let patch = json!({"metadata": {"annotations": {seal::SEAL_ANNOTATION: value}}});
+    api(r)
+        .patch(&rev.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(true)
+}
+
+/// `cr` as the flow `uid`'s revision, if it is one (owned by it, its data hashing to its
+/// label; [`trusted`] checks who made it).
 fn ours(cr: &ControllerRevision, uid: &str) -> Option<Revision> {
     let m = &cr.metadata;
     let owned = m.owner_references.iter().flatten();
@@ -233,10 +266,14 @@ async fn make_current(
 
 /// The ControllerRevision of the flow's revision `h`, numbered `number`.
 fn made(r: &Reconciling<'_, Binder>, h: &str, number: i64) -> ControllerRevision {
+    let key = r.own.approval_key.as_ref();
+    let sealed = key.map(|k| seal::seal(k, (r.ns(), r.flow_id.name), r.uid, h));
+    let annotations = sealed.map(|v| json!({ seal::SEAL_ANNOTATION: v }));
     serde_json::from_value(json!({
         "metadata": {
             "name": name(r.flow_id.name, h),
             "namespace": r.ns(),
+            "annotations": annotations,
             "labels": {
                 REVISION_OF_LABEL: label_value(r.flow_id.name),
                 REVISION_HASH_LABEL: h,

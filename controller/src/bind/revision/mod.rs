@@ -9,6 +9,7 @@
 
 pub mod counts;
 pub mod history;
+pub mod seal;
 
 use std::collections::BTreeMap;
 
