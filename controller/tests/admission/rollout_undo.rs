@@ -19,8 +19,8 @@ use crate::common::approval::annotate;
 use crate::common::bound::*;
 use crate::common::{apply, create_flow, flows, wait_status};
 
-/// Widgets in the test (waves of 1, 5, then 10).
-const WIDGETS: usize = 10;
+/// Widgets in the test (waves of 1, 10, then 20), as issue #44 asks.
+const WIDGETS: usize = 20;
 
 fn widget_name(i: usize) -> String {
     format!("w-{i:02}")
