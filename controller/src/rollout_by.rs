@@ -273,4 +273,23 @@ mod tests {
         status.sub_resource = Some("status".into());
         assert_eq!(asked(&status), Ok(None));
     }
+
+    /// A stamp signed by a controller before the stamps shared one helper
+    /// (`crate::approval::sign_in`): it must verify, and signing it again give the same bytes.
+    #[test]
+    fn a_rollout_stamp_signed_before_still_verifies_byte_for_byte() {
+        let key = Key::new("k".repeat(32)).unwrap();
+        let stamp = RolloutStamp {
+            action: RolloutAction::Undo,
+            revision: "f-2".into(),
+            user: "alice".into(),
+            groups: vec!["ops".into()],
+            time: 7,
+        };
+        assert_eq!(stamp.sign(&key, "ns", "f"), PINNED);
+        assert_eq!(RolloutStamp::verify(&key, "ns", "f", PINNED), Some(stamp));
+    }
+
+    /// Computed with the code before the shared helper.
+    const PINNED: &str = r#"{"action":"undo","revision":"f-2","user":"alice","groups":["ops"],"time":7,"mac":"645064f72d075b35ac8bfee0e88c0ce5e848271e0806a55eb7ec9d5792b382a0"}"#;
 }

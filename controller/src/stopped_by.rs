@@ -185,4 +185,22 @@ mod tests {
             "no key: the stop goes unstamped"
         );
     }
+
+    /// A stamp signed by a controller before the stamps shared one helper
+    /// (`crate::approval::sign_in`): it must verify, and signing it again give the same bytes.
+    #[test]
+    fn a_stop_stamp_signed_before_still_verifies_byte_for_byte() {
+        let key = Key::new("k".repeat(32)).unwrap();
+        let stamp = StopStamp {
+            run: "r2".into(),
+            user: "alice".into(),
+            groups: vec!["ops".into()],
+            time: 7,
+        };
+        assert_eq!(stamp.sign(&key, "ns", "f"), PINNED);
+        assert_eq!(StopStamp::verify(&key, "ns", "f", PINNED), Some(stamp));
+    }
+
+    /// Computed with the code before the shared helper.
+    const PINNED: &str = r#"{"run":"r2","user":"alice","groups":["ops"],"time":7,"mac":"be60e7f8b53aec6b36a2c860328b796638a62df805eebdbde1973e3c9737f7b3"}"#;
 }

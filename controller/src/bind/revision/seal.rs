@@ -100,4 +100,18 @@ mod tests {
             "edited"
         );
     }
+
+    /// A seal made by a controller before seals and stamps shared one helper
+    /// (`crate::approval::sign_in`): revisions sealed then must stay sealed.
+    #[test]
+    fn a_seal_made_before_still_holds_byte_for_byte() {
+        let key = Key::new("k".repeat(32)).unwrap();
+        let at = ("ns", "widgets");
+        assert_eq!(seal(&key, at, "uid-1", "h1"), PINNED);
+        let annotations = BTreeMap::from([(SEAL_ANNOTATION.to_string(), PINNED.to_string())]);
+        assert!(is_sealed(&key, at, "uid-1", "h1", Some(&annotations)));
+    }
+
+    /// Computed with the code before the shared helper.
+    const PINNED: &str = r#"{"flow":"uid-1","hash":"h1","mac":"baf59fdb4920be808a7cd85c8cae8efbf400e13d677af6b03432990db5ae2023"}"#;
 }
