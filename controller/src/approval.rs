@@ -170,9 +170,9 @@ fn signed_bytes<T: Serialize>(domain: &str, namespace: &str, name: &str, stamp: 
     bytes
 }
 
-/// The annotation value of a `domain` stamp (approvals', stops': `crate::stopped_by`) for flow
-/// `namespace/name`: the stamp with its HMAC under `key`.
-pub(crate) fn sign_stamp<T: Serialize + Clone>(
+/// The annotation value of a `domain` stamp for flow `namespace/name`: the stamp with its HMAC
+/// under `key` (approvals' under the key itself, other kinds' through [`sign_in`]).
+fn sign_stamp<T: Serialize + Clone>(
     key: &Key,
     domain: &str,
     (namespace, name): (&str, &str),
@@ -187,7 +187,7 @@ pub(crate) fn sign_stamp<T: Serialize + Clone>(
 }
 
 /// The `domain` stamp in `value` if its HMAC under `key` is valid for flow `namespace/name`.
-pub(crate) fn verify_stamp<T: Serialize + serde::de::DeserializeOwned>(
+fn verify_stamp<T: Serialize + serde::de::DeserializeOwned>(
     key: &Key,
     domain: &str,
     (namespace, name): (&str, &str),
@@ -196,6 +196,28 @@ pub(crate) fn verify_stamp<T: Serialize + serde::de::DeserializeOwned>(
     let signed: Signed<T> = serde_json::from_str(value).ok()?;
     let bytes = signed_bytes(domain, namespace, name, &signed.stamp);
     mac_ok(&key.0, &bytes, &signed.mac).then_some(signed.stamp)
+}
+
+/// [`sign_stamp`] under the key derived for `domain` (`key.derive(domain)`): a kind of stamp
+/// other than approvals' (stops', rollout actions', revision seals') has a key of its own, so no
+/// stamp of one kind, nor an approval, passes for another even where its fields would fit.
+pub(crate) fn sign_in<T: Serialize + Clone>(
+    key: &Key,
+    domain: &str,
+    at: (&str, &str),
+    stamp: &T,
+) -> String {
+    sign_stamp(&key.derive(domain), domain, at, stamp)
+}
+
+/// [`verify_stamp`] under the key derived for `domain`: the stamp [`sign_in`] made, if valid.
+pub(crate) fn verify_in<T: Serialize + serde::de::DeserializeOwned>(
+    key: &Key,
+    domain: &str,
+    at: (&str, &str),
+    value: &str,
+) -> Option<T> {
+    verify_stamp(&key.derive(domain), domain, at, value)
 }
 
 impl Stamp {

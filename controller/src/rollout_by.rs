@@ -17,7 +17,7 @@ use pseudoflow_crd::rollout::{RolloutAction, ROLLOUT_ANNOTATION, ROLLOUT_BY_ANNO
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::approval::{sign_stamp, verify_stamp, Key};
+use crate::approval::{sign_in, verify_in, Key};
 
 /// The verb a user needs on `pseudoflows` to pause, resume, promote or undo a rollout.
 pub const VERB: &str = "rollout";
@@ -38,20 +38,19 @@ pub struct RolloutStamp {
     pub time: i64,
 }
 
-/// The key rollout stamps are signed with: derived, so no approval or stop stamp passes for one.
-fn rollout_key(key: &Key) -> Key {
-    key.derive("rollout")
-}
+/// The domain rollout stamps are signed in (and their key derived for): no approval or stop
+/// stamp passes for one.
+const DOMAIN: &str = "rollout";
 
 impl RolloutStamp {
     /// The annotation value: the stamp with its HMAC for flow `namespace/name`.
     pub fn sign(&self, key: &Key, namespace: &str, name: &str) -> String {
-        sign_stamp(&rollout_key(key), "rollout", (namespace, name), self)
+        sign_in(key, DOMAIN, (namespace, name), self)
     }
 
     /// The stamp in `value` if its HMAC is valid for flow `namespace/name`.
     pub fn verify(key: &Key, namespace: &str, name: &str, value: &str) -> Option<RolloutStamp> {
-        verify_stamp(&rollout_key(key), "rollout", (namespace, name), value)
+        verify_in(key, DOMAIN, (namespace, name), value)
     }
 }
 

@@ -14,7 +14,7 @@ use pseudoflow_crd::STOP_ANNOTATION;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::approval::{sign_stamp, verify_stamp, Key};
+use crate::approval::{sign_in, verify_in, Key};
 
 /// The annotation recording who asked for the stop.
 pub const STOPPED_BY: &str = "ops.example.com/stopped-by";
@@ -33,20 +33,19 @@ pub struct StopStamp {
     pub time: i64,
 }
 
-/// The key stop stamps are signed with: derived, so no approval stamp or seal passes for one.
-fn stop_key(key: &Key) -> Key {
-    key.derive("stop")
-}
+/// The domain stop stamps are signed in (and their key derived for): no approval stamp or seal
+/// passes for one.
+const DOMAIN: &str = "stop";
 
 impl StopStamp {
     /// The annotation value: the stamp with its HMAC for flow `namespace/name`.
     pub fn sign(&self, key: &Key, namespace: &str, name: &str) -> String {
-        sign_stamp(&stop_key(key), "stop", (namespace, name), self)
+        sign_in(key, DOMAIN, (namespace, name), self)
     }
 
     /// The stamp in `value` if its HMAC is valid for flow `namespace/name`.
     pub fn verify(key: &Key, namespace: &str, name: &str, value: &str) -> Option<StopStamp> {
-        verify_stamp(&stop_key(key), "stop", (namespace, name), value)
+        verify_in(key, DOMAIN, (namespace, name), value)
     }
 }
 

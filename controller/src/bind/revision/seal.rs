@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::approval::{sign_stamp, verify_stamp, Key};
+use crate::approval::{sign_in, verify_in, Key};
 
 /// The annotation holding a revision's seal.
 pub const SEAL_ANNOTATION: &str = "ops.example.com/revision-seal";
@@ -24,10 +24,9 @@ struct Sealed {
     hash: String,
 }
 
-/// The key seals are made with: derived, so no approval, stop or rollout stamp passes for one.
-fn seal_key(key: &Key) -> Key {
-    key.derive("revision")
-}
+/// The domain seals are made in (and their key derived for): no approval, stop or rollout stamp
+/// passes for one.
+const DOMAIN: &str = "revision";
 
 /// The seal of flow `namespace/name` (uid `flow_uid`)'s revision `hash`.
 pub fn seal(key: &Key, (namespace, name): (&str, &str), flow_uid: &str, hash: &str) -> String {
@@ -35,7 +34,7 @@ pub fn seal(key: &Key, (namespace, name): (&str, &str), flow_uid: &str, hash: &s
         flow: flow_uid.into(),
         hash: hash.into(),
     };
-    sign_stamp(&seal_key(key), "revision", (namespace, name), &sealed)
+    sign_in(key, DOMAIN, (namespace, name), &sealed)
 }
 
 /// Whether `annotations` carry this controller's seal of flow `namespace/name` (uid
@@ -50,7 +49,7 @@ pub fn is_sealed(
     let Some(value) = annotations.and_then(|a| a.get(SEAL_ANNOTATION)) else {
         return false;
     };
-    let found: Option<Sealed> = verify_stamp(&seal_key(key), "revision", (namespace, name), value);
+    let found: Option<Sealed> = verify_in(key, DOMAIN, (namespace, name), value);
     found.is_some_and(|s| s.flow == flow_uid && s.hash == hash)
 }
 
