@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::approval::{sign_in, verify_in, Key};
+use crate::webhook::approval::{annotation, may, refusal};
 
 /// The verb a user needs on `pseudoflows` to pause, resume, promote or undo a rollout.
 pub const VERB: &str = "rollout";
@@ -52,10 +53,6 @@ impl RolloutStamp {
     pub fn verify(key: &Key, namespace: &str, name: &str, value: &str) -> Option<RolloutStamp> {
         verify_in(key, DOMAIN, (namespace, name), value)
     }
-}
-
-fn annotation<'a>(o: Option<&'a DynamicObject>, key: &str) -> Option<&'a String> {
-    o?.metadata.annotations.as_ref()?.get(key)
 }
 
 /// The action `req` asks for (None: it sets or changes no `ops.example.com/rollout`), or why it
@@ -137,22 +134,16 @@ pub async fn authorize(
     req: &AdmissionRequest<DynamicObject>,
     action: RolloutAction,
 ) -> Result<(), String> {
-    if crate::webhook::approval::may(client, req, VERB).await? {
+    if may(client, req, VERB).await? {
         return Ok(());
     }
-    let who = req
-        .user_info
-        .username
-        .as_deref()
-        .unwrap_or("(unknown user)");
-    let namespace = req.namespace.as_deref().unwrap_or_default();
-    Err(format!(
-        "{who} may not {} the rollout of PseudoFlow {:?}: setting {ROLLOUT_ANNOTATION} needs \
-         the \"{VERB}\" verb on pseudoflows.ops.example.com in namespace {namespace:?} (edit \
-         rights do not roll out)",
-        action.as_str(),
-        req.name
-    ))
+    Err(refused(req, action))
+}
+
+/// Why the user of `req` may not ask for `action`: the approval refusal's text, for this verb.
+fn refused(req: &AdmissionRequest<DynamicObject>, action: RolloutAction) -> String {
+    let what = format!("{} the rollout", action.as_str());
+    refusal(req, &what, ROLLOUT_ANNOTATION, VERB, "roll out")
 }
 
 #[cfg(test)]
@@ -216,6 +207,22 @@ mod tests {
             time: 7,
         };
         assert!(RolloutStamp::verify(&key, "ns", "f", &stop.sign(&key, "ns", "f")).is_none());
+    }
+
+    /// Word for word what the refusal said before it shared the approval refusal's builder.
+    #[test]
+    fn a_refusal_names_the_action_the_verb_and_the_namespace() {
+        let r = req(
+            "UPDATE",
+            json!({ROLLOUT_ANNOTATION: "promote"}),
+            Some(json!({})),
+        );
+        assert_eq!(
+            refused(&r, RolloutAction::Promote),
+            "alice may not promote the rollout of PseudoFlow \"f\": setting \
+             ops.example.com/rollout needs the \"rollout\" verb on pseudoflows.ops.example.com \
+             in namespace \"ns\" (edit rights do not roll out)"
+        );
     }
 
     #[test]

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::approval::{sign_in, verify_in, Key};
+use crate::webhook::approval::annotation;
 
 /// The annotation recording who asked for the stop.
 pub const STOPPED_BY: &str = "ops.example.com/stopped-by";
@@ -47,10 +48,6 @@ impl StopStamp {
     pub fn verify(key: &Key, namespace: &str, name: &str, value: &str) -> Option<StopStamp> {
         verify_in(key, DOMAIN, (namespace, name), value)
     }
-}
-
-fn annotation<'a>(o: Option<&'a DynamicObject>, key: &str) -> Option<&'a String> {
-    o?.metadata.annotations.as_ref()?.get(key)
 }
 
 /// The JSON Patch operations stamping the stop `req` asks for at `now` (none: it asks for none,

@@ -24,6 +24,41 @@ fn annotations(o: Option<&DynamicObject>) -> BTreeMap<String, String> {
         .unwrap_or_default()
 }
 
+/// Annotation `key` of `o` (a request's object or old object), if any: what each webhook rule
+/// compares between the two to tell what a request sets (stamps, stops, rollout actions).
+pub(crate) fn annotation<'a>(o: Option<&'a DynamicObject>, key: &str) -> Option<&'a String> {
+    o?.metadata.annotations.as_ref()?.get(key)
+}
+
+/// The user of `req` as a refusal names them.
+fn user_name(req: &AdmissionRequest<DynamicObject>) -> &str {
+    req.user_info
+        .username
+        .as_deref()
+        .unwrap_or("(unknown user)")
+}
+
+/// Why the user of `req` may not `what` (`approve step "gate"`, `pause the rollout`) of the
+/// flow: setting `annotation` needs `verb` in its namespace, which edit rights do not include
+/// (they do not `what_edit_does_not`). One text for every custom verb [`may`] checks, so that a
+/// refusal reads the same whichever annotation a user set.
+pub(crate) fn refusal(
+    req: &AdmissionRequest<DynamicObject>,
+    what: &str,
+    annotation: &str,
+    verb: &str,
+    what_edit_does_not: &str,
+) -> String {
+    let who = user_name(req);
+    let namespace = req.namespace.as_deref().unwrap_or_default();
+    format!(
+        "{who} may not {what} of PseudoFlow {:?}: setting {annotation} needs the \"{verb}\" \
+         verb on pseudoflows.ops.example.com in namespace {namespace:?} (edit rights do not \
+         {what_edit_does_not})",
+        req.name
+    )
+}
+
 /// The approval annotations this request sets or changes (key, new value).
 pub fn decisions(req: &AdmissionRequest<DynamicObject>) -> Vec<(&'static str, String)> {
     if !matches!(req.operation, Operation::Create | Operation::Update) || req.sub_resource.is_some()
@@ -72,7 +107,7 @@ pub async fn may(
         },
         ..Default::default()
     };
-    let who = user.username.as_deref().unwrap_or("(unknown user)");
+    let who = user_name(req);
     let answer = Api::<SubjectAccessReview>::all(client.clone())
         .create(&PostParams::default(), &sar)
         .await
@@ -93,23 +128,13 @@ pub async fn authorize(
     if may(client, req, VERB).await? {
         return Ok(());
     }
-    let who = req
-        .user_info
-        .username
-        .as_deref()
-        .unwrap_or("(unknown user)");
-    let namespace = req.namespace.clone().unwrap_or_default();
     let action = if *key == APPROVE_ANNOTATION {
         "approve"
     } else {
         "reject"
     };
-    Err(format!(
-        "{who} may not {action} step {step:?} of PseudoFlow {:?}: setting {key} needs the \
-         \"{VERB}\" verb on pseudoflows.ops.example.com in namespace {namespace:?} (edit rights \
-         do not approve)",
-        req.name
-    ))
+    let what = format!("{action} step {step:?}");
+    Err(refusal(req, &what, key, VERB, "approve"))
 }
 
 #[cfg(test)]
@@ -193,6 +218,38 @@ mod tests {
             None,
         );
         assert!(decisions(&other).is_empty());
+    }
+
+    /// The text tests and users read (controller/tests/admission greps it), the same for the
+    /// approval verb and the rollout one (`crate::rollout_by::authorize`).
+    #[test]
+    fn a_refusal_names_the_user_the_flow_the_annotation_the_verb_and_the_namespace() {
+        let r = req(
+            "UPDATE",
+            json!({APPROVE_ANNOTATION: "gate"}),
+            Some(json!({})),
+            None,
+        );
+        assert_eq!(
+            refusal(
+                &r,
+                "approve step \"gate\"",
+                APPROVE_ANNOTATION,
+                VERB,
+                "approve"
+            ),
+            "mallory may not approve step \"gate\" of PseudoFlow \"f\": setting \
+             ops.example.com/approve needs the \"approve\" verb on pseudoflows.ops.example.com \
+             in namespace \"team\" (edit rights do not approve)"
+        );
+        let mut anonymous = r;
+        anonymous.user_info.username = None;
+        let text = refusal(&anonymous, "pause the rollout", "a", "rollout", "roll out");
+        assert!(
+            text.starts_with("(unknown user) may not pause the rollout of PseudoFlow \"f\"")
+                && text.ends_with("(edit rights do not roll out)"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -15,7 +15,7 @@ use kube::core::DynamicObject;
 use pseudoflow_crd::APPROVE_ANNOTATION;
 use serde_json::{json, Value};
 
-use super::approval::decisions;
+use super::approval::{annotation, decisions};
 use crate::approval::{Decision, Key, Stamp, APPROVED_BY};
 
 /// `POST /mutate`: an AdmissionReview in, the same with its response (and patch) out. 404 when
@@ -100,10 +100,6 @@ fn with_patch(allow: AdmissionResponse, patch: Value) -> AdmissionResponse {
         Ok(Err(e)) => allow.deny(format!("cannot record the approval: {e}")),
         Err(e) => allow.deny(format!("cannot record the approval: {e}")),
     }
-}
-
-fn annotation<'a>(o: Option<&'a DynamicObject>, key: &str) -> Option<&'a String> {
-    o?.metadata.annotations.as_ref()?.get(key)
 }
 
 /// The JSON Patch stamping the decision `req` makes at `now` (unix milliseconds; None: it makes
