@@ -23,18 +23,33 @@ async fn set_rollout(client: &Client, ns: &str, rollout: Value) {
 
 /// Writes `rollout` as flow `name`'s `status.bound.rollout`, of the generation it has.
 async fn set_rollout_of(client: &Client, ns: &str, name: &str, rollout: Value) {
+    let bound = json!({"objects": 3, "creating": 1, "running": 2, "failed": 0, "rollout": rollout});
+    set_bound(client, ns, name, bound).await
+}
+
+/// Writes `bound` as flow `name`'s `status.bound`, as observed at the generation it has (what a
+/// controller would write; none runs here).
+async fn set_bound(client: &Client, ns: &str, name: &str, bound: Value) {
     let generation = flows(client, ns)
         .get(name)
         .await
         .unwrap()
         .metadata
         .generation;
-    let status = json!({"status": {"phase": "Running", "observedGeneration": generation, "bound": {
-        "objects": 3, "creating": 1, "running": 2, "failed": 0, "rollout": rollout}}});
+    let status = json!({"status": {"phase": "Running", "observedGeneration": generation,
+        "bound": bound}});
     flows(client, ns)
         .patch_status(name, &PatchParams::default(), &Patch::Merge(status))
         .await
         .unwrap();
+}
+
+/// Creates flow `name` bound to the kind `Widget`, which every test's rollout is of.
+async fn create_bound(client: &Client, ns: &str, name: &str) {
+    let spec = json!({"serviceAccountName": "flow",
+        "bind": {"apiVersion": "example.com/v1", "kind": "Widget"},
+        "steps": [{"type": "log", "message": "served"}]});
+    create_flow(client, ns, name, spec).await;
 }
 
 fn rollout(phase: &str, wave: u32, updated: u32) -> Value {
@@ -54,15 +69,7 @@ async fn rollout_annotation(client: &Client, ns: &str) -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rollout_status_waits_for_completion_and_fails_when_stopped_or_timed_out() {
     let (client, ns) = namespace("pf-rollout").await;
-    create_flow(
-        &client,
-        &ns,
-        "widgets",
-        json!({"serviceAccountName": "flow",
-        "bind": {"apiVersion": "example.com/v1", "kind": "Widget"},
-        "steps": [{"type": "log", "message": "served"}]}),
-    )
-    .await;
+    create_bound(&client, &ns, "widgets").await;
     create_flow(
         &client,
         &ns,
@@ -81,12 +88,8 @@ async fn rollout_status_waits_for_completion_and_fails_when_stopped_or_timed_out
         o.stdout
     );
     // Observed, with no rollout: nothing to wait for.
-    let observed = json!({"status": {"phase": "Running", "observedGeneration": 1,
-        "bound": {"objects": 0, "creating": 0, "running": 0, "failed": 0}}});
-    flows(&client, &ns)
-        .patch_status("widgets", &PatchParams::default(), &Patch::Merge(observed))
-        .await
-        .unwrap();
+    let none = json!({"objects": 0, "creating": 0, "running": 0, "failed": 0});
+    set_bound(&client, &ns, "widgets", none).await;
     let o = pf(&["rollout", "status", "widgets", "-n", &ns, "-w=false"]).await;
     assert_eq!(o.code, 1, "no rollout yet: {}", o.stdout);
     assert!(o.stderr.contains("has no rollout yet"), "{}", o.stderr);
@@ -163,15 +166,7 @@ async fn rollout_status_waits_for_completion_and_fails_when_stopped_or_timed_out
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rollout_actions_set_the_annotation_each_time_and_refuse_what_means_nothing() {
     let (client, ns) = namespace("pf-rollout-act").await;
-    create_flow(
-        &client,
-        &ns,
-        "widgets",
-        json!({"serviceAccountName": "flow",
-        "bind": {"apiVersion": "example.com/v1", "kind": "Widget"},
-        "steps": [{"type": "log", "message": "served"}]}),
-    )
-    .await;
+    create_bound(&client, &ns, "widgets").await;
     let o = pf(&["rollout", "promote", "widgets", "-n", &ns]).await;
     assert_eq!(o.code, 1, "{}", o.stdout);
     assert!(o.stderr.contains("has no rollout yet"), "{}", o.stderr);
@@ -223,15 +218,7 @@ async fn through_the_webhooks_an_action_is_stamped_and_the_plugin_names_who_aske
     let (client, ns) = namespace("pf-rollout-by").await;
     editor_and_approver(&client, &ns).await;
     // Named as the webhook probe expects.
-    create_flow(
-        &client,
-        &ns,
-        "gated",
-        json!({"serviceAccountName": "flow",
-        "bind": {"apiVersion": "example.com/v1", "kind": "Widget"},
-        "steps": [{"type": "log", "message": "served"}]}),
-    )
-    .await;
+    create_bound(&client, &ns, "gated").await;
     set_rollout_of(&client, &ns, "gated", rollout("Progressing", 1, 1)).await;
     let key = Key::random();
     let hooks = start_webhooks(&client, &ns, &key).await;
