@@ -35,12 +35,19 @@ pub async fn annotate(ns: &str, name: &str, user: Option<&str>, what: &str) -> (
     kubectl_async(&args).await
 }
 
-/// Waits until both webhooks answer: a dry run of a flow carrying a client-written stamp is
-/// refused by the mutating one (the configurations and CA have propagated).
+/// Waits until both webhooks answer for flow `gated` (the approval tests' flow): see
+/// [`wait_webhooks_active_on`].
 pub async fn wait_webhooks_active(ns: &str) {
+    wait_webhooks_active_on(ns, "gated").await
+}
+
+/// Waits until both webhooks answer: setting a client-written stamp on flow `flow` is refused
+/// by the mutating one (the configurations and CA have propagated). Any flow will do: the
+/// stamp is refused whatever the flow is.
+pub async fn wait_webhooks_active_on(ns: &str, flow: &str) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
-        let (ok, out) = annotate(ns, "gated", None, "ops.example.com/approved-by=probe").await;
+        let (ok, out) = annotate(ns, flow, None, "ops.example.com/approved-by=probe").await;
         if !ok && out.contains("written by the admission webhook only") {
             return;
         }
@@ -50,7 +57,7 @@ pub async fn wait_webhooks_active(ns: &str) {
         );
         // A probe that got through is undone.
         if ok {
-            annotate(ns, "gated", None, "ops.example.com/approved-by-").await;
+            annotate(ns, flow, None, "ops.example.com/approved-by-").await;
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
     }

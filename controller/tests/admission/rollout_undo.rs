@@ -15,7 +15,7 @@ use pseudoflow_controller::bind::served::mark_key;
 use serde_json::{json, Value};
 
 use crate::common::admission::{editor_and_approver, start_webhooks};
-use crate::common::approval::annotate;
+use crate::common::approval::{annotate, wait_webhooks_active_on};
 use crate::common::bound::*;
 use crate::common::{apply, create_flow, flows, wait_status};
 
@@ -90,25 +90,6 @@ async fn boss_may_rollout(client: &Client, ns: &str) {
     .await;
 }
 
-/// Waits until both webhooks answer for flow `widgets`: a stamp written by a client is refused.
-async fn wait_webhooks_answer(ns: &str) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let (ok, out) = annotate(ns, "widgets", None, "ops.example.com/rollout-by=probe").await;
-        if !ok && out.contains("written by the admission webhook only") {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the webhooks never answered: {ok} {out}"
-        );
-        if ok {
-            annotate(ns, "widgets", None, "ops.example.com/rollout-by-").await;
-        }
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-}
-
 /// `kubectl annotate` as `boss`: `ops.example.com/rollout=<action>` (what `kubectl pf rollout
 /// <action>` sets), admitted.
 async fn ask(ns: &str, action: &str) {
@@ -131,7 +112,7 @@ async fn pause_holds_a_wave_promote_completes_it_and_undo_brings_every_object_ba
     boss_may_rollout(&client, &ns).await;
     create_flow(&client, &ns, "widgets", flow(1)).await;
     start_webhooks(&client, &ns, &key).await;
-    wait_webhooks_answer(&ns).await;
+    wait_webhooks_active_on(&ns, "widgets").await;
     for i in 0..WIDGETS {
         create_widget(&client, &ns, &widget_name(i), json!({"version": "one"})).await;
     }
