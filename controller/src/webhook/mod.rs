@@ -71,32 +71,31 @@ pub const DECODE_WAIT: Duration = Duration::from_secs(5);
 impl Webhook {
     /// A webhook asking authorization questions through `client`, with no approval key.
     pub fn new(client: kube::Client) -> Arc<Webhook> {
-        Arc::new(Webhook {
-            client,
-            key: None,
-            decoding: Arc::new(tokio::sync::Semaphore::new(DECODE_BUDGET_BYTES)),
-            any_caller_approves: false,
-        })
+        Webhook::made(client, None, false)
     }
 
     /// A webhook that also stamps approval decisions with `key`.
     pub fn with_key(client: kube::Client, key: crate::approval::Key) -> Arc<Webhook> {
-        Arc::new(Webhook {
-            client,
-            key: Some(key),
-            decoding: Arc::new(tokio::sync::Semaphore::new(DECODE_BUDGET_BYTES)),
-            any_caller_approves: false,
-        })
+        Webhook::made(client, Some(key), false)
     }
 
     /// A webhook stamping with `key` for any caller that reaches its port, authenticated or
     /// not (`--webhook-unauthenticated-approvals`).
     pub fn for_any_caller(client: kube::Client, key: crate::approval::Key) -> Arc<Webhook> {
+        Webhook::made(client, Some(key), true)
+    }
+
+    /// What the constructors above share: the whole decode budget free.
+    fn made(
+        client: kube::Client,
+        key: Option<crate::approval::Key>,
+        any_caller_approves: bool,
+    ) -> Arc<Webhook> {
         Arc::new(Webhook {
             client,
-            key: Some(key),
+            key,
             decoding: Arc::new(tokio::sync::Semaphore::new(DECODE_BUDGET_BYTES)),
-            any_caller_approves: true,
+            any_caller_approves,
         })
     }
 
@@ -147,6 +146,31 @@ impl Webhook {
         })?;
         Ok((review, permit))
     }
+
+    /// What both handlers (`/validate`, `/mutate`) do around their own answer: the review in
+    /// `body` decoded ([`Webhook::decode`], its share of the budget held until the answer is
+    /// made), its request answered by `answer`, and the response as a review; a review refused
+    /// or not decodable, or holding no valid request, is answered here.
+    pub async fn answer_review<F, Fut>(
+        &self,
+        body: &[u8],
+        answer: F,
+    ) -> AdmissionReview<DynamicObject>
+    where
+        F: FnOnce(AdmissionRequest<DynamicObject>) -> Fut,
+        Fut: std::future::Future<Output = AdmissionResponse>,
+    {
+        let (review, _held) = match self.decode(body).await {
+            Ok(decoded) => decoded,
+            Err(denied) => return denied.into_review(),
+        };
+        let request: Result<AdmissionRequest<DynamicObject>, _> = review.try_into();
+        let response = match request {
+            Ok(req) => answer(req).await,
+            Err(e) => AdmissionResponse::invalid(e),
+        };
+        response.into_review()
+    }
 }
 
 /// The webhook as its handlers receive it from whichever server routes to them (the
@@ -164,28 +188,35 @@ pub async fn handle(
     let Some(webhook) = webhook else {
         return Err(axum::http::StatusCode::NOT_FOUND);
     };
-    let (review, _held) = match webhook.decode(&body).await {
-        Ok(decoded) => decoded,
-        Err(denied) => return Ok(Json(denied.into_review())),
-    };
-    let request: Result<AdmissionRequest<DynamicObject>, _> = review.try_into();
-    let response = match request {
-        Ok(req) => {
-            let spec = review_request(&req);
-            if !spec.allowed || approval::decisions(&req).is_empty() {
-                spec
-            } else if let Err(refusal) = webhook.may_ask_about_approvals(caller.map(|c| c.0)) {
-                spec.deny(refusal)
-            } else {
-                match approval::authorize(&webhook.client, &req).await {
-                    Ok(()) => spec,
-                    Err(refusal) => spec.deny(refusal),
-                }
-            }
+    let hook = &*webhook;
+    let caller = caller.map(|c| c.0);
+    let review = hook
+        .answer_review(
+            &body,
+            |req| async move { validate(hook, &req, caller).await },
+        )
+        .await;
+    Ok(Json(review))
+}
+
+/// The validating answer to one request: its spec reviewed, then, if it makes an approval
+/// decision, whether its user may.
+async fn validate(
+    webhook: &Webhook,
+    req: &AdmissionRequest<DynamicObject>,
+    caller: Option<Caller>,
+) -> AdmissionResponse {
+    let spec = review_request(req);
+    if !spec.allowed || approval::decisions(req).is_empty() {
+        spec
+    } else if let Err(refusal) = webhook.may_ask_about_approvals(caller) {
+        spec.deny(refusal)
+    } else {
+        match approval::authorize(&webhook.client, req).await {
+            Ok(()) => spec,
+            Err(refusal) => spec.deny(refusal),
         }
-        Err(e) => AdmissionResponse::invalid(e),
-    };
-    Ok(Json(response.into_review()))
+    }
 }
 
 /// The webhook's decision on one request.

@@ -28,16 +28,12 @@ pub async fn handle(
     let Some(webhook) = webhook else {
         return Err(axum::http::StatusCode::NOT_FOUND);
     };
-    let (review, _held) = match webhook.decode(&body).await {
-        Ok(decoded) => decoded,
-        Err(denied) => return Ok(Json(denied.into_review())),
-    };
-    let request: Result<AdmissionRequest<DynamicObject>, _> = review.try_into();
-    let response = match request {
-        Ok(req) => answer(&webhook, &req, caller.map(|c| c.0)).await,
-        Err(e) => AdmissionResponse::invalid(e),
-    };
-    Ok(Json(response.into_review()))
+    let hook = &*webhook;
+    let caller = caller.map(|c| c.0);
+    let review = hook
+        .answer_review(&body, |req| async move { answer(hook, &req, caller).await })
+        .await;
+    Ok(Json(review))
 }
 
 /// The answer to one request: its approval decision, stop and rollout action stamped (each
