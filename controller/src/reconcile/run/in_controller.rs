@@ -8,8 +8,6 @@ use pseudoflow_compiler::lower::{in_controller_input, NodeInstance};
 use pseudoflow_compiler::plan::PlanNode;
 
 use super::{failed, Driving};
-use crate::flow::events::EventType;
-use crate::flow::status::step_at;
 use crate::flow::Error;
 use crate::in_controller::{self, Request, Seen};
 use crate::limits::STEP_IN_CONTROLLER_WAIT_MS;
@@ -55,14 +53,8 @@ impl Driving<'_> {
             }
         };
         let sa = &self.flow_ref.service_account;
-        let note = format!(
-            "{}: started (in the controller, as ServiceAccount {sa})",
-            step_at(&node.path, key)
-        );
-        self.r
-            .publish(EventType::Normal, "StepStarted", &note)
-            .await;
-        self.narrator.told(&node.id, key);
+        let how = format!(" (in the controller, as ServiceAccount {sa})");
+        self.tell_started(node, key, &how).await;
         let ended = steps.start(req).ended;
         let wait = Duration::from_millis(STEP_IN_CONTROLLER_WAIT_MS);
         // The receiver is let go before the last look: a step ending after it wakes the flow.

@@ -444,6 +444,17 @@ impl Driving<'_> {
         self.launch(run, node, key, attempt).await
     }
 
+    /// Publishes step instance `node`/`key`'s `StepStarted` Event (`how`: what follows
+    /// "started", where it runs) where it starts, which knows where, and tells the narrator so,
+    /// which would otherwise tell it again without.
+    async fn tell_started(&self, node: &PlanNode, key: &[String], how: &str) {
+        let note = format!("{}: started{how}", step_at(&node.path, key));
+        self.r
+            .publish(EventType::Normal, "StepStarted", &note)
+            .await;
+        self.narrator.told(&node.id, key);
+    }
+
     /// A fused step already running in the Job of the steps before it: nothing to launch; its
     /// result is folded if that Job already reported it. Returns whether it did.
     async fn join_covering_job(
@@ -456,14 +467,8 @@ impl Driving<'_> {
     ) -> bool {
         let job = self.job_of(run, &job_node, key, attempt);
         run.state.entry(&node.id, key).job_node = Some(job_node);
-        let note = format!(
-            "{}: started (in Job {job}, fused with the steps before it)",
-            step_at(&node.path, key)
-        );
-        self.r
-            .publish(EventType::Normal, "StepStarted", &note)
-            .await;
-        self.narrator.told(&node.id, key);
+        let how = format!(" (in Job {job}, fused with the steps before it)");
+        self.tell_started(node, key, &how).await;
         let known = self
             .reports
             .cached(&job)
@@ -648,13 +653,8 @@ impl Driving<'_> {
             } else {
                 String::new()
             };
-            let note = format!(
-                "{}: started{on} (Job {job}{shared})",
-                step_at(&node.path, key)
-            );
-            self.r
-                .publish(EventType::Normal, "StepStarted", &note)
-                .await;
+            let how = format!("{on} (Job {job}{shared})");
+            self.tell_started(node, key, &how).await;
         }
         info!(node = %node_id, key = ?key, "launched {job}");
         Ok(false)
