@@ -2,7 +2,7 @@
 //! in-cluster), `--context`, `-n` (else the context's namespace, else `default`).
 
 use anyhow::Context as _;
-use kube::api::{Api, ApiResource, DynamicObject};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
@@ -72,5 +72,22 @@ pub fn status(flow: &DynamicObject) -> pseudoflow_crd::PseudoFlowStatus {
     flow.data
         .get("status")
         .and_then(|s| serde_json::from_value(s.clone()).ok())
+        .unwrap_or_default()
+}
+
+/// The names of what `api` lists with `params`, none when the list fails: what completion and
+/// `plan`'s node targets want, where a failed list must not end the command.
+pub async fn names<K>(api: &Api<K>, params: &ListParams) -> Vec<String>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.list(params)
+        .await
+        .map(|l| {
+            l.items
+                .into_iter()
+                .filter_map(|o| o.meta().name.clone())
+                .collect()
+        })
         .unwrap_or_default()
 }

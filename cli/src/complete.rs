@@ -114,32 +114,16 @@ async fn namespaces(g: &Global) -> Vec<String> {
     let Ok(k) = cluster::connect(g, None).await else {
         return Vec::new();
     };
-    Api::<k8s_openapi::api::core::v1::Namespace>::all(k.client)
-        .list(&ListParams::default())
-        .await
-        .map(|l| {
-            l.items
-                .into_iter()
-                .filter_map(|n| n.metadata.name)
-                .collect()
-        })
-        .unwrap_or_default()
+    let api = Api::<k8s_openapi::api::core::v1::Namespace>::all(k.client);
+    cluster::names(&api, &ListParams::default()).await
 }
 
 async fn flow_names(g: &Global) -> Vec<String> {
     let Ok(k) = cluster::connect(g, None).await else {
         return Vec::new();
     };
-    flows(&k.client, Some(&k.namespace))
-        .list(&ListParams::default())
-        .await
-        .map(|l| {
-            l.items
-                .into_iter()
-                .filter_map(|f| f.metadata.name)
-                .collect()
-        })
-        .unwrap_or_default()
+    let api = flows(&k.client, Some(&k.namespace));
+    cluster::names(&api, &ListParams::default()).await
 }
 
 async fn step_names(g: &Global, flow: &str) -> Vec<String> {

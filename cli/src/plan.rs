@@ -542,16 +542,8 @@ impl Planner {
             return Vec::new();
         };
         let sel = sel.as_str();
-        Api::<Node>::all(self.sa_client.clone())
-            .list(&ListParams::default().labels(sel))
-            .await
-            .map(|l| {
-                l.items
-                    .into_iter()
-                    .filter_map(|n| n.metadata.name)
-                    .collect()
-            })
-            .unwrap_or_default()
+        let api = Api::<Node>::all(self.sa_client.clone());
+        cluster::names(&api, &ListParams::default().labels(sel)).await
     }
 
     /// Walks `steps` (at `base`), `nodes` being the loopNodes targets around them and `cond` the
