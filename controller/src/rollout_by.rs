@@ -158,16 +158,8 @@ mod tests {
                 "rollout": {"revision": "f-2", "phase": "Progressing", "wave": 1, "waves": 2,
                     "target": 1, "updated": 0}}}})
         };
-        let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-            "request": {"uid": "u", "kind": {"group": "ops.example.com", "version": "v1alpha1",
-                "kind": "PseudoFlow"}, "resource": {"group": "ops.example.com",
-                "version": "v1alpha1", "resource": "pseudoflows"}, "name": "f",
-                "namespace": "ns", "operation": op,
-                "userInfo": {"username": "alice", "groups": ["ops"]},
-                "object": obj(ann), "oldObject": old_ann.map(obj)}});
-        let review: kube::core::admission::AdmissionReview<DynamicObject> =
-            serde_json::from_value(review).unwrap();
-        review.try_into().unwrap()
+        let user = json!({"username": "alice", "groups": ["ops"]});
+        crate::webhook::testing::request(op, None, user, obj(ann), old_ann.map(obj))
     }
 
     #[test]

@@ -114,16 +114,8 @@ mod tests {
             json!({"apiVersion": "ops.example.com/v1alpha1", "kind": "PseudoFlow",
             "metadata": {"name": "f", "namespace": "ns", "annotations": a}})
         };
-        let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-            "request": {"uid": "u", "kind": {"group": "ops.example.com", "version": "v1alpha1",
-                "kind": "PseudoFlow"}, "resource": {"group": "ops.example.com",
-                "version": "v1alpha1", "resource": "pseudoflows"}, "name": "f",
-                "namespace": "ns", "operation": op,
-                "userInfo": {"username": "alice", "groups": ["ops"]},
-                "object": obj(ann), "oldObject": old_ann.map(obj)}});
-        let review: kube::core::admission::AdmissionReview<DynamicObject> =
-            serde_json::from_value(review).unwrap();
-        review.try_into().unwrap()
+        let user = json!({"username": "alice", "groups": ["ops"]});
+        crate::webhook::testing::request(op, None, user, obj(ann), old_ann.map(obj))
     }
 
     #[test]

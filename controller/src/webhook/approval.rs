@@ -153,17 +153,8 @@ mod tests {
             json!({"apiVersion": "ops.example.com/v1alpha1", "kind": "PseudoFlow",
             "metadata": {"name": "f", "namespace": "team", "annotations": a}, "spec": {}})
         };
-        let review: kube::core::admission::AdmissionReview<DynamicObject> = serde_json::from_value(json!({
-            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-            "request": {
-                "uid": "u", "name": "f", "namespace": "team", "operation": op, "subResource": sub,
-                "kind": {"group": "ops.example.com", "version": "v1alpha1", "kind": "PseudoFlow"},
-                "resource": {"group": "ops.example.com", "version": "v1alpha1", "resource": "pseudoflows"},
-                "userInfo": {"username": "mallory"},
-                "object": obj(ann), "oldObject": old_ann.map(obj),
-            }
-        })).unwrap();
-        review.try_into().unwrap()
+        let user = json!({"username": "mallory"});
+        crate::webhook::testing::request(op, sub, user, obj(ann), old_ann.map(obj))
     }
 
     #[test]

@@ -33,6 +33,8 @@ pub enum Caller {
 pub mod approval;
 pub mod decode;
 pub mod stamp;
+#[cfg(test)]
+pub(crate) mod testing;
 
 /// At most this many problems are listed in a refusal (the rest are counted).
 pub const MAX_LISTED: usize = 50;

@@ -178,18 +178,8 @@ mod tests {
             "metadata": {"name": "f", "namespace": "team", "annotations": a}, "spec": {},
             "status": {"run": {"id": "r1", "generation": 1}}})
         };
-        let review: AdmissionReview<DynamicObject> = serde_json::from_value(json!({
-            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-            "request": {
-                "uid": "u", "name": "f", "namespace": "team", "operation": op,
-                "kind": {"group": "ops.example.com", "version": "v1alpha1", "kind": "PseudoFlow"},
-                "resource": {"group": "ops.example.com", "version": "v1alpha1", "resource": "pseudoflows"},
-                "userInfo": {"username": "boss", "groups": ["ops", "system:authenticated"]},
-                "object": obj(ann), "oldObject": old_ann.map(obj),
-            }
-        }))
-        .unwrap();
-        review.try_into().unwrap()
+        let user = json!({"username": "boss", "groups": ["ops", "system:authenticated"]});
+        crate::webhook::testing::request(op, None, user, obj(ann), old_ann.map(obj))
     }
 
     fn stamped(patch: &Value) -> String {

@@ -17,25 +17,8 @@ fn request(
     object: Value,
     old: Option<Value>,
 ) -> AdmissionRequest<DynamicObject> {
-    let review: AdmissionReview<DynamicObject> = serde_json::from_value(json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": "u-1",
-            "kind": {"group": "ops.example.com", "version": "v1alpha1", "kind": "PseudoFlow"},
-            "resource": {"group": "ops.example.com", "version": "v1alpha1", "resource": "pseudoflows"},
-            "subResource": sub,
-            "name": object["metadata"]["name"],
-            "namespace": "team",
-            "operation": operation,
-            "userInfo": {"username": "alice", "groups": ["devs"]},
-            "object": object,
-            "oldObject": old,
-            "dryRun": false,
-        }
-    }))
-    .unwrap();
-    review.try_into().unwrap()
+    let user = json!({"username": "alice", "groups": ["devs"]});
+    super::testing::request(operation, sub, user, object, old)
 }
 
 /// A flow with two typos, one nested inside a loop's `steps:` where the CRD schema cannot reach.
