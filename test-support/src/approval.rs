@@ -35,6 +35,19 @@ pub async fn annotate(ns: &str, name: &str, user: Option<&str>, what: &str) -> (
     kubectl_async(&args).await
 }
 
+/// Asserts that setting the stamp `annotation` to `value` on flow `gated` is refused to each of
+/// `users` (None: the admin): whatever it says, only the admission webhook writes a stamp.
+pub async fn assert_stamp_refused(ns: &str, annotation: &str, value: &str, users: &[Option<&str>]) {
+    for &user in users {
+        let what = format!("{annotation}={value}");
+        let (ok, out) = annotate(ns, "gated", user, &what).await;
+        assert!(
+            !ok && out.contains("written by the admission webhook only"),
+            "{user:?}: {out}"
+        );
+    }
+}
+
 /// Waits until both webhooks answer for flow `gated` (the approval tests' flow): see
 /// [`wait_webhooks_active_on`].
 pub async fn wait_webhooks_active(ns: &str) {

@@ -245,14 +245,9 @@ pub async fn wait_widget(client: &Client, ns: &str, name: &str, phase: &str) -> 
     widget_status(client, ns, name).await
 }
 
-/// Whether ConfigMap `name` exists in `ns`.
-pub async fn config_map_exists(client: &Client, ns: &str, name: &str) -> bool {
-    Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), ns)
-        .get_opt(name)
-        .await
-        .unwrap()
-        .is_some()
-}
+/// Whether ConfigMap `name` exists in `ns` (the approval tests' helper, which the bound ones
+/// use as well).
+pub use crate::approval::config_map_exists;
 
 /// Every verb a bound flow's ServiceAccount needs on widgets.
 pub fn all_verbs() -> Value {
