@@ -10,7 +10,7 @@ use kube::Client;
 use pseudoflow_test_support::{create_flow, flows};
 use serde_json::{json, Value};
 
-use crate::support::{lines_until, namespace, pf, spawn_pf};
+use crate::support::{lines_until, namespace, pf, spawn_pf, Out};
 use pseudoflow_controller::approval::Key;
 use pseudoflow_controller::rollout_by::RolloutStamp;
 use pseudoflow_test_support::admission::{editor_and_approver, start_webhooks};
@@ -52,6 +52,16 @@ async fn create_bound(client: &Client, ns: &str, name: &str) {
     create_flow(client, ns, name, spec).await;
 }
 
+/// Runs the plugin with `args`, which must exit 1 with every one of `says` in its stderr.
+async fn fails_saying(args: &[&str], says: &[&str]) -> Out {
+    let o = pf(args).await;
+    assert_eq!(o.code, 1, "{args:?}: {}", o.stdout);
+    for text in says {
+        assert!(o.stderr.contains(text), "{text:?} in {}", o.stderr);
+    }
+    o
+}
+
 fn rollout(phase: &str, wave: u32, updated: u32) -> Value {
     json!({"revision": "widgets-2b", "from": "widgets-1a", "phase": phase, "wave": wave,
         "waves": 2, "target": 2, "updated": updated})
@@ -90,12 +100,14 @@ async fn rollout_status_waits_for_completion_and_fails_when_stopped_or_timed_out
     // Observed, with no rollout: nothing to wait for.
     let none = json!({"objects": 0, "creating": 0, "running": 0, "failed": 0});
     set_bound(&client, &ns, "widgets", none).await;
-    let o = pf(&["rollout", "status", "widgets", "-n", &ns, "-w=false"]).await;
-    assert_eq!(o.code, 1, "no rollout yet: {}", o.stdout);
-    assert!(o.stderr.contains("has no rollout yet"), "{}", o.stderr);
-    let o = pf(&["rollout", "status", "plain", "-n", &ns]).await;
-    assert_eq!(o.code, 1, "{}", o.stdout);
-    assert!(o.stderr.contains("is not bound to a kind"), "{}", o.stderr);
+    let status_of = ["rollout", "status", "widgets", "-n", &ns];
+    fails_saying(
+        &[&status_of[..], &["-w=false"]].concat(),
+        &["has no rollout yet"],
+    )
+    .await;
+    let plain = ["rollout", "status", "plain", "-n", &ns];
+    fails_saying(&plain, &["is not bound to a kind"]).await;
 
     set_rollout(&client, &ns, rollout("Progressing", 1, 1)).await;
     let o = pf(&["rollout", "status", "widgets", "-n", &ns, "--watch=false"]).await;
@@ -108,9 +120,8 @@ async fn rollout_status_waits_for_completion_and_fails_when_stopped_or_timed_out
         "{}",
         o.stdout
     );
-    let o = pf(&["rollout", "status", "widgets", "-n", &ns, "--timeout", "2s"]).await;
-    assert_eq!(o.code, 1, "{}", o.stdout);
-    assert!(o.stderr.contains("timed out after 2s"), "{}", o.stderr);
+    let timeout = [&status_of[..], &["--timeout", "2s"]].concat();
+    fails_saying(&timeout, &["timed out after 2s"]).await;
 
     // Waiting: each change printed, exit 0 once Completed.
     let mut child = spawn_pf(&["rollout", "status", "widgets", "-n", &ns]);
@@ -136,49 +147,28 @@ async fn rollout_status_waits_for_completion_and_fails_when_stopped_or_timed_out
         .patch("widgets", &PatchParams::default(), &Patch::Merge(spec))
         .await
         .unwrap();
-    let o = pf(&["rollout", "status", "widgets", "-n", &ns, "--timeout", "2s"]).await;
-    assert_eq!(o.code, 1, "{}", o.stdout);
-    assert!(
-        o.stdout.contains("phase:       Completed")
-            && o.stderr.contains("timed out after 2s")
-            && o.stderr.contains("observe generation 2"),
-        "{}{}",
-        o.stdout,
-        o.stderr
-    );
+    let o = fails_saying(&timeout, &["timed out after 2s", "observe generation 2"]).await;
+    assert!(o.stdout.contains("phase:       Completed"), "{}", o.stdout);
 
     // Stopped: exit 1 with the message and the failed objects.
     let mut stopped = rollout("Stopped", 1, 0);
     stopped["failedObjects"] = json!([format!("{ns}/w-1")]);
     stopped["message"] = json!("1 object of revision widgets-2b failed");
     set_rollout(&client, &ns, stopped).await;
-    let o = pf(&["rollout", "status", "widgets", "-n", &ns]).await;
-    assert_eq!(o.code, 1, "{}", o.stdout);
-    assert!(
-        o.stderr
-            .contains("stopped: 1 object of revision widgets-2b failed")
-            && o.stderr.contains(&format!("(failed: {ns}/w-1)")),
-        "{}",
-        o.stderr
-    );
+    let failed = format!("(failed: {ns}/w-1)");
+    let says = ["stopped: 1 object of revision widgets-2b failed", &failed];
+    fails_saying(&status_of, &says).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rollout_actions_set_the_annotation_each_time_and_refuse_what_means_nothing() {
     let (client, ns) = namespace("pf-rollout-act").await;
     create_bound(&client, &ns, "widgets").await;
-    let o = pf(&["rollout", "promote", "widgets", "-n", &ns]).await;
-    assert_eq!(o.code, 1, "{}", o.stdout);
-    assert!(o.stderr.contains("has no rollout yet"), "{}", o.stderr);
+    let promote = ["rollout", "promote", "widgets", "-n", &ns];
+    fails_saying(&promote, &["has no rollout yet"]).await;
     set_rollout(&client, &ns, rollout("Progressing", 1, 1)).await;
-    let o = pf(&["rollout", "resume", "widgets", "-n", &ns]).await;
-    assert_eq!(o.code, 1, "{}", o.stdout);
-    assert!(
-        o.stderr
-            .contains("is not paused (Progressing); nothing asked"),
-        "{}",
-        o.stderr
-    );
+    let resume = ["rollout", "resume", "widgets", "-n", &ns];
+    fails_saying(&resume, &["is not paused (Progressing); nothing asked"]).await;
     assert_eq!(rollout_annotation(&client, &ns).await, None);
     // Set, and set again (removed first: an unchanged annotation is no new request). No webhook
     // here: no stamp, which the plugin warns about.
@@ -202,9 +192,7 @@ async fn rollout_actions_set_the_annotation_each_time_and_refuse_what_means_noth
         );
     }
     set_rollout(&client, &ns, rollout("Completed", 2, 2)).await;
-    let o = pf(&["rollout", "promote", "widgets", "-n", &ns]).await;
-    assert_eq!(o.code, 1, "{}", o.stdout);
-    assert!(o.stderr.contains("nothing to promote"), "{}", o.stderr);
+    fails_saying(&promote, &["nothing to promote"]).await;
     let o = pf(&["rollout", "undo", "widgets", "-n", &ns]).await;
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert_eq!(
