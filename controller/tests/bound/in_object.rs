@@ -5,7 +5,8 @@
 //! `trigger.changed`; a failing step fails its object naming the step's path; a flow with a step
 //! that needs a pod is refused naming that step; a forged served mark moves only its own object;
 //! `onDelete` runs behind a finalizer on the object, retried until it succeeds, and a deleted
-//! flow releases that finalizer.
+//! flow releases that finalizer. Related objects (`bind.related`) followed in the object: in
+//! [`related`].
 
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::Client;
@@ -14,6 +15,9 @@ use serde_json::{json, Value};
 
 use crate::common::bound::*;
 use crate::common::{create_flow, eventually, flows, grant, wait_status, wait_until, Shown};
+
+/// `bind.related` followed by a flow recorded in its objects.
+mod related;
 
 /// The widget flow of the bound-flow tests, recorded in the objects, without its `onDelete`
 /// (so it puts no finalizer on its objects; [`on_delete_flow`] keeps it).
