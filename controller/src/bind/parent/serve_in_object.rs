@@ -29,7 +29,7 @@ impl Binding<'_> {
         // read, or a reference that names nothing, leaves it unserved, naming the reference
         // (as a child-recorded object). An object leaving needs none.
         let seen = if leaving {
-            in_object::related::forget(&self.r.own, self.r.uid, object_uid);
+            in_object::related::forget(self.r.own, self.r.uid, object_uid);
             vec![]
         } else {
             match self.related_now(&object::view(obj)).await? {
