@@ -22,6 +22,8 @@ use pseudoflow_test_support as common;
 
 /// The same, recorded in the objects (`bind.record: Object`).
 mod in_object;
+/// `bind.related` followed by a flow recorded in its objects.
+mod in_object_related;
 /// A bound flow's revisions (ControllerRevisions), under both ways of recording.
 mod revisions;
 /// A bound flow's revision rolled out to its objects in waves, stopping on failure.

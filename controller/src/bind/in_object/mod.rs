@@ -308,18 +308,8 @@ impl Serving<'_> {
             outcomes.schedule(self.parent.uid, &name, Some(s));
             return Err(e);
         }
-        let mark = Mark::of(self.parent.uid, self.parent.generation, &it.view, self.bind);
-        let mut mark = mark.with_related(&it.related);
-        mark.failed = failed;
-        mark.revision = Some(revision);
-        mark.served_at = ended_at;
-        if failed {
-            mark.failures = failures;
-            mark.failed_at = ended_at;
-            mark.permanent = permanent;
-            mark.retry_trigger = Some(it.trigger.clone());
-        }
-        let encoded = mark.encode();
+        let failure = failed.then_some((failures, permanent));
+        let encoded = self.ended_mark(&it, revision, ended_at, failure).encode();
         let marked = self.mark(obj, &it.key, &encoded).await;
         if marked.is_ok() {
             // What the mark now records is what its next serve compares with.
@@ -334,6 +324,30 @@ impl Serving<'_> {
         });
         outcomes.schedule(self.parent.uid, &name, schedule);
         Ok(refusal)
+    }
+
+    /// The served mark for the run `it` of revision `revision`, ended at `ended_at`, with its
+    /// `failure` (failures in a row, whether permanent) if it failed: what it served, its
+    /// related objects' versions and its retry schedule.
+    fn ended_mark(
+        &self,
+        it: &Due<'_>,
+        revision: String,
+        ended_at: i64,
+        failure: Option<(u32, bool)>,
+    ) -> Mark {
+        let mark = Mark::of(self.parent.uid, self.parent.generation, &it.view, self.bind);
+        let mut mark = mark.with_related(&it.related);
+        mark.failed = failure.is_some();
+        mark.revision = Some(revision);
+        mark.served_at = ended_at;
+        if let Some((failures, permanent)) = failure {
+            mark.failures = failures;
+            mark.failed_at = ended_at;
+            mark.permanent = permanent;
+            mark.retry_trigger = Some(it.trigger.clone());
+        }
+        mark
     }
 
     /// Awaits the object's run `ran`; if it is still going after [`SHOW_CREATING_AFTER`] (it

@@ -13,9 +13,9 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::Client;
 use serde_json::{json, Value};
 
-use super::{config_map, mark_of, record_shown, start_controller};
 use crate::common::bound::*;
 use crate::common::{apply, create_flow, eventually, flows, grant, wait_status};
+use crate::in_object::{config_map, mark_of, record_shown, start_controller};
 
 /// The Secret's data, as written and as the API stores it (base64): neither may appear in
 /// anything the flow writes.
