@@ -96,7 +96,7 @@ impl Serving<'_> {
         let marked = mark.as_ref().and_then(|m| m.revision.as_deref());
         let with = self.with(&name, marked);
         let changed = self.changed(mark.as_ref(), &view, &with);
-        let changed = self.with_related(uid, mark.as_ref(), changed);
+        let changed = self.with_related(&name, mark.as_ref(), changed);
         let policy = self.bind.retry.unwrap_or_default();
         let outcomes = &self.r.own.outcomes;
         let known = outcomes.scheduled(self.parent.uid, &name);
@@ -313,8 +313,7 @@ impl Serving<'_> {
         let marked = self.mark(obj, &it.key, &encoded).await;
         if marked.is_ok() {
             // What the mark now records is what its next serve compares with.
-            let uid = obj.metadata.uid.as_deref().unwrap_or_default();
-            self.remember_related(uid, &it.related);
+            self.remember_related(&name, &it.related);
         }
         self.tell(obj, told.as_deref(), permanent).await;
         let refusal = marked?;

@@ -24,12 +24,11 @@ impl Binding<'_> {
         if let Picked::Child(c) | Picked::Old(c) = self.pick(obj, children) {
             retire(self.flows, c.metadata.name.as_deref().unwrap_or_default()).await?;
         }
-        let object_uid = obj.metadata.uid.as_deref().unwrap_or_default();
         // What its related objects are now, as the ServiceAccount reads them; one it may not
         // read, or a reference that names nothing, leaves it unserved, naming the reference
         // (as a child-recorded object). An object leaving needs none.
         let seen = if leaving {
-            in_object::related::forget(self.r.own, self.r.uid, object_uid);
+            in_object::related::forget(self.r.own, self.r.uid, &object::key(obj));
             vec![]
         } else {
             match self.related_now(&object::view(obj)).await? {
