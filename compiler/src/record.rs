@@ -73,11 +73,7 @@ pub(crate) fn resolve(
     let why_not = reasons(spec, plan, on_delete);
     let chosen = match asked {
         Some(BindRecord::Object) => {
-            // A `related` list is refused by validation already, naming it.
-            for r in why_not
-                .into_iter()
-                .filter(|r| r.path != "spec.bind.related")
-            {
+            for r in why_not {
                 let message = match r.step_type {
                     Some(t) => format!("({t}): {NEEDS}; {}", r.why),
                     None => format!("{NEEDS}; {}", r.why),
@@ -134,10 +130,6 @@ fn reasons(spec: &PseudoFlowSpec, plan: &Plan, on_delete: Option<&Plan>) -> Vec<
         return vec![reason("spec.options.apiSteps", why)];
     }
     let mut out = Vec::new();
-    if spec.bind.as_ref().is_some_and(|b| !b.related.is_empty()) {
-        let why = "it does not follow related objects (yet)";
-        out.push(reason("spec.bind.related", why));
-    }
     // onDelete steps run the same way, behind the flow's finalizer on the object, when it is
     // deleted: the same rules hold, each error naming its `spec.onDelete[i]` path.
     for n in std::iter::once(plan).chain(on_delete).flat_map(Plan::nodes) {
@@ -314,9 +306,13 @@ mod tests {
         assert_eq!(chosen(&on_delete), RecordIn::Child);
         let jobs = json!({"steps": [cm("a")], "bind": bind, "options": {"apiSteps": "Job"}});
         assert_eq!(chosen(&jobs), RecordIn::Child);
+        // Related objects are followed in the object too (issue #41: seed 002 takes the fast
+        // path), asked or not.
         let mut related = fast.clone();
         related["bind"]["related"] = json!([{"apiVersion": "v1", "kind": "Secret", "name": "s"}]);
-        assert_eq!(chosen(&related), RecordIn::Child);
+        assert_eq!(chosen(&related), RecordIn::Object);
+        related["bind"]["record"] = json!("Object");
+        assert_eq!(chosen(&related), RecordIn::Object);
         let mut asked = fast.clone();
         asked["bind"]["record"] = json!("Child");
         assert_eq!(chosen(&asked), RecordIn::Child, "what is asked is kept");

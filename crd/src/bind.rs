@@ -72,8 +72,8 @@ pub struct Bind {
     /// Where each object's run is recorded: `Object` runs the object's steps in the
     /// controller's memory and records the result only in the object (its status and a served
     /// mark), as a hand-written operator would: every step (`onDelete` steps too, run behind a
-    /// finalizer on the object when it is deleted) must run in the controller, and no
-    /// `related`; `Child` keeps a child flow (and its run state) per object. Unset (the
+    /// finalizer on the object when it is deleted) must run in the controller (its `related`
+    /// objects are followed there too, their versions kept in the mark); `Child` keeps a child flow (and its run state) per object. Unset (the
     /// default): `Object` when the flow allows it, else `Child`, as the compiler decides
     /// (docs/decisions.md#bound-flows-recorded-in-the-object).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -318,12 +318,6 @@ impl Bind {
             }
             retry.validate(&mut ctx.at("retry"));
         }
-        if self.record == Some(BindRecord::Object) && !self.related.is_empty() {
-            ctx.error(
-                "related",
-                "bind.record: Object does not follow related objects (yet); use record: Child",
-            );
-        }
     }
 }
 
@@ -458,7 +452,7 @@ mod tests {
     }
 
     #[test]
-    fn record_is_left_to_the_compiler_unless_set_and_object_refuses_related_objects() {
+    fn record_is_left_to_the_compiler_unless_set_and_object_follows_related_objects() {
         let v = json!({"apiVersion": "example.com/v1", "kind": "Gadget"});
         let bind: Bind = serde_json::from_value(v.clone()).unwrap();
         assert_eq!(bind.record, None);
@@ -471,10 +465,9 @@ mod tests {
         assert!(problems(object.clone()).is_empty());
         object["related"] = json!([{"apiVersion": "v1", "kind": "Secret", "name": "s"}]);
         let p = problems(object);
-        assert_eq!(p.len(), 1, "{p:?}");
         assert!(
-            p[0].starts_with("spec.bind.related: bind.record: Object does not follow"),
-            "{p:?}"
+            p.is_empty(),
+            "record: Object follows related objects: {p:?}"
         );
     }
 

@@ -91,8 +91,9 @@ pub struct Binder {
     /// Per child flow uid: a digest of the object status it last wrote, so an unchanged status is
     /// not written again (lost on restart: then it is written once more, harmlessly).
     written: Mutex<HashMap<String, u64>>,
-    /// Per `<bound flow uid>/<child>/<related key>`: what that related object was when last
-    /// looked at (its content only as a digest, never kept in any object).
+    /// Per `<bound flow uid>/<child>/<related key>` (and `<bound flow uid>/object/<namespace>/<name>/<related
+    /// key>` when recorded in the object): what that related object was when
+    /// last looked at (its content only as a digest, never kept in any object).
     related: Mutex<HashMap<String, related::RelatedSeen>>,
 }
 

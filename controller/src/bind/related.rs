@@ -3,8 +3,9 @@
 //! ServiceAccount when it looks at the object; a change of one's content (anything but its
 //! metadata and status) starts a new run of the object's flow, whose `${trigger}` names it.
 //!
-//! What the child records in `spec.bound.related` is each related object's resourceVersion,
-//! never its content (a Secret's data must not reach a PseudoFlow). Whether a new version
+//! What the child records in `spec.bound.related` (or, recorded in the object, its served mark:
+//! [`super::served`]) is each related object's resourceVersion, never its content (a Secret's
+//! data must not reach a PseudoFlow, nor the object's annotations). Whether a new version
 //! changed the content is decided with a digest kept in the controller's memory only; after a
 //! restart, a new version counts as a change (at most one extra run per object).
 
@@ -15,7 +16,7 @@ use std::hash::{Hash, Hasher};
 use kube::api::DynamicObject;
 use pseudoflow_compiler::expr::{Engine, Scope};
 use pseudoflow_crd::bind::{RelatedRef, OBJECT_VAR};
-use serde_json::Value;
+use serde_json::{json, Value};
 
 /// A related reference rendered for one object.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -144,6 +145,25 @@ pub fn changed(
     }
 }
 
+/// `trigger` (what the object's own change starts, if anything) with the related objects that
+/// `changed` (their keys) added: an update naming them when nothing else changed, the object's
+/// own update naming them too; a create stays a create. Both ways of recording use it.
+pub fn with_changes(trigger: Option<Value>, changed: Vec<String>) -> Option<Value> {
+    if changed.is_empty() {
+        return trigger;
+    }
+    match trigger {
+        None => Some(json!({"event": "update", "changed": changed})),
+        Some(mut t) if t["event"] == "update" => {
+            if let Some(list) = t["changed"].as_array_mut() {
+                list.extend(changed.into_iter().map(Value::String));
+            }
+            Some(t)
+        }
+        Some(t) => Some(t),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -240,5 +260,22 @@ mod tests {
         let none = BTreeMap::new();
         assert!(changed(&none, "Secret/s", &seen("3", 11), None));
         assert!(!changed(&none, "Secret/s", &seen("", 0), None));
+    }
+
+    #[test]
+    fn related_changes_make_an_update_naming_them_and_a_create_stays_a_create() {
+        let changed = || vec!["Secret/s".to_string()];
+        assert_eq!(with_changes(None, vec![]), None);
+        assert_eq!(
+            with_changes(None, changed()),
+            Some(json!({"event": "update", "changed": ["Secret/s"]}))
+        );
+        let own = json!({"event": "update", "changed": [".spec.size"]});
+        assert_eq!(
+            with_changes(Some(own), changed()),
+            Some(json!({"event": "update", "changed": [".spec.size", "Secret/s"]}))
+        );
+        let create = json!({"event": "create", "changed": []});
+        assert_eq!(with_changes(Some(create.clone()), changed()), Some(create));
     }
 }

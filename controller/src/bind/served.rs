@@ -5,18 +5,23 @@
 //!
 //! The mark is compact JSON: the bound flow's uid and generation, the object's uid and
 //! generation, a short digest per two-level field path (the granularity `trigger.changed`
-//! names) and one per `watchFields` path. Pure. A tenant who writes the mark of their own
+//! names), one per `watchFields` path, and the resourceVersion of each related object
+//! (`bind.related`) it was served with, under a short digest of its key: versions only, never a
+//! related object's content (a Secret's data), so at most [`MAX_RELATED`] short entries. Pure. A tenant who writes the mark of their own
 //! object can only make that object be served again (at its next change or full pass) or not
 //! (the mark names the object's uid, so a mark copied from another object counts as none).
 
 use std::collections::BTreeMap;
 
 use pseudoflow_crd::bind::Bind;
+#[cfg(doc)]
+use pseudoflow_crd::bind::MAX_RELATED;
 use pseudoflow_crd::jsonpath::JsonPath;
 use pseudoflow_crd::protocol::names::sha256_hex;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use super::related::{self, RelatedSeen};
 pub use pseudoflow_crd::protocol::served::{mark_key, SERVED_PREFIX};
 /// Largest mark written with its digests; a larger one is written without, and the next serve
 /// counts every top-level field as changed.
@@ -53,6 +58,11 @@ pub struct Mark {
     /// Digests of the `watchFields` values, by path.
     #[serde(rename = "w", default, skip_serializing_if = "BTreeMap::is_empty")]
     watched: BTreeMap<String, String>,
+    /// The related objects' resourceVersions ("" for one absent) it was served with, by a
+    /// digest of each one's key (`Secret/name`): as a child's `spec.bound.related`, never
+    /// their content. Set by [`Mark::with_related`]; kept when the field digests are cut.
+    #[serde(rename = "l", default, skip_serializing_if = "BTreeMap::is_empty")]
+    related: BTreeMap<String, String>,
     /// Whether the run failed (the bound flow's summary counts it after a restart).
     #[serde(rename = "x", default, skip_serializing_if = "std::ops::Not::not")]
     pub failed: bool,
@@ -125,6 +135,7 @@ impl Mark {
             generation: view["metadata"]["generation"].as_i64(),
             fields: Some(fields),
             watched,
+            related: BTreeMap::new(),
             failed: false,
             failures: 0,
             failed_at: 0,
@@ -133,6 +144,16 @@ impl Mark {
             revision: None,
             served_at: 0,
         }
+    }
+
+    /// The mark recording the related objects as `seen` (key, what it is now): each one's
+    /// resourceVersion under [`related_key`], nothing of its content.
+    pub fn with_related(mut self, seen: &[(String, RelatedSeen)]) -> Mark {
+        self.related = seen
+            .iter()
+            .map(|(key, s)| (related_key(key), s.version.clone()))
+            .collect();
+        self
     }
 
     /// The annotation's value: compact JSON, without the field digests past [`MAX_MARK_BYTES`].
@@ -191,6 +212,37 @@ pub fn trigger(mark: Option<&Mark>, flow: (&str, i64), view: &Value, bind: &Bind
         return None;
     }
     Some(json!({"event": "update", "changed": changed}))
+}
+
+/// How a mark names related object `key` (`Secret/name`): a short digest, so that the mark
+/// stays small whatever the names.
+fn related_key(key: &str) -> String {
+    let mut d = sha256_hex(&["related", key]);
+    d.truncate(DIGEST_CHARS);
+    d
+}
+
+/// The related objects (their keys, as `${trigger.changed}` names them) whose content changed
+/// since `mark` was written, given what each is now (`seen`) and what this process remembers of
+/// each when it was last looked at (`remembered`; none after a restart): [`related::changed`]
+/// against the versions the mark records. A new version of the same content (a label, an
+/// annotation, a status write) is no change; of unknown content (after a restart) it is one.
+pub fn related_changes(
+    mark: &Mark,
+    seen: &[(String, RelatedSeen)],
+    remembered: impl Fn(&str) -> Option<RelatedSeen>,
+) -> Vec<String> {
+    let recorded: BTreeMap<String, String> = seen
+        .iter()
+        .filter_map(|(key, _)| {
+            let v = mark.related.get(&related_key(key))?;
+            Some((key.clone(), v.clone()))
+        })
+        .collect();
+    seen.iter()
+        .filter(|(key, now)| related::changed(&recorded, key, now, remembered(key).as_ref()))
+        .map(|(key, _)| key.clone())
+        .collect()
 }
 
 /// The two-level paths whose digests differ; every top-level field when `prev` kept none.
@@ -345,5 +397,76 @@ mod tests {
         let key = mark_key("ops", "gadgets");
         assert!(key.starts_with(SERVED_PREFIX) && key.len() <= SERVED_PREFIX.len() + 63);
         assert_ne!(key, mark_key("other", "gadgets"));
+    }
+
+    fn seen(version: &str, digest: u64) -> RelatedSeen {
+        RelatedSeen {
+            version: version.into(),
+            digest,
+        }
+    }
+
+    #[test]
+    fn the_mark_records_related_versions_compactly_and_never_their_content() {
+        let b0 = bind(&[]);
+        let a = obj("u1", 1, json!({"secret": "s"}), json!({}));
+        // The longest keys there can be, as many as a flow may name (MAX_RELATED).
+        let long = "x".repeat(253);
+        let related: Vec<(String, RelatedSeen)> = (0..pseudoflow_crd::bind::MAX_RELATED)
+            .map(|i| (format!("Secret/ns{i}/{long}"), seen("123456789", 42)))
+            .collect();
+        let plain = Mark::of("f", 1, &a, &b0).encode();
+        let raw = Mark::of("f", 1, &a, &b0).with_related(&related).encode();
+        assert!(!raw.contains(&long), "keys are digests: {raw}");
+        // Each entry: a 16-character digest and the version, quoted.
+        assert!(
+            raw.len() - plain.len() <= 8 * 40,
+            "{}",
+            raw.len() - plain.len()
+        );
+        let m = Mark::decode(&raw, "u1").unwrap();
+        assert_eq!(
+            related_changes(&m, &related, |_| None),
+            Vec::<String>::new()
+        );
+        // A mark cut for its size keeps the related versions (else every serve would see
+        // each related object as new and run again).
+        let many: serde_json::Map<String, Value> =
+            (0..1000).map(|i| (format!("k{i}"), json!(i))).collect();
+        let big = obj("u1", 1, Value::Object(many), json!({}));
+        let raw = Mark::of("f", 1, &big, &b0).with_related(&related).encode();
+        assert!(raw.len() <= MAX_MARK_BYTES, "{}", raw.len());
+        let m = Mark::decode(&raw, "u1").unwrap();
+        assert!(m.fields.is_none(), "cut");
+        assert_eq!(
+            related_changes(&m, &related, |_| None),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
+    fn a_related_object_changed_when_its_content_did_or_is_unknown_not_its_metadata() {
+        let b0 = bind(&[]);
+        let a = obj("u1", 1, json!({"secret": "s"}), json!({}));
+        let was = [("Secret/s".to_string(), seen("7", 11))];
+        let m = Mark::of("f", 1, &a, &b0).with_related(&was);
+        let m = Mark::decode(&m.encode(), "u1").unwrap();
+        let remembered = |_: &str| Some(seen("7", 11));
+        let now = |v: &str, d| [("Secret/s".to_string(), seen(v, d))];
+        assert!(related_changes(&m, &now("7", 11), remembered).is_empty());
+        // A label or a status write: a new version, the same content.
+        assert!(related_changes(&m, &now("8", 11), remembered).is_empty());
+        assert_eq!(related_changes(&m, &now("8", 12), remembered), ["Secret/s"]);
+        // After a restart nothing is remembered: a new version counts (one extra run at most),
+        // the version the mark records does not.
+        assert_eq!(related_changes(&m, &now("8", 11), |_| None), ["Secret/s"]);
+        assert!(related_changes(&m, &now("7", 11), |_| None).is_empty());
+        // Gone since: a change; a reference the mark does not know (a mark written before it
+        // recorded related objects) counts when its object is there.
+        assert_eq!(related_changes(&m, &now("", 0), remembered), ["Secret/s"]);
+        let old = Mark::of("f", 1, &a, &b0);
+        assert_eq!(related_changes(&old, &now("7", 11), |_| None), ["Secret/s"]);
+        let absent = [("Secret/gone".to_string(), seen("", 0))];
+        assert!(related_changes(&old, &absent, |_| None).is_empty());
     }
 }

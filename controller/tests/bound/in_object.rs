@@ -5,7 +5,8 @@
 //! `trigger.changed`; a failing step fails its object naming the step's path; a flow with a step
 //! that needs a pod is refused naming that step; a forged served mark moves only its own object;
 //! `onDelete` runs behind a finalizer on the object, retried until it succeeds, and a deleted
-//! flow releases that finalizer.
+//! flow releases that finalizer. Related objects (`bind.related`) followed in the object are in
+//! `in_object_related.rs`.
 
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::Client;
@@ -23,7 +24,7 @@ fn in_object_flow() -> Value {
     flow
 }
 
-async fn config_map(client: &Client, ns: &str, name: &str) -> Option<Value> {
+pub(crate) async fn config_map(client: &Client, ns: &str, name: &str) -> Option<Value> {
     let api = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), ns);
     let cm = api.get_opt(name).await.unwrap()?;
     Some(serde_json::to_value(cm.data.unwrap_or_default()).unwrap())
@@ -35,7 +36,7 @@ async fn delete_config_map(client: &Client, ns: &str, name: &str) {
 }
 
 /// Widget `name`'s served mark of flow `widgets`.
-async fn mark_of(client: &Client, ns: &str, name: &str) -> Option<String> {
+pub(crate) async fn mark_of(client: &Client, ns: &str, name: &str) -> Option<String> {
     let w = widgets(client, ns).get(name).await.unwrap();
     let a = w.metadata.annotations.unwrap_or_default();
     a.get(&mark_key(ns, "widgets")).cloned()
@@ -654,7 +655,7 @@ async fn a_backoff_over_its_cap_is_refused_naming_the_field() {
 }
 
 /// A controller for namespace `ns` (as `setup` starts one), whose task can be stopped.
-async fn start_controller(client: &Client, ns: &str) -> tokio::task::JoinHandle<()> {
+pub(crate) async fn start_controller(client: &Client, ns: &str) -> tokio::task::JoinHandle<()> {
     use pseudoflow_controller::{metrics::Metrics, run_controller, Context};
     use std::sync::Arc;
     let config = controller_config(client, ns).await;
@@ -970,7 +971,7 @@ async fn switching_to_child_hands_the_finalizer_to_the_child() {
 }
 
 /// The bound flow `widgets`' `status.bound.record`, as the controller wrote it.
-async fn record_shown(client: &Client, ns: &str) -> Option<String> {
+pub(crate) async fn record_shown(client: &Client, ns: &str) -> Option<String> {
     let f = flows(client, ns).get("widgets").await.unwrap();
     f.data["status"]["bound"]["record"]
         .as_str()

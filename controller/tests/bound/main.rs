@@ -22,6 +22,8 @@ use pseudoflow_test_support as common;
 
 /// The same, recorded in the objects (`bind.record: Object`).
 mod in_object;
+/// `bind.related` followed by a flow recorded in its objects.
+mod in_object_related;
 /// A bound flow's revisions (ControllerRevisions), under both ways of recording.
 mod revisions;
 /// A bound flow's revision rolled out to its objects in waves, stopping on failure.
@@ -405,11 +407,13 @@ fn related_flow() -> Value {
     related_flow_of("ConfigMap", "${object.spec.config}")
 }
 
-/// [`related_flow`] with a reference to a `kind` named `name`.
+/// [`related_flow`] with a reference to a `kind` named `name`, recorded in a child flow per
+/// object (unset, `record` would be `Object`: its one step runs in the controller; the same
+/// flow recorded in its objects is in `in_object.rs`).
 fn related_flow_of(kind: &str, name: &str) -> Value {
     json!({
         "serviceAccountName": "flow",
-        "bind": {"apiVersion": format!("{GROUP}/v1"), "kind": "Widget",
+        "bind": {"apiVersion": format!("{GROUP}/v1"), "kind": "Widget", "record": "Child",
             "related": [{"apiVersion": "v1", "kind": kind, "name": name}]},
         "steps": [
             {"type": "apply", "name": "seen", "manifests": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ${object.metadata.name}-seen\ndata:\n  event: ${trigger.event}\n  changed: \"${trigger.changed | join(',')}\"\n"}

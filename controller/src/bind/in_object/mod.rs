@@ -7,10 +7,12 @@
 //! only repeatable steps allow (the compiler refuses any other: `pseudoflow_compiler::record`).
 //! A flow with `onDelete` holds a finalizer on each object it serves and runs those steps the
 //! same way when the object is deleted ([`deleted`]); released, it removes them ([`release`]).
-//! Every call is made as the flow's ServiceAccount.
+//! A change of a related object's content (`bind.related`) runs the object again, as it would
+//! re-make its child ([`related`]). Every call is made as the flow's ServiceAccount.
 
 pub mod deleted;
 pub mod outcomes;
+pub mod related;
 pub mod release;
 pub mod retry;
 pub mod run;
@@ -28,6 +30,7 @@ use pseudoflow_walk::{RunPhase, StoredRun};
 use serde_json::{json, Value};
 
 use super::child::{self, Parent};
+use super::related::RelatedSeen;
 use super::rollout::{Assign, With};
 use super::served::{self, Mark};
 use super::write_back::{object_status, rendered_fields, with_times};
@@ -58,6 +61,9 @@ pub(crate) struct Serving<'a> {
     /// The rollout of the flow's revision, when it keeps revisions: which one serves the
     /// object (None: the flow's spec as it is now).
     pub assign: Option<&'a Assign>,
+    /// The object's related objects as they are now (`bind.related`, read as the flow's
+    /// ServiceAccount: key, resourceVersion, content digest); empty when it has none.
+    pub related: &'a [(String, RelatedSeen)],
 }
 
 /// An object whose run is due: what its serve read, and what its run starts from.
@@ -72,6 +78,8 @@ struct Due<'a> {
     failures: u32,
     /// The revision it runs with.
     with: With,
+    /// Its related objects as its serve read them.
+    related: Vec<(String, RelatedSeen)>,
 }
 
 impl Serving<'_> {
@@ -88,6 +96,7 @@ impl Serving<'_> {
         let marked = mark.as_ref().and_then(|m| m.revision.as_deref());
         let with = self.with(&name, marked);
         let changed = self.changed(mark.as_ref(), &view, &with);
+        let changed = self.with_related(&name, mark.as_ref(), changed);
         let policy = self.bind.retry.unwrap_or_default();
         let outcomes = &self.r.own.outcomes;
         let known = outcomes.scheduled(self.parent.uid, &name);
@@ -132,6 +141,7 @@ impl Serving<'_> {
             trigger,
             failures,
             with,
+            related: self.related.to_vec(),
         };
         self.start(obj, work).await
     }
@@ -177,9 +187,11 @@ impl Serving<'_> {
                 view,
                 failures,
                 with,
+                related,
                 ..
             } => {
                 let mark = Mark::of(self.parent.uid, self.parent.generation, view, self.bind);
+                let mark = mark.with_related(related);
                 let h = &with.hash;
                 format!("{}#{failures}@{h}", retry::digest(&mark.encode()))
             }
@@ -221,6 +233,7 @@ impl Serving<'_> {
                 trigger,
                 failures,
                 with,
+                related,
             } => {
                 let due = Due {
                     view,
@@ -229,6 +242,7 @@ impl Serving<'_> {
                     trigger,
                     failures,
                     with,
+                    related,
                 };
                 self.run_and_record(obj, due).await
             }
@@ -294,18 +308,13 @@ impl Serving<'_> {
             outcomes.schedule(self.parent.uid, &name, Some(s));
             return Err(e);
         }
-        let mut mark = Mark::of(self.parent.uid, self.parent.generation, &it.view, self.bind);
-        mark.failed = failed;
-        mark.revision = Some(revision);
-        mark.served_at = ended_at;
-        if failed {
-            mark.failures = failures;
-            mark.failed_at = ended_at;
-            mark.permanent = permanent;
-            mark.retry_trigger = Some(it.trigger.clone());
-        }
-        let encoded = mark.encode();
+        let failure = failed.then_some((failures, permanent));
+        let encoded = self.ended_mark(&it, revision, ended_at, failure).encode();
         let marked = self.mark(obj, &it.key, &encoded).await;
+        if marked.is_ok() {
+            // What the mark now records is what its next serve compares with.
+            self.remember_related(&name, &it.related);
+        }
         self.tell(obj, told.as_deref(), permanent).await;
         let refusal = marked?;
         let schedule = (failed && !permanent).then(|| {
@@ -314,6 +323,30 @@ impl Serving<'_> {
         });
         outcomes.schedule(self.parent.uid, &name, schedule);
         Ok(refusal)
+    }
+
+    /// The served mark for the run `it` of revision `revision`, ended at `ended_at`, with its
+    /// `failure` (failures in a row, whether permanent) if it failed: what it served, its
+    /// related objects' versions and its retry schedule.
+    fn ended_mark(
+        &self,
+        it: &Due<'_>,
+        revision: String,
+        ended_at: i64,
+        failure: Option<(u32, bool)>,
+    ) -> Mark {
+        let mark = Mark::of(self.parent.uid, self.parent.generation, &it.view, self.bind);
+        let mut mark = mark.with_related(&it.related);
+        mark.failed = failure.is_some();
+        mark.revision = Some(revision);
+        mark.served_at = ended_at;
+        if let Some((failures, permanent)) = failure {
+            mark.failures = failures;
+            mark.failed_at = ended_at;
+            mark.permanent = permanent;
+            mark.retry_trigger = Some(it.trigger.clone());
+        }
+        mark
     }
 
     /// Awaits the object's run `ran`; if it is still going after [`SHOW_CREATING_AFTER`] (it
@@ -576,8 +609,9 @@ pub(crate) async fn finish(r: &Reconciling<'_, Binder>, d: Detached) {
         parent,
         plural: &d.plural,
         objects: d.objects.clone(),
-        // The run's revision is in its work.
+        // The run's revision and related objects are in its work.
         assign: None,
+        related: &[],
     };
     let name = object::key(&d.object);
     let refusal = match serving.run_now(&d.object, d.work).await {

@@ -53,6 +53,9 @@ pub enum Work {
         failures: u32,
         /// The revision it runs with (a rollout's: `crate::bind::rollout`).
         with: crate::bind::rollout::With,
+        /// Its related objects as its serve read them (`bind.related`: key, version and
+        /// content digest), recorded in its mark once it ends.
+        related: Vec<(String, crate::bind::related::RelatedSeen)>,
     },
     /// Its `onDelete` steps (it is deleted and carries the flow's finalizer `finalizer`).
     Deleted {

@@ -65,8 +65,10 @@ impl Binding<'_> {
         let raw = match self.raw_object(ns, name).await {
             Ok(Some(raw)) => raw,
             Ok(None) => {
-                // Gone: what its serves saw goes too (a flow recorded in its objects).
+                // Gone: what its serves saw goes too (a flow recorded in its objects), and
+                // what was remembered of its related objects.
                 self.r.own.outcomes.record(self.r.uid, object.clone(), None);
+                crate::bind::in_object::related::forget(self.r.own, self.r.uid, &object);
                 return (None, RESYNC);
             }
             Err(e) => return failed(format!("reading it: {e}")),

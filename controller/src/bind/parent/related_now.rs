@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use kube::api::{Api, DynamicObject};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::Binding;
 use crate::bind::access;
@@ -32,7 +32,7 @@ impl Binding<'_> {
             })
             .map(|(key, _)| key.clone())
             .collect();
-        with_related_changes(trigger, changed)
+        related::with_changes(trigger, changed)
     }
 
     /// What each related object of `view` is now (`bind.related`), read as the flow's
@@ -96,23 +96,5 @@ impl Binding<'_> {
             let memo = self.memo_key(child, key);
             self.r.own.remember(memo, s.clone());
         }
-    }
-}
-
-/// `trigger` with the related objects that `changed` (their keys) added: an update naming them
-/// when nothing else changed, the object's own update naming them too; a create stays a create.
-fn with_related_changes(trigger: Option<Value>, changed: Vec<String>) -> Option<Value> {
-    if changed.is_empty() {
-        return trigger;
-    }
-    match trigger {
-        None => Some(json!({"event": "update", "changed": changed})),
-        Some(mut t) if t["event"] == "update" => {
-            if let Some(list) = t["changed"].as_array_mut() {
-                list.extend(changed.into_iter().map(Value::String));
-            }
-            Some(t)
-        }
-        Some(t) => Some(t),
     }
 }
