@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use super::{retry, retry_now, Serving};
 use crate::bind::object;
 use crate::bind::rollout::With;
-use crate::bind::served::{self, Mark};
+use crate::bind::served;
 use crate::bind::{NotServed, Served};
 use crate::flow::finalizer;
 
@@ -49,7 +49,7 @@ impl Serving<'_> {
         let key = served::mark_key(self.parent.namespace, self.parent.name);
         let annotations = obj.metadata.annotations.as_ref();
         let raw = annotations.and_then(|a| a.get(&key));
-        let mark = raw.and_then(|raw| Mark::decode(raw, uid));
+        let mark = raw.and_then(|raw| self.sealer().open(raw, uid));
         let with = self.with(&name, mark.as_ref().and_then(|m| m.revision.as_deref()));
         let work = super::tasks::Work::Deleted { finalizer, with };
         self.start(obj, work).await

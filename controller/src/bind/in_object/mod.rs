@@ -91,7 +91,7 @@ impl Serving<'_> {
         let uid = obj.metadata.uid.as_deref().unwrap_or_default();
         let annotations = obj.metadata.annotations.as_ref();
         let raw = annotations.and_then(|a| a.get(&key)).map(String::as_str);
-        let mark = raw.and_then(|raw| Mark::decode(raw, uid));
+        let mark = raw.and_then(|raw| self.sealer().open(raw, uid));
         let name = object::key(obj);
         let marked = mark.as_ref().and_then(|m| m.revision.as_deref());
         let with = self.with(&name, marked);
@@ -144,6 +144,15 @@ impl Serving<'_> {
             related: self.related.to_vec(),
         };
         self.start(obj, work).await
+    }
+
+    /// How this flow's served marks are sealed and read: under the controller's approval key
+    /// (none: unsealed), for this flow ([`served::seal`]).
+    pub(super) fn sealer(&self) -> served::Sealer<'_> {
+        served::Sealer {
+            key: self.r.own.approval_key.as_ref(),
+            flow: (self.parent.namespace, self.parent.name),
+        }
     }
 
     /// The revision object `name` is served with, its mark naming `marked`: the rollout's
@@ -309,7 +318,9 @@ impl Serving<'_> {
             return Err(e);
         }
         let failure = failed.then_some((failures, permanent));
-        let encoded = self.ended_mark(&it, revision, ended_at, failure).encode();
+        let encoded = self
+            .sealer()
+            .seal(&self.ended_mark(&it, revision, ended_at, failure));
         let marked = self.mark(obj, &it.key, &encoded).await;
         if marked.is_ok() {
             // What the mark now records is what its next serve compares with.

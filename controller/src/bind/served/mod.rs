@@ -7,9 +7,12 @@
 //! generation, a short digest per two-level field path (the granularity `trigger.changed`
 //! names), one per `watchFields` path, and the resourceVersion of each related object
 //! (`bind.related`) it was served with, under a short digest of its key: versions only, never a
-//! related object's content (a Secret's data), so at most [`MAX_RELATED`] short entries. Pure. A tenant who writes the mark of their own
-//! object can only make that object be served again (at its next change or full pass) or not
-//! (the mark names the object's uid, so a mark copied from another object counts as none).
+//! related object's content (a Secret's data), so at most [`MAX_RELATED`] short entries; and
+//! the controller's seal over all of it ([`seal`]). Pure. A tenant who writes the mark of their
+//! own object can only make that object be served again: a mark whose seal does not verify is
+//! not believed, and one naming another object's uid counts as none.
+
+pub mod seal;
 
 use std::collections::BTreeMap;
 
@@ -23,6 +26,7 @@ use serde_json::{json, Value};
 
 use super::related::{self, RelatedSeen};
 pub use pseudoflow_crd::protocol::served::{mark_key, SERVED_PREFIX};
+pub use seal::{Read, Sealer};
 /// Largest mark written with its digests; a larger one is written without, and the next serve
 /// counts every top-level field as changed.
 pub const MAX_MARK_BYTES: usize = 8 * 1024;
@@ -156,30 +160,63 @@ impl Mark {
         self
     }
 
-    /// The annotation's value: compact JSON, without the field digests past [`MAX_MARK_BYTES`].
+    /// A mark recording nothing of what was served, for an object whose mark names it but is
+    /// not believed ([`seal`]): every top-level field counts as changed, and so does the flow
+    /// (no flow has generation 0), so the object runs again as an update, with no failure
+    /// counted, no retry schedule and no revision of its own.
+    pub fn unverified(object_uid: &str) -> Mark {
+        Mark {
+            flow_uid: String::new(),
+            flow_generation: 0,
+            object_uid: object_uid.into(),
+            generation: None,
+            fields: None,
+            watched: BTreeMap::new(),
+            related: BTreeMap::new(),
+            failed: false,
+            failures: 0,
+            failed_at: 0,
+            permanent: false,
+            retry_trigger: None,
+            revision: None,
+            served_at: 0,
+        }
+    }
+
+    /// The annotation's value, unsealed ([`Sealer::seal`] writes it): compact JSON, without
+    /// the field digests past [`MAX_MARK_BYTES`] (less room for a seal).
     pub fn encode(&self) -> String {
-        let full = serde_json::to_string(self).expect("a mark serialises");
-        if full.len() <= MAX_MARK_BYTES {
-            return full;
+        serde_json::to_string(&self.bounded()).expect("a mark serialises")
+    }
+
+    /// The mark as written: without its field digests when it would not leave room for a
+    /// seal within [`MAX_MARK_BYTES`], and then also without the retry trigger's paths.
+    fn bounded(&self) -> Mark {
+        let fits = |m: &Mark| {
+            let text = serde_json::to_string(m).expect("a mark serialises");
+            text.len() + seal::SEAL_BYTES <= MAX_MARK_BYTES
+        };
+        if fits(self) {
+            return self.clone();
         }
         let mut cut = Mark {
             fields: None,
             ..self.clone()
         };
-        let cut_text = serde_json::to_string(&cut).expect("a mark serialises");
-        if cut_text.len() <= MAX_MARK_BYTES {
-            return cut_text;
+        if fits(&cut) {
+            return cut;
         }
         // The retry's trigger names too many paths: its retries are told of none.
         if let Some(t) = cut.retry_trigger.as_mut() {
             t["changed"] = json!([]);
         }
-        serde_json::to_string(&cut).expect("a mark serialises")
+        cut
     }
 
-    /// The mark in annotation `raw`, if it is one for object `object_uid` (anything else,
-    /// unreadable or copied from another object, counts as no mark).
-    pub fn decode(raw: &str, object_uid: &str) -> Option<Mark> {
+    /// The mark in annotation `raw`, if it is one for object `object_uid`, seal unchecked
+    /// ([`Sealer::read`] checks it; anything else, unreadable or copied from another object,
+    /// counts as no mark).
+    fn decode(raw: &str, object_uid: &str) -> Option<Mark> {
         let m: Mark = serde_json::from_str(raw).ok()?;
         (m.object_uid == object_uid).then_some(m)
     }
