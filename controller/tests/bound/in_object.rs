@@ -18,7 +18,7 @@ use crate::common::{create_flow, eventually, flows, grant, wait_status, wait_unt
 
 /// The widget flow of the bound-flow tests, recorded in the objects, without its `onDelete`
 /// (so it puts no finalizer on its objects; [`on_delete_flow`] keeps it).
-fn in_object_flow() -> Value {
+pub(crate) fn in_object_flow() -> Value {
     let mut flow = widget_flow(json!({"record": "Object"}));
     flow.as_object_mut().unwrap().remove("onDelete");
     flow
@@ -30,7 +30,7 @@ pub(crate) async fn config_map(client: &Client, ns: &str, name: &str) -> Option<
     Some(serde_json::to_value(cm.data.unwrap_or_default()).unwrap())
 }
 
-async fn delete_config_map(client: &Client, ns: &str, name: &str) {
+pub(crate) async fn delete_config_map(client: &Client, ns: &str, name: &str) {
     let api = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), ns);
     api.delete(name, &Default::default()).await.unwrap();
 }

@@ -5,7 +5,8 @@
 //! naming that right; `allNamespaces` needs a cluster-wide grant, then serves objects in any
 //! namespace. The attacks on bound flows (a squatted or planted child, an object too deep to
 //! decode, tenant data spliced into a shell) are in `adversarial/bound_flows.rs`; flows recorded
-//! in their objects (`bind.record: Object`, no child flow) in `in_object.rs`.
+//! in their objects (`bind.record: Object`, no child flow) in `in_object.rs`, the seal on their
+//! served mark against a tenant's edits in `sealed_mark.rs`.
 //!
 //! The controller runs with the chart's ClusterRole only (a token of a ServiceAccount bound to
 //! it, `pseudoflow_test_support::bound`): it holds no rights on the kind, so everything done to
@@ -28,6 +29,8 @@ mod in_object_related;
 mod revisions;
 /// A bound flow's revision rolled out to its objects in waves, stopping on failure.
 mod rollout;
+/// The served mark sealed by a controller holding the approval key: forged ones not believed.
+mod sealed_mark;
 
 use common::bound::*;
 use common::{apply, create_flow, eventually, flows, wait_status};
