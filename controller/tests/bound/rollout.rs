@@ -13,7 +13,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::Client;
 use pseudoflow_controller::bind::child::child_name;
 use pseudoflow_controller::bind::revision::REVISION_ANNOTATION;
-use pseudoflow_controller::bind::served::mark_key;
+use pseudoflow_controller::bind::served::{mark_key, Mark, Sealer};
 use serde_json::{json, Value};
 
 use crate::common::bound::*;
@@ -327,7 +327,14 @@ async fn attack_a_planted_revision_named_by_an_objects_mark_is_never_served() {
     let mark = b.metadata.annotations.unwrap_or_default()[&key_of_mark].clone();
     let mut mark: Value = serde_json::from_str(&mark).unwrap();
     mark["v"] = json!(h);
-    let patch = json!({"metadata": {"annotations": {key_of_mark: mark.to_string()}},
+    // Sealed with the controller's key, as if the mark's own seal (`bind/served/seal.rs`,
+    // tested in `sealed_mark.rs`) were beaten: the revision's seal alone must stop it.
+    let mark: Mark = serde_json::from_value(mark).unwrap();
+    let sealer = Sealer {
+        key: Some(&key),
+        flow: (&ns, "widgets"),
+    };
+    let patch = json!({"metadata": {"annotations": {key_of_mark: sealer.seal(&mark)}},
         "spec": {"version": "two"}});
     widgets(&client, &ns)
         .patch("b", &PatchParams::default(), &Patch::Merge(&patch))
