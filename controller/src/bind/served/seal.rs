@@ -33,7 +33,7 @@ pub struct Sealer<'a> {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Read {
     /// This controller's sealed mark for the object (any mark naming it, without a key).
-    Believed(Mark),
+    Believed(Box<Mark>),
     /// A mark naming the object whose seal does not verify: edited, forged, written before
     /// marks were sealed or under another key. The object was served; what, is not believed.
     Unverified,
@@ -54,11 +54,12 @@ impl Sealer<'_> {
     /// What annotation `raw` says of object `object_uid`.
     pub fn read(&self, raw: &str, object_uid: &str) -> Read {
         let Some(key) = self.key else {
-            return Mark::decode(raw, object_uid).map_or(Read::Absent, Read::Believed);
+            return Mark::decode(raw, object_uid)
+                .map_or(Read::Absent, |m| Read::Believed(Box::new(m)));
         };
         let sealed: Option<Mark> = verify_in(key, DOMAIN, self.flow, raw);
         match sealed {
-            Some(m) if m.object_uid == object_uid => Read::Believed(m),
+            Some(m) if m.object_uid == object_uid => Read::Believed(Box::new(m)),
             _ if Mark::decode(raw, object_uid).is_some() => Read::Unverified,
             _ => Read::Absent,
         }
@@ -69,7 +70,7 @@ impl Sealer<'_> {
     /// update naming every field, with no retry schedule and no revision of its own).
     pub fn open(&self, raw: &str, object_uid: &str) -> Option<Mark> {
         match self.read(raw, object_uid) {
-            Read::Believed(m) => Some(m),
+            Read::Believed(m) => Some(*m),
             Read::Unverified => Some(Mark::unverified(object_uid)),
             Read::Absent => None,
         }
@@ -119,7 +120,7 @@ mod tests {
         let m = failed_mark("u1");
         let raw = s.seal(&m);
         assert_eq!(raw.len(), m.encode().len() + SEAL_BYTES, "{raw}");
-        assert_eq!(s.read(&raw, "u1"), Read::Believed(m.clone()));
+        assert_eq!(s.read(&raw, "u1"), Read::Believed(Box::new(m.clone())));
         assert_eq!(s.open(&raw, "u1"), Some(m));
     }
 
@@ -202,11 +203,17 @@ mod tests {
         let m = failed_mark("u1");
         let unsealed = keyless.seal(&m);
         assert_eq!(unsealed, m.encode());
-        assert_eq!(keyless.read(&unsealed, "u1"), Read::Believed(m.clone()));
+        assert_eq!(
+            keyless.read(&unsealed, "u1"),
+            Read::Believed(Box::new(m.clone()))
+        );
         assert_eq!(keyless.read(&unsealed, "u2"), Read::Absent);
         assert_eq!(keyed.read(&unsealed, "u1"), Read::Unverified);
         // A sealed mark read by a controller that lost its key: believed, as any mark is.
-        assert_eq!(keyless.read(&keyed.seal(&m), "u1"), Read::Believed(m));
+        assert_eq!(
+            keyless.read(&keyed.seal(&m), "u1"),
+            Read::Believed(Box::new(m))
+        );
         // The object as its mark recorded it: unverified, it runs again, told every field.
         let opened = keyed.open(&unsealed, "u1").unwrap();
         let t = trigger(Some(&opened), ("flow-1", 3), &object("u1", 2, 1), &bind());
