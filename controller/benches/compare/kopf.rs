@@ -174,29 +174,61 @@ pub fn spawn_kopf(env: &TestEnv, dir: &Path, ns: &str, script: &str, extra: &[&s
     Operator::Kopf(child, pid)
 }
 
-/// Waits (by watching) until `want` objects named in `names` are Ready; returns when.
+/// Waits (by watching) until every object named in `names` is Ready; returns whether it
+/// happened within `timeout`.
 async fn all_ready(api: &Api<DynamicObject>, names: &HashSet<String>, timeout: Duration) -> bool {
-    let mut seen = HashSet::new();
+    ready_after(api, names, timeout, async {}).await.0
+}
+
+/// Opens a watch on the kind, runs `create` once the watch has listed what is there, and waits
+/// until every object named in `names` is Ready: whether it happened within `timeout`, and
+/// how long after `create` started. The watch is open before the objects exist, as an
+/// informer's is, so what is timed is the operator's work. A watch opened after the create
+/// would start with a list, and a list from the API server's cache waits until that cache
+/// is known to be as new as the newest write of any kind (a consistent read, Kubernetes
+/// 1.31+): when an operator's Event was that newest write, the list waited for the cache's
+/// next progress notice, up to ~60 ms, whichever operator was timed.
+async fn ready_after<F: std::future::Future>(
+    api: &Api<DynamicObject>,
+    names: &HashSet<String>,
+    timeout: Duration,
+    create: F,
+) -> (bool, Duration) {
     let stream = watcher::watcher(api.clone(), watcher::Config::default());
-    let wait = async {
-        futures::pin_mut!(stream);
+    futures::pin_mut!(stream);
+    let mut seen = HashSet::new();
+    let mut note = |o: &DynamicObject, seen: &mut HashSet<String>| {
+        let name = o.metadata.name.clone().unwrap_or_default();
+        if ready(o) && names.contains(&name) {
+            seen.insert(name);
+        }
+    };
+    let listed = async {
         while let Some(ev) = stream.next().await {
-            let objs = match ev {
-                Ok(Event::Apply(o) | Event::InitApply(o)) => vec![o],
-                _ => continue,
-            };
-            for o in objs.iter().filter(|o| ready(o)) {
-                let name = o.metadata.name.clone().unwrap_or_default();
-                if names.contains(&name) {
-                    seen.insert(name);
-                }
-            }
-            if seen.len() == names.len() {
-                return;
+            match ev {
+                Ok(Event::InitApply(o)) => note(&o, &mut seen),
+                Ok(Event::InitDone) => return,
+                _ => {}
             }
         }
     };
-    tokio::time::timeout(timeout, wait).await.is_ok()
+    assert!(
+        tokio::time::timeout(timeout, listed).await.is_ok(),
+        "the watch did not list the kind within {timeout:?}"
+    );
+    let t = Instant::now();
+    create.await;
+    let wait = async {
+        while seen.len() < names.len() {
+            match stream.next().await {
+                Some(Ok(Event::Apply(o) | Event::InitApply(o))) => note(&o, &mut seen),
+                Some(_) => {}
+                None => return,
+            }
+        }
+    };
+    let done = tokio::time::timeout(timeout, wait).await.is_ok();
+    (done && seen.len() == names.len(), t.elapsed())
 }
 
 /// The two drivers' rows for one cluster: latency, then each count at once.
@@ -243,16 +275,11 @@ pub async fn run(
         let mut latencies = Vec::new();
         for i in 0..5 {
             let name = format!("one-{i}");
-            let t = Instant::now();
-            apply::apply_value(
-                client,
-                gadgets.object(&ns, &name, json!({"size": "1Gi"})),
-                None,
-            )
-            .await
-            .unwrap();
-            assert!(all_ready(&api, &one(name), Duration::from_secs(60)).await);
-            latencies.push(t.elapsed());
+            let object = gadgets.object(&ns, &name, json!({"size": "1Gi"}));
+            let create = async { apply::apply_value(client, object, None).await.unwrap() };
+            let (done, took) = ready_after(&api, &one(name), Duration::from_secs(60), create).await;
+            assert!(done, "{driver}: one-{i} not Ready in 60 s");
+            latencies.push(took);
         }
         let median = common::median(&latencies);
         let mut figures = vec![median];
@@ -274,16 +301,11 @@ pub async fn run(
             let before = Requests::now(client).await;
             let cpu_before = op.cpu_seconds();
             let profile = api_load::profile_if_asked(client);
-            let t = Instant::now();
-            common::apply_all(
-                client,
-                names
-                    .iter()
-                    .map(|name| gadgets.object(&ns, name, json!({"size": "1Gi"}))),
-            )
-            .await;
-            let done = all_ready(&api, &names, timeout).await;
-            let took = t.elapsed();
+            let objects = names
+                .iter()
+                .map(|name| gadgets.object(&ns, name, json!({"size": "1Gi"})));
+            let create = common::apply_all(client, objects);
+            let (done, took) = ready_after(&api, &names, timeout, create).await;
             let requests = before.until(&Requests::now(client).await);
             let cpu = op.cpu_seconds() - cpu_before;
             requests.save(&dir.join(format!("{ns}-requests-{n}.txt")), n);

@@ -80,7 +80,10 @@ impl ControllerProcess {
         cmd.args(["--image", IMAGE, "--namespace", ns])
             .args(["--metrics-addr", "127.0.0.1:0"])
             .env("KUBECONFIG", env.kubeconfig_path())
-            .env("RUST_LOG", "warn")
+            .env(
+                "RUST_LOG",
+                std::env::var("PSEUDOFLOW_BENCH_CONTROLLER_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .stdout(Stdio::from(file.try_clone().unwrap()))
             .stderr(Stdio::from(file))
             .kill_on_drop(true);
