@@ -197,7 +197,7 @@ async fn ready_after<F: std::future::Future>(
     let stream = watcher::watcher(api.clone(), watcher::Config::default());
     futures::pin_mut!(stream);
     let mut seen = HashSet::new();
-    let mut note = |o: &DynamicObject, seen: &mut HashSet<String>| {
+    let note = |o: &DynamicObject, seen: &mut HashSet<String>| {
         let name = o.metadata.name.clone().unwrap_or_default();
         if ready(o) && names.contains(&name) {
             seen.insert(name);
