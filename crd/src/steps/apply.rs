@@ -1,5 +1,8 @@
 //! `apply`: server-side apply of inline manifests (text with several YAML documents, one object,
 //! or a list of objects). Parsed at validation so a YAML typo fails before anything is applied.
+//! With `subresource: status` (as `kubectl apply --subresource=status`), applied to the objects'
+//! status subresource instead: how a bound flow records what its runs did in its own object
+//! (`${object.status}` reads it back), with no pod.
 
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
@@ -15,6 +18,27 @@ pub struct ApplyStep {
     /// Multi-document YAML text, one object, or a list of objects.
     #[schemars(schema_with = "manifests_schema")]
     pub manifests: Value,
+    /// `status`: apply the manifests to each object's status subresource (as `kubectl apply
+    /// --subresource=status`): only their `status` is written, to objects that exist, and the
+    /// ServiceAccount needs `patch` on `<plural>/status`. Unset: the objects themselves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subresource: Option<Subresource>,
+}
+
+/// See [`ApplyStep::subresource`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[schemars(transform = crate::enum_schema::plain_enum)]
+#[serde(rename_all = "camelCase")]
+pub enum Subresource {
+    /// The status subresource: `status` is written, nothing else.
+    Status,
+}
+
+impl ApplyStep {
+    /// Whether the step writes the objects' status subresource.
+    pub fn to_status(&self) -> bool {
+        self.subresource == Some(Subresource::Status)
+    }
 }
 
 fn manifests_schema(_: &mut SchemaGenerator) -> Schema {
@@ -44,6 +68,9 @@ impl StepParams for ApplyStep {
             Ok(objs) => {
                 for (i, obj) in objs.iter().enumerate() {
                     check_object(ctx, &format!("manifests[{i}]"), obj);
+                    if self.to_status() {
+                        check_status_object(ctx, &format!("manifests[{i}]"), obj);
+                    }
                 }
             }
         }
@@ -85,6 +112,23 @@ pub fn manifest_objects(manifests: &Value) -> Result<Vec<Value>, String> {
         }
     }
     Ok(out)
+}
+
+/// A status is applied to an object that exists, by name, and is its `status`: a manifest with
+/// `generateName` (creating) or without `status` would write nothing.
+fn check_status_object(ctx: &mut Ctx, field: &str, obj: &Value) {
+    if !obj.is_object() {
+        return;
+    }
+    if obj.pointer("/metadata/name").is_none() && obj.pointer("/metadata/generateName").is_some() {
+        ctx.error(
+            field,
+            "subresource: status applies to an existing object: it needs metadata.name, not generateName",
+        );
+    }
+    if obj.get("status").is_none() {
+        ctx.error(field, "subresource: status writes the manifest's status, and it has none");
+    }
 }
 
 /// Every manifest object needs apiVersion, kind and metadata.name to be applied.
