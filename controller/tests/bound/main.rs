@@ -26,6 +26,8 @@ mod in_object;
 mod revisions;
 /// A bound flow's revision rolled out to its objects in waves, stopping on failure.
 mod rollout;
+/// `${object.status}` read by runs, never starting one, under both ways of recording.
+mod status;
 
 use common::bound::*;
 use common::{apply, create_flow, eventually, flows, wait_status};
