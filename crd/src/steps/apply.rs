@@ -149,3 +149,73 @@ pub fn check_object(ctx: &mut Ctx, field: &str, obj: &Value) {
         ctx.error(field, "manifest has no metadata.name");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::diagnostics::Diagnostics;
+    use serde_json::json;
+
+    /// Every error of a flow with `step` as its only step, as `path: message`.
+    fn errors(step: Value) -> Vec<String> {
+        let spec = json!({"steps": [step]});
+        let (_, diags) = crate::validate::validate_spec(&spec);
+        let mut out: Vec<String> = diags
+            .errors()
+            .map(|d| format!("{}: {}", d.path, d.message))
+            .collect();
+        out.sort();
+        out
+    }
+
+    fn status_of(name: Value) -> Value {
+        json!({"type": "apply", "subresource": "status", "manifests": {
+            "apiVersion": "example.com/v1", "kind": "Widget", "metadata": name,
+            "status": {"copiedTo": ["a"]}}})
+    }
+
+    #[test]
+    fn the_status_subresource_is_accepted_and_any_other_refused_naming_the_field() {
+        assert!(errors(status_of(json!({"name": "w"}))).is_empty());
+        let mut spec = status_of(json!({"name": "w"}));
+        spec["subresource"] = json!("spec");
+        let e = errors(spec);
+        assert!(
+            e.iter()
+                .any(|e| e.starts_with("spec.steps[0].subresource: ") && e.contains("status")),
+            "{e:?}"
+        );
+        let step: ApplyStep =
+            serde_json::from_value(status_of(json!({"name": "w"}))).unwrap();
+        assert!(step.to_status());
+        let plain: ApplyStep = serde_json::from_value(json!({"manifests": {}})).unwrap();
+        assert!(!plain.to_status() && plain.runs_in_controller());
+    }
+
+    #[test]
+    fn a_status_needs_an_existing_objects_name_and_a_status_to_write() {
+        let e = errors(status_of(json!({"generateName": "w-"})));
+        assert!(
+            e.iter().any(|e| e.starts_with("spec.steps[0].manifests[0]: ")
+                && e.contains("not generateName")),
+            "{e:?}"
+        );
+        let mut none = status_of(json!({"name": "w"}));
+        none["manifests"].as_object_mut().unwrap().remove("status");
+        let e = errors(none);
+        assert!(
+            e.iter().any(|e| e.contains("it has none")),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn a_status_step_is_an_api_step_safe_to_repeat_in_the_controller() {
+        let step: ApplyStep = serde_json::from_value(status_of(json!({"name": "w"}))).unwrap();
+        assert_eq!(step.placement(false), Placement::Api);
+        assert!(step.runs_in_controller());
+        let mut diags = Diagnostics::default();
+        step.validate(&mut Ctx::new("spec.steps[0]", &mut diags));
+        assert!(!diags.has_errors());
+    }
+}
