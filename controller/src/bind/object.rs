@@ -69,7 +69,7 @@ pub fn view(obj: &DynamicObject) -> Value {
         .filter(|(k, _)| {
             k != "kubectl.kubernetes.io/last-applied-configuration"
                 && !k.starts_with(pseudoflow_crd::bind::CHILD_MARK_PREFIX)
-                && !k.starts_with(super::served::SERVED_PREFIX)
+                && !k.starts_with(pseudoflow_crd::protocol::served::SERVED_PREFIX)
         })
         .collect();
     meta.insert("annotations".into(), json!(annotations));
