@@ -108,7 +108,7 @@ def by_secret(spec, name, **kwargs):
     return {spec.get('secretName'): name}
 
 
-@kopf.on.update('', 'v1', 'secrets', field='data')
+@kopf.on.update('v1', 'secrets', field='data')
 def secret_changed(name, namespace, by_secret: kopf.Index, logger, **kwargs):
     """A change of a Secret's data reaches the copies of every SecSynch naming it."""
     source = v1.read_namespaced_secret(name, namespace)

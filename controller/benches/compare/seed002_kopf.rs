@@ -60,12 +60,24 @@ fn synchs_resource() -> ApiResource {
 }
 
 /// Every document of examples/kopf/`path`, its target namespaces `team-a`/`team-b` renamed to
-/// `targets`, the rest moved into `ns` (RoleBinding subjects too).
-fn documents_in(repo: &Path, path: &str, ns: &str, targets: &[String; 2]) -> Vec<Value> {
+/// `targets`, the rest moved into `ns` (RoleBinding subjects too). The target namespaces'
+/// rights name the copy (`resourceNames: ["registry-credentials"]`): here they name the copies
+/// of `secrets`, one per SecSynch, as an administrator granting this bench's copies would.
+fn documents_in(
+    repo: &Path,
+    path: &str,
+    (ns, targets): (&str, &[String; 2]),
+    secrets: &[String],
+) -> Vec<Value> {
     let text = std::fs::read_to_string(repo.join("examples/kopf").join(path)).unwrap();
+    let copies = serde_json::to_string(secrets).unwrap();
     let text = text
         .replace("team-a", &targets[0])
-        .replace("team-b", &targets[1]);
+        .replace("team-b", &targets[1])
+        .replace(
+            r#"resourceNames: ["registry-credentials"]"#,
+            &format!("resourceNames: {copies}"),
+        );
     let mut docs = Vec::new();
     for doc in serde_yaml::Deserializer::from_str(&text) {
         let mut v: Value = serde::Deserialize::deserialize(doc).unwrap();
@@ -221,17 +233,19 @@ async fn install_crd(client: &Client, repo: &Path) {
 async fn start(
     (env, client): (&TestEnv, &Client),
     (dir, repo): (&Path, &Path),
-    ns: &str,
-    targets: &[String; 2],
+    (ns, targets): (&str, &[String; 2]),
+    synchs: &[String],
     driver: Driver,
 ) -> Operator {
     match driver {
         Driver::Flow => {
-            for doc in documents_in(repo, "rbac/secret-sync.yaml", ns, targets) {
+            let copies: Vec<String> = synchs.iter().map(|n| format!("src-{n}")).collect();
+            let at = (ns, targets);
+            for doc in documents_in(repo, "rbac/secret-sync.yaml", at, &copies) {
                 apply::apply_value(client, doc, None).await.unwrap();
             }
             let p = ControllerProcess::spawn(env, dir, ns, &format!("{ns}-controller.log"));
-            let flow = documents_in(repo, "secret-sync.yaml", ns, targets).remove(0);
+            let flow = documents_in(repo, "secret-sync.yaml", at, &[]).remove(0);
             apply::apply_value(client, flow, None).await.unwrap();
             Operator::Flow(p)
         }
@@ -323,10 +337,11 @@ pub async fn run(
             env.namespace(&format!("{prefix}-b")).await.unwrap(),
         ];
         api_load::settle(client).await;
-        let op = start((env, client), (dir, repo), &ns, &targets, driver).await;
-        // Warm-up: one SecSynch served and deleted, so that neither start-up is timed.
         let at = (ns.as_str(), &targets);
         let warm = names("warm", 1);
+        let all: Vec<String> = warm.iter().cloned().chain(names("s", objects)).collect();
+        let op = start((env, client), (dir, repo), at, &all, driver).await;
+        // Warm-up: one SecSynch served and deleted, so that neither start-up is timed.
         let warmed = measure((client, dir), at, &warm, Duration::from_secs(120), &op).await;
         assert!(
             warmed.create.is_some() && warmed.delete.is_some(),

@@ -1,6 +1,7 @@
 //! `apply` with `subresource: status` (as `kubectl apply --subresource=status`) on testenv: a
 //! custom object's status written by server-side apply, as the flow's ServiceAccount, in the
-//! controller and in an executor Job alike, its spec untouched; a ServiceAccount that may not
+//! controller and in an executor Job alike, its spec untouched, never to an object that does
+//! not exist; a ServiceAccount that may not
 //! patch `<plural>/status` fails naming that right; any other subresource is refused at apply,
 //! naming the field.
 
@@ -72,6 +73,23 @@ async fn apply_to_the_status_subresource_writes_only_the_status_in_the_controlle
         let made = jobs(&client, &ns).await.len();
         assert_eq!(made == 0, mode == "Controller", "{mode}: {made} Job(s)");
     }
+    // A status is never a way to create an object: one that does not exist fails the step.
+    create_flow(
+        &client,
+        &ns,
+        "missing",
+        status_flow("Controller", "nope", "x"),
+    )
+    .await;
+    let st = wait_done(&client, &ns, "missing", 60).await;
+    assert_eq!(st["phase"], "Failed", "{st:#}");
+    let msg = step(&st, "spec.steps[0]")["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        msg.contains(&format!("Widget/{ns}/nope does not exist")),
+        "{st:#}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -203,3 +203,21 @@ async fn wait_established(ctx: &ExecCtx, r: &Resolved, name: &str) -> Result<(),
     api::forget_kinds(ctx);
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_status_summary_says_it_applied_statuses_and_names_the_objects() {
+        let a = Applied {
+            changed: false,
+            objects: vec!["SecSynch/ops/a".into()],
+        };
+        assert_eq!(
+            summary_of_status(&a),
+            "applied the status of 1 object (unchanged): SecSynch/ops/a"
+        );
+        assert!(summary(&a).starts_with("applied 1 object (unchanged)"));
+    }
+}
