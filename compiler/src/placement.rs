@@ -95,4 +95,17 @@ mod tests {
         );
         assert_eq!(nodes[0].1, None);
     }
+
+    #[test]
+    fn an_apply_to_the_status_subresource_runs_in_the_controller_too() {
+        let bound = json!({"object": {}, "trigger": {}, "plural": "widgets"});
+        let status = json!({"type": "apply", "subresource": "status", "manifests": {
+            "apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"},
+            "status": {"copiedTo": []}}});
+        let nodes = in_controller(json!({"bound": bound, "steps": [status.clone()]}));
+        assert_eq!(nodes[0].1.as_deref(), Some("bound flow"), "{nodes:?}");
+        let nodes =
+            in_controller(json!({"options": {"apiSteps": "Controller"}, "steps": [status]}));
+        assert_eq!(nodes[0].1.as_deref(), Some("options.apiSteps: Controller"));
+    }
 }

@@ -27,12 +27,16 @@
 //! 8. A seed's own kopf code, as the seed writes it, vs the flow we ship for it (section
 //!    `seed-kopf`): seed 001's Database operator (bench/kopf/seed001.py) vs
 //!    examples/kopf/database.yaml, `PSEUDOFLOW_BENCH_SEED_OBJECTS` (100) Databases created at
-//!    once → all served, then deleted at once → all gone; each process's peak RSS.
+//!    once → all served, then deleted at once → all gone; each process's peak RSS. Then seed
+//!    002's SecSynch controller, as our kopf port (bench/kopf/seed002.py: the seed gives no
+//!    full code), vs examples/kopf/secret-sync.yaml: as many SecSynches, each copying a Secret
+//!    of its own into 2 namespaces, created at once → every copy present, deleted at once →
+//!    every SecSynch and copy gone (`seed002-kopf` runs only this).
 //!    Section 4 runs once per design of `PSEUDOFLOW_BENCH_SCALE_DESIGNS` (`Controller,Job`:
 //!    where the flows' API steps run, `spec.options.apiSteps`).
 //!
 //! Jobs are counted from a watch (every Job the flow owned, even if removed later), never assumed.
-//! `PSEUDOFLOW_BENCH_SECTIONS` (e.g. `apply,seed`) runs a subset (`latency,apply,seed,fanout,scale,bound,kopf,seed-kopf,real`); the default is all.
+//! `PSEUDOFLOW_BENCH_SECTIONS` (e.g. `apply,seed`) runs a subset (`latency,apply,seed,fanout,scale,bound,kopf,seed-kopf,seed002-kopf,real`); the default is all.
 
 mod api_load;
 mod apply50;
@@ -45,6 +49,7 @@ mod process;
 mod rerun;
 mod scale;
 mod seed;
+mod seed002_kopf;
 mod seed_kopf;
 
 use std::path::PathBuf;
@@ -153,6 +158,11 @@ async fn main() {
     }
     if on("seed-kopf") {
         rows.extend(seed_kopf::run(&env, &client, &dir, &repo, seed_objects, scale_timeout).await);
+        common::print_partial(&rows);
+    }
+    if on("seed-kopf") || on("seed002-kopf") {
+        let n = seed_objects;
+        rows.extend(seed002_kopf::run(&env, &client, &dir, &repo, n, scale_timeout).await);
         common::print_partial(&rows);
     }
     if on("real") || on("real-kopf") {

@@ -10,6 +10,8 @@ use pseudoflow_crd::jsonpath::JsonPath;
 use pseudoflow_crd::protocol::names::resistant_name;
 use serde_json::{json, Value};
 
+use super::object::without_status;
+
 /// Annotation on a child: the parent's generation its spec was made from (a change of the
 /// bound flow re-makes every child, as a spec change re-runs an ordinary flow).
 pub const FLOW_GENERATION_ANNOTATION: &str = "ops.example.com/flow-generation";
@@ -31,11 +33,14 @@ pub fn child_name(parent: &str, obj_ns: &str, obj_name: &str) -> String {
 /// What started a run for `now` (the object's view), given the view the child was last made
 /// from: `{event: create}` for a new child, `{event: update, changed: [paths]}` for a change of
 /// `metadata.generation` (or, for kinds without one, of any field) or of a `watchFields` path;
-/// `None` when nothing that counts changed (a status write, a label, our finalizer).
+/// `None` when nothing that counts changed (a status write, a label, our finalizer). Both
+/// views' `status` (a child's `spec.bound.object` holds the one its run read) is left aside.
 pub fn trigger(previous: Option<&Value>, now: &Value, bind: &Bind) -> Option<Value> {
     let Some(prev) = previous else {
         return Some(json!({"event": "create", "changed": []}));
     };
+    let (prev, now) = (without_status(prev), without_status(now));
+    let (prev, now) = (prev.as_ref(), now.as_ref());
     let mut changed: BTreeSet<String> = BTreeSet::new();
     let generation = |v: &Value| v["metadata"]["generation"].as_i64();
     let content_counts = match (generation(prev), generation(now)) {
@@ -222,6 +227,27 @@ mod tests {
             t,
             json!({"event": "update", "changed": [".metadata.annotations.pw"]})
         );
+    }
+
+    #[test]
+    fn a_status_change_is_no_run_even_for_kinds_without_generation_or_watching_it() {
+        let mut a = obj(1, "15", "a");
+        a["status"] = json!({"copiedTo": ["x"]});
+        let mut b = a.clone();
+        b["status"] = json!({"copiedTo": ["x", "y"]});
+        let watching = bind(&[".status.copiedTo"]);
+        assert_eq!(trigger(Some(&a), &b, &watching), None);
+        let no_generation = |v: &Value| {
+            let mut v = v.clone();
+            v["metadata"].as_object_mut().unwrap().remove("generation");
+            v
+        };
+        let (a, b) = (no_generation(&a), no_generation(&b));
+        assert_eq!(trigger(Some(&a), &b, &bind(&[])), None);
+        let mut c = b.clone();
+        c["spec"]["size"] = json!("2Gi");
+        let t = trigger(Some(&a), &c, &bind(&[])).unwrap();
+        assert_eq!(t["changed"], json!([".spec.size"]));
     }
 
     #[test]

@@ -3,9 +3,10 @@
 //! and with it every other object of the kind: none was served, and their deletions hung on the
 //! finalizer. Here the page's items are kept as raw text (serde_json skips a raw value without
 //! recursing), each is checked for depth ([`pseudoflow_walk::depth`], no recursion) and size, then decoded;
-//! one that cannot be is named with why, and the others are served. An object whose fields take
-//! more than [`MAX_OBJECT_BYTES`] is measured where the page's text lies and only its metadata
-//! and its size are kept (never copied whole, never decoded).
+//! one that cannot be is named with why, and the others are served. An object whose fields
+//! (its `status` included: `${object.status}`) take more than [`MAX_OBJECT_BYTES`] is measured
+//! where the page's text lies and only its metadata and its size are kept (never copied whole,
+//! never decoded).
 
 use std::collections::BTreeMap;
 
@@ -22,8 +23,10 @@ use pseudoflow_walk::depth;
 /// `spec.bound.object.<field>`, three levels below its spec, whose depth the controller bounds.
 pub const MAX_OBJECT_DEPTH: usize = MAX_SPEC_DEPTH - 3;
 
-/// How many bytes an object's fields (all but `metadata` and `status`) may take: its child
-/// flow carries them, and must stay well inside what the API server stores.
+/// How many bytes an object's fields (all but `metadata`; `status` included, since runs read it
+/// as `${object.status}`) may take: its child flow carries them, and must stay well inside what
+/// the API server stores (and the controller reads of a flow's spec,
+/// [`crate::limits::MAX_FLOW_SPEC_BYTES`]).
 pub const MAX_OBJECT_BYTES: usize = 256 * 1024;
 
 /// One LIST page as it comes: its continue token and its items, undecoded.
@@ -91,13 +94,13 @@ fn stub(item: &RawValue) -> Option<Box<RawValue>> {
     RawValue::from_string(stub).ok()
 }
 
-/// The bytes an object's fields take (all but `metadata`, `status`, `apiVersion` and `kind`),
-/// and its largest field with its bytes.
+/// The bytes an object's fields take (all but `metadata`, `apiVersion` and `kind`; `status`
+/// counts), and its largest field with its bytes.
 fn measure(fields: &BTreeMap<String, &RawValue>) -> (usize, (String, usize)) {
     let mut bytes = 0;
     let mut largest = (String::new(), 0);
     for (k, v) in fields {
-        if matches!(k.as_str(), "metadata" | "status" | "apiVersion" | "kind") {
+        if matches!(k.as_str(), "metadata" | "apiVersion" | "kind") {
             continue;
         }
         let n = v.get().len();
@@ -128,8 +131,9 @@ pub struct Unreadable {
     pub meta: Option<Box<ObjectMeta>>,
 }
 
-/// The object `raw` (item `index` of its page), without its status and managed fields (which
-/// no child reads), or why it cannot be served: too deep, too large, not an object.
+/// The object `raw` (item `index` of its page), without its managed fields (which no child
+/// reads; its `status` is kept, for `${object.status}`), or why it cannot be served: too deep,
+/// too large, not an object.
 pub fn object(raw: &str, index: usize) -> Result<DynamicObject, Unreadable> {
     let unreadable = |object: String, message: String| Unreadable {
         object,
@@ -168,7 +172,7 @@ pub fn object(raw: &str, index: usize) -> Result<DynamicObject, Unreadable> {
     }
     let mut data = serde_json::Map::new();
     for (k, v) in &fields {
-        if matches!(k.as_str(), "metadata" | "status" | "apiVersion" | "kind") {
+        if matches!(k.as_str(), "metadata" | "apiVersion" | "kind") {
             continue;
         }
         depth::check(v.get(), k, MAX_OBJECT_DEPTH).map_err(|e| fail(e.to_string()))?;
@@ -211,7 +215,7 @@ mod tests {
         format!(
             r#"{{"apiVersion":"x/v1","kind":"Widget","metadata":{{"name":"{name}","namespace":"ops","managedFields":[{{"fieldsV1":{fields}}}]}},"spec":{spec},"status":{status}}}"#,
             fields = nested(200),
-            status = nested(200)
+            status = nested(3)
         )
     }
 
@@ -230,7 +234,11 @@ mod tests {
         assert!(deep.message.contains("spec.a.a"), "{}", deep.message);
         assert!(deep.message.contains("nested deeper"), "{}", deep.message);
         let ok = object(page.items[1].get(), 1).unwrap();
-        assert_eq!(ok.data, serde_json::json!({"spec": {"version": "1"}}));
+        let status = serde_json::json!({"a": {"a": {"a": 1}}});
+        assert_eq!(
+            ok.data,
+            serde_json::json!({"spec": {"version": "1"}, "status": status})
+        );
         assert_eq!(ok.types.unwrap().kind, "Widget");
         assert!(ok.metadata.managed_fields.is_none());
     }
@@ -268,6 +276,17 @@ mod tests {
         assert_eq!(object(&alone, 0).unwrap_err().message, e.message);
         let ok = widget("ok", r#"{"version":"1"}"#);
         assert_eq!(cut(ok.clone()), ok);
+    }
+
+    #[test]
+    fn a_status_counts_as_a_field_in_depth_and_size() {
+        let deep = widget("deep", r#"{"version":"1"}"#).replace(&nested(3), &nested(130));
+        let e = object(&deep, 0).unwrap_err();
+        assert!(e.message.contains("status.a.a"), "{}", e.message);
+        let big = format!(r#"{{"blob":"{}"}}"#, "x".repeat(MAX_OBJECT_BYTES));
+        let big = widget("big", r#"{"version":"1"}"#).replace(&nested(3), &big);
+        let e = object(&cut(big), 0).unwrap_err();
+        assert!(e.message.contains("(status: 262155)"), "{}", e.message);
     }
 
     #[test]

@@ -44,10 +44,11 @@ pub fn key_of(ns: &str, name: &str) -> String {
     }
 }
 
-/// The object as `${object}` shows it: apiVersion, kind, metadata (name, namespace, uid,
-/// generation, labels, annotations) and every other top-level field but `status`. Left out:
-/// what changes without the object changing (resourceVersion, managedFields, finalizers), so
-/// a status write or our own finalizer never looks like a change.
+/// The object as what decides its runs sees it (triggers, served marks): apiVersion, kind,
+/// metadata (name, namespace, uid, generation, labels, annotations) and every other top-level
+/// field but `status`. Left out: what changes without the object changing (resourceVersion,
+/// managedFields, finalizers, status), so a status write or our own finalizer never looks like
+/// a change. Runs see it with its status: [`run_view`].
 pub fn view(obj: &DynamicObject) -> Value {
     let m = &obj.metadata;
     let mut meta = Map::new();
@@ -68,7 +69,7 @@ pub fn view(obj: &DynamicObject) -> Value {
         .filter(|(k, _)| {
             k != "kubectl.kubernetes.io/last-applied-configuration"
                 && !k.starts_with(pseudoflow_crd::bind::CHILD_MARK_PREFIX)
-                && !k.starts_with(super::served::SERVED_PREFIX)
+                && !k.starts_with(pseudoflow_crd::protocol::served::SERVED_PREFIX)
         })
         .collect();
     meta.insert("annotations".into(), json!(annotations));
@@ -86,6 +87,31 @@ pub fn view(obj: &DynamicObject) -> Value {
         }
     }
     Value::Object(out)
+}
+
+/// The object as its runs see it (`${object}`): its [`view`] and its `status` as it was read
+/// when the run was started, as a kopf handler gets `status` among its kwargs, so that a run
+/// reads what earlier runs wrote back. Never what decides whether it runs: a status write
+/// starts nothing ([`without_status`]).
+pub fn run_view(view: &Value, obj: &DynamicObject) -> Value {
+    let mut out = view.clone();
+    if let (Some(status), Some(o)) = (obj.data.get("status"), out.as_object_mut()) {
+        o.insert("status".into(), status.clone());
+    }
+    out
+}
+
+/// `v` (an object as a run saw it, [`run_view`]) without its `status`: what a trigger compares,
+/// so that no status write (the runs' own write-back above all) starts a run.
+pub fn without_status(v: &Value) -> std::borrow::Cow<'_, Value> {
+    match v.as_object() {
+        Some(o) if o.contains_key("status") => {
+            let mut o = o.clone();
+            o.remove("status");
+            std::borrow::Cow::Owned(Value::Object(o))
+        }
+        _ => std::borrow::Cow::Borrowed(v),
+    }
 }
 
 #[cfg(test)]
@@ -118,6 +144,19 @@ mod tests {
                 "spec": {"version": "15"}})
         );
         assert_eq!(key(&db()), "ops/pg");
+    }
+
+    #[test]
+    fn runs_see_the_status_and_triggers_do_not() {
+        let seen = run_view(&view(&db()), &db());
+        assert_eq!(seen["status"], json!({"phase": "Running"}));
+        assert_eq!(seen["spec"], json!({"version": "15"}));
+        assert_eq!(*without_status(&seen), view(&db()));
+        let plain = json!({"metadata": {"name": "c"}, "data": {"k": "v"}});
+        assert!(matches!(
+            without_status(&plain),
+            std::borrow::Cow::Borrowed(_)
+        ));
     }
 
     #[test]

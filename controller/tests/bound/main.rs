@@ -31,6 +31,8 @@ mod revisions;
 mod rollout;
 /// The served mark sealed by a controller holding the approval key: forged ones not believed.
 mod sealed_mark;
+/// `${object.status}` read by runs, never starting one, under both ways of recording.
+mod status;
 
 use common::bound::*;
 use common::{apply, create_flow, eventually, flows, wait_status};

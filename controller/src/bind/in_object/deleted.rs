@@ -64,7 +64,7 @@ impl Serving<'_> {
         let known = outcomes.scheduled(self.parent.uid, &name);
         let known = known.filter(|s| s.uid == uid && s.trigger["event"] == "delete");
         let failures = known.map_or(0, |k| k.failures);
-        let view = object::view(obj);
+        let view = object::run_view(&object::view(obj), obj);
         let trigger = delete_trigger();
         let spec = with.spec.as_deref().unwrap_or(self.parent.spec);
         let (made, compiled) = match self.compiled_with(spec, &view, &trigger) {

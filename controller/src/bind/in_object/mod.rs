@@ -266,7 +266,10 @@ impl Serving<'_> {
         let policy = self.bind.retry.unwrap_or_default();
         let outcomes = &self.r.own.outcomes;
         let spec = it.with.spec.as_deref().unwrap_or(self.parent.spec);
-        let (made, compiled) = match self.compiled_with(spec, &it.view, &it.trigger) {
+        // The run reads the object with its status as this serve read it (`${object.status}`);
+        // its mark is made from the view without it.
+        let seen = object::run_view(&it.view, obj);
+        let (made, compiled) = match self.compiled_with(spec, &seen, &it.trigger) {
             Ok(c) => c,
             // Permanent: the flow is refused as a whole (InvalidSpec); nothing to retry.
             Err(d) => {
@@ -275,12 +278,7 @@ impl Serving<'_> {
                 ))))
             }
         };
-        let ran = self.run(
-            &compiled,
-            &made["spec"],
-            it.view.clone(),
-            it.trigger.clone(),
-        );
+        let ran = self.run(&compiled, &made["spec"], seen, it.trigger.clone());
         let ran = self.shown_creating(obj, &compiled, ran);
         let ((phase, message, vars), permanent) = match ran.await {
             Ok((ran, permanent)) => (self.ended(&compiled, &ran), permanent),

@@ -72,7 +72,9 @@ impl Binding<'_> {
             spec,
             ..self.parent()
         };
-        let made = child::child_flow(&parent, &name, &self.ar.plural, &view, &trigger, &versions);
+        // Its run reads the object with its status as read now (`${object.status}`).
+        let read = object::run_view(&view, obj);
+        let made = child::child_flow(&parent, &name, &self.ar.plural, &read, &trigger, &versions);
         let child_uid = match self.write_child(&name, child, made).await? {
             Ok(uid) => uid,
             Err(why) => return Ok(Some(NotServed(why))),

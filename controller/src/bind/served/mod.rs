@@ -111,8 +111,12 @@ fn is_meta(k: &str) -> bool {
 }
 
 impl Mark {
-    /// The mark for having served `view` (the object as `${object}` shows it).
+    /// The mark for having served `view` (the object as its triggers see it,
+    /// [`super::object::view`]). Its `status`, if any, is never digested: the mark must not
+    /// change with each status write-back.
     pub fn of(flow_uid: &str, flow_generation: i64, view: &Value, bind: &Bind) -> Mark {
+        let view = super::object::without_status(view);
+        let view = view.as_ref();
         let mut fields = BTreeMap::new();
         for (k, v) in view.as_object().into_iter().flatten() {
             if is_meta(k) {
@@ -400,6 +404,30 @@ mod tests {
         let m = Mark::of("f", 1, &a, &b0);
         let t = trigger(Some(&m), ("f", 2), &a, &b0).unwrap();
         assert_eq!(t, json!({"event": "update", "changed": []}));
+    }
+
+    #[test]
+    fn a_status_is_never_digested_so_its_write_back_starts_nothing() {
+        let b0 = bind(&[".status.copiedTo"]);
+        let a = obj(
+            "u1",
+            1,
+            json!({"size": 1}),
+            json!({"status": {"copiedTo": ["x"]}}),
+        );
+        let b = obj(
+            "u1",
+            1,
+            json!({"size": 1}),
+            json!({"status": {"copiedTo": ["y"]}}),
+        );
+        let plain = obj("u1", 1, json!({"size": 1}), json!({}));
+        assert_eq!(
+            Mark::of("f", 1, &a, &b0).encode(),
+            Mark::of("f", 1, &plain, &b0).encode()
+        );
+        let m = Mark::of("f", 1, &a, &b0);
+        assert_eq!(trigger(Some(&m), ("f", 1), &b, &b0), None);
     }
 
     #[test]
