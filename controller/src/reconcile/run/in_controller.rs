@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use pseudoflow_compiler::plan::PlanNode;
 
-use super::{failed, Driving};
+use super::Driving;
+use crate::drive::failed;
 use crate::flow::Error;
 use crate::in_controller::{Request, Seen};
 use crate::limits::STEP_IN_CONTROLLER_WAIT_MS;
@@ -47,7 +48,7 @@ impl Driving<'_> {
         let req = match self.in_controller_request(run, node, key, attempt) {
             Ok(req) => req,
             Err(why) => {
-                self.complete(run, &node.id, key, failed(&why)).await;
+                self.complete(run, &node.id, key, failed(why)).await;
                 return Ok(true);
             }
         };

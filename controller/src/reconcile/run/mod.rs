@@ -18,7 +18,7 @@ use super::job_reports::{self as reports, Reports};
 use super::narrate::Narrator;
 use super::{launch, observe, on_delete, plan_of, pod_security, Reconcile};
 use crate::approval;
-use crate::drive::Driver;
+use crate::drive::{failed, Driver};
 use crate::flow::status::{said_at, step_at};
 use crate::flow::Error;
 use pseudoflow_walk::fold::{
@@ -437,7 +437,7 @@ impl Driving<'_> {
             return Ok(true);
         }
         if let Some(why) = self.node_pods_refused(node, node_pods_refused).await? {
-            self.complete(run, node_id, key, failed(&why)).await;
+            self.complete(run, node_id, key, failed(why)).await;
             return Ok(true);
         }
         self.launch(run, node, key, attempt).await
@@ -594,7 +594,7 @@ impl Driving<'_> {
         let payload = match prepare_payload(&ctx.engine, node, &sc, self.spec.quoting()) {
             Ok((p, _)) => p,
             Err(e) => {
-                self.complete(run, node_id, key, failed(&e.to_string()))
+                self.complete(run, node_id, key, failed(e.to_string()))
                     .await;
                 return Ok(true);
             }
@@ -629,7 +629,7 @@ impl Driving<'_> {
             launch::Launched::Created => true,
             launch::Launched::Adopted => false,
             launch::Launched::Refused(why) => {
-                self.complete(run, node_id, key, failed(&why)).await;
+                self.complete(run, node_id, key, failed(why)).await;
                 return Ok(true);
             }
         };
@@ -705,14 +705,6 @@ fn local_result(out: local::LocalOutcome) -> StepResult {
     };
     r.vars.extend(out.var);
     r
-}
-
-fn failed(message: &str) -> Completion {
-    Completion {
-        ok: false,
-        message: message.to_string(),
-        ..Default::default()
-    }
 }
 
 /// Counts and tells the end of `run` once: a metric, a `Run<phase>` Event.
