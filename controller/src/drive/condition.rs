@@ -11,9 +11,9 @@ use super::Driver;
 
 /// How a condition evaluated in the controller came out.
 #[derive(Debug)]
-pub enum Outcome {
+pub enum Evaluated {
     /// It read and tested (or failed to): the executor's result, its `condition` the answer.
-    Read(StepResult),
+    Read(Box<StepResult>),
     /// It could not be rendered from the run's variables: no retry mends that.
     Unrenderable(String),
     /// The read had not answered by the caller's deadline.
@@ -30,26 +30,26 @@ impl Driver<'_> {
         attempt: u32,
         sc: &Scope,
         (client, until): (&kube::Client, tokio::time::Instant),
-    ) -> Outcome {
+    ) -> Evaluated {
         let quoting = self.spec.quoting();
         let step = match prepare_payload(self.engine, node, sc, quoting) {
             Ok((step, _)) => step,
-            Err(e) => return Outcome::Unrenderable(e.to_string()),
+            Err(e) => return Evaluated::Unrenderable(e.to_string()),
         };
         let mut input = self.input(run, (node, key), attempt, step);
         input.task = Task::Condition;
         let parsed: pseudoflow_crd::Step = match serde_json::from_value(input.step.clone()) {
             Ok(s) => s,
-            Err(e) => return Outcome::Unrenderable(format!("{}: step: {e}", node.path)),
+            Err(e) => return Evaluated::Unrenderable(format!("{}: step: {e}", node.path)),
         };
         let nowhere = std::path::PathBuf::from("/nonexistent");
         let ctx = pseudoflow_runtime::ExecCtx::new(input, nowhere, "false".into())
             .with_client(client.clone());
         let read = pseudoflow_runtime::execute(&ctx, &parsed);
         match tokio::time::timeout_at(until, read).await {
-            Err(_) => Outcome::TimedOut,
-            Ok(Ok(r)) => Outcome::Read(r),
-            Ok(Err(e)) => Outcome::Read(StepResult::failed(e.to_string())),
+            Err(_) => Evaluated::TimedOut,
+            Ok(Ok(r)) => Evaluated::Read(Box::new(r)),
+            Ok(Err(e)) => Evaluated::Read(Box::new(StepResult::failed(e.to_string()))),
         }
     }
 }

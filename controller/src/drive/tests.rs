@@ -1,4 +1,4 @@
-use super::condition::Outcome;
+use super::condition::Evaluated;
 use super::*;
 use pseudoflow_compiler::Compiled;
 use pseudoflow_walk::Action;
@@ -68,7 +68,8 @@ fn a_loop_items_instance_sees_its_item_index_the_flow_vars_and_the_bound_object(
     assert_eq!((&sc["item"], &sc["index"]), (&json!("red"), &json!(0)));
     let said = driver.run_local(&mut run, log, &sc).completion;
     walker.complete(&mut run.state, &log_id, &key, said, 0);
-    let [(log_id, key, _)] = starts(&walker, &mut run).try_into().unwrap();
+    let [(second, key, _)] = starts(&walker, &mut run).try_into().unwrap();
+    assert_eq!(second, log_id, "the same step, for the next item");
     let sc = driver.scope(&run, log, &key);
     assert_eq!(sc["item"], json!("blue"));
     assert_eq!(sc["index"], json!(1));
@@ -153,7 +154,7 @@ async fn a_condition_that_cannot_be_rendered_is_unrenderable_and_reads_nothing()
         .condition(&run, (node, &[]), 1, &sc, (&silent_client(), until))
         .await;
     assert!(
-        matches!(&out, Outcome::Unrenderable(why) if why.contains("missing")),
+        matches!(&out, Evaluated::Unrenderable(why) if why.contains("missing")),
         "{out:?}"
     );
 }
@@ -177,7 +178,7 @@ async fn a_condition_whose_read_does_not_answer_by_the_deadline_is_timed_out() {
     let out = driver
         .condition(&run, (node, &[]), 1, &sc, (&silent_client(), until))
         .await;
-    assert!(matches!(out, Outcome::TimedOut), "{out:?}");
+    assert!(matches!(out, Evaluated::TimedOut), "{out:?}");
 }
 
 #[test]

@@ -17,7 +17,8 @@ use pseudoflow_walk::fold::merge_var;
 use pseudoflow_walk::{Action, Completion, RunPhase, StoredRun, Walker};
 use serde_json::Value;
 
-use crate::drive::{condition, failed, Driver};
+use crate::drive::condition::Evaluated;
+use crate::drive::{failed, Driver};
 use crate::in_controller::{InControllerSteps, Seen};
 
 /// Most rounds of the walk one serve takes (a plan is bounded; this only stops a bug looping).
@@ -194,11 +195,11 @@ impl Runner<'_> {
         }
         if matches!(node.kind, pseudoflow_compiler::NodeKind::Condition) {
             let at = (&self.client, deadline.at());
-            let outcome = driver.condition(run, (node, key), attempt, &sc, at).await;
-            let result = match outcome {
-                condition::Outcome::Read(result) => result,
-                condition::Outcome::Unrenderable(why) => return (failed(why), true),
-                condition::Outcome::TimedOut => {
+            let evaluated = driver.condition(run, (node, key), attempt, &sc, at).await;
+            let result = match evaluated {
+                Evaluated::Read(result) => *result,
+                Evaluated::Unrenderable(why) => return (failed(why), true),
+                Evaluated::TimedOut => {
                     let why = format!("{}: {}", node.path, deadline.message());
                     return (failed(why), false);
                 }
