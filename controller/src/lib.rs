@@ -11,6 +11,7 @@
 pub mod approval;
 pub mod backoff;
 pub mod bind;
+pub mod drive;
 pub mod flow;
 pub mod http;
 pub mod in_controller;

@@ -1,26 +1,25 @@
 //! One object's run, in the controller's memory, to its end: the walker's advance/complete
-//! loop over the plan a child would have, each controller-local node evaluated here and each
-//! API step run by [`crate::in_controller`] (same turns, same impersonated client, same
+//! loop over the plan a child would have, each instance carried out by the run driver
+//! ([`crate::drive`]: the same scope, local nodes and in-controller steps as a flow's run), its
+//! API steps run by [`crate::in_controller`] (same turns, same impersonated client, same
 //! timeouts). Nothing is stored: a controller killed midway runs the object again, which is
 //! safe because the compiler placed only repeatable steps here
 //! (`pseudoflow_compiler::record`).
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use pseudoflow_compiler::expr::{prepare_payload, Scope};
-use pseudoflow_compiler::lower::{in_controller_input, task_of, FlowRef, NodeInstance};
-use pseudoflow_compiler::names::job_name;
+use pseudoflow_compiler::lower::{task_of, FlowRef};
 use pseudoflow_compiler::plan::PlanNode;
 use pseudoflow_compiler::Compiled;
-use pseudoflow_crd::bind::{OBJECT_VAR, TRIGGER_VAR};
 use pseudoflow_crd::protocol::StepResult;
 use pseudoflow_walk::fold::merge_var;
-use pseudoflow_walk::{includes, local, Action, Completion, RunPhase, StoredRun, Walker};
+use pseudoflow_walk::{Action, Completion, RunPhase, StoredRun, Walker};
 use serde_json::Value;
 
-use crate::in_controller::{self, InControllerSteps, Request, Seen};
+use crate::drive::condition::Evaluated;
+use crate::drive::{failed, Driver};
+use crate::in_controller::{InControllerSteps, Seen};
 
 /// Most rounds of the walk one serve takes (a plan is bounded; this only stops a bug looping).
 const MAX_ROUNDS: usize = 10_000;
@@ -120,6 +119,13 @@ impl Runner<'_> {
             ..Default::default()
         };
         let walker = Walker::new(&compiled.plan);
+        let driver = Driver {
+            engine: self.engine,
+            flow: &self.flow,
+            spec: &compiled.spec,
+            walker: &walker,
+            bound: Some((&self.object, &self.trigger)),
+        };
         let deadline = Deadline::of(compiled);
         let mut permanent = false;
         for _ in 0..MAX_ROUNDS {
@@ -156,7 +162,7 @@ impl Runner<'_> {
                 let node = compiled.plan.node(node_id).expect("from the plan");
                 let began = std::time::Instant::now();
                 let at = (node, key.as_slice(), &deadline);
-                let c = self.start(compiled, &walker, &mut run, at, attempt);
+                let c = self.start(&driver, &mut run, at, attempt);
                 let (c, cannot_mend) = c.await;
                 if !c.ok {
                     permanent = cannot_mend;
@@ -173,29 +179,32 @@ impl Runner<'_> {
         (run, permanent)
     }
 
-    /// Does one instance's work; returns what the walker is told, and whether a failure is
-    /// one no retry can mend (the step could not be rendered).
+    /// Does one instance's work through the run driver; returns what the walker is told, and
+    /// whether a failure is one no retry can mend (the step could not be rendered).
     async fn start(
         &self,
-        compiled: &Compiled,
-        walker: &Walker<'_>,
+        driver: &Driver<'_>,
         run: &mut StoredRun,
         (node, key, deadline): (&PlanNode, &[String], &Deadline),
         attempt: u32,
     ) -> (Completion, bool) {
-        let sc = self.scope(compiled, walker, run, node, key);
+        let sc = driver.scope(run, node, key);
         if task_of(node).is_none() {
             // Controller-local work is expressions only: what fails them fails them again.
-            let res = local::run(self.engine, node, &sc);
-            if let Some((k, v)) = res.var {
-                run.vars.insert(k, v);
-            }
-            return (res.completion.into(), true);
+            return (driver.run_local(run, node, &sc).completion, true);
         }
         if matches!(node.kind, pseudoflow_compiler::NodeKind::Condition) {
-            return self
-                .condition(compiled, run, (node, key, deadline), attempt, &sc)
-                .await;
+            let at = (&self.client, deadline.at());
+            let evaluated = driver.condition(run, (node, key), attempt, &sc, at).await;
+            let result = match evaluated {
+                Evaluated::Read(result) => *result,
+                Evaluated::Unrenderable(why) => return (failed(why), true),
+                Evaluated::TimedOut => {
+                    let why = format!("{}: {}", node.path, deadline.message());
+                    return (failed(why), false);
+                }
+            };
+            return (completion(crate::redact::failure(run, result)), false);
         }
         if node.in_controller.is_none() {
             // The compiler refuses such a flow; never a pod from here.
@@ -203,8 +212,10 @@ impl Runner<'_> {
             return (failed(why), true);
         }
         let mut cannot_mend = false;
-        let result = match self.in_controller(compiled, run, node, key, attempt, &sc) {
-            Ok((work, started)) => {
+        let client = || Ok(self.client.clone());
+        let result = match driver.request(run, (node, key), attempt, &sc, client) {
+            Ok(req) => {
+                let (work, started) = driver.submit(self.steps, req);
                 let queuing = tokio::time::Instant::now();
                 // Unfired (dropped) only if the step ended before it held a turn.
                 let _ = started.held.await;
@@ -231,140 +242,18 @@ impl Runner<'_> {
         for (k, v) in &result.vars {
             merge_var(&mut run.vars, k, v.clone());
         }
-        let c = Completion {
-            ok: result.ok,
-            changed: result.changed,
-            message: result.message,
-            condition: result.condition,
-            items: None,
-        };
-        (c, cannot_mend)
-    }
-
-    /// Evaluates an `if`/`when` condition here, as the executor's pod would (one read of one
-    /// object as the flow's ServiceAccount and its jsonPath test, `pseudoflow_runtime`), within
-    /// the run's deadline; returns what the walker is told and whether a failure is permanent
-    /// (the condition could not be rendered). A single GET: it takes no in-controller turn.
-    async fn condition(
-        &self,
-        compiled: &Compiled,
-        run: &mut StoredRun,
-        (node, key, deadline): (&PlanNode, &[String], &Deadline),
-        attempt: u32,
-        sc: &Scope,
-    ) -> (Completion, bool) {
-        let quoting = compiled.spec.quoting();
-        let step = match prepare_payload(self.engine, node, sc, quoting) {
-            Ok((step, _)) => step,
-            Err(e) => return (failed(e.to_string()), true),
-        };
-        let mut input = self.input(run, (node, key), attempt, step);
-        input.task = pseudoflow_crd::protocol::Task::Condition;
-        let parsed: pseudoflow_crd::Step = match serde_json::from_value(input.step.clone()) {
-            Ok(s) => s,
-            Err(e) => return (failed(format!("{}: step: {e}", node.path)), true),
-        };
-        let nowhere = std::path::PathBuf::from("/nonexistent");
-        let ctx = pseudoflow_runtime::ExecCtx::new(input, nowhere, "false".into())
-            .with_client(self.client.clone());
-        let read = pseudoflow_runtime::execute(&ctx, &parsed);
-        let result = match tokio::time::timeout_at(deadline.at(), read).await {
-            Err(_) => {
-                let why = format!("{}: {}", node.path, deadline.message());
-                return (failed(why), false);
-            }
-            Ok(Ok(r)) => r,
-            Ok(Err(e)) => StepResult::failed(e.to_string()),
-        };
-        let result = crate::redact::failure(run, result);
-        let c = Completion {
-            ok: result.ok,
-            changed: result.changed,
-            message: result.message,
-            condition: result.condition,
-            items: None,
-        };
-        (c, false)
-    }
-
-    /// The executor input of one instance of `node` run in the controller (no node, no pod).
-    fn input(
-        &self,
-        run: &StoredRun,
-        (node, key): (&PlanNode, &[String]),
-        attempt: u32,
-        step: Value,
-    ) -> pseudoflow_crd::protocol::ExecutorInput {
-        in_controller_input(&NodeInstance {
-            flow: &self.flow,
-            run_id: &run.run_id,
-            node,
-            instance: key,
-            attempt,
-            step,
-            target_node: None,
-            artifacts: &[],
-            segment: Vec::new(),
-            changed_before: false,
-            run_secret: None,
-        })
-    }
-
-    /// Starts the instance's API step in the controller; returns its key and its end.
-    fn in_controller(
-        &self,
-        compiled: &Compiled,
-        run: &StoredRun,
-        node: &PlanNode,
-        key: &[String],
-        attempt: u32,
-        sc: &Scope,
-    ) -> Result<(String, in_controller::Started), String> {
-        let quoting = compiled.spec.quoting();
-        let (step, _) =
-            prepare_payload(self.engine, node, sc, quoting).map_err(|e| e.to_string())?;
-        let input = self.input(run, (node, key), attempt, step);
-        let job = job_name(&self.flow.name, &run.run_id, &node.id, key, attempt.max(1));
-        let work = in_controller::key(&self.flow.uid, &job);
-        let req = Request {
-            key: work.clone(),
-            flow: (self.flow.namespace.clone(), self.flow.name.clone()),
-            flow_uid: self.flow.uid.clone(),
-            client: self.client.clone(),
-            input,
-        };
-        Ok((work, self.steps.start(req)))
-    }
-
-    /// The variables the instance sees: the flow's, `object` and `trigger` as a child sees
-    /// them, what earlier steps set, and its loop's.
-    fn scope(
-        &self,
-        compiled: &Compiled,
-        walker: &Walker<'_>,
-        run: &StoredRun,
-        node: &PlanNode,
-        key: &[String],
-    ) -> Scope {
-        let plan = &compiled.plan;
-        let vars = &compiled.spec.vars;
-        let mut s: Scope = includes::base_vars(plan, node, vars, &BTreeMap::new())
-            .into_iter()
-            .map(|(k, v)| (k, Value::String(v)))
-            .collect();
-        s.insert(OBJECT_VAR.into(), self.object.clone());
-        s.insert(TRIGGER_VAR.into(), self.trigger.clone());
-        s.extend(run.vars.clone());
-        s.extend(walker.loop_vars(node, key, &run.state));
-        s
+        (completion(result), cannot_mend)
     }
 }
 
-fn failed(message: String) -> Completion {
+/// What the walker is told of a step's result.
+fn completion(result: StepResult) -> Completion {
     Completion {
-        ok: false,
-        message,
-        ..Default::default()
+        ok: result.ok,
+        changed: result.changed,
+        message: result.message,
+        condition: result.condition,
+        items: None,
     }
 }
 

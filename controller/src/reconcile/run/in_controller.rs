@@ -1,15 +1,15 @@
 //! Driving the API steps the controller runs itself (`crate::in_controller`): started where a
-//! Job would be launched, folded like a Job's result, started again after a restart.
+//! Job would be launched, folded like a Job's result, started again after a restart. Their
+//! request is the run driver's ([`crate::drive`]), as for a bound object's run.
 
 use std::time::Duration;
 
-use pseudoflow_compiler::expr::prepare_payload;
-use pseudoflow_compiler::lower::{in_controller_input, NodeInstance};
 use pseudoflow_compiler::plan::PlanNode;
 
-use super::{failed, Driving};
+use super::Driving;
+use crate::drive::failed;
 use crate::flow::Error;
-use crate::in_controller::{self, Request, Seen};
+use crate::in_controller::{Request, Seen};
 use crate::limits::STEP_IN_CONTROLLER_WAIT_MS;
 use pseudoflow_walk::StoredRun;
 
@@ -22,7 +22,7 @@ impl Driving<'_> {
         key: &[String],
         attempt: u32,
     ) -> String {
-        in_controller::key(&self.flow_ref.uid, &self.job_of(run, node, key, attempt))
+        self.driver().step_key(run, node, key, attempt)
     }
 
     /// Runs the instance in the controller: folds its result if a reconcile before started it
@@ -45,17 +45,17 @@ impl Driving<'_> {
             Seen::Running => return Ok(false),
             Seen::Unknown => {}
         }
-        let req = match self.in_controller_request(run, node, key, attempt, work.clone()) {
+        let req = match self.in_controller_request(run, node, key, attempt) {
             Ok(req) => req,
             Err(why) => {
-                self.complete(run, &node.id, key, failed(&why)).await;
+                self.complete(run, &node.id, key, failed(why)).await;
                 return Ok(true);
             }
         };
         let sa = &self.flow_ref.service_account;
         let how = format!(" (in the controller, as ServiceAccount {sa})");
         self.tell_started(node, key, &how).await;
-        let ended = steps.start(req).ended;
+        let ended = self.driver().submit(steps, req).1.ended;
         let wait = Duration::from_millis(STEP_IN_CONTROLLER_WAIT_MS);
         // The receiver is let go before the last look: a step ending after it wakes the flow.
         let _ = tokio::time::timeout(wait, ended).await;
@@ -68,42 +68,23 @@ impl Driving<'_> {
         }
     }
 
-    /// The request for the instance's work, or why it cannot run.
+    /// The request for the instance's work (built by the run driver, [`crate::drive`]), or why
+    /// it cannot run.
     fn in_controller_request(
         &self,
         run: &StoredRun,
         node: &PlanNode,
         key: &[String],
         attempt: u32,
-        work: String,
     ) -> Result<Request, String> {
-        let ctx = self.r.ctx;
-        let sc = self.scope(run, node, key);
-        let (step, _) = prepare_payload(&ctx.engine, node, &sc, self.spec.quoting())
-            .map_err(|e| e.to_string())?;
-        let inst = NodeInstance {
-            flow: self.flow_ref,
-            run_id: &run.run_id,
-            node,
-            instance: key,
-            attempt,
-            step,
-            target_node: None,
-            artifacts: &[],
-            segment: Vec::new(),
-            changed_before: false,
-            run_secret: None,
-        };
+        let driver = self.driver();
+        let sc = driver.scope(run, node, key);
         let (ns, sa) = (&self.flow_ref.namespace, &self.flow_ref.service_account);
-        let client = ctx.accounts.client_as(ns, sa).map_err(|why| {
-            format!("cannot run this step in the controller as ServiceAccount {ns}/{sa}: {why}")
-        })?;
-        Ok(Request {
-            key: work,
-            flow: (ns.clone(), self.flow_ref.name.clone()),
-            flow_uid: self.flow_ref.uid.clone(),
-            client,
-            input: in_controller_input(&inst),
-        })
+        let client = || {
+            self.r.ctx.accounts.client_as(ns, sa).map_err(|why| {
+                format!("cannot run this step in the controller as ServiceAccount {ns}/{sa}: {why}")
+            })
+        };
+        driver.request(run, (node, key), attempt, &sc, client)
     }
 }

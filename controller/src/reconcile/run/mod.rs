@@ -4,10 +4,8 @@
 use crate::flow::events::EventType;
 use pseudoflow_compiler::expr::{prepare_payload, Scope};
 use pseudoflow_compiler::lower::{lower, task_of, FlowRef, LowerOptions, NodeInstance, Task};
-use pseudoflow_compiler::names::job_name;
 use pseudoflow_compiler::plan::{Plan, PlanNode};
 use pseudoflow_compiler::{fuse, Compiled};
-use pseudoflow_crd::bind::{OBJECT_VAR, TRIGGER_VAR};
 use pseudoflow_crd::protocol::result::{IncludedDocument, StepResult};
 use pseudoflow_crd::status::ApprovalRecord;
 use pseudoflow_crd::steps::Placement;
@@ -20,6 +18,7 @@ use super::job_reports::{self as reports, Reports};
 use super::narrate::Narrator;
 use super::{launch, observe, on_delete, plan_of, pod_security, Reconcile};
 use crate::approval;
+use crate::drive::{failed, Driver};
 use crate::flow::status::{said_at, step_at};
 use crate::flow::Error;
 use pseudoflow_walk::fold::{
@@ -132,7 +131,7 @@ pub(super) fn suspended(r: &Reconcile<'_>) -> bool {
 
 impl Driving<'_> {
     fn job_of(&self, run: &StoredRun, node: &str, key: &[String], attempt: u32) -> String {
-        job_name(&self.flow_ref.name, &run.run_id, node, key, attempt.max(1))
+        self.driver().job_name(run, node, key, attempt)
     }
 
     /// The secret a fused Job's journal key derives from (None: no journal is trusted).
@@ -357,20 +356,20 @@ impl Driving<'_> {
         }
     }
 
-    fn scope(&self, run: &StoredRun, node: &PlanNode, key: &[String]) -> Scope {
-        let walker = self.walker;
-        let mut s: Scope = includes::base_vars(walker.plan(), node, &self.spec.vars, &run.includes)
-            .into_iter()
-            .map(|(k, v)| (k, Value::String(v)))
-            .collect();
-        // A flow made for one bound object sees it, and what started its run, as values.
-        if let Some(b) = &self.spec.bound {
-            s.insert(OBJECT_VAR.into(), b.object.clone());
-            s.insert(TRIGGER_VAR.into(), b.trigger.clone());
+    /// The run driver for this run's instances ([`crate::drive`]): a child flow's run sees
+    /// its bound object and trigger.
+    fn driver(&self) -> Driver<'_> {
+        Driver {
+            engine: &self.r.ctx.engine,
+            flow: self.flow_ref,
+            spec: self.spec,
+            walker: self.walker,
+            bound: self.spec.bound.as_ref().map(|b| (&b.object, &b.trigger)),
         }
-        s.extend(run.vars.clone());
-        s.extend(walker.loop_vars(node, key, &run.state));
-        s
+    }
+
+    fn scope(&self, run: &StoredRun, node: &PlanNode, key: &[String]) -> Scope {
+        self.driver().scope(run, node, key)
     }
 
     /// Lets the walker decide and carries its decisions out until only Jobs are left to wait
@@ -438,7 +437,7 @@ impl Driving<'_> {
             return Ok(true);
         }
         if let Some(why) = self.node_pods_refused(node, node_pods_refused).await? {
-            self.complete(run, node_id, key, failed(&why)).await;
+            self.complete(run, node_id, key, failed(why)).await;
             return Ok(true);
         }
         self.launch(run, node, key, attempt).await
@@ -545,18 +544,15 @@ impl Driving<'_> {
     /// Controller-local work (`log`, `eval`, `template`, a loop's items): done now, its
     /// variable set and its `log` Event published.
     async fn run_locally(&self, run: &mut StoredRun, node: &PlanNode, key: &[String]) {
-        let sc = self.scope(run, node, key);
-        let res = local::run(&self.r.ctx.engine, node, &sc);
-        if let Some((k, v)) = res.var {
-            run.vars.insert(k, v);
-        }
+        let driver = self.driver();
+        let sc = driver.scope(run, node, key);
+        let res = driver.run_local(run, node, &sc);
         if let Some(text) = res.event {
             // A `log`'s Event is what it logs.
             self.r.publish(EventType::Normal, "Log", &text).await;
             self.narrator.told(&node.id, key);
         }
-        self.complete(run, &node.id, key, res.completion.into())
-            .await;
+        self.complete(run, &node.id, key, res.completion).await;
     }
 
     /// Why a node step's pod may not run now (no node can report, or the namespace does not
@@ -598,7 +594,7 @@ impl Driving<'_> {
         let payload = match prepare_payload(&ctx.engine, node, &sc, self.spec.quoting()) {
             Ok((p, _)) => p,
             Err(e) => {
-                self.complete(run, node_id, key, failed(&e.to_string()))
+                self.complete(run, node_id, key, failed(e.to_string()))
                     .await;
                 return Ok(true);
             }
@@ -633,7 +629,7 @@ impl Driving<'_> {
             launch::Launched::Created => true,
             launch::Launched::Adopted => false,
             launch::Launched::Refused(why) => {
-                self.complete(run, node_id, key, failed(&why)).await;
+                self.complete(run, node_id, key, failed(why)).await;
                 return Ok(true);
             }
         };
@@ -709,14 +705,6 @@ fn local_result(out: local::LocalOutcome) -> StepResult {
     };
     r.vars.extend(out.var);
     r
-}
-
-fn failed(message: &str) -> Completion {
-    Completion {
-        ok: false,
-        message: message.to_string(),
-        ..Default::default()
-    }
 }
 
 /// Counts and tells the end of `run` once: a metric, a `Run<phase>` Event.
