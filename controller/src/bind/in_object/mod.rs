@@ -471,6 +471,20 @@ impl Serving<'_> {
             .await;
     }
 
+    /// [`Serving::about`], for the object as a run sees it (`${object}`).
+    fn about_view(&self, view: &Value) -> ObjectReference {
+        let m = &view["metadata"];
+        let text = |k: &str| m[k].as_str().map(str::to_string);
+        ObjectReference {
+            api_version: Some(self.bind.api_version.clone()),
+            kind: Some(self.bind.kind.clone()),
+            name: text("name"),
+            namespace: text("namespace"),
+            uid: text("uid"),
+            ..Default::default()
+        }
+    }
+
     /// A reference to the served object, for its Events.
     fn about(&self, obj: &DynamicObject) -> ObjectReference {
         let m = &obj.metadata;
@@ -509,9 +523,18 @@ impl Serving<'_> {
             object,
             trigger,
             metrics: &self.r.ctx.metrics,
+            went_on: Default::default(),
         };
         let run_id = format!("o{}", &crate::secret::random_hex()[..10]);
-        Ok(runner.run(compiled, spec, &run_id).await)
+        let ran = runner.run(compiled, spec, &run_id).await;
+        let went_on = std::mem::take(&mut *runner.went_on.lock().expect("not poisoned"));
+        for note in went_on {
+            let about = self.about_view(&runner.object);
+            let r = self.r;
+            r.publish_about(about, EventType::Warning, "StepFailed", &note)
+                .await;
+        }
+        Ok(ran)
     }
 
     /// Writes the object's status for the run's end (as [`super::write_back`] does for a

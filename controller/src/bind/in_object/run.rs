@@ -19,6 +19,7 @@ use serde_json::Value;
 
 use crate::drive::condition::Evaluated;
 use crate::drive::{failed, Driver};
+use crate::flow::status::{said_at, step_at};
 use crate::in_controller::{InControllerSteps, Seen};
 
 /// Most rounds of the walk one serve takes (a plan is bounded; this only stops a bug looping).
@@ -41,7 +42,15 @@ pub struct Runner<'a> {
     /// Where each step's time is counted (`pseudoflow_step_duration_seconds`), under the bound
     /// flow's `namespace/name`.
     pub metrics: &'a crate::metrics::Metrics,
+    /// The failures the run went on after (`continueOnError`, `onError`, a retry's attempt),
+    /// each as `path[item]: message`, at most [`MAX_WENT_ON`]: told on the object as
+    /// `StepFailed` Warnings, as a child's run tells them on its flow.
+    pub went_on: std::sync::Mutex<Vec<String>>,
 }
+
+/// Most failures one object's run tells as `StepFailed` (a loop of a thousand failing items
+/// is not a thousand Events).
+pub const MAX_WENT_ON: usize = 10;
 
 /// When an object's run must have ended (the flow's `options.timeoutSeconds`, if it has one),
 /// and what its failure says if it has not. The run goes on in a task of its own
@@ -172,7 +181,14 @@ impl Runner<'_> {
                     let took = began.elapsed().as_secs_f64();
                     self.metrics.step_finished(&key, &node.step_type, took);
                 }
+                let failed = (!c.ok).then(|| said_at(&step_at(&node.path, key), &c.message));
                 walker.complete(&mut run.state, node_id, key, c, now());
+                if let Some(note) = failed.filter(|_| run.state.phase == RunPhase::Running) {
+                    let mut went_on = self.went_on.lock().expect("not poisoned");
+                    if went_on.len() < MAX_WENT_ON {
+                        went_on.push(note);
+                    }
+                }
             }
         }
         run.finished_at = Some(now());
