@@ -149,7 +149,7 @@ fn ineligible(n: &PlanNode) -> Option<&'static str> {
     match &n.kind {
         NodeKind::Action => action_ineligible(n),
         // One GET of one object and a jsonPath test: the controller reads it as the flow's
-        // ServiceAccount (bind/in_object/run.rs), no pod needed.
+        // ServiceAccount (controller/src/drive/condition.rs), no pod needed.
         NodeKind::Condition => None,
         NodeKind::LoopStart {
             over: LoopOver::Nodes { .. },

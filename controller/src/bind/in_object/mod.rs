@@ -212,6 +212,19 @@ impl Serving<'_> {
         if tasks.going(&key, &what) {
             return Ok(None);
         }
+        if !tasks.may_start(self.parent.uid, &key) {
+            // As many runs going as a flow may have: a name in the queue until one ends (its
+            // end wakes the flow).
+            let m = &obj.metadata;
+            let (ns, name) = (m.namespace.as_deref(), m.name.as_deref());
+            let pending = &self.r.own.watches.pending;
+            pending.changed(
+                self.parent.uid,
+                ns.unwrap_or_default(),
+                name.unwrap_or_default(),
+            );
+            return Ok(None);
+        }
         let name = object::key(obj);
         let outcomes = &self.r.own.outcomes;
         let revision = match &work {

@@ -74,6 +74,13 @@ pub type Spawn = Arc<dyn Fn(Detached) -> BoxFuture<'static, ()> + Send + Sync>;
 /// ending meanwhile share that wake.
 pub const WAKE_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// Most object runs one bound flow has going at once (running or parked). Each holds its
+/// object, its compiled spec and its run (~25 KiB): 10,000 objects created at once, all
+/// started, took the controller to 272 MiB. Past it the objects wait as names in the flow's
+/// queue of changed objects ([`crate::bind::pending`]), as an informer's work queue holds
+/// keys, and are started as runs end.
+pub const MAX_RUNS_PER_FLOW: usize = 512;
+
 /// The object runs going on, by `<flow uid>/<object uid>`: what each runs for and its task.
 #[derive(Default)]
 pub struct Tasks {
@@ -116,6 +123,21 @@ impl Tasks {
     /// The key of `object`'s run for flow `flow` (uids).
     pub fn key(flow: &str, object: &str) -> String {
         format!("{flow}/{object}")
+    }
+
+    /// How many more runs of flow `flow` may start ([`MAX_RUNS_PER_FLOW`]).
+    pub fn room(&self, flow: &str) -> usize {
+        MAX_RUNS_PER_FLOW.saturating_sub(self.count(flow))
+    }
+
+    /// Whether the run under `key` (of flow `flow`) may start: one going is replaced in place,
+    /// a new one needs [`Tasks::room`].
+    pub fn may_start(&self, flow: &str, key: &str) -> bool {
+        let going = {
+            let by_key = self.by_key.lock().expect("not poisoned");
+            by_key.get(key).is_some_and(|g| !g.task.is_finished())
+        };
+        going || self.room(flow) > 0
     }
 
     /// Whether the run under `key` is going for `what`.
@@ -237,6 +259,33 @@ mod tests {
             tasks.start("f/o", "a", detached()),
             Launch::Inline(_)
         ));
+    }
+
+    #[tokio::test]
+    async fn a_flow_starts_at_most_its_share_of_runs_and_a_going_one_may_be_replaced() {
+        let tasks = Tasks::default();
+        let release = Arc::new(tokio::sync::Semaphore::new(0));
+        let r = release.clone();
+        tasks.spawn_with(Arc::new(move |_| {
+            let r = r.clone();
+            Box::pin(async move { drop(r.acquire().await) })
+        }));
+        for i in 0..MAX_RUNS_PER_FLOW {
+            assert!(tasks.may_start("f", &format!("f/o{i}")));
+            tasks.start(&format!("f/o{i}"), "a", detached());
+        }
+        assert_eq!(tasks.room("f"), 0);
+        assert!(!tasks.may_start("f", "f/new"), "past its share");
+        assert!(tasks.may_start("f", "f/o0"), "a going one is replaced in place");
+        assert!(tasks.may_start("g", "g/x"), "another flow has its own share");
+        release.add_permits(MAX_RUNS_PER_FLOW);
+        for _ in 0..100 {
+            if tasks.room("f") == MAX_RUNS_PER_FLOW {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(tasks.room("f"), MAX_RUNS_PER_FLOW, "ended runs free their room");
     }
 
     #[tokio::test]

@@ -23,7 +23,18 @@ static OBJECT_READS: LazyLock<ObjectReads> = LazyLock::new(ObjectReads::default)
 impl Binding<'_> {
     /// Serves `objects` (namespace, name), several at once; returns how soon to look again.
     /// An object that could not be served for now is kept to be served again then.
-    pub(super) async fn serve_changed(&self, objects: BTreeSet<(String, String)>) -> Duration {
+    pub(super) async fn serve_changed(&self, mut objects: BTreeSet<(String, String)>) -> Duration {
+        let pending = &self.r.own.watches.pending;
+        if self.bind.record == Some(BindRecord::Object) {
+            // No more than the runs the flow may still start: the others stay names in the
+            // queue, read when runs end (each end wakes the flow), never read to wait.
+            let room = self.r.own.object_runs.room(self.r.uid);
+            let later: Vec<_> = objects.iter().skip(room).cloned().collect();
+            for (ns, name) in later {
+                objects.remove(&(ns.clone(), name.clone()));
+                pending.changed(self.r.uid, &ns, &name);
+            }
+        }
         let served: Vec<((String, String), Option<Refused>, Duration)> =
             futures::stream::iter(objects.into_iter().map(|(ns, name)| async move {
                 let (refusal, again) = self.serve_named(&ns, &name).await;
@@ -32,7 +43,6 @@ impl Binding<'_> {
             .buffer_unordered(OBJECTS_SERVED_AT_ONCE)
             .collect()
             .await;
-        let pending = &self.r.own.watches.pending;
         let mut again = RESYNC;
         for ((ns, name), refusal, sooner) in served {
             let key = object::key_of(&ns, &name);
