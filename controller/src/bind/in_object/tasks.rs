@@ -276,8 +276,14 @@ mod tests {
         }
         assert_eq!(tasks.room("f"), 0);
         assert!(!tasks.may_start("f", "f/new"), "past its share");
-        assert!(tasks.may_start("f", "f/o0"), "a going one is replaced in place");
-        assert!(tasks.may_start("g", "g/x"), "another flow has its own share");
+        assert!(
+            tasks.may_start("f", "f/o0"),
+            "a going one is replaced in place"
+        );
+        assert!(
+            tasks.may_start("g", "g/x"),
+            "another flow has its own share"
+        );
         release.add_permits(MAX_RUNS_PER_FLOW);
         for _ in 0..100 {
             if tasks.room("f") == MAX_RUNS_PER_FLOW {
@@ -285,7 +291,11 @@ mod tests {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        assert_eq!(tasks.room("f"), MAX_RUNS_PER_FLOW, "ended runs free their room");
+        assert_eq!(
+            tasks.room("f"),
+            MAX_RUNS_PER_FLOW,
+            "ended runs free their room"
+        );
     }
 
     #[tokio::test]
