@@ -64,7 +64,7 @@ pub fn compile_with(
     }
     let mut budget = Budget::new(limits);
     let api_steps = crate::placement::ApiStepsIn::of(&spec);
-    let plan = build_plan(
+    let mut plan = build_plan(
         &spec.steps,
         "spec.steps",
         "",
@@ -72,11 +72,11 @@ pub fn compile_with(
         &mut budget,
         api_steps,
     );
-    let on_delete = spec
+    let mut on_delete = spec
         .on_delete
         .as_deref()
         .map(|s| build_plan(s, "spec.onDelete", "d", expansions, &mut budget, api_steps));
-    crate::record::resolve(&mut spec, &plan, on_delete.as_ref(), &mut budget.diags);
+    crate::record::resolve(&mut spec, &mut plan, on_delete.as_mut(), &mut budget.diags);
     if budget.diags.has_errors() {
         diags.extend(budget.diags);
         return Err(diags);

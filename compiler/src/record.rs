@@ -6,14 +6,17 @@
 //! object's steps in its memory, in a task of its own per object, and a controller killed
 //! midway runs them again. So every step (its `onDelete` steps too, run behind a finalizer on
 //! the object when it is deleted) must be one the controller runs itself and that is safe to
-//! repeat ([`crate::placement`]), and nothing may wait for a person (no `approval`: its
-//! decision is kept in a run's state), touch a node or fetch steps at run time. Waits (`waitFor`,
+//! repeat ([`crate::placement`]), or API work that is not safe to repeat but that the
+//! controller runs once under a sealed progress record on the object (an `exec` in another
+//! pod, [`ONCE_REASON`]: a restarted controller resumes after it and never runs it again), and
+//! nothing may wait for a person (no `approval`: its decision is kept in a run's state), touch
+//! a node or fetch steps at run time. Waits (`waitFor`,
 //! `sleep`, a retry's backoff) hold only the object's task. An `if`/`when` condition (one read
 //! of one object) is evaluated by the controller.
 
 use pseudoflow_crd::bind::BindRecord;
 use pseudoflow_crd::steps::Placement;
-use pseudoflow_crd::{ApiSteps, Diagnostics, PseudoFlowSpec};
+use pseudoflow_crd::{ApiSteps, Diagnostics, PseudoFlowSpec, StepKind};
 
 use crate::plan::{LoopOver, NodeKind, Plan, PlanNode};
 
@@ -63,14 +66,14 @@ const NEEDS: &str = "bind.record: Object needs every step to run in the controll
 /// is refused naming why.
 pub(crate) fn resolve(
     spec: &mut PseudoFlowSpec,
-    plan: &Plan,
-    on_delete: Option<&Plan>,
+    plan: &mut Plan,
+    on_delete: Option<&mut Plan>,
     diags: &mut Diagnostics,
 ) {
     let Some(asked) = spec.bind.as_ref().map(|b| b.record) else {
         return;
     };
-    let why_not = reasons(spec, plan, on_delete);
+    let why_not = reasons(spec, plan, on_delete.as_deref());
     let chosen = match asked {
         Some(BindRecord::Object) => {
             for r in why_not {
@@ -106,6 +109,39 @@ pub(crate) fn resolve(
     if let Some(b) = spec.bind.as_mut() {
         b.record = Some(chosen);
     }
+    if chosen == BindRecord::Object {
+        placed_in_controller(plan);
+        if let Some(p) = on_delete {
+            placed_in_controller(p);
+        }
+    }
+}
+
+/// Why a step not safe to repeat runs in the controller under `record: Object`, as
+/// `pseudoflow-compile` shows it.
+pub const ONCE_REASON: &str = "bound flow recorded in its objects: run once, its start and end \
+     kept in the object's sealed progress record";
+
+/// Whether `n` is API work not safe to repeat that the controller runs under a progress record
+/// (`exec` in another pod: [`pseudoflow_crd::steps::StepParams::runs_in_controller_once`]).
+fn runs_once(n: &PlanNode) -> bool {
+    n.kind == NodeKind::Action
+        && n.placement == Placement::Api
+        && n.step.as_ref().is_some_and(|s| !s.isolate)
+        && n.step_kind().is_some_and(|k| k.params().runs_in_controller_once())
+}
+
+/// A plan recorded in its objects: each step not safe to repeat is placed in the controller
+/// ([`ONCE_REASON`]), and no step is fused into a Job's segment (none runs in a Job).
+fn placed_in_controller(plan: &mut Plan) {
+    let mut graph = plan.graph.clone();
+    for n in graph.node_weights_mut() {
+        n.segment = None;
+        if runs_once(n) {
+            n.in_controller = Some(ONCE_REASON.to_string());
+        }
+    }
+    *plan = Plan::new(graph, plan.start, plan.end);
 }
 
 /// One reason a flow cannot be recorded in its objects.
@@ -163,7 +199,7 @@ fn ineligible(n: &PlanNode) -> Option<&'static str> {
 }
 
 fn action_ineligible(n: &PlanNode) -> Option<&'static str> {
-    if n.in_controller.is_some() {
+    if n.in_controller.is_some() || runs_once(n) {
         return None;
     }
     let params = n.step_kind().map(|k| k.params());
@@ -172,6 +208,9 @@ fn action_ineligible(n: &PlanNode) -> Option<&'static str> {
         Placement::Controller if awaits => Some("it waits for a person's decision"),
         Placement::Controller => None,
         Placement::Node => Some("this one runs on a node"),
+        _ if n.step_kind().is_some_and(|k| matches!(k, StepKind::Exec(e) if e.log_output)) => {
+            Some("this one writes its output to its pod's log (logOutput: true)")
+        }
         _ if n.step.as_ref().is_some_and(|s| s.isolate) => {
             Some("this one asks for a pod of its own (isolate: true)")
         }
@@ -283,6 +322,40 @@ mod tests {
                  run in the controller; it waits for a person's decision"
             ]
         );
+    }
+
+    /// An `exec` in another pod (pods/exec) runs in the controller, once, under the object's
+    /// progress record; its own shell, or its output in a pod's log, still needs a pod.
+    #[test]
+    fn an_exec_in_another_pod_runs_once_in_the_controller_unfused() {
+        let pod_exec = json!({"type": "exec", "pod": "db-0", "cmd": "mysqldump > /b"});
+        let steps = json!([pod_exec, {"type": "log", "message": "x"}, cm("a")]);
+        let spec = json!({"steps": steps, "onDelete": [pod_exec],
+            "bind": {"apiVersion": "example.com/v1", "kind": "Gadget"}});
+        let c = compile(&FlowId::default(), &spec).expect("compiles");
+        assert_eq!(RecordIn::of(&c.spec), RecordIn::Object);
+        let placed = |p: &crate::plan::Plan| -> Vec<(String, Option<String>)> {
+            p.nodes()
+                .filter(|n| n.step_type == "exec")
+                .map(|n| (n.path.clone(), n.in_controller.clone()))
+                .collect()
+        };
+        let once = Some(super::ONCE_REASON.to_string());
+        assert_eq!(placed(&c.plan), [("spec.steps[0]".to_string(), once.clone())]);
+        let on_delete = c.on_delete.as_ref().expect("an onDelete plan");
+        assert_eq!(placed(on_delete), [("spec.onDelete[0]".to_string(), once)]);
+        assert!(c.plan.segments().is_empty(), "nothing is fused: no Job runs");
+        assert!(c.plan.nodes().all(|n| n.segment.is_none()));
+
+        let logged = json!([{"type": "exec", "pod": "db-0", "cmd": "true", "logOutput": true}]);
+        assert_eq!(
+            errors(logged, json!({})),
+            ["error: spec.steps[0]: (exec): bind.record: Object needs every step to run in the \
+              controller; this one writes its output to its pod's log (logOutput: true)"]
+        );
+        let own_shell = json!({"steps": [{"type": "exec", "cmd": "true"}],
+            "bind": {"apiVersion": "example.com/v1", "kind": "Gadget"}});
+        assert_eq!(chosen(&own_shell), RecordIn::Child);
     }
 
     fn chosen(spec: &Value) -> RecordIn {

@@ -64,6 +64,10 @@ pub struct Request {
     pub client: Client,
     /// The executor input an executor Job would have read.
     pub input: ExecutorInput,
+    /// The caller records the step's start and end where a restarted controller reads them (a
+    /// bound object's sealed progress record), so a step not safe to repeat may run here
+    /// ([`pseudoflow_crd::steps::StepParams::runs_in_controller_once`]); false for any other.
+    pub once: bool,
 }
 
 /// The steps running in the controller and the results not yet folded, shared by every
@@ -122,7 +126,8 @@ impl InControllerSteps {
         let task = tokio::spawn(async move {
             let who = (req.flow.0.as_str(), req.flow_uid.as_str());
             let with = (req.client, kinds);
-            let (from, result) = run(turns, who, held_tx, with, req.input).await;
+            let asked = (req.input, req.once);
+            let (from, result) = run(turns, who, held_tx, with, asked).await;
             let done = Entry::Done {
                 result: Box::new(result),
                 times: (from, now_ms()),
@@ -221,7 +226,7 @@ async fn run(
     (namespace, flow_uid): (&str, &str),
     held_tx: oneshot::Sender<()>,
     (client, kinds): (Client, Arc<Kinds>),
-    input: ExecutorInput,
+    (input, once): (ExecutorInput, bool),
 ) -> (i64, StepResult) {
     let step: Step = match serde_json::from_value(input.step.clone()) {
         Ok(s) => s,
@@ -232,7 +237,8 @@ async fn run(
             )
         }
     };
-    if !step.kind.params().runs_in_controller() {
+    let params = step.kind.params();
+    if !(params.runs_in_controller() || once && params.runs_in_controller_once()) {
         let why = format!(
             "{}: a {} step does not run in the controller",
             input.path,

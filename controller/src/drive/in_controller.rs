@@ -58,6 +58,7 @@ impl Driver<'_> {
             flow_uid: self.flow.uid.clone(),
             client,
             input: self.input(run, (node, key), attempt, step),
+            once: false,
         })
     }
 

@@ -14,6 +14,14 @@ pub fn mark_key(ns: &str, flow: &str) -> String {
     format!("{SERVED_PREFIX}{name}")
 }
 
+/// The annotation bound flow `flow` (in `ns`) keeps an object's run progress in while a step
+/// not safe to repeat is part of it (`controller/src/bind/in_object/progress.rs`): under the
+/// served prefix, so it is left out of `${object}` and of what counts as the object's change.
+pub fn progress_key(ns: &str, flow: &str) -> String {
+    let name = bounded_name(&format!("progress-{flow}"), stable_hash(&[ns, flow]), 63);
+    format!("{SERVED_PREFIX}{name}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -28,5 +36,8 @@ mod tests {
         }
         assert_ne!(mark_key("ops", "gadgets"), mark_key("other", "gadgets"));
         assert_eq!(mark_key("ops", "gadgets"), mark_key("ops", "gadgets"));
+        let progress = progress_key("ops", "gadgets");
+        assert!(progress.starts_with(SERVED_PREFIX) && progress != mark_key("ops", "gadgets"));
+        assert!(progress.len() - SERVED_PREFIX.len() <= 63);
     }
 }

@@ -48,6 +48,13 @@ impl StepParams for ExecStep {
         Placement::Api
     }
 
+    /// A command in an existing pod is pods/exec, an API call the controller can make as the
+    /// flow's ServiceAccount; never the step's own shell (`sh -c` without `pod`), and never
+    /// with `logOutput` (the controller's log is no pod's log).
+    fn runs_in_controller_once(&self) -> bool {
+        self.pod.is_some() && !self.log_output
+    }
+
     fn plan_as() -> PlanAs {
         PlanAs::NoChange
     }

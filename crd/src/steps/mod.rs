@@ -125,6 +125,14 @@ pub trait StepParams {
         false
     }
 
+    /// Whether the controller may run this step itself only where it keeps a record that the
+    /// step began and ended (a bound object's sealed progress record, `bind.record: Object`),
+    /// because it is Kubernetes API work that is *not* safe to repeat: a command in another,
+    /// existing pod through pods/exec. A controller killed while it runs never runs it again.
+    fn runs_in_controller_once(&self) -> bool {
+        false
+    }
+
     /// Whether the step waits for a person's decision (`approval`): the controller keeps it
     /// running, with `timeoutSeconds` as its deadline, until the decision arrives.
     fn awaits_decision(&self) -> bool {

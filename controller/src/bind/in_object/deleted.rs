@@ -85,7 +85,8 @@ impl Serving<'_> {
             on_delete: None,
             ..compiled
         };
-        let ran = self.run(&on_delete, &made["spec"], view, trigger.clone());
+        let keeper = self.keeper(obj, &self.deleted_work(with));
+        let ran = self.run(&on_delete, &made["spec"], (view, trigger.clone()), (obj, &keeper));
         let (phase, message, vars) = match ran.await {
             Ok((ran, _)) => self.ended(&on_delete, &ran),
             Err(why) => return Ok(Some(NotServed(format!("{name}: {why}")))),
@@ -93,6 +94,8 @@ impl Serving<'_> {
         if phase == FlowPhase::Succeeded {
             return self.let_go(obj, fin).await;
         }
+        // The next attempt is a run of its own, from the first onDelete step.
+        keeper.remove().await;
         // Every failure is tried again (the object stays until its onDelete succeeds, or the
         // flow lets it go): even one that cannot be rendered, which a fixed flow mends.
         let failures = failures.saturating_add(1);

@@ -12,6 +12,7 @@
 
 pub mod deleted;
 pub mod outcomes;
+pub mod progress;
 pub mod related;
 pub mod release;
 pub mod retry;
@@ -198,15 +199,8 @@ impl Serving<'_> {
                 with,
                 related,
                 ..
-            } => {
-                let mark = Mark::of(self.parent.uid, self.parent.generation, view, self.bind);
-                let mark = mark.with_related(related);
-                let h = &with.hash;
-                format!("{}#{failures}@{h}", retry::digest(&mark.encode()))
-            }
-            Work::Deleted { with, .. } => {
-                format!("delete@{}@{}", self.parent.generation, with.hash)
-            }
+            } => self.steps_work(view, related, *failures, with),
+            Work::Deleted { with, .. } => self.deleted_work(with),
         };
         let tasks = &self.r.own.object_runs;
         if tasks.going(&key, &what) {
@@ -243,6 +237,35 @@ impl Serving<'_> {
             Launch::Now | Launch::AlreadyGoing => Ok(None),
             Launch::Inline(d) => self.run_now(&d.object, d.work).await,
         }
+    }
+
+    /// Which run of the object a run of its steps is: the flow's generation, the object as its
+    /// mark records it (its related objects' versions too), the attempt and the revision. A
+    /// task going with it is not started twice; a progress record of another is not believed.
+    fn steps_work(
+        &self,
+        view: &Value,
+        related: &[(String, RelatedSeen)],
+        failures: u32,
+        with: &With,
+    ) -> String {
+        let mark = Mark::of(self.parent.uid, self.parent.generation, view, self.bind);
+        let mark = mark.with_related(related);
+        let h = &with.hash;
+        format!("{}#{failures}@{h}", retry::digest(&mark.encode()))
+    }
+
+    /// Which run of a deleted object its `onDelete` run is (see [`Self::steps_work`]).
+    fn deleted_work(&self, with: &With) -> String {
+        format!("delete@{}@{}", self.parent.generation, with.hash)
+    }
+
+    /// The keeper of `obj`'s run `work`'s progress ([`progress`]).
+    fn keeper(&self, obj: &DynamicObject, work: &str) -> progress::Keeper {
+        let flow = (self.parent.namespace, self.parent.name);
+        let key = served::progress_key(flow.0, flow.1);
+        let approval = self.r.own.approval_key.as_ref();
+        progress::Keeper::new(approval, flow, obj, self.objects.clone(), (key, work))
     }
 
     /// Runs the object's run `work` to its end and records it.
@@ -291,7 +314,9 @@ impl Serving<'_> {
                 ))))
             }
         };
-        let ran = self.run(&compiled, &made["spec"], seen, it.trigger.clone());
+        let work = self.steps_work(&it.view, &it.related, it.failures, &it.with);
+        let keeper = self.keeper(obj, &work);
+        let ran = self.run(&compiled, &made["spec"], (seen, it.trigger.clone()), (obj, &keeper));
         let ran = self.shown_creating(obj, &compiled, ran);
         let ((phase, message, vars), permanent) = match ran.await {
             Ok((ran, permanent)) => (self.ended(&compiled, &ran), permanent),
@@ -332,7 +357,7 @@ impl Serving<'_> {
         let encoded = self
             .sealer()
             .seal(&self.ended_mark(&it, revision, ended_at, failure));
-        let marked = self.mark(obj, &it.key, &encoded).await;
+        let marked = self.mark(obj, &it.key, &encoded, keeper.removal()).await;
         if marked.is_ok() {
             // What the mark now records is what its next serve compares with.
             self.remember_related(&name, &it.related);
@@ -511,13 +536,14 @@ impl Serving<'_> {
         }
     }
 
-    /// The object's run, to its end, as the flow's ServiceAccount (Err: no client for it).
+    /// The object's run, to its end, as the flow's ServiceAccount (Err: no client for it),
+    /// from its progress on `obj` if `keeper` finds a record of it there.
     async fn run(
         &self,
         compiled: &pseudoflow_compiler::Compiled,
         spec: &Value,
-        object: Value,
-        trigger: Value,
+        (object, trigger): (Value, Value),
+        (obj, keeper): (&DynamicObject, &progress::Keeper),
     ) -> Result<(StoredRun, bool), String> {
         let sa = compiled.spec.service_account_name.as_deref();
         let sa = sa.unwrap_or("default").to_string();
@@ -535,11 +561,16 @@ impl Serving<'_> {
             client,
             object,
             trigger,
+            progress: keeper,
             metrics: &self.r.ctx.metrics,
             went_on: Default::default(),
         };
         let run_id = format!("o{}", &crate::secret::random_hex()[..10]);
-        let ran = runner.run(compiled, spec, &run_id).await;
+        let resume = keeper.found(obj);
+        if resume.is_some() {
+            tracing::info!(flow = %self.parent.name, object = %object::key(obj), "resuming an object's run from its progress record");
+        }
+        let ran = runner.run(compiled, spec, &run_id, resume).await;
         let went_on = std::mem::take(&mut *runner.went_on.lock().expect("not poisoned"));
         for note in went_on {
             let about = self.about_view(&runner.object);
@@ -629,9 +660,19 @@ impl Serving<'_> {
         }
     }
 
-    /// Writes the object's served mark (after its status: see the module's doc).
-    async fn mark(&self, obj: &DynamicObject, key: &str, mark: &str) -> Served {
-        let patch = json!({"metadata": {"annotations": {key: mark}}});
+    /// Writes the object's served mark (after its status: see the module's doc), removing its
+    /// run's progress record (`removal`) in the same write.
+    async fn mark(
+        &self,
+        obj: &DynamicObject,
+        key: &str,
+        mark: &str,
+        removal: Option<(String, Value)>,
+    ) -> Served {
+        let mut annotations = serde_json::Map::new();
+        annotations.insert(key.to_string(), Value::String(mark.to_string()));
+        annotations.extend(removal);
+        let patch = json!({"metadata": {"annotations": annotations}});
         let oname = obj.metadata.name.as_deref().unwrap_or_default();
         let pp = PatchParams::default();
         match self.objects.patch(oname, &pp, &Patch::Merge(&patch)).await {

@@ -2,9 +2,11 @@
 //! loop over the plan a child would have, each instance carried out by the run driver
 //! ([`crate::drive`]: the same scope, local nodes and in-controller steps as a flow's run), its
 //! API steps run by [`crate::in_controller`] (same turns, same impersonated client, same
-//! timeouts). Nothing is stored: a controller killed midway runs the object again, which is
-//! safe because the compiler placed only repeatable steps here
-//! (`pseudoflow_compiler::record`).
+//! timeouts). Nothing is stored for a run of repeatable steps: a controller killed midway runs
+//! the object again. A step not safe to repeat (an `exec` in another pod, placed here by the
+//! compiler: `pseudoflow_compiler::record`) runs only once the run's progress is kept on the
+//! object, naming it as begun, and the progress is kept again when it ended ([`super::progress`]):
+//! a restarted controller resumes from there and never runs it a second time.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -17,6 +19,7 @@ use pseudoflow_walk::fold::merge_var;
 use pseudoflow_walk::{Action, Completion, RunPhase, StoredRun, Walker};
 use serde_json::Value;
 
+use super::progress::{Keeper, Progress};
 use crate::drive::condition::Evaluated;
 use crate::drive::{failed, Driver};
 use crate::flow::status::{said_at, step_at};
@@ -39,6 +42,8 @@ pub struct Runner<'a> {
     pub object: Value,
     /// See [`Runner::object`].
     pub trigger: Value,
+    /// Where the run's progress is kept while it has a step not safe to repeat.
+    pub progress: &'a Keeper,
     /// Where each step's time is counted (`pseudoflow_step_duration_seconds`), under the bound
     /// flow's `namespace/name`.
     pub metrics: &'a crate::metrics::Metrics,
@@ -120,7 +125,14 @@ impl Runner<'_> {
     /// says) to its end; returns the run (its state's phase, failure and variables) and
     /// whether its last failure is permanent: a step that could not be rendered from the
     /// object and the run's variables (an expression or a payload that no retry can mend).
-    pub async fn run(&self, compiled: &Compiled, spec: &Value, run_id: &str) -> (StoredRun, bool) {
+    /// `resume`: the run's progress as a controller before this one kept it.
+    pub async fn run(
+        &self,
+        compiled: &Compiled,
+        spec: &Value,
+        run_id: &str,
+        resume: Option<Progress>,
+    ) -> (StoredRun, bool) {
         let mut run = StoredRun {
             run_id: run_id.to_string(),
             started_at: now(),
@@ -128,6 +140,10 @@ impl Runner<'_> {
             ..Default::default()
         };
         let walker = Walker::new(&compiled.plan);
+        let mut permanent = false;
+        if let Some(p) = resume {
+            permanent = self.resumed(&walker, &mut run, p).await;
+        }
         let driver = Driver {
             engine: self.engine,
             flow: &self.flow,
@@ -136,7 +152,6 @@ impl Runner<'_> {
             bound: Some((&self.object, &self.trigger)),
         };
         let deadline = Deadline::of(compiled);
-        let mut permanent = false;
         for _ in 0..MAX_ROUNDS {
             let out = walker.advance(&mut run.state, now());
             let starts: Vec<_> = out
@@ -183,6 +198,9 @@ impl Runner<'_> {
                 }
                 let failed = (!c.ok).then(|| said_at(&step_at(&node.path, key), &c.message));
                 walker.complete(&mut run.state, node_id, key, c, now());
+                if runs_once(node) {
+                    self.ended_once(&run).await;
+                }
                 if let Some(note) = failed.filter(|_| run.state.phase == RunPhase::Running) {
                     let mut went_on = self.went_on.lock().expect("not poisoned");
                     if went_on.len() < MAX_WENT_ON {
@@ -193,6 +211,37 @@ impl Runner<'_> {
         }
         run.finished_at = Some(now());
         (run, permanent)
+    }
+
+    /// Takes the run on from `p`, the progress an earlier controller kept: a step it names as
+    /// begun and never ended failed (it may have run; it is never run twice), which is
+    /// permanent: no automatic retry of the object runs it again. Returns whether it was.
+    async fn resumed(&self, walker: &Walker<'_>, run: &mut StoredRun, p: Progress) -> bool {
+        run.run_id = p.run_id;
+        run.started_at = p.started_at;
+        run.vars = p.vars;
+        run.state = p.state;
+        let Some((node, key, _)) = p.begun else {
+            return false;
+        };
+        let path = walker.plan().node(&node).map_or(node.as_str(), |n| &n.path);
+        let why = format!(
+            "{}: the controller stopped while this step ran; it is not run again, as it is not \
+             safe to repeat (change the object to run it anew)",
+            step_at(path, &key)
+        );
+        walker.complete(&mut run.state, &node, &key, failed(why), now());
+        self.ended_once(run).await;
+        true
+    }
+
+    /// Keeps the run's progress after a step not safe to repeat ended. Unkept, a restarted
+    /// controller takes the step as interrupted: it fails, and is not run again.
+    async fn ended_once(&self, run: &StoredRun) {
+        let p = Progress::of(self.progress.work(), run, None);
+        if let Err(e) = self.progress.keep(&p).await {
+            tracing::warn!(flow = %self.flow.name, error = %e, "keeping an object's run progress");
+        }
     }
 
     /// Does one instance's work through the run driver; returns what the walker is told, and
@@ -229,8 +278,19 @@ impl Runner<'_> {
         }
         let mut cannot_mend = false;
         let client = || Ok(self.client.clone());
+        let once = runs_once(node);
         let result = match driver.request(run, (node, key), attempt, &sc, client) {
-            Ok(req) => {
+            Ok(mut req) => {
+                if once {
+                    // Its start kept first: a restarted controller never runs it again.
+                    let begun = Some((node.id.clone(), key.to_vec(), attempt));
+                    let p = Progress::of(self.progress.work(), run, begun);
+                    if let Err(e) = self.progress.keep(&p).await {
+                        let cannot = !matches!(e, super::progress::NotKept::Write(_));
+                        return (failed(format!("{}: {e}", node.path)), cannot);
+                    }
+                    req.once = true;
+                }
                 let (work, started) = driver.submit(self.steps, req);
                 let queuing = tokio::time::Instant::now();
                 // Unfired (dropped) only if the step ended before it held a turn.
@@ -260,6 +320,14 @@ impl Runner<'_> {
         }
         (completion(result), cannot_mend)
     }
+}
+
+/// Whether `node` is a step not safe to repeat, run here once under the object's progress
+/// record (`pseudoflow_compiler::record::ONCE_REASON`).
+fn runs_once(node: &PlanNode) -> bool {
+    let params = node.step_kind().map(|k| k.params());
+    node.in_controller.is_some()
+        && params.is_some_and(|p| !p.runs_in_controller() && p.runs_in_controller_once())
 }
 
 /// What the walker is told of a step's result.

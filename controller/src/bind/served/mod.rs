@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::related::{self, RelatedSeen};
-pub use pseudoflow_crd::protocol::served::{mark_key, SERVED_PREFIX};
+pub use pseudoflow_crd::protocol::served::{mark_key, progress_key, SERVED_PREFIX};
 pub use seal::{Read, Sealer};
 /// Largest mark written with its digests; a larger one is written without, and the next serve
 /// counts every top-level field as changed.
