@@ -128,7 +128,8 @@ fn runs_once(n: &PlanNode) -> bool {
     n.kind == NodeKind::Action
         && n.placement == Placement::Api
         && n.step.as_ref().is_some_and(|s| !s.isolate)
-        && n.step_kind().is_some_and(|k| k.params().runs_in_controller_once())
+        && n.step_kind()
+            .is_some_and(|k| k.params().runs_in_controller_once())
 }
 
 /// A plan recorded in its objects: each step not safe to repeat is placed in the controller
@@ -142,6 +143,16 @@ fn placed_in_controller(plan: &mut Plan) {
         }
     }
     *plan = Plan::new(graph, plan.start, plan.end);
+}
+
+/// Places an object's run of a flow recorded in its objects as [`resolve`] placed the bound
+/// flow's own plans: the run is compiled from the child flow the object would have had, which
+/// has no `bind` to resolve (the bound flow's compile already refused any step not eligible).
+pub fn place_for_object(c: &mut crate::Compiled) {
+    placed_in_controller(&mut c.plan);
+    if let Some(p) = c.on_delete.as_mut() {
+        placed_in_controller(p);
+    }
 }
 
 /// One reason a flow cannot be recorded in its objects.
@@ -208,7 +219,10 @@ fn action_ineligible(n: &PlanNode) -> Option<&'static str> {
         Placement::Controller if awaits => Some("it waits for a person's decision"),
         Placement::Controller => None,
         Placement::Node => Some("this one runs on a node"),
-        _ if n.step_kind().is_some_and(|k| matches!(k, StepKind::Exec(e) if e.log_output)) => {
+        _ if n
+            .step_kind()
+            .is_some_and(|k| matches!(k, StepKind::Exec(e) if e.log_output)) =>
+        {
             Some("this one writes its output to its pod's log (logOutput: true)")
         }
         _ if n.step.as_ref().is_some_and(|s| s.isolate) => {
@@ -341,17 +355,25 @@ mod tests {
                 .collect()
         };
         let once = Some(super::ONCE_REASON.to_string());
-        assert_eq!(placed(&c.plan), [("spec.steps[0]".to_string(), once.clone())]);
+        assert_eq!(
+            placed(&c.plan),
+            [("spec.steps[0]".to_string(), once.clone())]
+        );
         let on_delete = c.on_delete.as_ref().expect("an onDelete plan");
         assert_eq!(placed(on_delete), [("spec.onDelete[0]".to_string(), once)]);
-        assert!(c.plan.segments().is_empty(), "nothing is fused: no Job runs");
+        assert!(
+            c.plan.segments().is_empty(),
+            "nothing is fused: no Job runs"
+        );
         assert!(c.plan.nodes().all(|n| n.segment.is_none()));
 
         let logged = json!([{"type": "exec", "pod": "db-0", "cmd": "true", "logOutput": true}]);
         assert_eq!(
             errors(logged, json!({})),
-            ["error: spec.steps[0]: (exec): bind.record: Object needs every step to run in the \
-              controller; this one writes its output to its pod's log (logOutput: true)"]
+            [
+                "error: spec.steps[0]: (exec): bind.record: Object needs every step to run in the \
+              controller; this one writes its output to its pod's log (logOutput: true)"
+            ]
         );
         let own_shell = json!({"steps": [{"type": "exec", "cmd": "true"}],
             "bind": {"apiVersion": "example.com/v1", "kind": "Gadget"}});

@@ -12,7 +12,10 @@
 //! 4. the leader of two replicas is SIGKILLed mid-run;
 //! 5. the controller is SIGKILLed while a deleted flow's `onDelete` steps run;
 //! 6. the controller is SIGKILLed in the middle of a bound flow's rollout in waves
-//!    (docs/bound-flows.md#rollouts): the new process goes on where it was.
+//!    (docs/bound-flows.md#rollouts): the new process goes on where it was;
+//! 7. the controller is SIGKILLed while the runs of a flow recorded in its objects wait after a
+//!    command they ran in another pod (an `exec` not safe to repeat): the new process resumes
+//!    each run from the object's sealed progress record, and no command runs twice.
 //!
 //! Each checks that every flow reaches its correct final phase, that no Job is created twice for
 //! the same (run, node, instance, attempt) (a watch records every Job created), that every
@@ -846,5 +849,118 @@ async fn controller_sigkilled_mid_rollout_goes_on_where_it_was() {
     assert!(at[..1].iter().max() < at[1..10].iter().min(), "{at:?}");
     assert!(at[1..10].iter().max() < at[10..].iter().min(), "{at:?}");
     eprintln!("rollout: CHAOS_SEED={seed}: killed at wave 2 with {} objects on the new revision; completed after the restart", at_kill.len());
+    controller.kill().await;
+}
+
+/// Test 7: a flow recorded in its objects runs a command in another pod (`exec` with `pod`: not
+/// safe to repeat, run by the controller under each object's sealed progress record), then waits.
+/// The controller is SIGKILLed while every run waits, and started again: each run resumes after
+/// the command, which ran exactly once per object; the record is gone once the run ends.
+/// Without the record the new process would run each object again from its first step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controller_sigkilled_after_an_objects_command_resumes_its_run_and_never_repeats_it() {
+    let _shared = cluster_lock().read().await;
+    let client = env().client().await.unwrap();
+    install_crd(&client).await;
+    common::apply(&client, bound::widget().crd()).await;
+    let mut rules = bound::flow_rules(bound::all_verbs());
+    rules.as_array_mut().unwrap().extend([
+        json!({"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}),
+        json!({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["watch"]}),
+        json!({"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create", "get"]}),
+    ]);
+    let ns = FlowNamespace::new("chaos-once")
+        .rules(rules)
+        .create(env(), &client)
+        .await;
+    bound::wait_served(&client, &ns).await;
+    // The pod the commands run in: a server that runs until killed, with a shell.
+    common::apply(
+        &client,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "shell", "namespace": ns},
+            "spec": {"containers": [{"name": "db", "image": common::MYSQL_IMAGE,
+                "env": [{"name": "MYSQL_ROOT_PASSWORD", "value": "unused"}]}]}}),
+    )
+    .await;
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), &ns);
+    poll(Duration::from_secs(90), "the shell pod runs", || async {
+        let p = pods.get("shell").await.ok()?;
+        let phase = p.status?.phase?;
+        (phase == "Running").then_some(())
+    })
+    .await;
+    let file = marker_dir(&ns).join("commands.log");
+    let mut controller = Controller::start_with_key("chaos-once", std::slice::from_ref(&ns), &ns);
+    let mut flow = bound::widget_flow(json!({"record": "Object"}));
+    flow.as_object_mut().unwrap().remove("onDelete");
+    flow["steps"] = json!([
+        {"type": "exec", "name": "the command", "pod": "shell", "container": "db",
+            "cmd": append(&file, "ran-${ object.metadata.name | shq }")},
+        {"type": "waitFor", "name": "go", "resource": {"kind": "ConfigMap", "name": "go"},
+            "condition": "Exist", "timeoutSeconds": 300},
+        {"type": "apply", "name": "done", "manifests":
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ${object.metadata.name}-done\n"}
+    ]);
+    create_flow(&client, &ns, "widgets", flow).await;
+    let names: Vec<String> = (0..3).map(|i| format!("w-{i}")).collect();
+    for n in &names {
+        bound::create_widget(&client, &ns, n, json!({"version": "one"})).await;
+    }
+    let progress = pseudoflow_controller::bind::served::progress_key(&ns, "widgets");
+    let mark = pseudoflow_controller::bind::served::mark_key(&ns, "widgets");
+    let widgets = bound::widgets(&client, &ns);
+    let annotated = |key: String| {
+        let widgets = widgets.clone();
+        async move {
+            let all = widgets.list(&Default::default()).await.ok()?;
+            let with: Vec<_> = all
+                .items
+                .iter()
+                .filter(|w| {
+                    w.metadata
+                        .annotations
+                        .as_ref()
+                        .is_some_and(|a| a.contains_key(&key))
+                })
+                .collect();
+            Some(with.len())
+        }
+    };
+    poll(
+        Duration::from_secs(90),
+        "every command ran, its progress kept",
+        || {
+            let counted = annotated(progress.clone());
+            let file = file.clone();
+            async move { (lines(&file).len() == 3 && counted.await? == 3).then_some(()) }
+        },
+    )
+    .await;
+    controller.kill().await;
+    controller.restart();
+    common::apply(
+        &client,
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "go", "namespace": ns}}),
+    )
+    .await;
+    let maps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), &ns);
+    poll(
+        Duration::from_secs(120),
+        "every run ended, its progress record gone",
+        || {
+            let (maps, names) = (maps.clone(), names.clone());
+            let (kept, marked) = (annotated(progress.clone()), annotated(mark.clone()));
+            async move {
+                for n in &names {
+                    maps.get_opt(&format!("{n}-done")).await.ok()??;
+                }
+                (kept.await? == 0 && marked.await? == 3).then_some(())
+            }
+        },
+    )
+    .await;
+    let want: Vec<String> = names.iter().map(|n| format!("ran-{n}")).collect();
+    assert_lines_once(&file, &want, "widgets");
+    controller.assert_running("after the runs resumed");
     controller.kill().await;
 }

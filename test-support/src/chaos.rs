@@ -93,6 +93,8 @@ pub fn kills_from_env(default: usize) -> usize {
 pub struct Controller {
     name: String,
     args: Vec<String>,
+    /// Its namespace (`POD_NAMESPACE`), where it keeps its approval key, if it has one.
+    key_namespace: Option<String>,
     proc: Option<Proc>,
     /// How many times it was started.
     pub starts: usize,
@@ -103,6 +105,13 @@ impl Controller {
     /// directory) watching `namespaces`, where node steps are allowed; with `lease_namespace`
     /// it runs with leader election there.
     pub fn start(name: &str, namespaces: &[String], lease_namespace: Option<&str>) -> Controller {
+        let mut c = Controller::configured(name, namespaces, lease_namespace);
+        c.restart();
+        c
+    }
+
+    /// What [`Controller::start`] starts, not started yet.
+    fn configured(name: &str, namespaces: &[String], lease_namespace: Option<&str>) -> Controller {
         let mut args = vec![
             "--image".to_string(),
             crate::IMAGE.to_string(),
@@ -121,12 +130,21 @@ impl Controller {
                 ns.to_string(),
             ]);
         }
-        let mut c = Controller {
+        Controller {
             name: name.to_string(),
             args,
+            key_namespace: None,
             proc: None,
             starts: 0,
-        };
+        }
+    }
+
+    /// [`Controller::start`], its namespace being `key_namespace` (`POD_NAMESPACE`, as the
+    /// chart's pod has): it makes or loads its approval key there, as the chart's controller does,
+    /// so it seals served marks and progress records. Its restarts keep the key.
+    pub fn start_with_key(name: &str, namespaces: &[String], key_namespace: &str) -> Controller {
+        let mut c = Controller::configured(name, namespaces, None);
+        c.key_namespace = Some(key_namespace.to_string());
         c.restart();
         c
     }
@@ -134,10 +152,13 @@ impl Controller {
     /// Starts it (again).
     pub fn restart(&mut self) {
         let bin = crate::binaries::controller_binary();
-        let envs = [
+        let mut envs = vec![
             ("RUST_LOG".to_string(), "info".to_string()),
             ("HOSTNAME".to_string(), self.name.clone()),
         ];
+        if let Some(ns) = &self.key_namespace {
+            envs.push(("POD_NAMESPACE".to_string(), ns.clone()));
+        }
         self.proc = Some(
             env()
                 .spawn(&self.name, Path::new(&bin), &self.args, &envs)

@@ -86,7 +86,12 @@ impl Serving<'_> {
             ..compiled
         };
         let keeper = self.keeper(obj, &self.deleted_work(with));
-        let ran = self.run(&on_delete, &made["spec"], (view, trigger.clone()), (obj, &keeper));
+        let ran = self.run(
+            &on_delete,
+            &made["spec"],
+            (view, trigger.clone()),
+            (obj, &keeper),
+        );
         let (phase, message, vars) = match ran.await {
             Ok((ran, _)) => self.ended(&on_delete, &ran),
             Err(why) => return Ok(Some(NotServed(format!("{name}: {why}")))),

@@ -316,7 +316,12 @@ impl Serving<'_> {
         };
         let work = self.steps_work(&it.view, &it.related, it.failures, &it.with);
         let keeper = self.keeper(obj, &work);
-        let ran = self.run(&compiled, &made["spec"], (seen, it.trigger.clone()), (obj, &keeper));
+        let ran = self.run(
+            &compiled,
+            &made["spec"],
+            (seen, it.trigger.clone()),
+            (obj, &keeper),
+        );
         let ran = self.shown_creating(obj, &compiled, ran);
         let ((phase, message, vars), permanent) = match ran.await {
             Ok((ran, permanent)) => (self.ended(&compiled, &ran), permanent),
@@ -450,7 +455,8 @@ impl Serving<'_> {
             name: self.parent.name,
             namespace: Some(self.parent.namespace),
         };
-        let compiled = compile(&id, &made["spec"])?;
+        let mut compiled = compile(&id, &made["spec"])?;
+        pseudoflow_compiler::record::place_for_object(&mut compiled);
         Ok((made, compiled))
     }
 

@@ -112,7 +112,12 @@ pub struct Seal {
 impl Seal {
     /// Records of object `object_uid`'s run `work` for bound flow `(namespace, name)`, under
     /// the controller's approval `key` (None: none can be sealed or opened).
-    pub fn new(key: Option<&Key>, (namespace, name): (&str, &str), object_uid: &str, work: &str) -> Seal {
+    pub fn new(
+        key: Option<&Key>,
+        (namespace, name): (&str, &str),
+        object_uid: &str,
+        work: &str,
+    ) -> Seal {
         let key = key.map(|k| {
             let derived = k.derive(PURPOSE);
             let bytes = ring::digest::digest(&ring::digest::SHA256, derived.text().as_bytes());
@@ -241,7 +246,10 @@ impl Keeper {
         let patch = json!({"metadata": {"annotations": {&self.annotation: value}}});
         let pp = PatchParams::default();
         let patch = Patch::Merge(&patch);
-        self.objects.patch(&self.object, &pp, &patch).await.map(|_| ())
+        self.objects
+            .patch(&self.object, &pp, &patch)
+            .await
+            .map(|_| ())
     }
 }
 

@@ -29,7 +29,11 @@ fn a_record_opens_only_for_its_flow_object_and_run_and_hides_its_variables() {
     // Another object, flow, run or key: not believed.
     assert_eq!(seal(&key, "db", "uid-2", "w1").open(&text), None);
     assert_eq!(seal(&key, "other", "uid-1", "w1").open(&text), None);
-    assert_eq!(seal(&key, "db", "uid-1", "w2").open(&text), None, "a replay");
+    assert_eq!(
+        seal(&key, "db", "uid-1", "w2").open(&text),
+        None,
+        "a replay"
+    );
     assert_eq!(seal(&Key::random(), "db", "uid-1", "w1").open(&text), None);
 }
 
@@ -55,7 +59,10 @@ fn without_a_key_no_record_is_sealed_or_believed() {
     let keyed = seal(&Key::random(), "db", "uid-1", "w1");
     let text = keyed.seal(&Progress::of("w1", &run(), None)).unwrap();
     let none = Seal::new(None, ("ops", "db"), "uid-1", "w1");
-    assert_eq!(none.seal(&Progress::of("w1", &run(), None)), Err(NotKept::NoKey));
+    assert_eq!(
+        none.seal(&Progress::of("w1", &run(), None)),
+        Err(NotKept::NoKey)
+    );
     assert_eq!(none.open(&text), None);
 }
 
@@ -63,7 +70,8 @@ fn without_a_key_no_record_is_sealed_or_believed() {
 fn a_record_larger_than_its_bound_is_refused() {
     let key = Key::random();
     let mut big = run();
-    big.vars.insert("big".into(), json!("x".repeat(MAX_PROGRESS_BYTES)));
+    big.vars
+        .insert("big".into(), json!("x".repeat(MAX_PROGRESS_BYTES)));
     let s = seal(&key, "db", "uid-1", "w1");
     assert!(matches!(
         s.seal(&Progress::of("w1", &big, None)),
