@@ -29,6 +29,8 @@ mod in_object_related;
 mod revisions;
 /// A bound flow's revision rolled out to its objects in waves, stopping on failure.
 mod rollout;
+/// At most 512 object runs of a flow recorded in its objects at once; the rest wait their turn.
+mod run_cap;
 /// The served mark sealed by a controller holding the approval key: forged ones not believed.
 mod sealed_mark;
 /// `${object.status}` read by runs, never starting one, under both ways of recording.
