@@ -231,30 +231,16 @@ impl Table {
             )
         };
         let against: &[Duration] = if is_flow { &[] } else { &self.flow_figures };
-        let [create, delete] = workloads;
-        let rows = [
-            row(
-                create,
-                driver,
-                wall(m.create),
-                against,
-                0,
-                m.create.unwrap_or(timeout),
-                format!("peak RSS (VmHWM) {peak:.1} MiB; {}", m.create_note),
-            ),
-            row(
-                delete,
-                driver,
-                wall(m.delete),
-                against,
-                1,
-                m.delete.unwrap_or(timeout),
-                format!("peak RSS (VmHWM) {peak:.1} MiB; {}", m.delete_note),
-            ),
-        ];
-        self.rows.extend(rows);
+        let phases = [(m.create, &m.create_note), (m.delete, &m.delete_note)];
+        let figures: Vec<Duration> = phases.iter().map(|(d, _)| d.unwrap_or(timeout)).collect();
+        for (i, (workload, (took, note))) in workloads.into_iter().zip(phases).enumerate() {
+            let notes = format!("peak RSS (VmHWM) {peak:.1} MiB; {note}");
+            let took_or = took.unwrap_or(timeout);
+            let r = row(workload, driver, wall(took), against, i, took_or, notes);
+            self.rows.push(r);
+        }
         if is_flow {
-            self.flow_figures = vec![m.create.unwrap_or(timeout), m.delete.unwrap_or(timeout)];
+            self.flow_figures = figures;
         }
         common::print_partial(&self.rows);
     }
