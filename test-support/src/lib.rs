@@ -5,7 +5,7 @@
 //! waiting for them by watching ([`flows`]), reading the Jobs a run left behind ([`jobs`]), and
 //! what one group of tests shares: the admission webhooks ([`admission`]), approval gates
 //! ([`approval`]), bound flows ([`bound`]), API-step fixtures ([`api`]), the seed's example
-//! flows ([`seed`]), the step options' shorthands ([`shorthand`]) and the chaos suite's harness
+//! flows ([`seed`]), the kopf examples moved into a namespace ([`kopf_examples`]), the step options' shorthands ([`shorthand`]) and the chaos suite's harness
 //! ([`chaos`]). A wait for a named condition that shows the objects and their Events when it
 //! times out: [`wait`].
 //! Every test binary names it `common` (`use pseudoflow_test_support as common;`).
@@ -24,6 +24,7 @@ pub mod harness;
 pub mod helm;
 pub mod jobs;
 pub mod kinds;
+pub mod kopf_examples;
 mod namespace;
 pub mod seed;
 pub mod shorthand;

@@ -51,6 +51,7 @@ mod scale;
 mod seed;
 mod seed002_kopf;
 mod seed_kopf;
+mod seed_phases;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

@@ -32,6 +32,21 @@ fn starts(walker: &Walker<'_>, run: &mut StoredRun) -> Vec<(String, Vec<String>,
         .collect()
 }
 
+/// The driver of a plain run of `c` (no bound object).
+fn plain_driver<'a>(
+    (engine, flow): (&'a Engine, &'a FlowRef),
+    c: &'a Compiled,
+    walker: &'a Walker<'a>,
+) -> Driver<'a> {
+    Driver {
+        engine,
+        flow,
+        spec: &c.spec,
+        walker,
+        bound: None,
+    }
+}
+
 #[test]
 fn a_loop_items_instance_sees_its_item_index_the_flow_vars_and_the_bound_object() {
     let c = compiled(json!({"vars": {"greeting": "hi"}, "steps": [
@@ -87,13 +102,7 @@ fn a_plain_run_sees_no_object_and_sees_what_an_earlier_local_step_set() {
         {"type": "log", "message": "${two}"}]}));
     let (engine, flow) = (Engine::default(), flow_ref());
     let walker = Walker::new(&c.plan);
-    let driver = Driver {
-        engine: &engine,
-        flow: &flow,
-        spec: &c.spec,
-        walker: &walker,
-        bound: None,
-    };
+    let driver = plain_driver((&engine, &flow), &c, &walker);
     let mut run = StoredRun::default();
     let [(eval_id, key, _)] = starts(&walker, &mut run).try_into().unwrap();
     let node = c.plan.node(&eval_id).unwrap();
@@ -126,6 +135,21 @@ fn condition_of(c: &Compiled) -> &PlanNode {
     c.plan.nodes().find(is).expect("a condition")
 }
 
+/// What the condition of `c` (its only one) comes to in a plain run, its read sent to an API
+/// server that never answers, with `within` to answer.
+async fn condition_over_silence(c: &Compiled, within: std::time::Duration) -> Evaluated {
+    let (engine, flow) = (Engine::default(), flow_ref());
+    let walker = Walker::new(&c.plan);
+    let driver = plain_driver((&engine, &flow), c, &walker);
+    let run = StoredRun::default();
+    let node = condition_of(c);
+    let sc = driver.scope(&run, node, &[]);
+    let until = tokio::time::Instant::now() + within;
+    driver
+        .condition(&run, (node, &[]), 1, &sc, (&silent_client(), until))
+        .await
+}
+
 fn if_over(name: &str) -> Value {
     json!({"vars": {"missing": "a string"}, "steps": [{"type": "if",
         "condition": {"resource": {"kind": "ConfigMap", "name": name, "namespace": "ns"},
@@ -137,22 +161,7 @@ fn if_over(name: &str) -> Value {
 async fn a_condition_that_cannot_be_rendered_is_unrenderable_and_reads_nothing() {
     // `missing` is a string: it has no `name`.
     let c = compiled(if_over("${missing.name}"));
-    let (engine, flow) = (Engine::default(), flow_ref());
-    let walker = Walker::new(&c.plan);
-    let driver = Driver {
-        engine: &engine,
-        flow: &flow,
-        spec: &c.spec,
-        walker: &walker,
-        bound: None,
-    };
-    let run = StoredRun::default();
-    let node = condition_of(&c);
-    let sc = driver.scope(&run, node, &[]);
-    let until = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
-    let out = driver
-        .condition(&run, (node, &[]), 1, &sc, (&silent_client(), until))
-        .await;
+    let out = condition_over_silence(&c, std::time::Duration::from_secs(30)).await;
     assert!(
         matches!(&out, Evaluated::Unrenderable(why) if why.contains("missing")),
         "{out:?}"
@@ -162,22 +171,7 @@ async fn a_condition_that_cannot_be_rendered_is_unrenderable_and_reads_nothing()
 #[tokio::test]
 async fn a_condition_whose_read_does_not_answer_by_the_deadline_is_timed_out() {
     let c = compiled(if_over("switch"));
-    let (engine, flow) = (Engine::default(), flow_ref());
-    let walker = Walker::new(&c.plan);
-    let driver = Driver {
-        engine: &engine,
-        flow: &flow,
-        spec: &c.spec,
-        walker: &walker,
-        bound: None,
-    };
-    let run = StoredRun::default();
-    let node = condition_of(&c);
-    let sc = driver.scope(&run, node, &[]);
-    let until = tokio::time::Instant::now() + std::time::Duration::from_millis(300);
-    let out = driver
-        .condition(&run, (node, &[]), 1, &sc, (&silent_client(), until))
-        .await;
+    let out = condition_over_silence(&c, std::time::Duration::from_millis(300)).await;
     assert!(matches!(out, Evaluated::TimedOut), "{out:?}");
 }
 
@@ -189,13 +183,7 @@ fn an_in_controller_request_is_keyed_by_the_would_be_job_and_asks_the_client_onl
     );
     let (engine, flow) = (Engine::default(), flow_ref());
     let walker = Walker::new(&c.plan);
-    let driver = Driver {
-        engine: &engine,
-        flow: &flow,
-        spec: &c.spec,
-        walker: &walker,
-        bound: None,
-    };
+    let driver = plain_driver((&engine, &flow), &c, &walker);
     let run = StoredRun {
         run_id: "r1".into(),
         ..Default::default()

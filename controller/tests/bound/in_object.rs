@@ -14,7 +14,7 @@ use pseudoflow_controller::bind::served::mark_key;
 use serde_json::{json, Value};
 
 use crate::common::bound::*;
-use crate::common::{create_flow, eventually, flows, grant, wait_status, wait_until, Shown};
+use crate::common::{create_flow, eventually, flows, wait_status, wait_until, Shown};
 
 /// The widget flow of the bound-flow tests, recorded in the objects, without its `onDelete`
 /// (so it puts no finalizer on its objects; [`on_delete_flow`] keeps it).
@@ -261,18 +261,7 @@ async fn switching_from_child_to_object_releases_the_child_and_the_finalizer() {
         fins.is_empty() && mark_of(&client, &ns, "w").await.is_some()
     })
     .await;
-    flows(&client, &ns)
-        .delete("widgets", &Default::default())
-        .await
-        .unwrap();
-    eventually(60, "the bound flow gone", || async {
-        flows(&client, &ns)
-            .get_opt("widgets")
-            .await
-            .unwrap()
-            .is_none()
-    })
-    .await;
+    crate::delete_bound_flow(&client, &ns).await;
     assert!(widgets(&client, &ns).get_opt("w").await.unwrap().is_some());
 }
 
@@ -395,14 +384,7 @@ async fn attack_an_object_whose_retries_last_cannot_hold_the_others() {
 async fn waits_hold_nothing_and_an_object_is_served_when_what_it_waits_for_comes() {
     let mut verbs = all_verbs();
     let (client, ns) = setup("inobj-park", verbs.take()).await;
-    grant(
-        &client,
-        &ns,
-        &ns,
-        "secrets",
-        json!(["get", "list", "watch"]),
-    )
-    .await;
+    crate::may_read_secrets(&client, &ns).await;
     let mut flow = in_object_flow();
     let wait = json!({"type": "waitFor", "name": "credentials exist",
         "resource": {"kind": "Secret", "name": "${object.metadata.name}-credentials"},
@@ -971,11 +953,25 @@ async fn switching_to_child_hands_the_finalizer_to_the_child() {
 }
 
 /// The bound flow `widgets`' `status.bound.record`, as the controller wrote it.
-pub(crate) async fn record_shown(client: &Client, ns: &str) -> Option<String> {
+async fn record_shown(client: &Client, ns: &str) -> Option<String> {
     let f = flows(client, ns).get("widgets").await.unwrap();
     f.data["status"]["bound"]["record"]
         .as_str()
         .map(String::from)
+}
+
+/// Waits until flow `widgets` shows `status.bound.record: Object`, and asserts that widget `w`
+/// has no child flow: it is served in itself.
+pub(crate) async fn assert_recorded_in_object(client: &Client, ns: &str, w: &str) {
+    eventually(30, "status.bound.record Object", || async {
+        record_shown(client, ns).await.as_deref() == Some("Object")
+    })
+    .await;
+    let child = pseudoflow_controller::bind::child::child_name("widgets", ns, w);
+    assert!(
+        flows(client, ns).get_opt(&child).await.unwrap().is_none(),
+        "no child flow"
+    );
 }
 
 /// A bound flow as a new user writes it, with no `bind.record`, takes the fast path whenever
@@ -996,15 +992,7 @@ async fn unset_record_is_the_object_until_a_step_needs_more_then_a_child_flow() 
         mark_of(&client, &ns, "w").await.is_some()
     })
     .await;
-    eventually(30, "status.bound.record Object", || async {
-        record_shown(&client, &ns).await.as_deref() == Some("Object")
-    })
-    .await;
-    let child = pseudoflow_controller::bind::child::child_name("widgets", &ns, "w");
-    assert!(
-        flows(&client, &ns).get_opt(&child).await.unwrap().is_none(),
-        "no child flow"
-    );
+    assert_recorded_in_object(&client, &ns, "w").await;
 
     let steps = flow["steps"].as_array_mut().unwrap();
     steps.push(json!({"type": "approval", "name": "go", "message": "ok?"}));
@@ -1013,6 +1001,7 @@ async fn unset_record_is_the_object_until_a_step_needs_more_then_a_child_flow() 
         .patch("widgets", &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap();
+    let child = pseudoflow_controller::bind::child::child_name("widgets", &ns, "w");
     eventually(60, "a child flow for the widget", || async {
         flows(&client, &ns).get_opt(&child).await.unwrap().is_some()
     })

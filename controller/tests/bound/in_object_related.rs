@@ -14,8 +14,8 @@ use kube::Client;
 use serde_json::{json, Value};
 
 use crate::common::bound::*;
-use crate::common::{apply, create_flow, eventually, flows, grant, wait_status};
-use crate::in_object::{config_map, mark_of, record_shown, start_controller};
+use crate::common::{apply, create_flow, eventually, flows, wait_status};
+use crate::in_object::{assert_recorded_in_object, config_map, mark_of, start_controller};
 
 /// The Secret's data, as written and as the API stores it (base64): neither may appear in
 /// anything the flow writes.
@@ -81,6 +81,19 @@ async fn wait_seen(client: &Client, ns: &str, widget: &str, event: &str, changed
     .await;
 }
 
+/// Secret `src` holding [`TOKEN_ONE`], which the flows' ServiceAccount may read.
+async fn readable_src(client: &Client, ns: &str) {
+    crate::may_read_secrets(client, ns).await;
+    create_secret(client, ns, "src", TOKEN_ONE).await;
+}
+
+/// Creates [`related_flow`] and widget `w` naming Secret `src`, and waits for its first run.
+async fn serve_w(client: &Client, ns: &str) {
+    create_flow(client, ns, "widgets", related_flow()).await;
+    create_widget(client, ns, "w", json!({"secret": "src"})).await;
+    wait_seen(client, ns, "w", "create", "").await;
+}
+
 /// The related versions recorded in widget `name`'s served mark (`l`).
 async fn marked_related(client: &Client, ns: &str, name: &str) -> Value {
     let raw = mark_of(client, ns, name).await.unwrap_or_default();
@@ -106,28 +119,10 @@ async fn assert_no_secret_data(client: &Client, ns: &str, name: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_related_secrets_content_change_runs_its_object_in_itself_and_its_labels_do_not() {
     let (client, ns) = setup("inobj-related", all_verbs()).await;
-    grant(
-        &client,
-        &ns,
-        &ns,
-        "secrets",
-        json!(["get", "list", "watch"]),
-    )
-    .await;
-    create_secret(&client, &ns, "src", TOKEN_ONE).await;
-    create_flow(&client, &ns, "widgets", related_flow()).await;
-    create_widget(&client, &ns, "w", json!({"secret": "src"})).await;
-    wait_seen(&client, &ns, "w", "create", "").await;
+    readable_src(&client, &ns).await;
+    serve_w(&client, &ns).await;
     wait_widget(&client, &ns, "w", "Running").await;
-    eventually(30, "status.bound.record Object", || async {
-        record_shown(&client, &ns).await.as_deref() == Some("Object")
-    })
-    .await;
-    let child = pseudoflow_controller::bind::child::child_name("widgets", &ns, "w");
-    assert!(
-        flows(&client, &ns).get_opt(&child).await.unwrap().is_none(),
-        "no child flow"
-    );
+    assert_recorded_in_object(&client, &ns, "w").await;
     // The mark records the Secret's resourceVersion, under a digest of its key.
     let version = || async {
         let s = secrets(&client, &ns).get("src").await.unwrap();
@@ -182,17 +177,7 @@ async fn a_related_secret_the_account_may_not_get_leaves_its_object_unserved_nam
     // The account may list and watch Secrets, but get only `shared`; the controller itself may
     // get every Secret (the chart's ClusterRole), so a read with its rights would succeed.
     let (client, ns) = setup("inobj-related-get", all_verbs()).await;
-    apply(
-        &client,
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-            "metadata": {"name": "secrets", "namespace": ns},
-            "rules": [
-                {"apiGroups": [""], "resources": ["secrets"], "verbs": ["list", "watch"]},
-                {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"],
-                    "resourceNames": ["shared"]}]}),
-    )
-    .await;
-    crate::bind_role(&client, &ns, "secrets").await;
+    crate::may_get_only_shared_secret(&client, &ns).await;
     create_secret(&client, &ns, "shared", TOKEN_ONE).await;
     create_secret(&client, &ns, "private", TOKEN_TWO).await;
     create_flow(&client, &ns, "widgets", related_flow()).await;
@@ -248,19 +233,9 @@ async fn after_a_restart_a_related_metadata_change_runs_each_object_at_most_once
         .create(crate::common::env(), &client)
         .await;
     wait_served(&client, &ns).await;
-    grant(
-        &client,
-        &ns,
-        &ns,
-        "secrets",
-        json!(["get", "list", "watch"]),
-    )
-    .await;
-    create_secret(&client, &ns, "src", TOKEN_ONE).await;
+    readable_src(&client, &ns).await;
     let first = start_controller(&client, &ns).await;
-    create_flow(&client, &ns, "widgets", related_flow()).await;
-    create_widget(&client, &ns, "w", json!({"secret": "src"})).await;
-    wait_seen(&client, &ns, "w", "create", "").await;
+    serve_w(&client, &ns).await;
     eventually(30, "the mark", || async {
         marked_related(&client, &ns, "w").await.is_object()
     })

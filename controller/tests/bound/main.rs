@@ -29,6 +29,8 @@ mod in_object_related;
 mod revisions;
 /// A bound flow's revision rolled out to its objects in waves, stopping on failure.
 mod rollout;
+/// At most 512 object runs of a flow recorded in its objects at once; the rest wait their turn.
+mod run_cap;
 /// The served mark sealed by a controller holding the approval key: forged ones not believed.
 mod sealed_mark;
 /// `${object.status}` read by runs, never starting one, under both ways of recording.
@@ -197,18 +199,7 @@ async fn deleting_the_bound_flow_removes_its_finalizers_and_runs_no_on_delete() 
     create_flow(&client, &ns, "widgets", widget_flow(json!({}))).await;
     create_widget(&client, &ns, "w", json!({"version": "one"})).await;
     wait_widget(&client, &ns, "w", "Running").await;
-    flows(&client, &ns)
-        .delete("widgets", &DeleteParams::default())
-        .await
-        .unwrap();
-    eventually(60, "the bound flow gone", || async {
-        flows(&client, &ns)
-            .get_opt("widgets")
-            .await
-            .unwrap()
-            .is_none()
-    })
-    .await;
+    delete_bound_flow(&client, &ns).await;
     let w = widgets(&client, &ns).get("w").await.unwrap();
     assert!(
         !w.metadata
@@ -331,18 +322,7 @@ async fn a_bound_flow_broken_by_an_edit_still_lets_its_objects_go_when_deleted()
         s["reason"] == "InvalidSpec"
     })
     .await;
-    flows(&client, &ns)
-        .delete("widgets", &DeleteParams::default())
-        .await
-        .unwrap();
-    eventually(60, "the bound flow gone", || async {
-        flows(&client, &ns)
-            .get_opt("widgets")
-            .await
-            .unwrap()
-            .is_none()
-    })
-    .await;
+    delete_bound_flow(&client, &ns).await;
     let w = widgets(&client, &ns).get("w").await.unwrap();
     assert!(w.metadata.finalizers.unwrap_or_default().is_empty());
 }
@@ -512,6 +492,23 @@ async fn a_related_objects_content_change_starts_a_run_naming_it_as_the_service_
     .await;
 }
 
+/// Lets `ns`'s flows' ServiceAccount `flow` list and watch Secrets there but get only Secret
+/// `shared` (Role and RoleBinding `secrets`); the controller itself may get every Secret (the
+/// chart's ClusterRole), so a read with its rights would succeed.
+async fn may_get_only_shared_secret(client: &Client, ns: &str) {
+    apply(
+        client,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "secrets", "namespace": ns},
+            "rules": [
+                {"apiGroups": [""], "resources": ["secrets"], "verbs": ["list", "watch"]},
+                {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"],
+                    "resourceNames": ["shared"]}]}),
+    )
+    .await;
+    bind_role(client, ns, "secrets").await;
+}
+
 /// Binds Role `role` of `ns` to the flows' ServiceAccount `flow`.
 async fn bind_role(client: &Client, ns: &str, role: &str) {
     apply(
@@ -524,22 +521,33 @@ async fn bind_role(client: &Client, ns: &str, role: &str) {
     .await;
 }
 
+/// Lets `ns`'s flows' ServiceAccount `flow` get, list and watch every Secret there.
+async fn may_read_secrets(client: &Client, ns: &str) {
+    common::grant(client, ns, ns, "secrets", json!(["get", "list", "watch"])).await;
+}
+
+/// Deletes bound flow `widgets` and waits until it is gone (our finalizer off it).
+async fn delete_bound_flow(client: &Client, ns: &str) {
+    flows(client, ns)
+        .delete("widgets", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(60, "the bound flow gone", || async {
+        flows(client, ns)
+            .get_opt("widgets")
+            .await
+            .unwrap()
+            .is_none()
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn related_objects_are_read_by_name_as_the_service_account_never_the_controller() {
     // The account may list and watch Secrets, but get only `shared`; the controller itself may
     // get every Secret (the chart's ClusterRole), so a read with its rights would succeed.
     let (client, ns) = setup("bind-related-get", all_verbs()).await;
-    apply(
-        &client,
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-            "metadata": {"name": "secrets", "namespace": ns},
-            "rules": [
-                {"apiGroups": [""], "resources": ["secrets"], "verbs": ["list", "watch"]},
-                {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"],
-                    "resourceNames": ["shared"]}]}),
-    )
-    .await;
-    bind_role(&client, &ns, "secrets").await;
+    may_get_only_shared_secret(&client, &ns).await;
     for name in ["shared", "private"] {
         apply(
             &client,

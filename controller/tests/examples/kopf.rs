@@ -3,8 +3,6 @@
 //! MySQL runs on a stand-in image (`tests/fixtures/fake-mysql`), the rest is real: StatefulSet,
 //! claims bound to local volumes, pods/exec through the API server, `kubectl exec` as in the seed.
 
-use std::path::PathBuf;
-
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
@@ -15,46 +13,12 @@ use pseudoflow_testenv::apply::apply_value;
 use serde_json::{json, Value};
 
 use crate::common::api::eventually;
+use crate::common::kopf_examples::{documents_renamed, example};
 use crate::common::{apply, flow_events, prepare, start_controller, wait_until, Shown};
-
-fn example(path: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .join("examples/kopf")
-        .join(path)
-}
 
 /// Every document of `path`, moved into `ns`.
 fn documents_in(path: &str, ns: &str) -> Vec<Value> {
     documents_renamed(path, ns, &[])
-}
-
-/// [`documents_in`], with each `(from, to)` text replaced first (other namespaces the example
-/// names, such as the targets of seed 002's copy, made unique to this test).
-fn documents_renamed(path: &str, ns: &str, renames: &[(&str, &str)]) -> Vec<Value> {
-    let mut text = std::fs::read_to_string(example(path)).unwrap();
-    for (from, to) in renames {
-        text = text.replace(from, to);
-    }
-    let mut docs = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(&text) {
-        let mut v: Value = serde::Deserialize::deserialize(doc).unwrap();
-        let here = &v["metadata"]["namespace"];
-        let cluster_scoped = matches!(
-            v["kind"].as_str(),
-            Some("ClusterRole" | "ClusterRoleBinding" | "PersistentVolume")
-        );
-        if !cluster_scoped && (here.is_null() || here == "default") {
-            v["metadata"]["namespace"] = json!(ns);
-        }
-        let subjects = v.get_mut("subjects").and_then(Value::as_array_mut);
-        for subject in subjects.into_iter().flatten() {
-            subject["namespace"] = json!(ns);
-        }
-        docs.push(v);
-    }
-    docs
 }
 
 /// The Secret `<instance>-credentials` the database owner creates before (or after) the flow.

@@ -139,10 +139,24 @@ impl Mark {
         Mark {
             flow_uid: flow_uid.to_string(),
             flow_generation,
-            object_uid: view["metadata"]["uid"].as_str().unwrap_or_default().into(),
             generation: view["metadata"]["generation"].as_i64(),
             fields: Some(fields),
             watched,
+            ..Mark::empty(view["metadata"]["uid"].as_str().unwrap_or_default())
+        }
+    }
+
+    /// The mark of object `object_uid` that records nothing: no flow, no digest, no related
+    /// object, no failure, no revision. [`Mark::of`] and [`Mark::unverified`] start from it, so
+    /// that a field added to the mark starts empty in both.
+    fn empty(object_uid: &str) -> Mark {
+        Mark {
+            flow_uid: String::new(),
+            flow_generation: 0,
+            object_uid: object_uid.into(),
+            generation: None,
+            fields: None,
+            watched: BTreeMap::new(),
             related: BTreeMap::new(),
             failed: false,
             failures: 0,
@@ -169,22 +183,7 @@ impl Mark {
     /// (no flow has generation 0), so the object runs again as an update, with no failure
     /// counted, no retry schedule and no revision of its own.
     pub fn unverified(object_uid: &str) -> Mark {
-        Mark {
-            flow_uid: String::new(),
-            flow_generation: 0,
-            object_uid: object_uid.into(),
-            generation: None,
-            fields: None,
-            watched: BTreeMap::new(),
-            related: BTreeMap::new(),
-            failed: false,
-            failures: 0,
-            failed_at: 0,
-            permanent: false,
-            retry_trigger: None,
-            revision: None,
-            served_at: 0,
-        }
+        Mark::empty(object_uid)
     }
 
     /// The annotation's value, unsealed ([`Sealer::seal`] writes it): compact JSON, without
