@@ -56,6 +56,23 @@ pub fn start_controller_with(
     })
 }
 
+/// A controller for `ns` holding the approval `key`, as the chart's controller holds the one in
+/// its namespace's Secret: it seals served marks and the progress records of object runs (a flow
+/// recorded in its objects runs no step that is not safe to repeat without one).
+pub fn start_controller_with_key(
+    client: &Client,
+    ns: &str,
+    key: pseudoflow_controller::approval::Key,
+) -> tokio::task::JoinHandle<()> {
+    let (client, ns) = (client.clone(), ns.to_string());
+    tokio::spawn(async move {
+        let ctx = Context::new(client, IMAGE.into(), Arc::new(Metrics::default()))
+            .with_config(admin_config().await)
+            .with_approval_key(key);
+        run_controller(Arc::new(ctx), Some(ns)).await
+    })
+}
+
 /// The client configuration of testenv's admin: what the in-process controller derives the
 /// clients of bound flows' ServiceAccounts from (docs/bound-flows.md).
 pub async fn admin_config() -> kube::Config {

@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 
 use crate::common::api::eventually;
 use crate::common::kopf_examples::{documents_renamed, example};
-use crate::common::{apply, flow_events, prepare, start_controller, wait_until, Shown};
+use crate::common::{apply, prepare, start_controller, wait_until, Shown};
 
 /// Every document of `path`, moved into `ns`.
 fn documents_in(path: &str, ns: &str) -> Vec<Value> {
@@ -237,13 +237,22 @@ async fn volume_of(claims: &Api<PersistentVolumeClaim>, name: &str) -> String {
     claim.spec.and_then(|s| s.volume_name).unwrap_or_default()
 }
 
-/// The messages of the Events about flow `name` so far.
-async fn event_messages(client: &kube::Client, ns: &str, name: &str) -> Vec<String> {
-    flow_events(client, ns, name)
+/// The messages of the Events about the `kind` object `name` so far (what `kubectl describe`
+/// shows), oldest first.
+async fn object_event_messages(
+    client: &kube::Client,
+    ns: &str,
+    kind: &str,
+    name: &str,
+) -> Vec<String> {
+    let fields = format!("involvedObject.kind={kind},involvedObject.name={name}");
+    let mut items = Api::<Event>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().fields(&fields))
         .await
-        .into_iter()
-        .filter_map(|e| e.message)
-        .collect()
+        .unwrap()
+        .items;
+    items.sort_by_key(crate::common::event_time);
+    items.into_iter().filter_map(|e| e.message).collect()
 }
 
 /// Installs a seed's CRD as written (`examples/kopf/<file>`) and waits until its kind is served;
@@ -334,9 +343,20 @@ async fn password_seen(client: &kube::Client, ns: &str, passwords: &[&str]) -> V
             out.push(format!("Event {}", e.reason.unwrap_or_default()));
         }
     }
+    for m in install_seed_crd(client, ns, "mysql-crd.yaml", MYSQL_KIND)
+        .await
+        .list(&lp)
+        .await
+        .unwrap()
+    {
+        // Its served mark and sealed progress record among them.
+        if leaked(&serde_json::to_string(&m.metadata.annotations).unwrap()) {
+            out.push("the MySQL's annotations".to_string());
+        }
+    }
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let listed = pods.list(&lp).await.unwrap().items;
-    assert!(listed.len() > 1, "the steps ran in executor pods");
+    assert!(!listed.is_empty(), "the server's pod is there");
     for pod in listed {
         let name = pod.metadata.name.clone().unwrap_or_default();
         if leaked(&serde_json::to_string(&pod.status).unwrap()) {
@@ -370,14 +390,30 @@ async fn the_mysql_operator_of_seed_004_serves_mysql_objects_with_backup_restore
     let node = crate::common::env().nodes()[1].clone();
     let pinned = format!("operator: In, values: [{node}]");
     let flow = documents_renamed("mysql.yaml", &ns, &[("operator: Exists", &pinned)]).remove(0);
-    let ctl = start_controller(&client, &ns);
+    // The chart's controller holds its approval key: the progress of each MySQL's run, whose
+    // commands in the server's pod are not safe to repeat, is sealed on the MySQL.
+    let key = pseudoflow_controller::approval::Key::random();
+    let ctl = crate::common::start_controller_with_key(&client, &ns, key);
     apply(&client, flow).await;
-    let child = child_name("mysql", &ns, "mysql-instance");
 
     // Created: the flow makes the volumes, claims, server and Service; there is nothing to restore.
     apply(&client, mysql_instance(&ns, "otuspassword")).await;
     let status = wait_mysql_running(&mysqls, 1).await;
     assert_eq!(status["message"], "No backup to restore", "{status:#}");
+    // As shipped, its commands in the server's pod (pods/exec) run in the controller, once each,
+    // under the MySQL's sealed progress record: served in the object (the fast path), no child
+    // flow and no executor pod.
+    let flows = crate::common::flows(&client, &ns);
+    let child = child_name("mysql", &ns, "mysql-instance");
+    assert!(
+        flows.get_opt(&child).await.unwrap().is_none(),
+        "no child flow"
+    );
+    let bound = flows.get("mysql").await.unwrap().data["status"]["bound"].clone();
+    assert_eq!(bound["record"], "Object", "{bound:#}");
+    let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(client.clone(), &ns);
+    let jobs = jobs.list(&Default::default()).await.unwrap().items;
+    assert!(jobs.is_empty(), "no Job ran a step: {} Jobs", jobs.len());
     let volumes: Api<PersistentVolume> = Api::all(client.clone());
     for v in ["backup", "data"] {
         let pv = volumes
@@ -390,7 +426,7 @@ async fn the_mysql_operator_of_seed_004_serves_mysql_objects_with_backup_restore
             "{host_path}"
         );
     }
-    let events = event_messages(&client, &ns, &child).await;
+    let events = object_event_messages(&client, &ns, "MySQL", "mysql-instance").await;
     assert!(
         events
             .iter()
@@ -447,7 +483,7 @@ async fn the_mysql_operator_of_seed_004_serves_mysql_objects_with_backup_restore
     assert_eq!(status["phase"], "Running", "{status:#}");
     // The seed's "(*) Status subresource": the restore's outcome in status.message.
     assert_eq!(status["message"], "Restoring DB have succeed", "{status:#}");
-    let events = event_messages(&client, &ns, &child).await;
+    let events = object_event_messages(&client, &ns, "MySQL", "mysql-instance").await;
     assert!(
         events
             .iter()
@@ -487,7 +523,7 @@ async fn the_mysql_operator_of_seed_004_serves_mysql_objects_with_backup_restore
     );
     let (ok, out) = mysql_in_pod(&ns, "otuspassword", "select * from test;").await;
     assert!(!ok, "the old password no longer works: {out}");
-    let events = event_messages(&client, &ns, &child).await;
+    let events = object_event_messages(&client, &ns, "MySQL", "mysql-instance").await;
     let restores = events
         .iter()
         .filter(|m| m.contains("restored from"))
@@ -928,7 +964,7 @@ async fn the_werf_bundle_operator_of_seed_003_deploys_each_bundle_and_dismisses_
     assert_eq!(d.spec.as_ref().unwrap().replicas, Some(2));
     let services: Api<Service> = Api::namespaced(client.clone(), &ns);
     services.get("myapp").await.unwrap();
-    let events = event_messages(&client, &ns, &child).await;
+    let events = object_event_messages(&client, &ns, "MySQL", "mysql-instance").await;
     let deployed = deployed_with("nginx:1.27", "spec.env");
     assert!(events.contains(&deployed), "{events:#?}");
 
@@ -973,7 +1009,7 @@ async fn the_werf_bundle_operator_of_seed_003_deploys_each_bundle_and_dismisses_
         "spec.env only: ConfigMap myapp-values not found",
     );
     eventually(60, "a deploy without the values ConfigMap", || async {
-        let events = event_messages(&client, &ns, &child).await;
+        let events = object_event_messages(&client, &ns, "MySQL", "mysql-instance").await;
         events.contains(&missing)
     })
     .await;
@@ -997,7 +1033,7 @@ async fn the_werf_bundle_operator_of_seed_003_deploys_each_bundle_and_dismisses_
         assert_eq!(*changed, json!(["ConfigMap/myapp-values"]), "{value}");
         let logged = deployed_with(value, "spec.env and ConfigMap myapp-values");
         eventually(60, "the deploy's log", || async {
-            let events = event_messages(&client, &ns, &child).await;
+            let events = object_event_messages(&client, &ns, "MySQL", "mysql-instance").await;
             events.contains(&logged)
         })
         .await;

@@ -118,12 +118,24 @@ impl Serving<'_> {
         Ok(None)
     }
 
-    /// Removes our finalizer `fin` from `obj` (gone meanwhile: done) and forgets it.
+    /// Removes our finalizer `fin` from `obj` (gone meanwhile: done) and forgets it. The removal
+    /// names the resourceVersion it read, so no other finalizer is lost; the run itself may have
+    /// written the object since (its progress record), so a conflict reads it again.
     async fn let_go(&self, obj: &DynamicObject, fin: &str) -> Served {
-        match finalizer::set_named(&self.objects, obj, fin, false).await {
-            Ok(()) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(e.into()),
+        let mut read = std::borrow::Cow::Borrowed(obj);
+        let name = obj.metadata.name.as_deref().unwrap_or_default();
+        for left in (0..3).rev() {
+            match finalizer::set_named(&self.objects, &read, fin, false).await {
+                Ok(()) => break,
+                Err(kube::Error::Api(e)) if e.code == 404 => break,
+                Err(kube::Error::Api(e)) if e.code == 409 && left > 0 => {
+                    match self.objects.get_opt(name).await? {
+                        Some(now) => read = std::borrow::Cow::Owned(now),
+                        None => break,
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
         let outcomes = &self.r.own.outcomes;
         outcomes.record(self.parent.uid, object::key(obj), None);

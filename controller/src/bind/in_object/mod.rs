@@ -570,6 +570,7 @@ impl Serving<'_> {
             progress: keeper,
             metrics: &self.r.ctx.metrics,
             went_on: Default::default(),
+            logged: Default::default(),
         };
         let run_id = format!("o{}", &crate::secret::random_hex()[..10]);
         let resume = keeper.found(obj);
@@ -577,6 +578,13 @@ impl Serving<'_> {
             tracing::info!(flow = %self.parent.name, object = %object::key(obj), "resuming an object's run from its progress record");
         }
         let ran = runner.run(compiled, spec, &run_id, resume).await;
+        let logged = std::mem::take(&mut *runner.logged.lock().expect("not poisoned"));
+        for text in logged {
+            let about = self.about_view(&runner.object);
+            let r = self.r;
+            r.publish_about(about, EventType::Normal, "Log", &text)
+                .await;
+        }
         let went_on = std::mem::take(&mut *runner.went_on.lock().expect("not poisoned"));
         for note in went_on {
             let about = self.about_view(&runner.object);

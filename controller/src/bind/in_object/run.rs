@@ -51,7 +51,15 @@ pub struct Runner<'a> {
     /// each as `path[item]: message`, at most [`MAX_WENT_ON`]: told on the object as
     /// `StepFailed` Warnings, as a child's run tells them on its flow.
     pub went_on: std::sync::Mutex<Vec<String>>,
+    /// What its `log` steps logged, in order, at most [`MAX_LOGGED`]: told on the object as
+    /// `Log` Events, as a child's run tells them on its flow (kopf posts its handlers' log
+    /// lines as Events on the object too).
+    pub logged: std::sync::Mutex<Vec<String>>,
 }
+
+/// Most `log` messages one object's run tells (a loop logging each of a thousand items is not
+/// a thousand Events).
+pub const MAX_LOGGED: usize = 20;
 
 /// Most failures one object's run tells as `StepFailed` (a loop of a thousand failing items
 /// is not a thousand Events).
@@ -256,7 +264,14 @@ impl Runner<'_> {
         let sc = driver.scope(run, node, key);
         if task_of(node).is_none() {
             // Controller-local work is expressions only: what fails them fails them again.
-            return (driver.run_local(run, node, &sc).completion, true);
+            let local = driver.run_local(run, node, &sc);
+            if let Some(text) = local.event {
+                let mut logged = self.logged.lock().expect("not poisoned");
+                if logged.len() < MAX_LOGGED {
+                    logged.push(text);
+                }
+            }
+            return (local.completion, true);
         }
         if matches!(node.kind, pseudoflow_compiler::NodeKind::Condition) {
             let at = (&self.client, deadline.at());
