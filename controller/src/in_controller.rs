@@ -294,3 +294,60 @@ fn park_with(held: Arc<Mutex<Held>>, turns: Arc<Turns>, namespace: String) -> Pa
 fn now_ms() -> i64 {
     k8s_openapi::jiff::Timestamp::now().as_millisecond()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn input(step: serde_json::Value) -> ExecutorInput {
+        serde_json::from_value(json!({"flow": {"name": "f", "namespace": "ns", "uid": "u",
+            "serviceAccount": "flow"}, "runId": "r", "nodeId": "s0", "path": "spec.steps[0]",
+            "attempt": 1, "task": "run", "step": step}))
+        .expect("an input")
+    }
+
+    /// A client whose API server never answers: a step that got as far as a call would hang.
+    fn silent_client() -> Client {
+        let never = tower::service_fn(|_: http::Request<kube::client::Body>| {
+            futures::future::pending::<Result<http::Response<kube::client::Body>, std::io::Error>>()
+        });
+        Client::new(never, "ns")
+    }
+
+    async fn refusal(step: serde_json::Value, once: bool) -> Option<String> {
+        let (held, _) = oneshot::channel();
+        let with = (silent_client(), Arc::new(Kinds::default()));
+        let turns = Arc::new(Turns::default());
+        let run = run(turns, ("ns", "u"), held, with, (input(step), once));
+        match tokio::time::timeout(Duration::from_millis(500), run).await {
+            Ok((_, result)) => Some(result.message),
+            Err(_) => None,
+        }
+    }
+
+    /// A command in the step's own shell never runs in the controller, asked with a progress
+    /// record or not; a command in another pod only under one (an object's run keeps it).
+    #[tokio::test]
+    async fn a_command_runs_here_only_in_another_pod_and_only_under_a_progress_record() {
+        let own_shell = json!({"type": "exec", "cmd": "id"});
+        for once in [false, true] {
+            let refused = refusal(own_shell.clone(), once).await;
+            assert_eq!(
+                refused.as_deref(),
+                Some("spec.steps[0]: a exec step does not run in the controller")
+            );
+        }
+        let in_pod = json!({"type": "exec", "pod": "db-0", "cmd": "id"});
+        let refused = refusal(in_pod.clone(), false).await;
+        assert_eq!(
+            refused.as_deref(),
+            Some("spec.steps[0]: a exec step does not run in the controller")
+        );
+        assert_eq!(
+            refusal(in_pod, true).await,
+            None,
+            "under a record it goes on to pods/exec (the silent API server never answers)"
+        );
+    }
+}
