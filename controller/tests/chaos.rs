@@ -852,31 +852,30 @@ async fn controller_sigkilled_mid_rollout_goes_on_where_it_was() {
     controller.kill().await;
 }
 
-/// Test 7: a flow recorded in its objects runs a command in another pod (`exec` with `pod`: not
-/// safe to repeat, run by the controller under each object's sealed progress record), then waits.
-/// The controller is SIGKILLed while every run waits, and started again: each run resumes after
-/// the command, which ran exactly once per object; the record is gone once the run ends.
-/// Without the record the new process would run each object again from its first step.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn controller_sigkilled_after_an_objects_command_resumes_its_run_and_never_repeats_it() {
-    let _shared = cluster_lock().read().await;
-    let client = env().client().await.unwrap();
-    install_crd(&client).await;
-    common::apply(&client, bound::widget().crd()).await;
+/// A namespace for tests 7 and 8: widgets bound to flow `widgets` (recorded in its objects,
+/// running `steps`), whose ServiceAccount may exec into pod `shell` (a server that runs until
+/// killed, with a shell and `sleep`), and a controller holding its approval key. Returns the
+/// namespace, the file the commands append to and the controller.
+async fn exec_in_pod_setup(
+    client: &Client,
+    prefix: &str,
+    steps: impl FnOnce(&std::path::Path) -> Value,
+) -> (String, std::path::PathBuf, Controller) {
+    install_crd(client).await;
+    common::apply(client, bound::widget().crd()).await;
     let mut rules = bound::flow_rules(bound::all_verbs());
     rules.as_array_mut().unwrap().extend([
         json!({"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}),
-        json!({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["watch"]}),
         json!({"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create", "get"]}),
+        json!({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["watch"]}),
     ]);
-    let ns = FlowNamespace::new("chaos-once")
+    let ns = FlowNamespace::new(prefix)
         .rules(rules)
-        .create(env(), &client)
+        .create(env(), client)
         .await;
-    bound::wait_served(&client, &ns).await;
-    // The pod the commands run in: a server that runs until killed, with a shell.
+    bound::wait_served(client, &ns).await;
     common::apply(
-        &client,
+        client,
         json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "shell", "namespace": ns},
             "spec": {"containers": [{"name": "db", "image": common::MYSQL_IMAGE,
                 "env": [{"name": "MYSQL_ROOT_PASSWORD", "value": "unused"}]}]}}),
@@ -890,49 +889,61 @@ async fn controller_sigkilled_after_an_objects_command_resumes_its_run_and_never
     })
     .await;
     let file = marker_dir(&ns).join("commands.log");
-    let mut controller = Controller::start_with_key("chaos-once", std::slice::from_ref(&ns), &ns);
+    let controller = Controller::start_with_key(prefix, std::slice::from_ref(&ns), &ns);
     let mut flow = bound::widget_flow(json!({"record": "Object"}));
     flow.as_object_mut().unwrap().remove("onDelete");
-    flow["steps"] = json!([
-        {"type": "exec", "name": "the command", "pod": "shell", "container": "db",
-            "cmd": append(&file, "ran-${ object.metadata.name | shq }")},
-        {"type": "waitFor", "name": "go", "resource": {"kind": "ConfigMap", "name": "go"},
-            "condition": "Exist", "timeoutSeconds": 300},
-        {"type": "apply", "name": "done", "manifests":
-            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ${object.metadata.name}-done\n"}
-    ]);
-    create_flow(&client, &ns, "widgets", flow).await;
+    flow["steps"] = steps(&file);
+    create_flow(client, &ns, "widgets", flow).await;
+    (ns, file, controller)
+}
+
+/// How many widgets of `ns` carry annotation `key`.
+async fn widgets_annotated(client: &Client, ns: &str, key: &str) -> Option<usize> {
+    let all = bound::widgets(client, ns)
+        .list(&Default::default())
+        .await
+        .ok()?;
+    let has = |w: &&kube::api::DynamicObject| {
+        w.metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(key))
+    };
+    Some(all.items.iter().filter(has).count())
+}
+
+/// Test 7: a flow recorded in its objects runs a command in another pod (`exec` with `pod`: not
+/// safe to repeat, run by the controller under each object's sealed progress record), then waits.
+/// The controller is SIGKILLed while every run waits, and started again: each run resumes after
+/// the command, which ran exactly once per object; the record is gone once the run ends.
+/// Without the record the new process would run each object again from its first step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controller_sigkilled_after_an_objects_command_resumes_its_run_and_never_repeats_it() {
+    let _shared = cluster_lock().read().await;
+    let client = env().client().await.unwrap();
+    let (ns, file, mut controller) = exec_in_pod_setup(&client, "chaos-once", |file| {
+        json!([
+            {"type": "exec", "name": "the command", "pod": "shell", "container": "db",
+                "cmd": append(file, "ran-${ object.metadata.name | shq }")},
+            {"type": "waitFor", "name": "go", "resource": {"kind": "ConfigMap", "name": "go"},
+                "condition": "Exist", "timeoutSeconds": 300},
+            {"type": "apply", "name": "done", "manifests":
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ${object.metadata.name}-done\n"}
+        ])
+    })
+    .await;
     let names: Vec<String> = (0..3).map(|i| format!("w-{i}")).collect();
     for n in &names {
         bound::create_widget(&client, &ns, n, json!({"version": "one"})).await;
     }
     let progress = pseudoflow_controller::bind::served::progress_key(&ns, "widgets");
     let mark = pseudoflow_controller::bind::served::mark_key(&ns, "widgets");
-    let widgets = bound::widgets(&client, &ns);
-    let annotated = |key: String| {
-        let widgets = widgets.clone();
-        async move {
-            let all = widgets.list(&Default::default()).await.ok()?;
-            let with: Vec<_> = all
-                .items
-                .iter()
-                .filter(|w| {
-                    w.metadata
-                        .annotations
-                        .as_ref()
-                        .is_some_and(|a| a.contains_key(&key))
-                })
-                .collect();
-            Some(with.len())
-        }
-    };
     poll(
         Duration::from_secs(90),
         "every command ran, its progress kept",
-        || {
-            let counted = annotated(progress.clone());
-            let file = file.clone();
-            async move { (lines(&file).len() == 3 && counted.await? == 3).then_some(()) }
+        || async {
+            let kept = widgets_annotated(&client, &ns, &progress).await?;
+            (lines(&file).len() == 3 && kept == 3).then_some(())
         },
     )
     .await;
@@ -947,20 +958,67 @@ async fn controller_sigkilled_after_an_objects_command_resumes_its_run_and_never
     poll(
         Duration::from_secs(120),
         "every run ended, its progress record gone",
-        || {
-            let (maps, names) = (maps.clone(), names.clone());
-            let (kept, marked) = (annotated(progress.clone()), annotated(mark.clone()));
-            async move {
-                for n in &names {
-                    maps.get_opt(&format!("{n}-done")).await.ok()??;
-                }
-                (kept.await? == 0 && marked.await? == 3).then_some(())
+        || async {
+            for n in &names {
+                maps.get_opt(&format!("{n}-done")).await.ok()??;
             }
+            let kept = widgets_annotated(&client, &ns, &progress).await?;
+            let marked = widgets_annotated(&client, &ns, &mark).await?;
+            (kept == 0 && marked == 3).then_some(())
         },
     )
     .await;
     let want: Vec<String> = names.iter().map(|n| format!("ran-{n}")).collect();
     assert_lines_once(&file, &want, "widgets");
     controller.assert_running("after the runs resumed");
+    controller.kill().await;
+}
+
+/// Test 8: the controller is SIGKILLed while an object's command in another pod runs. The new
+/// process finds the command begun and never ended in the object's progress record: it may have
+/// run, so the step fails, saying so, and is never run again (no retry either).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controller_sigkilled_during_an_objects_command_fails_it_and_never_runs_it_again() {
+    let _shared = cluster_lock().read().await;
+    let client = env().client().await.unwrap();
+    let (ns, file, mut controller) = exec_in_pod_setup(&client, "chaos-cut", |file| {
+        let cmd = format!(
+            "{}; sleep 4",
+            append(file, "began-${ object.metadata.name | shq }")
+        );
+        json!([{"type": "exec", "name": "a long command", "pod": "shell", "container": "db",
+            "cmd": cmd}])
+    })
+    .await;
+    bound::create_widget(&client, &ns, "w-cut", json!({"version": "one"})).await;
+    poll(Duration::from_secs(90), "the command began", || async {
+        (lines(&file).len() == 1).then_some(())
+    })
+    .await;
+    controller.kill().await;
+    controller.restart();
+    let failed = poll(
+        Duration::from_secs(90),
+        "the cut command failed",
+        || async {
+            let status = bound::widget_status(&client, &ns, "w-cut").await;
+            (status["phase"] == "Failed").then(|| status.to_string())
+        },
+    )
+    .await;
+    assert!(
+        failed.contains(
+            "spec.steps[0]: the controller stopped while this step ran; it is not run again"
+        ),
+        "{failed}"
+    );
+    assert!(
+        failed.contains("not retried"),
+        "no retry runs it again: {failed}"
+    );
+    // Longer than the command and than a first retry's backoff (10 s): it began once.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    assert_lines_once(&file, &["began-w-cut".to_string()], "w-cut");
+    controller.assert_running("after the cut command failed");
     controller.kill().await;
 }

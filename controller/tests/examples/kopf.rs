@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 
 use crate::common::api::eventually;
 use crate::common::kopf_examples::{documents_renamed, example};
-use crate::common::{apply, prepare, start_controller, wait_until, Shown};
+use crate::common::{apply, flow_events, prepare, start_controller, wait_until, Shown};
 
 /// Every document of `path`, moved into `ns`.
 fn documents_in(path: &str, ns: &str) -> Vec<Value> {
@@ -235,6 +235,15 @@ async fn mysql_in_pod(ns: &str, password: &str, sql: &str) -> (bool, String) {
 async fn volume_of(claims: &Api<PersistentVolumeClaim>, name: &str) -> String {
     let claim = claims.get(name).await.unwrap();
     claim.spec.and_then(|s| s.volume_name).unwrap_or_default()
+}
+
+/// The messages of the Events about flow `name` so far.
+async fn event_messages(client: &kube::Client, ns: &str, name: &str) -> Vec<String> {
+    flow_events(client, ns, name)
+        .await
+        .into_iter()
+        .filter_map(|e| e.message)
+        .collect()
 }
 
 /// The messages of the Events about the `kind` object `name` so far (what `kubectl describe`
@@ -964,7 +973,7 @@ async fn the_werf_bundle_operator_of_seed_003_deploys_each_bundle_and_dismisses_
     assert_eq!(d.spec.as_ref().unwrap().replicas, Some(2));
     let services: Api<Service> = Api::namespaced(client.clone(), &ns);
     services.get("myapp").await.unwrap();
-    let events = object_event_messages(&client, &ns, "MySQL", "mysql-instance").await;
+    let events = event_messages(&client, &ns, &child).await;
     let deployed = deployed_with("nginx:1.27", "spec.env");
     assert!(events.contains(&deployed), "{events:#?}");
 
@@ -1009,7 +1018,7 @@ async fn the_werf_bundle_operator_of_seed_003_deploys_each_bundle_and_dismisses_
         "spec.env only: ConfigMap myapp-values not found",
     );
     eventually(60, "a deploy without the values ConfigMap", || async {
-        let events = object_event_messages(&client, &ns, "MySQL", "mysql-instance").await;
+        let events = event_messages(&client, &ns, &child).await;
         events.contains(&missing)
     })
     .await;
@@ -1033,7 +1042,7 @@ async fn the_werf_bundle_operator_of_seed_003_deploys_each_bundle_and_dismisses_
         assert_eq!(*changed, json!(["ConfigMap/myapp-values"]), "{value}");
         let logged = deployed_with(value, "spec.env and ConfigMap myapp-values");
         eventually(60, "the deploy's log", || async {
-            let events = object_event_messages(&client, &ns, "MySQL", "mysql-instance").await;
+            let events = event_messages(&client, &ns, &child).await;
             events.contains(&logged)
         })
         .await;
