@@ -23,6 +23,8 @@ use pseudoflow_test_support as common;
 
 /// The same, recorded in the objects (`bind.record: Object`).
 mod in_object;
+/// A command in another pod in a flow recorded in its objects: once, under a sealed record.
+mod in_object_exec;
 /// `bind.related` followed by a flow recorded in its objects.
 mod in_object_related;
 /// A bound flow's revisions (ControllerRevisions), under both ways of recording.
