@@ -194,31 +194,40 @@ impl Runner<'_> {
                 let node = compiled.plan.node(node_id).expect("from the plan");
                 let began = std::time::Instant::now();
                 let at = (node, key.as_slice(), &deadline);
-                let c = self.start(&driver, &mut run, at, attempt);
-                let (c, cannot_mend) = c.await;
+                let (c, cannot_mend) = self.start(&driver, &mut run, at, attempt).await;
                 if !c.ok {
                     permanent = cannot_mend;
                 }
-                if node.kind == pseudoflow_compiler::NodeKind::Action {
-                    let key = format!("{}/{}", self.flow.namespace, self.flow.name);
-                    let took = began.elapsed().as_secs_f64();
-                    self.metrics.step_finished(&key, &node.step_type, took);
-                }
+                self.count(node, began);
                 let failed = (!c.ok).then(|| said_at(&step_at(&node.path, key), &c.message));
                 walker.complete(&mut run.state, node_id, key, c, now());
                 if runs_once(node) {
                     self.ended_once(&run).await;
                 }
-                if let Some(note) = failed.filter(|_| run.state.phase == RunPhase::Running) {
-                    let mut went_on = self.went_on.lock().expect("not poisoned");
-                    if went_on.len() < MAX_WENT_ON {
-                        went_on.push(note);
-                    }
-                }
+                self.went_on_after(failed, &run);
             }
         }
         run.finished_at = Some(now());
         (run, permanent)
+    }
+
+    /// Counts a step's time (`pseudoflow_step_duration_seconds`) under the bound flow.
+    fn count(&self, node: &PlanNode, began: std::time::Instant) {
+        if node.kind == pseudoflow_compiler::NodeKind::Action {
+            let flow = format!("{}/{}", self.flow.namespace, self.flow.name);
+            let took = began.elapsed().as_secs_f64();
+            self.metrics.step_finished(&flow, &node.step_type, took);
+        }
+    }
+
+    /// Notes `failed` (a step's failure, said at its path) if the run goes on after it.
+    fn went_on_after(&self, failed: Option<String>, run: &StoredRun) {
+        if let Some(note) = failed.filter(|_| run.state.phase == RunPhase::Running) {
+            let mut went_on = self.went_on.lock().expect("not poisoned");
+            if went_on.len() < MAX_WENT_ON {
+                went_on.push(note);
+            }
+        }
     }
 
     /// Takes the run on from `p`, the progress an earlier controller kept: a step it names as
@@ -241,6 +250,23 @@ impl Runner<'_> {
         walker.complete(&mut run.state, &node, &key, failed(why), now());
         self.ended_once(run).await;
         true
+    }
+
+    /// Keeps the run's progress naming instance `key` of `node` as begun, before it starts: a
+    /// restarted controller never runs it again. Unkept, it does not start (what the walker is
+    /// told, and whether no retry can mend it).
+    async fn begin_once(
+        &self,
+        run: &StoredRun,
+        (node, key): (&PlanNode, &[String]),
+        attempt: u32,
+    ) -> Result<(), (Completion, bool)> {
+        let begun = Some((node.id.clone(), key.to_vec(), attempt));
+        let p = Progress::of(self.progress.work(), run, begun);
+        self.progress.keep(&p).await.map_err(|e| {
+            let cannot_mend = !matches!(e, super::progress::NotKept::Write(_));
+            (failed(format!("{}: {e}", node.path)), cannot_mend)
+        })
     }
 
     /// Keeps the run's progress after a step not safe to repeat ended. Unkept, a restarted
@@ -293,16 +319,11 @@ impl Runner<'_> {
         }
         let mut cannot_mend = false;
         let client = || Ok(self.client.clone());
-        let once = runs_once(node);
         let result = match driver.request(run, (node, key), attempt, &sc, client) {
             Ok(mut req) => {
-                if once {
-                    // Its start kept first: a restarted controller never runs it again.
-                    let begun = Some((node.id.clone(), key.to_vec(), attempt));
-                    let p = Progress::of(self.progress.work(), run, begun);
-                    if let Err(e) = self.progress.keep(&p).await {
-                        let cannot = !matches!(e, super::progress::NotKept::Write(_));
-                        return (failed(format!("{}: {e}", node.path)), cannot);
+                if runs_once(node) {
+                    if let Err(refused) = self.begin_once(run, (node, key), attempt).await {
+                        return refused;
                     }
                     req.once = true;
                 }
