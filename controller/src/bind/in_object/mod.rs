@@ -4,7 +4,9 @@
 //! something that counts changed, runs the object's steps in memory, to their end
 //! ([`run`]), then writes the object's status (as [`super::write_back`] does for a child) and
 //! only then the new mark: a controller killed between the two runs the object again, which
-//! only repeatable steps allow (the compiler refuses any other: `pseudoflow_compiler::record`).
+//! only repeatable steps allow (the compiler refuses any other: `pseudoflow_compiler::record`),
+//! save a command in another pod, run once under the object's progress record ([`progress`]),
+//! from which the next serve resumes the run.
 //! A flow with `onDelete` holds a finalizer on each object it serves and runs those steps the
 //! same way when the object is deleted ([`deleted`]); released, it removes them ([`release`]).
 //! A change of a related object's content (`bind.related`) runs the object again, as it would
@@ -255,6 +257,18 @@ impl Serving<'_> {
         format!("{}#{failures}@{h}", retry::digest(&mark.encode()))
     }
 
+    /// Which run of the object a progress record belongs to: the object's change (as in
+    /// [`Self::steps_work`]), the served mark as the run found it and the revision. The mark
+    /// changes only when a run's end is recorded, so a run whose end was not (the controller
+    /// killed, its status unwritten) is resumed by the next serve, and no later attempt takes on
+    /// an earlier one's state.
+    fn record_work(&self, it: &Due<'_>) -> String {
+        let mark = Mark::of(self.parent.uid, self.parent.generation, &it.view, self.bind);
+        let mark = mark.with_related(&it.related).encode();
+        let found = retry::digest(it.raw.unwrap_or_default());
+        format!("{}#{found}@{}", retry::digest(&mark), it.with.hash)
+    }
+
     /// Which run of a deleted object its `onDelete` run is (see [`Self::steps_work`]).
     fn deleted_work(&self, with: &With) -> String {
         format!("delete@{}@{}", self.parent.generation, with.hash)
@@ -314,8 +328,7 @@ impl Serving<'_> {
                 ))))
             }
         };
-        let work = self.steps_work(&it.view, &it.related, it.failures, &it.with);
-        let keeper = self.keeper(obj, &work);
+        let keeper = self.keeper(obj, &self.record_work(&it));
         let ran = self.run(
             &compiled,
             &made["spec"],

@@ -16,8 +16,9 @@
 //! approval key, its associated data naming the bound flow and the object's uid, so a tenant who
 //! writes their object's annotations can neither read the run's variables (an `exec`'s output)
 //! nor write a record the controller believes, nor move one onto another object or flow. It
-//! names the run it belongs to (the change served, its attempt, the revision: [`Keeper::work`]),
-//! so a record copied from another run of the same object is not believed either. Without an
+//! names the run it belongs to (the change served, the served mark as the run found it, the
+//! revision: [`Keeper::work`]), so a record copied from another run of the same object is not
+//! believed either; a run whose end was never recorded (its mark unwritten) is resumed. Without an
 //! approval key no record can be sealed, and a step not safe to repeat does not run (it fails,
 //! saying why). A tenant who removes the record while the run goes on can make the controller,
 //! if it restarts, run their object again from its first step: what changing the object does.
