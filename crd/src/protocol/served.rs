@@ -15,7 +15,7 @@ pub fn mark_key(ns: &str, flow: &str) -> String {
 }
 
 /// The annotation bound flow `flow` (in `ns`) keeps an object's run progress in while a step
-/// not safe to repeat is part of it (`controller/src/bind/in_object/progress.rs`): under the
+/// not safe to repeat is part of it (`controller/src/bind/in_object/progress/mod.rs`): under the
 /// served prefix, so it is left out of `${object}` and of what counts as the object's change.
 pub fn progress_key(ns: &str, flow: &str) -> String {
     let name = bounded_name(&format!("progress-{flow}"), stable_hash(&[ns, flow]), 63);
