@@ -938,11 +938,20 @@ async fn controller_sigkilled_after_an_objects_command_resumes_its_run_and_never
     }
     let progress = pseudoflow_controller::bind::served::progress_key(&ns, "widgets");
     let mark = pseudoflow_controller::bind::served::mark_key(&ns, "widgets");
+    // Each run waits for `go`, its command ended and kept as ended: a run still going 2 s after
+    // it started shows `Creating`, and the command and its record's two writes take
+    // milliseconds before the wait.
     poll(
         Duration::from_secs(90),
-        "every command ran, its progress kept",
+        "every command ran, its run waits",
         || async {
             let kept = widgets_annotated(&client, &ns, &progress).await?;
+            for n in &names {
+                let status = bound::widget_status(&client, &ns, n).await;
+                if status["phase"] != "Creating" {
+                    return None;
+                }
+            }
             (lines(&file).len() == 3 && kept == 3).then_some(())
         },
     )
