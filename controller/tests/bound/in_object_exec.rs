@@ -185,3 +185,27 @@ async fn eventually_some(client: &Client, ns: &str, name: &str, key: &str) -> St
     }
     panic!("widget {name} has no annotation {key}")
 }
+
+/// A controller without its approval key (no `pseudoflow-approval-key` Secret) can seal no
+/// progress record: the command does not run, and the object's status says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_approval_key_a_command_does_not_run_and_says_why() {
+    let (client, ns) = setup("inobj-nokey", all_verbs()).await;
+    allow_exec(&client, &ns).await;
+    shell_pod(&client, &ns).await;
+    create_flow(&client, &ns, "widgets", exec_flow(json!([]))).await;
+    create_widget(&client, &ns, "w", json!({"version": "one"})).await;
+    let status = wait_widget(&client, &ns, "w", "Failed").await;
+    let said = status.to_string();
+    assert!(
+        said.contains(
+            "spec.steps[0]: the controller has no key to seal the object's progress record"
+        ),
+        "{status:#}"
+    );
+    assert_eq!(
+        config_map(&client, &ns, "w-said").await,
+        None,
+        "nothing after it ran"
+    );
+}
