@@ -235,8 +235,9 @@ impl Keeper {
             .then(|| (self.annotation.clone(), Value::Null))
     }
 
-    /// Removes the record (a run that ends without writing a served mark); one that cannot be
-    /// removed is left, and believed by no other run.
+    /// Removes the record (a failed `onDelete` run, which writes no served mark, so that its next
+    /// attempt starts from its first step). One that cannot be removed is left: the next attempt
+    /// resumes it, ends as it ended, and removes it then.
     pub async fn remove(&self) {
         if self.removal().is_some() && self.patch(Value::Null).await.is_ok() {
             self.kept.store(false, Ordering::Relaxed);
