@@ -591,19 +591,16 @@ impl Serving<'_> {
             tracing::info!(flow = %self.parent.name, object = %object::key(obj), "resuming an object's run from its progress record");
         }
         let ran = runner.run(compiled, spec, &run_id, resume).await;
-        let logged = std::mem::take(&mut *runner.logged.lock().expect("not poisoned"));
-        for text in logged {
-            let about = self.about_view(&runner.object);
-            let r = self.r;
-            r.publish_about(about, EventType::Normal, "Log", &text)
-                .await;
-        }
-        let went_on = std::mem::take(&mut *runner.went_on.lock().expect("not poisoned"));
-        for note in went_on {
-            let about = self.about_view(&runner.object);
-            let r = self.r;
-            r.publish_about(about, EventType::Warning, "StepFailed", &note)
-                .await;
+        let told = [
+            (&runner.logged, EventType::Normal, "Log"),
+            (&runner.went_on, EventType::Warning, "StepFailed"),
+        ];
+        for (notes, ty, reason) in told {
+            let notes = std::mem::take(&mut *notes.lock().expect("not poisoned"));
+            for note in notes {
+                let about = self.about_view(&runner.object);
+                self.r.publish_about(about, ty, reason, &note).await;
+            }
         }
         Ok(ran)
     }
