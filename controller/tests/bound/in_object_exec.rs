@@ -102,10 +102,7 @@ async fn a_command_in_another_pod_runs_in_the_controller_as_the_flows_account_an
 async fn attack_a_command_the_flows_account_may_not_run_fails_naming_the_account() {
     let key = Key::random();
     let (client, ns) = setup_with_key("inobj-noexec", all_verbs(), &key).await;
-    shell_pod(&client, &ns).await;
-    create_flow(&client, &ns, "widgets", exec_flow(json!([]))).await;
-    create_widget(&client, &ns, "w", json!({"version": "one"})).await;
-    let status = wait_widget(&client, &ns, "w", "Failed").await;
+    let status = say_hello_and_fail(&client, &ns).await;
     let said = status.to_string();
     assert!(
         said.contains("spec.steps[0]") && said.contains(&format!("{ns}:flow")),
@@ -192,10 +189,7 @@ async fn eventually_some(client: &Client, ns: &str, name: &str, key: &str) -> St
 async fn without_the_approval_key_a_command_does_not_run_and_says_why() {
     let (client, ns) = setup("inobj-nokey", all_verbs()).await;
     allow_exec(&client, &ns).await;
-    shell_pod(&client, &ns).await;
-    create_flow(&client, &ns, "widgets", exec_flow(json!([]))).await;
-    create_widget(&client, &ns, "w", json!({"version": "one"})).await;
-    let status = wait_widget(&client, &ns, "w", "Failed").await;
+    let status = say_hello_and_fail(&client, &ns).await;
     let said = status.to_string();
     assert!(
         said.contains(
@@ -208,4 +202,12 @@ async fn without_the_approval_key_a_command_does_not_run_and_says_why() {
         None,
         "nothing after it ran"
     );
+}
+
+/// The shell pod, the flow saying hello from it, and widget `w`, whose run fails: its status.
+async fn say_hello_and_fail(client: &Client, ns: &str) -> Value {
+    shell_pod(client, ns).await;
+    create_flow(client, ns, "widgets", exec_flow(json!([]))).await;
+    create_widget(client, ns, "w", json!({"version": "one"})).await;
+    wait_widget(client, ns, "w", "Failed").await
 }
